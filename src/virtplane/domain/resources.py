@@ -1,0 +1,522 @@
+"""The resources users write and the control plane reports on.
+
+Every resource has ``metadata`` / ``spec`` / ``status`` like a Kubernetes
+object. The API writes ``metadata`` and ``spec``; controllers write ``status``.
+Field names are part of the scripted API (see DESIGN.md §2): snake_case, units
+in the name.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+API_VERSION = "virtplane.io/v1"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_SETTING_KEY = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?$")
+
+
+def _check_dns_label(value: str) -> str:
+    if not _DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 label: use 1-63 lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _check_labels(value: dict[str, str]) -> dict[str, str]:
+    if len(value) > 64:
+        raise ValueError("at most 64 entries are allowed")
+    for key, item in value.items():
+        if not _LABEL_KEY.match(key):
+            raise ValueError(f"{key!r} is not a valid key (prefix/name, letters, digits, '-', '_', '.')")
+        if len(item) > 4096:
+            raise ValueError(f"the value of {key!r} is longer than 4096 characters")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_check_dns_label)]
+"""A DNS-1123 label: the name of every resource (settings aside) and every reference."""
+
+StringMap = Annotated[dict[str, str], AfterValidator(_check_labels)]
+
+
+class Strict(BaseModel):
+    """Base of every user-writable block: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Metadata(Strict):
+    name: str = Field(description="Unique within the kind; a DNS-1123 label (settings: a dotted key).")
+    uid: str = ""
+    labels: StringMap = Field(default_factory=dict)
+    annotations: StringMap = Field(default_factory=dict)
+    generation: int = 0
+    resource_version: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    deletion_requested_at: datetime | None = None
+    finalizers: list[str] = Field(default_factory=list)
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    status: ConditionStatus
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+    observed_generation: int = 0
+
+
+class Resource(BaseModel):
+    """Base of every kind. Subclasses narrow ``kind``, ``spec`` and ``status``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    KIND: ClassVar[str] = ""
+    PLURAL: ClassVar[str] = ""
+    NAME_IS_DNS_LABEL: ClassVar[bool] = True
+
+    api_version: Literal["virtplane.io/v1"] = Field(default="virtplane.io/v1", alias="apiVersion")
+    kind: str = ""
+    metadata: Metadata
+
+    @model_validator(mode="after")
+    def _check_kind_and_name(self) -> Resource:
+        if not self.kind:
+            self.kind = self.KIND
+        elif self.kind != self.KIND:
+            raise ValueError(f"kind is {self.kind!r}, expected {self.KIND!r}")
+        if self.NAME_IS_DNS_LABEL:
+            _check_dns_label(self.metadata.name)
+        elif not _SETTING_KEY.match(self.metadata.name):
+            raise ValueError(f"{self.metadata.name!r} is not a valid key")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+# --------------------------------------------------------------------------- Host
+
+
+class HostResourceState(StrEnum):
+    ENABLED = "Enabled"
+    DISABLED = "Disabled"
+    PREPARE_FOR_MAINTENANCE = "PrepareForMaintenance"
+    ERROR_IN_PREPARE_FOR_MAINTENANCE = "ErrorInPrepareForMaintenance"
+    MAINTENANCE = "Maintenance"
+    ERROR_IN_MAINTENANCE = "ErrorInMaintenance"
+
+
+class HostConnection(StrEnum):
+    UP = "Up"
+    DOWN = "Down"
+    DISCONNECTED = "Disconnected"
+    UNKNOWN = "Unknown"
+
+
+class Capacity(Strict):
+    vcpus: int = Field(ge=1, le=4096)
+    memory_mib: int = Field(ge=64, le=64 * 1024 * 1024)
+
+
+class Allocation(BaseModel):
+    vcpus: int = 0
+    memory_mib: int = 0
+    vms: int = 0
+
+
+class HostSpec(Strict):
+    uri: str = Field(
+        min_length=1, max_length=1024, description="libvirt URI, or sim://NAME for a simulated host"
+    )
+    cluster: Name = "default"
+    capacity: Capacity | None = Field(default=None, description="Overrides what the hypervisor reports.")
+    enabled: bool = Field(default=True, description="False disables the host (no new VMs).")
+
+
+class HostStatus(BaseModel):
+    resource_state: HostResourceState = HostResourceState.ENABLED
+    connection: HostConnection = HostConnection.UNKNOWN
+    capacity: Capacity | None = None
+    allocated: Allocation = Field(default_factory=Allocation)
+    last_heartbeat: datetime | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    message: str = ""
+
+
+class Host(Resource):
+    KIND: ClassVar[str] = "Host"
+    PLURAL: ClassVar[str] = "hosts"
+    spec: HostSpec
+    status: HostStatus = Field(default_factory=HostStatus)
+
+
+# --------------------------------------------------------------------------- StoragePool
+
+
+class PoolKind(StrEnum):
+    LOCAL = "local"
+    SHARED = "shared"
+
+
+class StoragePoolSpec(Strict):
+    kind: PoolKind
+    host: Name | None = Field(default=None, description="The host of a local pool.")
+    hosts: list[Name] = Field(default_factory=list, description="Hosts that see a shared pool.")
+    cluster: Name | None = Field(default=None, description="All hosts of this cluster see the shared pool.")
+    capacity_gib: int = Field(ge=1, le=1024 * 1024)
+    driver_pool: str = Field(default="", max_length=255, description="Pool name or path on the hypervisor.")
+
+    @model_validator(mode="after")
+    def _check_scope(self) -> StoragePoolSpec:
+        if self.kind is PoolKind.LOCAL:
+            if not self.host:
+                raise ValueError("a local pool needs spec.host")
+            if self.hosts or self.cluster:
+                raise ValueError("a local pool takes spec.host, not spec.hosts or spec.cluster")
+        else:
+            if self.host:
+                raise ValueError("a shared pool takes spec.hosts or spec.cluster, not spec.host")
+            if not self.hosts and not self.cluster:
+                raise ValueError("a shared pool needs spec.hosts or spec.cluster")
+        return self
+
+
+class StoragePoolStatus(BaseModel):
+    capacity_gib: int = 0
+    used_gib: int = 0
+    reachable_hosts: list[str] = Field(default_factory=list)
+
+
+class StoragePool(Resource):
+    KIND: ClassVar[str] = "StoragePool"
+    PLURAL: ClassVar[str] = "storagepools"
+    spec: StoragePoolSpec
+    status: StoragePoolStatus = Field(default_factory=StoragePoolStatus)
+
+
+# --------------------------------------------------------------------------- Volume
+
+
+class VolumeSource(Strict):
+    image: str | None = Field(default=None, max_length=4096, description="Path or URL of an image to copy.")
+    snapshot: Name | None = Field(default=None, description="A VirtualMachineSnapshot to copy a disk from.")
+
+
+class VolumeSpec(Strict):
+    pool: Name
+    size_gib: int = Field(ge=1, le=64 * 1024)
+    source: VolumeSource | None = None
+
+
+class VolumePhase(StrEnum):
+    PENDING = "Pending"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class VolumeStatus(BaseModel):
+    phase: VolumePhase = VolumePhase.PENDING
+    path: str = ""
+    size_gib: int = 0
+    attached_vm: str | None = None
+    message: str = ""
+
+
+class Volume(Resource):
+    KIND: ClassVar[str] = "Volume"
+    PLURAL: ClassVar[str] = "volumes"
+    spec: VolumeSpec
+    status: VolumeStatus = Field(default_factory=VolumeStatus)
+
+
+# --------------------------------------------------------------------------- VirtualMachine
+
+
+class RunPolicy(StrEnum):
+    ALWAYS_ON = "AlwaysOn"
+    ALWAYS_OFF = "AlwaysOff"
+    MANUAL = "Manual"
+    ALWAYS_ON_UNLESS_STOPPED_MANUALLY = "AlwaysOnUnlessStoppedManually"
+
+
+class LiveMigrationPolicy(StrEnum):
+    ALLOWED = "Allowed"
+    NEVER = "Never"
+
+
+class VMPhase(StrEnum):
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    MIGRATING = "Migrating"
+    PAUSED = "Paused"
+    DEGRADED = "Degraded"
+
+
+class ExitReason(StrEnum):
+    GUEST_SHUTDOWN = "guest-shutdown"
+    GUEST_RESET = "guest-reset"
+    CRASH = "crash"
+    HOST_FAILURE = "host-failure"
+    STOPPED_BY_USER = "stopped-by-user"
+    STOPPED_BY_SYSTEM = "stopped-by-system"
+    VANISHED = "vanished"
+    START_FAILED = "start-failed"
+
+
+class Disk(Strict):
+    volume: Name
+    boot_order: int | None = Field(default=None, ge=1, le=64)
+
+
+class Placement(Strict):
+    host_affinity: list[Name] = Field(default_factory=list, description="Run only on these hosts.")
+    anti_affinity_group: Name | None = Field(default=None, description="VMs of a group never share a host.")
+
+
+class Boot(Strict):
+    """Direct kernel boot (libvirt): paths on the hypervisor host."""
+
+    kernel: str = Field(min_length=1, max_length=4096)
+    initrd: str | None = Field(default=None, max_length=4096)
+    cmdline: str = Field(default="", max_length=4096)
+
+
+class VirtualMachineSpec(Strict):
+    run_policy: RunPolicy = RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY
+    cpu: int = Field(default=1, ge=1, le=256)
+    memory_mib: int = Field(default=512, ge=16, le=4 * 1024 * 1024)
+    disks: list[Disk] = Field(default_factory=list, max_length=32)
+    live_migration_policy: LiveMigrationPolicy = LiveMigrationPolicy.ALLOWED
+    placement: Placement = Field(default_factory=Placement)
+    termination_grace_period_s: int = Field(default=60, ge=0, le=3600)
+    boot: Boot | None = None
+
+    @model_validator(mode="after")
+    def _unique_disks(self) -> VirtualMachineSpec:
+        names = [d.volume for d in self.disks]
+        if len(names) != len(set(names)):
+            raise ValueError("a volume is listed twice in spec.disks")
+        return self
+
+
+class VirtualMachineStatus(BaseModel):
+    phase: VMPhase = VMPhase.PENDING
+    host: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    last_exit: ExitReason | None = None
+    last_exit_at: datetime | None = None
+    observed_generation: int = 0
+    start_failures: int = 0
+    next_start_at: datetime | None = None
+    message: str = ""
+
+
+class VirtualMachine(Resource):
+    KIND: ClassVar[str] = "VirtualMachine"
+    PLURAL: ClassVar[str] = "vms"
+    spec: VirtualMachineSpec = Field(default_factory=VirtualMachineSpec)
+    status: VirtualMachineStatus = Field(default_factory=VirtualMachineStatus)
+
+
+# --------------------------------------------------------------------------- Snapshot
+
+
+class SnapshotPhase(StrEnum):
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class VirtualMachineSnapshotSpec(Strict):
+    vm: Name
+    with_memory: bool = False
+    required_consistency: bool = False
+
+
+class CapturedVM(BaseModel):
+    spec: VirtualMachineSpec
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class DiskSnapshot(BaseModel):
+    volume: str
+    handle: str = Field(description="Driver-owned reference to the saved disk content.")
+    size_gib: int = 0
+
+
+class VirtualMachineSnapshotStatus(BaseModel):
+    phase: SnapshotPhase = SnapshotPhase.PENDING
+    captured: CapturedVM | None = None
+    disk_snapshots: list[DiskSnapshot] = Field(default_factory=list)
+    memory_handle: str | None = None
+    power_state: Literal["Running", "Stopped"] | None = None
+    host: str | None = None
+    message: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class VirtualMachineSnapshot(Resource):
+    KIND: ClassVar[str] = "VirtualMachineSnapshot"
+    PLURAL: ClassVar[str] = "snapshots"
+    spec: VirtualMachineSnapshotSpec
+    status: VirtualMachineSnapshotStatus = Field(default_factory=VirtualMachineSnapshotStatus)
+
+
+# --------------------------------------------------------------------------- Operation
+
+
+class OperationType(StrEnum):
+    START = "Start"
+    STOP = "Stop"
+    RESTART = "Restart"
+    MIGRATE = "Migrate"
+    EVICT = "Evict"
+    RESTORE = "Restore"
+
+
+class RestoreMode(StrEnum):
+    DRY_RUN = "DryRun"
+    STRICT = "Strict"
+    BEST_EFFORT = "BestEffort"
+
+
+class RestoreSpec(Strict):
+    snapshot: Name
+    mode: RestoreMode = RestoreMode.STRICT
+
+
+class MigrateSpec(Strict):
+    target_host: Name | None = None
+
+
+class OperationPhase(StrEnum):
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    SUPERSEDED = "Superseded"
+
+    @property
+    def finished(self) -> bool:
+        return self in (OperationPhase.COMPLETED, OperationPhase.FAILED, OperationPhase.SUPERSEDED)
+
+
+class VirtualMachineOperationSpec(Strict):
+    vm: Name
+    type: OperationType
+    force: bool = False
+    restore: RestoreSpec | None = None
+    migrate: MigrateSpec | None = None
+
+    @model_validator(mode="after")
+    def _check_params(self) -> VirtualMachineOperationSpec:
+        if self.type is OperationType.RESTORE and self.restore is None:
+            raise ValueError("a Restore operation needs spec.restore.snapshot")
+        if self.type is not OperationType.RESTORE and self.restore is not None:
+            raise ValueError("spec.restore is only for type Restore")
+        if self.migrate is not None and self.type not in (OperationType.MIGRATE, OperationType.EVICT):
+            raise ValueError("spec.migrate is only for type Migrate or Evict")
+        return self
+
+
+class VirtualMachineOperationStatus(BaseModel):
+    phase: OperationPhase = OperationPhase.PENDING
+    step: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+    progress: dict[str, Any] = Field(default_factory=dict)
+    message: str = ""
+    reason: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class VirtualMachineOperation(Resource):
+    KIND: ClassVar[str] = "VirtualMachineOperation"
+    PLURAL: ClassVar[str] = "operations"
+    spec: VirtualMachineOperationSpec
+    status: VirtualMachineOperationStatus = Field(default_factory=VirtualMachineOperationStatus)
+
+
+# --------------------------------------------------------------------------- Setting
+
+
+class SettingSpec(Strict):
+    value: Any = None
+
+
+class SettingStatus(BaseModel):
+    type: str = ""
+    default: Any = None
+    allowed: list[Any] | None = None
+    description: str = ""
+    scope: str = "global"
+
+
+class Setting(Resource):
+    KIND: ClassVar[str] = "Setting"
+    PLURAL: ClassVar[str] = "settings"
+    NAME_IS_DNS_LABEL: ClassVar[bool] = False
+    spec: SettingSpec = Field(default_factory=SettingSpec)
+    status: SettingStatus = Field(default_factory=SettingStatus)
+
+
+# --------------------------------------------------------------------------- Event
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class Event(BaseModel):
+    """One line of the append-only audit trail; never updated."""
+
+    id: int = 0
+    time: datetime | None = None
+    kind: str
+    name: str
+    type: EventType = EventType.NORMAL
+    reason: str
+    message: str = ""
+
+
+# --------------------------------------------------------------------------- registry
+
+KINDS: tuple[type[Resource], ...] = (
+    Host,
+    StoragePool,
+    Volume,
+    VirtualMachine,
+    VirtualMachineSnapshot,
+    VirtualMachineOperation,
+    Setting,
+)
+KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
+KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}

@@ -1,0 +1,262 @@
+"""The one interface between the control plane and a hypervisor host.
+
+A ``HypervisorDriver`` is one connection to one host. It speaks in the control
+plane's terms (``DomainSpec``, ``DomainInfo``, ``DomainEvent``); libvirt handles
+and domain XML never leave the libvirt implementation. Orchestration across
+hosts (which target, when to retry) lives in the controllers, not here.
+
+Rules every implementation follows (the contract suite checks them):
+- ``ensure_defined`` is idempotent; ``destroy``/``undefine``/``delete_volume``
+  of something that is already gone succeed.
+- Methods raise only ``virtplane.drivers.errors`` exceptions.
+- The last exit reason of a stopped domain is reported by ``get_info`` (level),
+  and also sent as an event (edge); the controllers rely on the level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from virtplane.domain.resources import ExitReason
+
+DOMAIN_PREFIX = "virtplane-"
+
+
+def domain_name(vm_uid: str) -> str:
+    """Deterministic libvirt domain name for a VM: derived from its uid, never its user-chosen name."""
+    return f"{DOMAIN_PREFIX}{vm_uid}"
+
+
+class DomainState(StrEnum):
+    STARTING = "starting"  # booting (the sim models it; libvirt goes straight to running)
+    RUNNING = "running"
+    PAUSED = "paused"
+    SHUTTING_DOWN = "shutting-down"
+    SHUTOFF = "shutoff"
+    CRASHED = "crashed"
+    MIGRATING = "migrating"  # outgoing live migration in progress (still running here)
+
+
+class Capability(StrEnum):
+    LIVE_MIGRATION = "live-migration"
+    BLOCK_MIGRATION = "block-migration"
+    MEMORY_SNAPSHOT = "memory-snapshot"
+    DISK_SNAPSHOT = "disk-snapshot"
+    VOLUME_RESIZE = "volume-resize"
+    FAULT_INJECTION = "fault-injection"
+
+
+@dataclass(frozen=True)
+class DiskAttachment:
+    path: str
+    boot_order: int | None = None
+    format: str = "qcow2"
+    shared: bool = False  # on a pool other hosts see; never copied by a block migration
+    volume: str = ""  # the Volume resource name, for messages
+    size_gib: int = 0
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    name: str  # domain_name(vm_uid)
+    vm_name: str
+    vm_uid: str
+    cpu: int
+    memory_mib: int
+    disks: tuple[DiskAttachment, ...] = ()
+    kernel: str | None = None
+    initrd: str | None = None
+    cmdline: str = ""
+    console_log: str | None = None
+
+
+@dataclass(frozen=True)
+class DomainInfo:
+    name: str
+    vm_uid: str
+    state: DomainState
+    exit_reason: ExitReason | None = None  # why it last stopped (shutoff/crashed only)
+    cpu: int = 0
+    memory_mib: int = 0
+
+
+class DomainEventType(StrEnum):
+    DEFINED = "defined"
+    UNDEFINED = "undefined"
+    STARTED = "started"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+    RESET = "reset"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    MIGRATED = "migrated"  # left this host
+    MIGRATION_FAILED = "migration-failed"
+    HOST_DOWN = "host-down"
+    HOST_UP = "host-up"
+
+
+@dataclass(frozen=True)
+class DomainEvent:
+    host_uri: str
+    domain: str  # "" for host-level events
+    vm_uid: str
+    type: DomainEventType
+    reason: ExitReason | None = None
+    detail: str = ""
+
+
+EventSink = Callable[[DomainEvent], None]
+"""Called from any thread; implementations of the sink must be thread-safe."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    vcpus: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    name: str
+    path: str  # directory on the host (dir pools), or the sim's pool name
+    shared: bool = False
+    capacity_gib: int = 0
+
+
+@dataclass(frozen=True)
+class VolumeInfo:
+    name: str
+    path: str
+    size_gib: int
+
+
+class MigrationPhase(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True)
+class MigrationJob:
+    domain: str
+    target_uri: str
+    phase: MigrationPhase
+    data_total_mib: float = 0.0
+    data_processed_mib: float = 0.0
+    data_remaining_mib: float = 0.0
+    iteration: int = 0
+    error: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase is not MigrationPhase.RUNNING
+
+
+@dataclass(frozen=True)
+class MigrationRequest:
+    domain: str
+    target_uri: str
+    copy_disks: tuple[str, ...] = ()  # paths of local disks to copy; shared disks are never copied
+    bandwidth_mib_s: int | None = None
+    spec: DomainSpec | None = field(default=None)  # lets the target pre-create copied disks
+
+
+@runtime_checkable
+class HypervisorDriver(Protocol):
+    """One connection to one hypervisor host. All methods are coroutines but ``uri``/``capabilities``."""
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def capabilities(self) -> frozenset[Capability]: ...
+
+    async def connect(self) -> None:
+        """Open the connection; raises HostUnreachable if the host is away."""
+
+    async def close(self) -> None: ...
+
+    def set_event_sink(self, sink: EventSink | None) -> None: ...
+
+    async def host_facts(self) -> HostFacts: ...
+
+    # -- domains
+    async def list_domains(self) -> list[DomainInfo]: ...
+
+    async def get_info(self, name: str) -> DomainInfo | None: ...
+
+    async def ensure_defined(self, spec: DomainSpec) -> None: ...
+
+    async def start(self, name: str) -> None: ...
+
+    async def shutdown(self, name: str) -> None:
+        """Ask the guest to power off (ACPI); returns at once. The caller enforces the grace period."""
+
+    async def destroy(self, name: str) -> None: ...
+
+    async def undefine(self, name: str) -> None: ...
+
+    async def pause(self, name: str) -> None: ...
+
+    async def resume(self, name: str) -> None: ...
+
+    # -- storage (directory pools, qcow2 volumes)
+    async def ensure_pool(self, pool: PoolRef) -> None: ...
+
+    async def create_volume(
+        self, pool: PoolRef, name: str, size_gib: int, source_path: str | None = None
+    ) -> VolumeInfo: ...
+
+    async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
+
+    async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo: ...
+
+    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo: ...
+
+    # -- snapshots the control plane owns (not libvirt snapshot metadata, so domains stay migratable)
+    async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
+        """Save the volume's current content; returns a handle for revert/delete."""
+
+    async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None: ...
+
+    async def delete_volume_snapshot(self, handle: str) -> None: ...
+
+    async def save_memory(self, name: str, snapshot_id: str) -> str:
+        """Save a running domain's memory state (the domain keeps running); returns a handle."""
+
+    async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
+        """Start the domain from saved memory (after its disks were reverted)."""
+
+    # -- live migration
+    async def migrate(self, request: MigrationRequest) -> None:
+        """Start a live migration and return; progress comes from ``migration_job``."""
+
+    async def migration_job(self, name: str) -> MigrationJob | None: ...
+
+    async def abort_migration(self, name: str) -> None: ...
+
+
+__all__ = [
+    "DOMAIN_PREFIX",
+    "Capability",
+    "DiskAttachment",
+    "DomainEvent",
+    "DomainEventType",
+    "DomainInfo",
+    "DomainSpec",
+    "DomainState",
+    "EventSink",
+    "HostFacts",
+    "HypervisorDriver",
+    "MigrationJob",
+    "MigrationPhase",
+    "MigrationRequest",
+    "PoolRef",
+    "VolumeInfo",
+    "domain_name",
+]

@@ -1,0 +1,45 @@
+"""Driver errors, typed so that callers never look at message strings.
+
+DriverError
+ ├── TransientError   retry later (connection lost, host busy, timeout)
+ │    └── HostUnreachable   the host connection is away
+ ├── PermanentError   retrying the same call will not help (bad spec, unsupported)
+ │    └── Unsupported       the driver lacks the capability
+ └── NotFound         the domain, volume or snapshot does not exist
+"""
+
+from __future__ import annotations
+
+
+class DriverError(Exception):
+    """Base of every error a HypervisorDriver raises."""
+
+
+class TransientError(DriverError):
+    pass
+
+
+class HostUnreachable(TransientError):
+    pass
+
+
+class PermanentError(DriverError):
+    pass
+
+
+class Unsupported(PermanentError):
+    pass
+
+
+class NotFound(DriverError):
+    pass
+
+
+__all__ = [
+    "DriverError",
+    "HostUnreachable",
+    "NotFound",
+    "PermanentError",
+    "TransientError",
+    "Unsupported",
+]
