@@ -1,0 +1,154 @@
+"""The maintenance plan of DESIGN.md §5.3: what happens to each VM before anything moves.
+
+``plan_maintenance`` decides, per VM on the host (§5.2):
+
+- a stopped VM is left alone (LEAVE);
+- a running, migratable VM whose disks are all shared is live-migrated (MIGRATE)
+  to the host ``choose_host`` picks, or BLOCKED with every host's reason;
+- a running VM with a local disk, or one whose live_migration_policy is Never,
+  follows the local-storage strategy: Error → BLOCKED, Migration → block
+  migration (MIGRATE_WITH_STORAGE; BLOCKED if it may not be migrated or no host
+  has room), ForceStop → FORCE_STOP, Stop → STOP.
+
+VMs are planned largest memory first, then by name, so the big ones get the
+roomy hosts and the same input always gives the same plan. Each chosen target
+is reserved before the next VM is planned, so two VMs never over-commit one
+host or land together on a host against their anti-affinity group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+
+__all__ = ["Plan", "PlanAction", "PlanItem", "PlanVM", "Strategy", "plan_maintenance"]
+
+
+class Strategy(StrEnum):
+    """The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
+
+    ERROR = "Error"
+    MIGRATION = "Migration"
+    FORCE_STOP = "ForceStop"
+    STOP = "Stop"
+
+
+class PlanAction(StrEnum):
+    MIGRATE = "Migrate"
+    MIGRATE_WITH_STORAGE = "MigrateWithStorage"
+    STOP = "Stop"
+    FORCE_STOP = "ForceStop"
+    LEAVE = "Leave"
+    BLOCKED = "Blocked"
+
+
+@dataclass(frozen=True)
+class PlanVM:
+    """A VM on the host under maintenance, as the planner sees it."""
+
+    vm: VMView
+    running: bool
+    has_local_disks: bool
+    """Any disk on a local pool; must agree with ``vm.local_disks_gib``."""
+    migratable: bool
+    """False when its live_migration_policy is Never."""
+
+    def __post_init__(self) -> None:
+        if self.has_local_disks != bool(self.vm.local_disks_gib):
+            raise ValueError(
+                f"VM {self.vm.name}: has_local_disks is {self.has_local_disks} "
+                f"but local_disks_gib is {dict(self.vm.local_disks_gib)}"
+            )
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    vm: str
+    action: PlanAction
+    target: str | None
+    """The destination of MIGRATE and MIGRATE_WITH_STORAGE; None otherwise."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    host: str
+    strategy: Strategy
+    items: tuple[PlanItem, ...]
+
+    @property
+    def blocked(self) -> tuple[PlanItem, ...]:
+        """The items that keep the host from reaching Maintenance."""
+        return tuple(item for item in self.items if item.action == PlanAction.BLOCKED)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.blocked
+
+
+def _no_target(choice: Choice) -> str:
+    if not choice.reasons:
+        return "no target host: there are no other hosts"
+    details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
+    return f"no target host: {details}"
+
+
+def _why_not_live(planned: PlanVM) -> str:
+    """Why a running VM can't simply be live-migrated, e.g. 'local storage'."""
+    causes: list[str] = []
+    if planned.has_local_disks:
+        causes.append("local storage")
+    if not planned.migratable:
+        causes.append("live_migration_policy Never")
+    return ", ".join(causes)
+
+
+def plan_maintenance(
+    host: str,
+    vms: Sequence[PlanVM],
+    hosts: Sequence[HostView],
+    strategy: Strategy,
+    *,
+    exclude_targets: frozenset[str] = frozenset(),
+) -> Plan:
+    """The plan for draining ``host`` of ``vms`` onto ``hosts`` under ``strategy``.
+
+    ``hosts`` may include ``host`` itself; it is never a target. ``exclude_targets``
+    names further hosts not to use (e.g. ones a migration already failed to).
+    """
+    strategy = Strategy(strategy)  # a plain string from a setting compares by value, never by identity
+    # The host under maintenance is dropped rather than excluded, so it doesn't clutter the reasons.
+    targets = {h.name: h for h in hosts if h.name != host}
+    items: list[PlanItem] = []
+
+    def place(planned: PlanVM, action: PlanAction, copy_local_disks: bool, reason: str) -> PlanItem:
+        choice = choose_host(
+            planned.vm, list(targets.values()), exclude=exclude_targets, copy_local_disks=copy_local_disks
+        )
+        if choice.host is None:
+            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, _no_target(choice))
+        targets[choice.host] = reserve(targets[choice.host], planned.vm, copy_local_disks)
+        return PlanItem(planned.vm.name, action, choice.host, reason)
+
+    for planned in sorted(vms, key=lambda p: (-p.vm.memory_mib, p.vm.name)):
+        name = planned.vm.name
+        if not planned.running:
+            items.append(PlanItem(name, PlanAction.LEAVE, None, "not running"))
+        elif planned.migratable and not planned.has_local_disks:
+            items.append(place(planned, PlanAction.MIGRATE, False, "disks on shared storage: live migration"))
+        else:
+            why = f"{_why_not_live(planned)} and strategy {strategy.value}"
+            if strategy is Strategy.ERROR:
+                items.append(PlanItem(name, PlanAction.BLOCKED, None, why))
+            elif strategy is Strategy.MIGRATION and not planned.migratable:
+                items.append(PlanItem(name, PlanAction.BLOCKED, None, f"{why}: it may not be migrated"))
+            elif strategy is Strategy.MIGRATION:
+                items.append(place(planned, PlanAction.MIGRATE_WITH_STORAGE, True, f"{why}: block migration"))
+            elif strategy is Strategy.FORCE_STOP:
+                items.append(PlanItem(name, PlanAction.FORCE_STOP, None, why))
+            else:
+                items.append(PlanItem(name, PlanAction.STOP, None, why))
+    return Plan(host=host, strategy=strategy, items=tuple(items))
