@@ -1,0 +1,302 @@
+import asyncio
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from virtplane.reconcile.clock import FakeClock, MonotonicClock
+from virtplane.reconcile.queue import QueueShutDown, WorkQueue
+from virtplane.reconcile.ratelimit import ItemBackoff
+from virtplane.reconcile.types import Request
+
+
+async def settle() -> None:
+    """Let every task that can make progress without time passing do so."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def try_get(queue: WorkQueue[str]) -> str | None:
+    """Return a key if one is ready right now, else None (and leave the queue untouched)."""
+    task = asyncio.create_task(queue.get())
+    await settle()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return None
+
+
+def make_queue(clock: FakeClock | None = None, backoff: ItemBackoff | None = None) -> WorkQueue[str]:
+    return WorkQueue(clock=clock or FakeClock(), backoff=backoff)
+
+
+async def test_re_adding_a_queued_key_merges_it() -> None:
+    queue = make_queue()
+    queue.add("a")
+    queue.add("a")
+    queue.add("b")
+    assert len(queue) == 2
+    assert {await queue.get(), await queue.get()} == {"a", "b"}
+    assert len(queue) == 0
+    assert await try_get(queue) is None
+
+
+async def test_earliest_ready_time_wins() -> None:
+    clock = FakeClock(start=100.0)
+    queue = make_queue(clock)
+    queue.add_after("a", 10.0)
+    queue.add_after("a", 5.0)
+    assert queue.ready_at("a") == 105.0
+    queue.add_after("a", 20.0)
+    assert queue.ready_at("a") == 105.0
+    assert len(queue) == 1
+    queue.add("a")
+    assert queue.ready_at("a") == 100.0
+    assert await queue.get() == "a"
+    assert len(queue) == 0
+
+
+async def test_get_waits_for_the_fake_clock_to_reach_the_ready_time() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add_after("a", 5.0)
+    waiter = asyncio.create_task(queue.get())
+    await settle()
+    assert not waiter.done()
+    clock.advance(4.9)
+    await settle()
+    assert not waiter.done()
+    clock.advance(0.1)
+    assert await waiter == "a"
+
+
+async def test_a_sooner_key_added_while_waiting_is_handed_out_first() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add_after("late", 60.0)
+    waiter = asyncio.create_task(queue.get())
+    await settle()
+    queue.add("now")
+    assert await waiter == "now"
+
+
+async def test_keys_come_out_in_ready_order_and_fifo_among_equals() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add_after("c", 3.0)
+    queue.add_after("a", 1.0)
+    queue.add("x")
+    queue.add("y")
+    queue.add_after("b", 2.0)
+    clock.advance(10.0)
+    assert [await queue.get() for _ in range(5)] == ["x", "y", "a", "b", "c"]
+
+
+async def test_negative_delay_means_now() -> None:
+    clock = FakeClock(start=7.0)
+    queue = make_queue(clock)
+    queue.add_after("a", -3.0)
+    assert queue.ready_at("a") == 7.0
+
+
+async def test_key_added_while_processing_is_held_until_done_then_requeued() -> None:
+    queue = make_queue()
+    queue.add("a")
+    assert await queue.get() == "a"
+    assert queue.is_processing("a")
+    queue.add("a")
+    assert len(queue) == 1
+    assert "a" in queue
+    second_worker = asyncio.create_task(queue.get())
+    await settle()
+    assert not second_worker.done(), "a key being processed must not go to a second worker"
+    queue.done("a")
+    assert await second_worker == "a"
+    assert queue.is_processing("a")
+
+
+async def test_dirty_key_keeps_its_earliest_ready_time() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add("a")
+    await queue.get()
+    queue.add_after("a", 10.0)
+    queue.add_after("a", 3.0)
+    queue.add_after("a", 8.0)
+    assert queue.ready_at("a") == 3.0
+    clock.advance(1.0)
+    queue.done("a")
+    assert queue.ready_at("a") == 3.0
+    assert await try_get(queue) is None
+    clock.advance(2.0)
+    assert await queue.get() == "a"
+
+
+async def test_done_without_re_add_leaves_the_key_out() -> None:
+    queue = make_queue()
+    queue.add("a")
+    await queue.get()
+    queue.done("a")
+    queue.done("a")  # a second done is harmless
+    queue.done("never-handed-out")
+    assert len(queue) == 0
+    assert not queue.is_processing("a")
+    assert queue.processing_count == 0
+
+
+async def test_other_keys_flow_while_one_is_processing() -> None:
+    queue = make_queue()
+    queue.add("a")
+    await queue.get()
+    queue.add("a")
+    queue.add("b")
+    assert await queue.get() == "b"
+    assert queue.processing_count == 2
+
+
+async def test_rate_limited_add_backs_off_and_forget_resets() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock, ItemBackoff(base=1.0, cap=4.0))
+    ready_times = []
+    for _ in range(4):
+        queue.add_rate_limited("a")
+        ready_times.append(queue.ready_at("a"))
+        clock.advance(10.0)
+        assert await queue.get() == "a"
+        queue.done("a")
+    assert ready_times == [1.0, 12.0, 24.0, 34.0]  # delays 1, 2, 4, then capped at 4
+    assert queue.num_requeues("a") == 4
+    queue.forget("a")
+    assert queue.num_requeues("a") == 0
+    queue.add_rate_limited("a")
+    assert queue.ready_at("a") == clock.now() + 1.0
+
+
+async def test_shutdown_wakes_waiters_and_rejects_further_gets_and_adds() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add_after("later", 100.0)
+    waiters = [asyncio.create_task(queue.get()) for _ in range(3)]
+    await settle()
+    queue.shutdown()
+    for waiter in waiters:
+        with pytest.raises(QueueShutDown):
+            await waiter
+    with pytest.raises(QueueShutDown):
+        await queue.get()
+    queue.add("ignored")
+    assert "ignored" not in queue
+    assert queue.shutting_down
+
+
+async def test_shutdown_does_not_requeue_dirty_keys() -> None:
+    queue = make_queue()
+    queue.add("a")
+    await queue.get()
+    queue.add("a")
+    queue.shutdown()
+    queue.done("a")
+    assert not queue.is_processing("a")
+    with pytest.raises(QueueShutDown):
+        await queue.get()
+
+
+async def test_real_clock_waits_out_a_short_delay() -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=MonotonicClock())
+    queue.add_after("a", 0.002)
+    assert await queue.get() == "a"
+
+
+async def test_hundred_thousand_keys_are_each_drained_once_in_ready_order() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[Request] = WorkQueue(clock=clock)
+    rng = random.Random(1234)
+    keys = [Request("vm", f"vm-{i}") for i in range(100_000)]
+    expected_ready: dict[Request, float] = {}
+    for key in keys:
+        delay = rng.uniform(0.0, 1000.0)
+        queue.add_after(key, delay)
+        expected_ready[key] = delay
+    # Pull a third of them earlier (leaving stale heap entries behind) and push some later (no-ops).
+    for key in rng.sample(keys, 33_000):
+        earlier = expected_ready[key] * rng.random()
+        queue.add_after(key, earlier)
+        expected_ready[key] = earlier
+    for key in rng.sample(keys, 10_000):
+        queue.add_after(key, expected_ready[key] + 5.0)
+    assert len(queue) == 100_000
+
+    clock.advance(1000.0)
+    drained: list[Request] = []
+    while len(queue):
+        key = await queue.get()
+        queue.done(key)
+        drained.append(key)
+
+    assert len(drained) == 100_000
+    assert set(drained) == set(keys)
+    ready_sequence = [expected_ready[key] for key in drained]
+    assert ready_sequence == sorted(ready_sequence)
+    assert queue.processing_count == 0
+
+
+# --- Model check: the queue against a plain dictionary model over random operations ---
+
+_keys = st.sampled_from(["a", "b", "c", "d"])
+# Each operation is (name, key, seconds); unused fields are blank.
+Operation = tuple[str, str, float]
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), _keys, st.sampled_from([0.0, 1.0, 2.0, 5.0])),
+        st.tuples(st.just("advance"), st.just(""), st.sampled_from([0.5, 1.0, 3.0])),
+        st.tuples(st.just("get"), st.just(""), st.just(0.0)),
+        st.tuples(st.just("done"), _keys, st.just(0.0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_operations)
+def test_queue_matches_a_simple_model(operations: list[Operation]) -> None:
+    asyncio.run(_run_model(operations))
+
+
+async def _run_model(operations: list[Operation]) -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    pending: dict[str, float] = {}
+    dirty: dict[str, float] = {}
+    processing: set[str] = set()
+    for name, key, seconds in operations:
+        if name == "add":
+            queue.add_after(key, seconds)
+            ready_at = clock.now() + seconds
+            target = dirty if key in processing else pending
+            target[key] = min(ready_at, target.get(key, ready_at))
+        elif name == "advance":
+            clock.advance(seconds)
+        elif name == "get":
+            got = await try_get(queue)
+            ready = {k: at for k, at in pending.items() if at <= clock.now()}
+            if not ready:
+                assert got is None
+                continue
+            assert got is not None
+            assert got not in processing
+            assert pending[got] == min(ready.values())
+            del pending[got]
+            processing.add(got)
+        else:
+            queue.done(key)
+            if key in processing:
+                processing.remove(key)
+                if key in dirty:
+                    pending[key] = dirty.pop(key)
+        assert len(queue) == len(pending) + len(dirty)
+        for k in ["a", "b", "c", "d"]:
+            assert queue.ready_at(k) == pending.get(k, dirty.get(k))
+            assert queue.is_processing(k) == (k in processing)
