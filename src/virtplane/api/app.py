@@ -1,0 +1,72 @@
+"""The FastAPI application factory. Resources open and close in the lifespan handed in."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from virtplane import __version__
+from virtplane.api.auth import TokenCache
+from virtplane.api.context import ApiContext
+from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.routes.events import router as events_router
+from virtplane.api.routes.resources import resources_router
+from virtplane.api.routes.settings import router as settings_router
+
+MAX_BODY_BYTES = 1024 * 1024
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+@asynccontextmanager
+async def _no_lifespan(_: FastAPI) -> AsyncIterator[None]:
+    yield
+
+
+def create_app(
+    ctx: ApiContext,
+    *,
+    lifespan: Lifespan | None = None,
+    registry: CollectorRegistry | None = None,
+    extra_routers: list[Any] | None = None,
+) -> FastAPI:
+    app = FastAPI(
+        title="virtplane",
+        version=__version__,
+        description="Virtualization control plane: VMs, hosts, storage, snapshots, operations.",
+        lifespan=lifespan or _no_lifespan,
+    )
+    app.state.ctx = ctx
+    app.state.tokens = TokenCache(ctx.store)
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return error_response(
+                413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY_BYTES} bytes"
+            )
+        return await call_next(request)
+
+    @app.get("/healthz", tags=["Health"], operation_id="healthz", summary="Liveness and store reachability")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "revision": ctx.store.revision(), "version": __version__}
+
+    if registry is not None:
+        metrics_registry = registry
+
+        @app.get("/metrics", tags=["Health"], operation_id="metrics", include_in_schema=False)
+        def metrics() -> Response:
+            return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(resources_router())
+    app.include_router(settings_router)
+    app.include_router(events_router)
+    for router in extra_routers or []:
+        app.include_router(router)
+    return app

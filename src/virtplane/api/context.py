@@ -1,0 +1,40 @@
+"""What the API needs from the rest of the system, handed in by the composition root."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from virtplane.domain.resources import Resource
+from virtplane.store.settings import Settings
+from virtplane.store.store import Store
+
+
+class Admission(Protocol):
+    """Checks writes that need more than field validation (references, applicability)."""
+
+    def on_create(self, obj: Resource) -> Resource: ...
+
+    def on_update(self, current: Resource, new: Resource) -> Resource: ...
+
+    def on_delete(self, current: Resource) -> None: ...
+
+
+class AllowAll:
+    def on_create(self, obj: Resource) -> Resource:
+        return obj
+
+    def on_update(self, current: Resource, new: Resource) -> Resource:
+        return new
+
+    def on_delete(self, current: Resource) -> None:
+        return None
+
+
+@dataclass
+class ApiContext:
+    store: Store
+    settings: Settings
+    admission: Admission = field(default_factory=AllowAll)
+    sim: Any = None  # virtplane.drivers.sim.SimCloud when the simulator runs in this process
+    maintenance: Any = None  # the host maintenance service, when wired

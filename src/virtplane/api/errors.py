@@ -1,0 +1,106 @@
+"""Every error leaves the API as JSON ``{"reason": ..., "message": ...}`` with a 4xx code.
+
+Anything unexpected becomes a 500 with reason InternalError and no traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from virtplane.domain.settings import SettingError
+from virtplane.store.errors import AlreadyExists, Conflict, NotFound
+
+log = logging.getLogger("virtplane.api")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def error_response(status: int, reason: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"reason": reason, "message": message, **extra}, status_code=status)
+
+
+def _location(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # pydantic names a model_validator failure by the model; it says nothing to users
+    parts = [p for p in parts if not p[:1].isupper() and not p.startswith("function-")]
+    return ".".join(parts) or "body"
+
+
+def describe_validation_errors(errors: list[Any]) -> str:
+    lines = []
+    for err in errors:
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"{_location(err.get('loc', ()))}: {message}")
+    return "; ".join(lines) or "invalid request"
+
+
+_HTTP_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    413: "PayloadTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.reason, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return error_response(400, "MalformedJSON", "the request body is not valid JSON")
+        return error_response(422, "Invalid", describe_validation_errors(errors))
+
+    @app.exception_handler(ValidationError)
+    async def _model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
+        return error_response(422, "Invalid", describe_validation_errors(list(exc.errors())))
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return error_response(404, "NotFound", str(exc))
+
+    @app.exception_handler(AlreadyExists)
+    async def _exists(_: Request, exc: AlreadyExists) -> JSONResponse:
+        return error_response(409, "AlreadyExists", str(exc))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return error_response(409, "Conflict", str(exc))
+
+    @app.exception_handler(SettingError)
+    async def _setting(_: Request, exc: SettingError) -> JSONResponse:
+        unknown = str(exc).startswith("unknown setting")
+        return error_response(
+            404 if unknown else 400, "UnknownSetting" if unknown else "InvalidSetting", str(exc)
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        reason = _HTTP_REASONS.get(exc.status_code, "Error")
+        return error_response(exc.status_code, reason, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(500, "InternalError", "internal error; the server log has the details")

@@ -1,0 +1,124 @@
+"""Durable power intents, kept as annotations on the VirtualMachine (DESIGN.md §1, §2).
+
+An intent is what the control plane means to do after a window in which it tears
+something down. It is written to the VM in the store *before* the destructive step
+and cleared only after the step it asks for was confirmed. Annotations under
+``SYSTEM_PREFIX`` belong to the control plane: the API neither takes them from
+users nor lets a snapshot's copy of them leak back (see ``strip_system``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TypeVar
+
+SYSTEM_PREFIX = "virtplane.io/"
+
+START_REQUESTED = f"{SYSTEM_PREFIX}start-requested"
+STOP_REQUESTED = f"{SYSTEM_PREFIX}stop-requested"
+RESTART_REQUESTED = f"{SYSTEM_PREFIX}restart-requested"
+RESTORE_POWER_STATE = f"{SYSTEM_PREFIX}restore-power-state"
+MAINTENANCE_POWER_STATE = f"{SYSTEM_PREFIX}maintenance-power-state"
+HELD_BY = f"{SYSTEM_PREFIX}held-by"
+
+
+class PowerState(StrEnum):
+    RUNNING = "Running"
+    STOPPED = "Stopped"
+
+
+class StopMode(StrEnum):
+    GRACEFUL = "graceful"
+    FORCE = "force"
+
+
+class RestartStage(StrEnum):
+    """A restart is stop-then-start; the stage survives a crash between the two."""
+
+    STOPPING_GRACEFUL = "stopping-graceful"
+    STOPPING_FORCE = "stopping-force"
+    STARTING = "starting"
+
+
+@dataclass(frozen=True)
+class Intents:
+    start: bool = False
+    stop: StopMode | None = None
+    stop_by_system: bool = False  # stop asked by restore/maintenance, not by the VM's owner
+    restart: RestartStage | None = None
+    restore_power_state: PowerState | None = None
+    maintenance_power_state: PowerState | None = None
+    held_by: str | None = None  # the operation or maintenance holding the VM (Maintenance condition)
+
+    def with_(self, **changes: object) -> Intents:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _enum_or_none(cls: type[E], raw: str | None) -> E | None:
+    if raw is None:
+        return None
+    try:
+        return cls(raw)
+    except ValueError:
+        return None  # an unreadable intent is treated as absent, never guessed
+
+
+def read_intents(annotations: Mapping[str, str]) -> Intents:
+    stop_raw = annotations.get(STOP_REQUESTED)
+    stop_mode, _, by = (stop_raw or "").partition(":")
+    return Intents(
+        start=START_REQUESTED in annotations,
+        stop=_enum_or_none(StopMode, stop_mode) if stop_raw else None,
+        stop_by_system=by == "system",
+        restart=_enum_or_none(RestartStage, annotations.get(RESTART_REQUESTED)),
+        restore_power_state=_enum_or_none(PowerState, annotations.get(RESTORE_POWER_STATE)),
+        maintenance_power_state=_enum_or_none(PowerState, annotations.get(MAINTENANCE_POWER_STATE)),
+        held_by=annotations.get(HELD_BY) or None,
+    )
+
+
+def write_intents(annotations: Mapping[str, str], intents: Intents) -> dict[str, str]:
+    """``annotations`` with the intent keys replaced by ``intents`` (other keys kept)."""
+    result = {k: v for k, v in annotations.items() if k not in _INTENT_KEYS}
+    if intents.start:
+        result[START_REQUESTED] = "true"
+    if intents.stop is not None:
+        result[STOP_REQUESTED] = intents.stop.value + (":system" if intents.stop_by_system else ":user")
+    if intents.restart is not None:
+        result[RESTART_REQUESTED] = intents.restart.value
+    if intents.restore_power_state is not None:
+        result[RESTORE_POWER_STATE] = intents.restore_power_state.value
+    if intents.maintenance_power_state is not None:
+        result[MAINTENANCE_POWER_STATE] = intents.maintenance_power_state.value
+    if intents.held_by:
+        result[HELD_BY] = intents.held_by
+    return result
+
+
+_INTENT_KEYS = frozenset(
+    {
+        START_REQUESTED,
+        STOP_REQUESTED,
+        RESTART_REQUESTED,
+        RESTORE_POWER_STATE,
+        MAINTENANCE_POWER_STATE,
+        HELD_BY,
+    }
+)
+
+
+def split_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(user annotations, system annotations)."""
+    user = {k: v for k, v in annotations.items() if not k.startswith(SYSTEM_PREFIX)}
+    system = {k: v for k, v in annotations.items() if k.startswith(SYSTEM_PREFIX)}
+    return user, system
+
+
+def strip_system(annotations: Mapping[str, str]) -> dict[str, str]:
+    """Only the user's annotations: what a snapshot may bring back on restore."""
+    return split_annotations(annotations)[0]

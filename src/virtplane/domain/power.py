@@ -1,0 +1,230 @@
+"""The power-state decision: the only place that knows the run-policy rules (DESIGN.md §3).
+
+``decide`` is a pure function from what is stored and observed to one action, the
+intents to store *before* acting, the exit reason to record, and the phase to
+report. The VM controller applies it one step at a time. The table
+``POLICY_WANTS_RUNNING`` is the run-policy table of §3 as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from virtplane.domain.intents import Intents, PowerState, RestartStage, StopMode
+from virtplane.domain.resources import ExitReason, RunPolicy, VMPhase
+
+# The domain states as the decision sees them (strings, so the domain layer does not import drivers).
+RUNNING = "running"
+STARTING = "starting"
+PAUSED = "paused"
+SHUTTING_DOWN = "shutting-down"
+SHUTOFF = "shutoff"
+CRASHED = "crashed"
+MIGRATING = "migrating"
+
+ACTIVE_STATES = frozenset({RUNNING, STARTING, PAUSED, SHUTTING_DOWN, MIGRATING})
+
+
+class PowerAction(StrEnum):
+    NONE = "none"
+    START = "start"
+    STOP = "stop"  # graceful, within termination_grace_period_s
+    FORCE_STOP = "force-stop"
+
+
+# Exit reasons after which AlwaysOnUnlessStoppedManually counts the VM as stopped by its owner.
+MANUAL_STOP_REASONS = frozenset({ExitReason.GUEST_SHUTDOWN, ExitReason.STOPPED_BY_USER})
+
+
+class Want(StrEnum):
+    RUN = "run"
+    STOP = "stop"
+    KEEP = "keep"  # leave the VM as it is (Manual after a crash or a guest shutdown)
+
+
+# Run-policy table (§3), rows "guest shuts down", "crash / vanished / host failure",
+# "stopped by the system (policy AlwaysOff, maintenance)", "stopped by the user", and
+# "never ran yet" (None). Columns are the run policies. Guest resets keep the domain
+# running, so they never reach this table.
+POLICY_WANTS_RUNNING: dict[RunPolicy, dict[ExitReason | None, Want]] = {
+    RunPolicy.ALWAYS_ON: {reason: Want.RUN for reason in [*ExitReason, None]},
+    RunPolicy.ALWAYS_OFF: {reason: Want.STOP for reason in [*ExitReason, None]},
+    RunPolicy.MANUAL: {reason: Want.KEEP for reason in [*ExitReason, None]},
+    RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY: {
+        reason: (Want.KEEP if reason in MANUAL_STOP_REASONS else Want.RUN) for reason in [*ExitReason, None]
+    },
+}
+
+
+@dataclass(frozen=True)
+class PowerInputs:
+    run_policy: RunPolicy
+    domain_state: str | None  # None: no domain exists for the VM
+    exit_reason: ExitReason | None  # the driver's reason for the domain's last stop
+    last_exit: ExitReason | None  # what the VM's status recorded
+    intents: Intents
+    held: bool = False  # an operation (restore, host maintenance) holds the VM
+    was_running: bool = False  # the VM's status said it was running (detects a vanished domain)
+    grace_expired: bool = False  # a graceful stop has run longer than termination_grace_period_s
+    start_backoff: bool = False  # a failed start is waiting for its next attempt
+
+
+@dataclass(frozen=True)
+class PowerDecision:
+    action: PowerAction
+    intents: Intents
+    last_exit: ExitReason | None
+    phase: VMPhase
+    reason: str
+    message: str = ""
+
+
+def _record_exit(inputs: PowerInputs) -> ExitReason | None:
+    """The exit reason to record for a domain that is not running."""
+    if inputs.domain_state == RUNNING:
+        return None  # it runs: whatever stopped it before is over
+    if inputs.domain_state in ACTIVE_STATES:
+        return inputs.last_exit
+    if inputs.domain_state is None:
+        if inputs.was_running and inputs.last_exit is None:
+            return ExitReason.VANISHED
+        return inputs.last_exit
+    reason = inputs.exit_reason
+    if reason is None:
+        return inputs.last_exit
+    # The driver cannot tell who asked for a stop it carried out; the intent can.
+    if reason is ExitReason.STOPPED_BY_SYSTEM and inputs.intents.stop is not None:
+        return ExitReason.STOPPED_BY_SYSTEM if inputs.intents.stop_by_system else ExitReason.STOPPED_BY_USER
+    if reason is ExitReason.STOPPED_BY_SYSTEM and inputs.intents.restart is not None:
+        return inputs.last_exit
+    if reason is ExitReason.STOPPED_BY_SYSTEM and inputs.last_exit is not None:
+        return inputs.last_exit  # keep the more specific reason recorded when the stop was confirmed
+    return reason
+
+
+def _active_phase(state: str) -> VMPhase:
+    return {
+        RUNNING: VMPhase.RUNNING,
+        STARTING: VMPhase.STARTING,
+        PAUSED: VMPhase.PAUSED,
+        SHUTTING_DOWN: VMPhase.STOPPING,
+        MIGRATING: VMPhase.MIGRATING,
+    }[state]
+
+
+def _stop(
+    inputs: PowerInputs, intents: Intents, last_exit: ExitReason | None, force: bool, why: str
+) -> PowerDecision:
+    state = inputs.domain_state
+    assert state in ACTIVE_STATES
+    if state == MIGRATING:
+        # never tear down a VM in flight; the migration ends first (it may be aborted)
+        return PowerDecision(
+            PowerAction.NONE, intents, last_exit, VMPhase.MIGRATING, "WaitingForMigration", why
+        )
+    if force or inputs.grace_expired:
+        return PowerDecision(
+            PowerAction.FORCE_STOP, intents, last_exit, VMPhase.STOPPING, "ForceStopping", why
+        )
+    if state == SHUTTING_DOWN:
+        return PowerDecision(PowerAction.NONE, intents, last_exit, VMPhase.STOPPING, "Stopping", why)
+    return PowerDecision(PowerAction.STOP, intents, last_exit, VMPhase.STOPPING, "Stopping", why)
+
+
+def _start(inputs: PowerInputs, intents: Intents, last_exit: ExitReason | None, why: str) -> PowerDecision:
+    state = inputs.domain_state
+    if state in ACTIVE_STATES:
+        assert state is not None
+        return PowerDecision(PowerAction.NONE, intents, last_exit, _active_phase(state), "Starting", why)
+    if inputs.start_backoff:
+        return PowerDecision(PowerAction.NONE, intents, last_exit, VMPhase.PENDING, "StartBackoff", why)
+    return PowerDecision(PowerAction.START, intents, last_exit, VMPhase.STARTING, "Starting", why)
+
+
+def _idle(inputs: PowerInputs, intents: Intents, last_exit: ExitReason | None, why: str) -> PowerDecision:
+    state = inputs.domain_state
+    if state in ACTIVE_STATES:
+        assert state is not None
+        return PowerDecision(PowerAction.NONE, intents, last_exit, _active_phase(state), "InSync", why)
+    return PowerDecision(PowerAction.NONE, intents, last_exit, VMPhase.STOPPED, "Stopped", why)
+
+
+def decide(inputs: PowerInputs) -> PowerDecision:
+    intents = inputs.intents
+    policy = inputs.run_policy
+    state = inputs.domain_state
+    active = state in ACTIVE_STATES
+    running = state in (RUNNING, PAUSED, MIGRATING)
+    last_exit = _record_exit(inputs)
+
+    # 1. An explicit stop (user Stop, or a stop asked by restore/maintenance) is carried out
+    #    even while held; it is cleared only once the domain is seen off.
+    if intents.stop is not None and not (policy is RunPolicy.ALWAYS_ON and not intents.stop_by_system):
+        if active:
+            return _stop(inputs, intents, last_exit, intents.stop is StopMode.FORCE, "stop requested")
+        done = intents.with_(stop=None, stop_by_system=False, start=False)
+        if state is None or last_exit in (None, ExitReason.STOPPED_BY_SYSTEM, ExitReason.STOPPED_BY_USER):
+            last_exit = ExitReason.STOPPED_BY_SYSTEM if intents.stop_by_system else ExitReason.STOPPED_BY_USER
+        return _idle(inputs, done, last_exit, "stop confirmed")
+    if intents.stop is not None:
+        intents = intents.with_(stop=None, stop_by_system=False)  # AlwaysOn refuses a user stop
+
+    # 2. Held by an operation: nothing but its stop happens; the VM reports Stopped, not Pending.
+    if inputs.held:
+        decision = _idle(inputs, intents, last_exit, f"held by {intents.held_by}")
+        return PowerDecision(
+            decision.action, intents, last_exit, decision.phase, "Maintenance", decision.message
+        )
+
+    # 3. Intents recorded across a destructive window become ordinary requests here, where
+    #    the domain exists again. Both are rewritten in the same store write as the request.
+    for recorded_state, field in (
+        (intents.restore_power_state, "restore_power_state"),
+        (intents.maintenance_power_state, "maintenance_power_state"),
+    ):
+        if recorded_state is None:
+            continue
+        intents = intents.with_(**{field: None})
+        if recorded_state is PowerState.RUNNING and policy is not RunPolicy.ALWAYS_OFF:
+            intents = intents.with_(start=True)
+        elif recorded_state is PowerState.STOPPED and policy is not RunPolicy.ALWAYS_ON and not active:
+            # kept stopped on purpose: AlwaysOnUnlessStoppedManually must not start it
+            last_exit = ExitReason.STOPPED_BY_USER
+
+    # 4. AlwaysOff wins over any request to run.
+    if policy is RunPolicy.ALWAYS_OFF:
+        intents = intents.with_(start=False, restart=None)
+        if active:
+            return _stop(
+                inputs, intents, last_exit or ExitReason.STOPPED_BY_SYSTEM, False, "run policy AlwaysOff"
+            )
+        if state is not None and last_exit is None:
+            last_exit = ExitReason.STOPPED_BY_SYSTEM
+        return _idle(inputs, intents, last_exit, "run policy AlwaysOff")
+
+    # 5. Restart: stop (graceful or forced), then start; the stage survives a crash.
+    if intents.restart in (RestartStage.STOPPING_GRACEFUL, RestartStage.STOPPING_FORCE):
+        if active:
+            return _stop(
+                inputs, intents, last_exit, intents.restart is RestartStage.STOPPING_FORCE, "restart"
+            )
+        intents = intents.with_(restart=RestartStage.STARTING)
+    if intents.restart is RestartStage.STARTING:
+        if state == RUNNING:
+            return _idle(inputs, intents.with_(restart=None, start=False), last_exit, "restarted")
+        return _start(inputs, intents, last_exit, "restart")
+
+    # 6. An explicit start (Start operation, restored or maintenance power state).
+    if intents.start:
+        if state == RUNNING:
+            return _idle(inputs, intents.with_(start=False), last_exit, "started")
+        return _start(inputs, intents, last_exit, "start requested")
+
+    # 7. The run policy decides.
+    want = POLICY_WANTS_RUNNING[policy][last_exit]
+    if want is Want.RUN:
+        if running:
+            return _idle(inputs, intents, last_exit, f"run policy {policy.value}")
+        return _start(inputs, intents, last_exit, f"run policy {policy.value}")
+    return _idle(inputs, intents, last_exit, f"run policy {policy.value}")

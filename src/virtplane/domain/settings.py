@@ -1,0 +1,192 @@
+"""The typed settings registry: every tunable, its type, default, allowed values and meaning.
+
+Pure: parsing and validation only. The store keeps values that differ from the
+default as Setting resources; readers merge them with these definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class SettingType(StrEnum):
+    STRING = "string"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+
+
+class SettingError(ValueError):
+    """A setting key is unknown or a value is not allowed; the message says what is."""
+
+
+@dataclass(frozen=True)
+class SettingDef:
+    key: str
+    type: SettingType
+    default: Any
+    description: str
+    allowed: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    scope: str = "global"
+
+    def parse(self, raw: Any) -> Any:
+        """Turn ``raw`` (a typed value, or a string from the CLI) into a valid value, or raise."""
+        value = self._coerce(raw)
+        if self.allowed is not None and value not in self.allowed:
+            allowed = ", ".join(str(a) for a in self.allowed)
+            raise SettingError(f"{self.key}: {raw!r} is not allowed; use one of: {allowed}")
+        if self.minimum is not None and value < self.minimum:
+            raise SettingError(f"{self.key}: {value} is below the minimum {self.minimum:g}")
+        if self.maximum is not None and value > self.maximum:
+            raise SettingError(f"{self.key}: {value} is above the maximum {self.maximum:g}")
+        return value
+
+    def _coerce(self, raw: Any) -> Any:
+        expected = f"{self.key} takes a {self.type.value}"
+        if self.type is SettingType.BOOL:
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, str) and raw.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+                return raw.lower() in ("true", "yes", "1", "on")
+            raise SettingError(f"{expected} (true or false), got {raw!r}")
+        if self.type is SettingType.INT:
+            if isinstance(raw, bool):
+                raise SettingError(f"{expected}, got {raw!r}")
+            if isinstance(raw, int):
+                return raw
+            if isinstance(raw, str):
+                try:
+                    return int(raw.strip())
+                except ValueError:
+                    pass
+            raise SettingError(f"{expected} (a whole number), got {raw!r}")
+        if self.type is SettingType.FLOAT:
+            if isinstance(raw, bool):
+                raise SettingError(f"{expected}, got {raw!r}")
+            if isinstance(raw, int | float):
+                return float(raw)
+            if isinstance(raw, str):
+                try:
+                    return float(raw.strip())
+                except ValueError:
+                    pass
+            raise SettingError(f"{expected} (a number), got {raw!r}")
+        if not isinstance(raw, str):
+            raise SettingError(f"{expected}, got {raw!r}")
+        return raw
+
+
+def _defs(*defs: SettingDef) -> dict[str, SettingDef]:
+    return {d.key: d for d in defs}
+
+
+REGISTRY: Mapping[str, SettingDef] = _defs(
+    SettingDef(
+        "host.maintenance.local.storage.strategy",
+        SettingType.STRING,
+        "Error",
+        "What maintenance does with running VMs that have a disk on local storage: Error leaves "
+        "them and stops the drain, Migration moves them with their disks, ForceStop powers them "
+        "off, Stop shuts them down gracefully.",
+        allowed=("Error", "Migration", "ForceStop", "Stop"),
+    ),
+    SettingDef(
+        "host.maintenance.return_vms",
+        SettingType.BOOL,
+        False,
+        "When maintenance is cancelled, migrate back the VMs that left the host, if there is room.",
+    ),
+    SettingDef(
+        "migration.max_outbound_per_host",
+        SettingType.INT,
+        2,
+        "Live migrations leaving one host at the same time.",
+        minimum=1,
+        maximum=64,
+    ),
+    SettingDef(
+        "migration.max_inbound_per_host",
+        SettingType.INT,
+        1,
+        "Live migrations arriving at one host at the same time.",
+        minimum=1,
+        maximum=64,
+    ),
+    SettingDef(
+        "migration.max_per_cluster",
+        SettingType.INT,
+        5,
+        "Live migrations running in one cluster at the same time.",
+        minimum=1,
+        maximum=1000,
+    ),
+    SettingDef(
+        "migration.progress_timeout_s",
+        SettingType.INT,
+        150,
+        "Abort a migration that made no progress for this long.",
+        minimum=1,
+        maximum=86400,
+    ),
+    SettingDef(
+        "migration.completion_timeout_per_gib_s",
+        SettingType.INT,
+        800,
+        "Abort a migration that runs longer than this many seconds per GiB of memory and copied disk.",
+        minimum=1,
+        maximum=86400,
+    ),
+    SettingDef(
+        "migration.max_attempts",
+        SettingType.INT,
+        3,
+        "Targets tried for one VM before maintenance gives up on it.",
+        minimum=1,
+        maximum=100,
+    ),
+    SettingDef(
+        "migration.bandwidth_mib_s",
+        SettingType.INT,
+        0,
+        "Bandwidth limit per migration in MiB/s; 0 means no limit.",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    SettingDef(
+        "vm.start.backoff_base_s",
+        SettingType.FLOAT,
+        1.0,
+        "Delay before the first retry of a failed start; it doubles with each failure.",
+        minimum=0.001,
+        maximum=3600,
+    ),
+    SettingDef(
+        "vm.start.backoff_cap_s",
+        SettingType.FLOAT,
+        300.0,
+        "Longest delay between two start attempts.",
+        minimum=0.01,
+        maximum=86400,
+    ),
+    SettingDef(
+        "controller.resync_period_s",
+        SettingType.FLOAT,
+        60.0,
+        "Every object is reconciled at least this often, even without events.",
+        minimum=1,
+        maximum=86400,
+    ),
+)
+
+
+def definition(key: str) -> SettingDef:
+    try:
+        return REGISTRY[key]
+    except KeyError:
+        known = ", ".join(sorted(REGISTRY))
+        raise SettingError(f"unknown setting {key!r}; known settings: {known}") from None

@@ -1,0 +1,75 @@
+"""The change feed: wakes async watchers when the store changes.
+
+Local writes wake watchers at once through a store listener; a slow poll covers
+writes made by other processes (several replicas on one PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from virtplane.store.store import Change, Store
+
+log = logging.getLogger("virtplane.store.feed")
+
+ChangeHandler = Callable[[list[Change]], None]
+
+
+class ChangeFeed:
+    def __init__(self, store: Store, *, poll_interval_s: float = 1.0, batch: int = 5000) -> None:
+        self._store = store
+        self._poll_interval_s = poll_interval_s
+        self._batch = batch
+        self._handlers: list[ChangeHandler] = []
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.revision = 0
+
+    def subscribe(self, handler: ChangeHandler) -> None:
+        self._handlers.append(handler)
+
+    def _on_commit(self, _revision: int) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # loop closing during shutdown
+                loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self, from_revision: int | None = None) -> None:
+        """Deliver every change after ``from_revision`` (default: now) to the handlers, forever."""
+        self._loop = asyncio.get_running_loop()
+        self._store.add_listener(self._on_commit)
+        self.revision = self._store.revision() if from_revision is None else from_revision
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
+                self._wake.clear()
+                self.pump()
+        finally:
+            self._store.remove_listener(self._on_commit)
+
+    def pump(self) -> int:
+        """Read and deliver what is new; returns how many changes were delivered."""
+        delivered = 0
+        while True:
+            changes = self._store.changes_since(self.revision, self._batch)
+            if not changes:
+                return delivered
+            self.revision = changes[-1].revision
+            delivered += len(changes)
+            for handler in self._handlers:
+                try:
+                    handler(changes)
+                except Exception:  # a broken watcher must not stop the others
+                    log.exception("change handler failed")

@@ -1,0 +1,441 @@
+"""The durable store: resources with optimistic concurrency, a change feed, events, tokens.
+
+One class over SQLAlchemy Core, the same code for SQLite (the embedded default, WAL
+mode) and PostgreSQL. Every write is one short transaction that (1) appends a row to
+``changes``, whose id is the new store-wide revision, and (2) writes the object with
+``resource_version`` = that revision, guarded by the version the caller read. A
+stale write raises ``Conflict``; nothing is ever half-written.
+
+Calls are synchronous and short. Async code calls them directly (SQLite answers in
+well under a millisecond); FastAPI runs sync routes in its thread pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from virtplane.domain.resources import Event, EventType, Resource
+from virtplane.store import schema
+from virtplane.store.errors import AlreadyExists, Conflict, NotFound
+
+R = TypeVar("R", bound=Resource)
+
+ChangeListener = Callable[[int], None]
+"""Called after each commit with the new revision; from whichever thread wrote."""
+
+
+@dataclass(frozen=True)
+class Change:
+    revision: int
+    kind: str
+    name: str
+    op: str  # "added" | "modified" | "deleted"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode stays consistent after a crash of the process; only an OS
+    # crash can lose the last transactions. busy_timeout covers other processes.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+class Store:
+    """All durable state. Construct with a SQLAlchemy URL, then call ``migrate()``."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False}
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        # SQLite allows one writer; serialising writers inside the process avoids
+        # SQLITE_BUSY churn between API threads and the controllers.
+        self._write_lock = threading.Lock() if self.is_sqlite else None
+        self._listeners: list[ChangeListener] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision (creates it on an empty database)."""
+        config = Config()
+        config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def schema_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ChangeListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        lock = self._write_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _notify(self, revision: int) -> None:
+        for listener in list(self._listeners):
+            listener(revision)
+
+    @staticmethod
+    def _record_change(connection: Connection, kind: str, name: str, op: str) -> int:
+        result = connection.execute(insert(schema.changes).values(kind=kind, name=name, op=op))
+        revision = result.inserted_primary_key
+        assert revision is not None
+        return int(revision[0])
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, cls: type[R], name: str) -> R:
+        with self.engine.connect() as connection:
+            body = connection.execute(
+                select(schema.objects.c.body).where(
+                    schema.objects.c.kind == cls.KIND, schema.objects.c.name == name
+                )
+            ).scalar_one_or_none()
+        if body is None:
+            raise NotFound(cls.KIND, name)
+        return cls.model_validate_json(body)
+
+    def find(self, cls: type[R], name: str) -> R | None:
+        try:
+            return self.get(cls, name)
+        except NotFound:
+            return None
+
+    def list_objects(self, cls: type[R]) -> list[R]:
+        with self.engine.connect() as connection:
+            bodies = connection.execute(
+                select(schema.objects.c.body)
+                .where(schema.objects.c.kind == cls.KIND)
+                .order_by(schema.objects.c.name)
+            ).scalars()
+            return [cls.model_validate_json(body) for body in bodies]
+
+    def names(self, kind: str) -> list[str]:
+        with self.engine.connect() as connection:
+            return list(
+                connection.execute(
+                    select(schema.objects.c.name)
+                    .where(schema.objects.c.kind == kind)
+                    .order_by(schema.objects.c.name)
+                ).scalars()
+            )
+
+    def count(self, kind: str) -> int:
+        with self.engine.connect() as connection:
+            return int(
+                connection.execute(
+                    select(func.count()).select_from(schema.objects).where(schema.objects.c.kind == kind)
+                ).scalar_one()
+            )
+
+    # ------------------------------------------------------------------ writes
+
+    def create(self, obj: R) -> R:
+        """Insert a new object. uid, generation, timestamps and resource_version are set here."""
+        kind, name = obj.KIND, obj.metadata.name
+        now = utcnow()
+        new = obj.model_copy(deep=True)
+        meta = new.metadata
+        meta.uid = meta.uid or str(uuid.uuid4())
+        meta.generation = 1
+        meta.created_at = now
+        meta.updated_at = now
+        meta.deletion_requested_at = None
+        with self._write() as connection:
+            exists = connection.execute(
+                select(schema.objects.c.resource_version).where(
+                    schema.objects.c.kind == kind, schema.objects.c.name == name
+                )
+            ).first()
+            if exists is not None:
+                raise AlreadyExists(kind, name)
+            revision = self._record_change(connection, kind, name, "added")
+            meta.resource_version = revision
+            connection.execute(
+                insert(schema.objects).values(
+                    kind=kind,
+                    name=name,
+                    uid=meta.uid,
+                    resource_version=revision,
+                    generation=meta.generation,
+                    body=new.model_dump_json(),
+                )
+            )
+        self._notify(revision)
+        return new
+
+    def update(self, obj: R, *, check_version: bool = True) -> R:
+        """Write metadata, spec and status of ``obj`` in one go.
+
+        With ``check_version`` the write succeeds only if the stored resource_version is
+        still ``obj.metadata.resource_version`` (optimistic concurrency). ``generation``
+        goes up when the spec changed. Identity fields (uid, created_at) are kept. A write
+        that changes nothing is skipped and returns the stored object.
+        """
+        kind, name = obj.KIND, obj.metadata.name
+        with self._write() as connection:
+            row = connection.execute(
+                select(schema.objects.c.body, schema.objects.c.resource_version).where(
+                    schema.objects.c.kind == kind, schema.objects.c.name == name
+                )
+            ).first()
+            if row is None:
+                raise NotFound(kind, name)
+            current = type(obj).model_validate_json(row.body)
+            if check_version and obj.metadata.resource_version != row.resource_version:
+                raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
+            new = obj.model_copy(deep=True)
+            meta = new.metadata
+            meta.uid = current.metadata.uid
+            meta.created_at = current.metadata.created_at
+            meta.generation = current.metadata.generation
+            meta.resource_version = current.metadata.resource_version
+            meta.updated_at = current.metadata.updated_at
+            if _same(new, current):
+                return current
+            if _spec_of(new) != _spec_of(current):
+                meta.generation += 1
+            meta.updated_at = utcnow()
+            revision = self._record_change(connection, kind, name, "modified")
+            meta.resource_version = revision
+            connection.execute(
+                update(schema.objects)
+                .where(schema.objects.c.kind == kind, schema.objects.c.name == name)
+                .values(resource_version=revision, generation=meta.generation, body=new.model_dump_json())
+            )
+        self._notify(revision)
+        return new
+
+    def mutate(self, cls: type[R], name: str, change: Callable[[R], None], *, attempts: int = 20) -> R:
+        """Read, apply ``change`` to a copy, write with a version check; re-read on Conflict.
+
+        For small server-side edits (an intent annotation, a status field) where the
+        change is a pure function of the current object.
+        """
+        for _ in range(attempts - 1):
+            current = self.get(cls, name)
+            change(current)
+            try:
+                return self.update(current)
+            except Conflict:
+                continue
+        current = self.get(cls, name)
+        change(current)
+        return self.update(current)
+
+    def delete(self, cls: type[Resource], name: str, *, expected_version: int | None = None) -> bool:
+        """Delete an object, or mark it for deletion while finalizers remain.
+
+        Returns True if the row is gone, False if it was only marked.
+        """
+        kind = cls.KIND
+        with self._write() as connection:
+            row = connection.execute(
+                select(schema.objects.c.body, schema.objects.c.resource_version).where(
+                    schema.objects.c.kind == kind, schema.objects.c.name == name
+                )
+            ).first()
+            if row is None:
+                raise NotFound(kind, name)
+            if expected_version is not None and expected_version != row.resource_version:
+                raise Conflict(kind, name, expected_version, row.resource_version)
+            current = cls.model_validate_json(row.body)
+            if current.metadata.finalizers:
+                if current.metadata.deletion_requested_at is not None:
+                    return False
+                current.metadata.deletion_requested_at = utcnow()
+                revision = self._record_change(connection, kind, name, "modified")
+                current.metadata.resource_version = revision
+                connection.execute(
+                    update(schema.objects)
+                    .where(schema.objects.c.kind == kind, schema.objects.c.name == name)
+                    .values(resource_version=revision, body=current.model_dump_json())
+                )
+                gone = False
+            else:
+                revision = self._record_change(connection, kind, name, "deleted")
+                connection.execute(
+                    delete(schema.objects).where(schema.objects.c.kind == kind, schema.objects.c.name == name)
+                )
+                gone = True
+        self._notify(revision)
+        return gone
+
+    # ------------------------------------------------------------------ change feed
+
+    def revision(self) -> int:
+        with self.engine.connect() as connection:
+            value = connection.execute(select(func.max(schema.changes.c.revision))).scalar_one()
+        return int(value or 0)
+
+    def changes_since(self, revision: int, limit: int = 5000) -> list[Change]:
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(schema.changes)
+                .where(schema.changes.c.revision > revision)
+                .order_by(schema.changes.c.revision)
+                .limit(limit)
+            ).all()
+        return [Change(row.revision, row.kind, row.name, row.op) for row in rows]
+
+    def compact_changes(self, keep_last: int = 100_000) -> int:
+        """Drop old change rows; watchers that fell further behind resync from a full list."""
+        with self._write() as connection:
+            top = connection.execute(select(func.max(schema.changes.c.revision))).scalar_one() or 0
+            result = connection.execute(
+                delete(schema.changes).where(schema.changes.c.revision <= top - keep_last)
+            )
+            return int(result.rowcount or 0)
+
+    # ------------------------------------------------------------------ events
+
+    def record_event(
+        self,
+        kind: str,
+        name: str,
+        reason: str,
+        message: str = "",
+        type: EventType = EventType.NORMAL,
+    ) -> None:
+        with self._write() as connection:
+            connection.execute(
+                insert(schema.events).values(
+                    time=utcnow(), kind=kind, name=name, type=type.value, reason=reason, message=message
+                )
+            )
+
+    def record_events(self, items: Sequence[tuple[str, str, str, str, EventType]]) -> None:
+        """Append many events in one transaction: (kind, name, reason, message, type)."""
+        if not items:
+            return
+        now = utcnow()
+        with self._write() as connection:
+            connection.execute(
+                insert(schema.events),
+                [
+                    {"time": now, "kind": k, "name": n, "reason": r, "message": m, "type": t.value}
+                    for k, n, r, m, t in items
+                ],
+            )
+
+    def list_events(
+        self,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Event]:
+        """The newest ``limit`` events matching, oldest first."""
+        query = select(schema.events).where(schema.events.c.id > after_id)
+        if kind:
+            query = query.where(schema.events.c.kind == kind)
+        if name:
+            query = query.where(schema.events.c.name == name)
+        query = query.order_by(schema.events.c.id.desc()).limit(limit)
+        with self.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        return [
+            Event(
+                id=row.id,
+                time=row.time if row.time.tzinfo else row.time.replace(tzinfo=UTC),
+                kind=row.kind,
+                name=row.name,
+                type=EventType(row.type),
+                reason=row.reason,
+                message=row.message,
+            )
+            for row in reversed(rows)
+        ]
+
+    # ------------------------------------------------------------------ tokens
+
+    def create_token(self, name: str, role: str, token: str | None = None) -> str:
+        """Store a new API token (only its hash is kept) and return it."""
+        token = token or f"vp_{secrets.token_urlsafe(32)}"
+        with self._write() as connection:
+            existing = connection.execute(
+                select(schema.tokens.c.name).where(schema.tokens.c.name == name)
+            ).first()
+            if existing is not None:
+                raise AlreadyExists("Token", name)
+            connection.execute(
+                insert(schema.tokens).values(
+                    token_sha256=_hash(token), name=name, role=role, created_at=utcnow()
+                )
+            )
+        return token
+
+    def token_role(self, token: str) -> tuple[str, str] | None:
+        """(name, role) of a token, or None if it is unknown."""
+        with self.engine.connect() as connection:
+            row = connection.execute(
+                select(schema.tokens.c.name, schema.tokens.c.role).where(
+                    schema.tokens.c.token_sha256 == _hash(token)
+                )
+            ).first()
+        return None if row is None else (row.name, row.role)
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _spec_of(obj: Resource) -> Any:
+    spec = getattr(obj, "spec", None)
+    return spec.model_dump(mode="json") if spec is not None else None
+
+
+def _same(a: Resource, b: Resource) -> bool:
+    return a.model_dump(mode="json") == b.model_dump(mode="json")
