@@ -1,0 +1,98 @@
+"""The simulated hypervisor: a real ``HypervisorDriver`` for demos, fault injection and big fleets.
+
+Build a world explicitly and take one driver (connection) per host::
+
+    cloud = SimCloud(boot_seconds=0.01, shutdown_seconds=0.01)
+    uri = cloud.add_host("h1", vcpus=16, memory_mib=65536)    # "sim://h1"
+    driver = cloud.driver(uri)
+    await driver.connect()
+
+Timers run on the asyncio loop that calls the driver; a steady domain has no
+timer, so 500 hosts and 10,000 domains cost a few dicts.
+
+Domain states and what the driver reports
+-----------------------------------------
+=====================  ===================================================  =================================
+action                 state changes                                        events (``DomainEventType``)
+=====================  ===================================================  =================================
+ensure_defined         new → SHUTOFF; redefining a live domain changes       DEFINED (when new or changed)
+                       only the stored definition (live config stays)
+start                  SHUTOFF → STARTING → (boot_seconds) RUNNING;          STARTED detail "booting", then
+                       a no-op when live; TransientError while               STARTED detail "booted"
+                       SHUTTING_DOWN
+shutdown               STARTING/RUNNING/MIGRATING → SHUTTING_DOWN →          STOPPED reason STOPPED_BY_SYSTEM
+                       (shutdown_seconds) SHUTOFF; a no-op when off,         (none when it begins: the caller
+                       shutting down or PAUSED (a paused guest ignores       asked for it)
+                       ACPI: the caller's grace period then destroys)
+destroy                live → SHUTOFF at once; no-op when off or missing     STOPPED reason STOPPED_BY_SYSTEM
+pause / resume         RUNNING ⇄ PAUSED; TransientError in transitions,      PAUSED / RESUMED
+                       PermanentError when off
+undefine               removed; PermanentError when live; no-op if missing   UNDEFINED
+=====================  ===================================================  =================================
+
+The driver cannot know whether the control plane acted for a user or for the
+system, so shutdown and destroy report ``ExitReason.STOPPED_BY_SYSTEM``; the
+controllers translate. ``DomainInfo.exit_reason`` is the reason of the last stop
+while the domain is off and ``None`` while it is live. The ``CRASHED`` state is
+never used: a crashed domain is SHUTOFF with exit reason CRASH, like libvirt's
+shutoff/crashed reason.
+
+Capacity (vcpus and memory of live domains plus incoming migrations) is
+checked on start, restore and migration: ``PermanentError`` when the domain
+could never fit the host, ``TransientError`` when the host is full right now
+(so the control plane's start retry keeps going). Pools follow the same rule.
+
+Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
+--------------------------------------------------------------
+- ``guest-shutdown``: the guest powers off now → SHUTOFF, GUEST_SHUTDOWN, STOPPED event.
+- ``guest-reset``: RESET event (reason GUEST_RESET), STARTING for boot_seconds, RUNNING again.
+- ``crash``: SHUTOFF with CRASH, CRASHED event.
+- ``fail-start``: the next ``count`` starts of ``domain`` (any domain of the host when None)
+  go STARTING, then die after half the boot time: SHUTOFF with START_FAILED, CRASHED event.
+- ``fail-migration``: the next ``count`` outgoing migrations of ``domain`` (or of any domain of
+  the host) fail half way: job FAILED, the domain keeps running on the source.
+- ``stall-migration``: the next ``count`` migrations stop making progress half way until aborted.
+- ``host-down``: every call raises HostUnreachable; migrations to or from the host fail;
+  live domains die. HOST_DOWN event (domain ""). After ``host-up`` (HOST_UP event) they are
+  SHUTOFF with exit reason HOST_FAILURE, and a STOPPED event with that reason is sent for each.
+- ``disconnect`` / ``reconnect``: calls raise HostUnreachable while domains keep running;
+  events are lost while disconnected (there is no connection to carry them), and no host
+  event is sent, since the host did not fail. Calls work again after ``reconnect``.
+Guest faults on a domain that is not live (or paused) raise ``SimFaultError``.
+``fault_log`` lists every injected fault.
+
+Storage
+-------
+Volume paths are ``sim://POOL/VOLUME``; ``write_volume``/``read_volume`` set and read
+content so tests can prove snapshot and revert. Deleting or reverting a volume a live
+domain uses raises TransientError. Block-migrated disks are written to the target's
+local pool of the same name (which the target must have ensured); the source keeps
+its copy, as libvirt does, for the control plane to delete.
+
+Live migration
+--------------
+Pre-copy (see ``_migration``): the source's domain is MIGRATING while the job runs.
+On success it is gone from the source (MIGRATED event there) and RUNNING (or PAUSED
+if it was) on the target (DEFINED and STARTED events there). A target that is down,
+full, or lacks the local pool gives a FAILED job at once (``migrate`` still returns);
+a bad request (unknown domain or target, domain not running) raises. Failed and
+aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
+queryable (on source and target) until its next migration.
+"""
+
+from ._cloud import SimCloud
+from ._driver import SIM_CAPABILITIES, SimDriver
+from ._migration import CONVERGENCE_MIB
+from ._model import FaultKind, FaultRecord, SimFaultError, SimHostState, SimState
+
+__all__ = [
+    "CONVERGENCE_MIB",
+    "SIM_CAPABILITIES",
+    "FaultKind",
+    "FaultRecord",
+    "SimCloud",
+    "SimDriver",
+    "SimFaultError",
+    "SimHostState",
+    "SimState",
+]

@@ -1,0 +1,240 @@
+"""``SimCloud``: the in-process world of simulated hosts, pools and domains."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from virtplane.drivers.base import DomainEvent, DomainSpec
+
+from ._driver import SimDriver
+from ._host import SimHost
+from ._migration import MigrationEngine
+from ._model import (
+    DOMAIN_FAULTS,
+    URI_SCHEME,
+    FaultKind,
+    FaultRecord,
+    SimDomain,
+    SimFaultError,
+    SimHostState,
+    SimState,
+    host_name,
+)
+from ._storage import SimStorage
+
+logger = logging.getLogger(__name__)
+
+MEMORY_SNAPSHOT_SCHEME = "sim-mem://"
+
+
+class SimCloud:
+    """Simulated hosts that share pools and a migration network.
+
+    Timers run on the asyncio loop that calls the drivers, so every call
+    (driver methods, ``inject``) must come from that loop's thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        boot_seconds: float = 1.5,
+        shutdown_seconds: float = 0.5,
+        link_mib_s: float = 1000.0,
+        clock: Callable[[], float] | None = None,
+        time_scale: float = 1.0,
+        migration_tick_s: float = 0.05,
+    ) -> None:
+        """``time_scale`` is how many simulated seconds of migration one loop second is worth."""
+        if min(boot_seconds, shutdown_seconds) < 0 or link_mib_s <= 0:
+            raise ValueError("delays must be >= 0 and the link bandwidth > 0")
+        if time_scale <= 0 or migration_tick_s <= 0:
+            raise ValueError("time_scale and migration_tick_s must be > 0")
+        self.boot_seconds = boot_seconds
+        self.shutdown_seconds = shutdown_seconds
+        self.link_mib_s = link_mib_s
+        self.time_scale = time_scale
+        self.migration_tick_s = migration_tick_s
+        self.clock = clock or time.time
+        self.fault_log: list[FaultRecord] = []
+        self.storage = SimStorage(self)
+        self.migrations = MigrationEngine(self)
+        self._hosts: dict[str, SimHost] = {}
+        self._drivers: dict[str, SimDriver] = {}
+        self._dirty_rates: dict[str, float] = {}
+        self._saved_memory: dict[str, tuple[DomainSpec, str]] = {}
+
+    # ------------------------------------------------------------------ hosts and drivers
+
+    def add_host(self, name: str, vcpus: int, memory_mib: int) -> str:
+        """Add a host; returns its URI ``sim://NAME``."""
+        if not name or "/" in name:
+            raise ValueError(f"invalid simulated host name {name!r}")
+        if name in self._hosts:
+            raise ValueError(f"simulated host {name} exists already")
+        if vcpus < 1 or memory_mib < 1:
+            raise ValueError("a host needs at least one vcpu and some memory")
+        host = self._hosts[name] = SimHost(self, name, vcpus, memory_mib)
+        return host.uri
+
+    @property
+    def host_names(self) -> list[str]:
+        return list(self._hosts)
+
+    def driver(self, uri: str) -> SimDriver:
+        """The connection to host ``uri`` (the same object for the same host)."""
+        if not uri.startswith(URI_SCHEME):
+            raise ValueError(f"{uri!r} is not a simulated host URI (sim://NAME)")
+        canonical = URI_SCHEME + host_name(uri)
+        driver = self._drivers.get(canonical)
+        if driver is None:
+            driver = self._drivers[canonical] = SimDriver(self, canonical)
+        return driver
+
+    def host(self, name: str) -> SimHost | None:
+        return self._hosts.get(host_name(name))
+
+    def host_by_uri(self, uri: str) -> SimHost | None:
+        return self._hosts.get(host_name(uri)) if uri.startswith(URI_SCHEME) else None
+
+    def deliver(self, event: DomainEvent) -> None:
+        driver = self._drivers.get(event.host_uri)
+        sink = driver.event_sink if driver is not None else None
+        if sink is None:
+            return
+        try:
+            sink(event)
+        except Exception:  # a faulty sink must not corrupt the simulated world
+            logger.exception("event sink failed on %s", event)
+
+    # ------------------------------------------------------------------ faults
+
+    def inject(
+        self, host: str, kind: FaultKind | str, domain: str | None = None, count: int = 1
+    ) -> FaultRecord:
+        """Inject a fault on ``host`` (a name or ``sim://NAME``); see the package docstring."""
+        kind = FaultKind(kind)
+        target = self.host(host)
+        if target is None:
+            raise SimFaultError(f"no simulated host {host}")
+        if count < 1:
+            raise SimFaultError("count must be at least 1")
+        if kind in DOMAIN_FAULTS and not domain:
+            raise SimFaultError(f"fault {kind} needs a domain")
+        record = FaultRecord(self.clock(), target.name, kind, domain, count)
+        if kind in (FaultKind.FAIL_START, FaultKind.FAIL_MIGRATION, FaultKind.STALL_MIGRATION):
+            armed = {
+                FaultKind.FAIL_START: target.fail_starts,
+                FaultKind.FAIL_MIGRATION: target.fail_migrations,
+                FaultKind.STALL_MIGRATION: target.stall_migrations,
+            }[kind]
+            armed[domain] = armed.get(domain, 0) + count
+        elif not target.up and kind is not FaultKind.HOST_UP:
+            raise SimFaultError(f"host {target.name} is down")
+        elif kind is FaultKind.GUEST_SHUTDOWN:
+            target.guest_shutdown(str(domain))
+        elif kind is FaultKind.GUEST_RESET:
+            target.guest_reset(str(domain))
+        elif kind is FaultKind.CRASH:
+            target.crash(str(domain))
+        elif kind is FaultKind.HOST_DOWN:
+            target.go_down()
+        elif kind is FaultKind.HOST_UP:
+            target.come_up()
+        elif kind is FaultKind.DISCONNECT:
+            target.link_up = False
+        elif kind is FaultKind.RECONNECT:
+            target.link_up = True
+        self.fault_log.append(record)
+        return record
+
+    def armed_faults(self, host: str) -> dict[FaultKind, dict[str | None, int]]:
+        """Faults waiting for their trigger on ``host``: kind → {domain or None: times left}."""
+        target = self.host(host)
+        if target is None:
+            raise SimFaultError(f"no simulated host {host}")
+        return {
+            FaultKind.FAIL_START: dict(target.fail_starts),
+            FaultKind.FAIL_MIGRATION: dict(target.fail_migrations),
+            FaultKind.STALL_MIGRATION: dict(target.stall_migrations),
+        }
+
+    def set_dirty_rate(self, domain: str, mib_s: float) -> None:
+        """How fast ``domain``'s guest dirties memory (it follows the domain across hosts)."""
+        if mib_s < 0:
+            raise ValueError("a dirty rate cannot be negative")
+        self._dirty_rates[domain] = mib_s
+
+    def dirty_rate(self, domain: str) -> float:
+        return self._dirty_rates.get(domain, 0.0)
+
+    # ------------------------------------------------------------------ sim-only content helpers
+
+    def write_volume(self, path: str, content: str, *, host: str | None = None) -> None:
+        """Set a volume's content (what the guest wrote). ``host`` picks among same-path local volumes."""
+        self.storage.resolve(path, host_name(host) if host else None).content = content
+
+    def read_volume(self, path: str, *, host: str | None = None) -> str:
+        return self.storage.resolve(path, host_name(host) if host else None).content
+
+    def read_memory(self, domain: str) -> str:
+        """A marker of the live guest's memory: new on every boot, carried by migration and restore."""
+        return self._live_instance(domain).memory
+
+    def write_memory(self, domain: str, content: str) -> None:
+        self._live_instance(domain).memory = content
+
+    def _live_instance(self, domain: str) -> SimDomain:
+        for host in self._hosts.values():
+            found = host.domains.get(domain)
+            if found is not None and found.active:
+                return found
+        raise SimFaultError(f"domain {domain} is not running anywhere")
+
+    def save_memory(self, handle: str, spec: DomainSpec, memory: str) -> None:
+        self._saved_memory[handle] = (spec, memory)
+
+    def saved_memory(self, handle: str) -> tuple[DomainSpec, str] | None:
+        return self._saved_memory.get(handle)
+
+    def forget_memory(self, handle: str) -> None:
+        self._saved_memory.pop(handle, None)
+
+    # ------------------------------------------------------------------ read helpers for invariants
+
+    def live_user_of(self, host: str, path: str) -> str | None:
+        """The live domain on ``host`` that has disk ``path`` attached, if any."""
+        target = self._hosts.get(host)
+        if target is None:
+            return None
+        for domain in target.domains.values():
+            if domain.live is not None and any(d.path == path for d in domain.live.disks):
+                return domain.name
+        return None
+
+    def active_hosts(self, domain: str) -> list[str]:
+        """Hosts where ``domain`` has a live instance; more than one means a split brain."""
+        return sorted(
+            name
+            for name, host in self._hosts.items()
+            if (found := host.domains.get(domain)) is not None and found.active
+        )
+
+    def snapshot_state(self) -> SimState:
+        return SimState(
+            hosts={
+                name: SimHostState(
+                    name=name,
+                    uri=host.uri,
+                    up=host.up,
+                    connected=host.link_up,
+                    vcpus=host.vcpus,
+                    memory_mib=host.memory_mib,
+                    used_vcpus=host.used_vcpus,
+                    used_memory_mib=host.used_memory_mib,
+                    domains={d.name: d.state for d in host.domains.values()},
+                )
+                for name, host in self._hosts.items()
+            }
+        )

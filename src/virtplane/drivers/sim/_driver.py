@@ -1,0 +1,171 @@
+"""``SimDriver``: the ``HypervisorDriver`` connection to one simulated host."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from virtplane.drivers.base import (
+    Capability,
+    DomainInfo,
+    DomainSpec,
+    DomainState,
+    EventSink,
+    HostFacts,
+    MigrationJob,
+    MigrationRequest,
+    PoolRef,
+    VolumeInfo,
+)
+from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError
+
+if TYPE_CHECKING:
+    from ._cloud import SimCloud
+    from ._host import SimHost
+
+SIM_CAPABILITIES = frozenset(
+    {
+        Capability.LIVE_MIGRATION,
+        Capability.BLOCK_MIGRATION,
+        Capability.MEMORY_SNAPSHOT,
+        Capability.DISK_SNAPSHOT,
+        Capability.VOLUME_RESIZE,
+        Capability.FAULT_INJECTION,
+    }
+)
+
+
+class SimDriver:
+    """Every call checks the connection first: closed, host unknown, down or disconnected
+    → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
+
+    def __init__(self, cloud: SimCloud, uri: str) -> None:
+        self._cloud = cloud
+        self._uri = uri
+        self._open = False
+        self.event_sink: EventSink | None = None
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return SIM_CAPABILITIES
+
+    def _host(self) -> SimHost:
+        if not self._open:
+            raise HostUnreachable(f"not connected to {self._uri}; call connect() first")
+        return self._reachable_host()
+
+    def _reachable_host(self) -> SimHost:
+        host = self._cloud.host_by_uri(self._uri)
+        if host is None:
+            raise HostUnreachable(f"no simulated host at {self._uri}")
+        if not host.up:
+            raise HostUnreachable(f"{self._uri} is down")
+        if not host.link_up:
+            raise HostUnreachable(f"lost the connection to {self._uri}")
+        return host
+
+    async def connect(self) -> None:
+        self._reachable_host()
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    def set_event_sink(self, sink: EventSink | None) -> None:
+        self.event_sink = sink
+
+    async def host_facts(self) -> HostFacts:
+        return self._host().facts()
+
+    # ------------------------------------------------------------------ domains
+
+    async def list_domains(self) -> list[DomainInfo]:
+        host = self._host()
+        return [host.info(domain) for domain in host.domains.values()]
+
+    async def get_info(self, name: str) -> DomainInfo | None:
+        host = self._host()
+        domain = host.domains.get(name)
+        return None if domain is None else host.info(domain)
+
+    async def ensure_defined(self, spec: DomainSpec) -> None:
+        self._host().define(spec)
+
+    async def start(self, name: str) -> None:
+        self._host().start(name)
+
+    async def shutdown(self, name: str) -> None:
+        self._host().shutdown(name)
+
+    async def destroy(self, name: str) -> None:
+        self._host().destroy(name)
+
+    async def undefine(self, name: str) -> None:
+        self._host().undefine(name)
+
+    async def pause(self, name: str) -> None:
+        self._host().pause(name)
+
+    async def resume(self, name: str) -> None:
+        self._host().resume(name)
+
+    # ------------------------------------------------------------------ storage
+
+    async def ensure_pool(self, pool: PoolRef) -> None:
+        self._cloud.storage.ensure_pool(self._host().name, pool)
+
+    async def create_volume(
+        self, pool: PoolRef, name: str, size_gib: int, source_path: str | None = None
+    ) -> VolumeInfo:
+        return self._cloud.storage.create_volume(self._host().name, pool, name, size_gib, source_path)
+
+    async def delete_volume(self, pool: PoolRef, name: str) -> None:
+        self._cloud.storage.delete_volume(self._host().name, pool, name)
+
+    async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo:
+        return self._cloud.storage.resize_volume(self._host().name, pool, name, size_gib)
+
+    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
+        return self._cloud.storage.copy_volume(self._host().name, src, src_name, dst, dst_name)
+
+    async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
+        return self._cloud.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
+
+    async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:
+        self._cloud.storage.revert_volume(self._host().name, pool, name, handle)
+
+    async def delete_volume_snapshot(self, handle: str) -> None:
+        self._host()
+        # memory snapshot handles are forgotten the same way
+        self._cloud.storage.delete_snapshot(handle)
+        self._cloud.forget_memory(handle)
+
+    async def save_memory(self, name: str, snapshot_id: str) -> str:
+        host = self._host()
+        domain = host.get(name)
+        if domain.state not in (DomainState.RUNNING, DomainState.PAUSED, DomainState.MIGRATING):
+            raise PermanentError(f"domain {name} is {domain.state}: only a running domain has memory to save")
+        handle = f"sim-mem://{name}@{snapshot_id}"
+        self._cloud.save_memory(handle, domain.live or domain.spec, domain.memory)
+        return handle
+
+    async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
+        host = self._host()
+        saved = self._cloud.saved_memory(handle)
+        if saved is None:
+            raise NotFound(f"memory snapshot {handle} does not exist")
+        host.restore(spec, saved[1])
+
+    # ------------------------------------------------------------------ live migration
+
+    async def migrate(self, request: MigrationRequest) -> None:
+        self._cloud.migrations.start(self._host(), request)
+
+    async def migration_job(self, name: str) -> MigrationJob | None:
+        return self._cloud.migrations.job(self._host(), name)
+
+    async def abort_migration(self, name: str) -> None:
+        self._cloud.migrations.abort(self._host(), name)

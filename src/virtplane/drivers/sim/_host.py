@@ -1,0 +1,335 @@
+"""One simulated host: its domains, their state machine and timers, capacity and host faults.
+
+Every state change goes through this class so that capacity counters, timers and
+events stay consistent. Timers exist only for domains in a transition (booting,
+shutting down); a steady domain costs one dict entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from virtplane.domain.resources import ExitReason
+from virtplane.drivers.base import (
+    DomainEvent,
+    DomainEventType,
+    DomainInfo,
+    DomainSpec,
+    DomainState,
+    HostFacts,
+)
+from virtplane.drivers.errors import NotFound, PermanentError, TransientError
+
+from ._model import SimDomain, SimFaultError, host_uri
+
+if TYPE_CHECKING:
+    from ._cloud import SimCloud
+
+FAILED_BOOT_FRACTION = 0.5
+"""A start that is made to fail dies after this share of the boot time."""
+
+
+class SimHost:
+    def __init__(self, cloud: SimCloud, name: str, vcpus: int, memory_mib: int) -> None:
+        self.cloud = cloud
+        self.name = name
+        self.uri = host_uri(name)
+        self.vcpus = vcpus
+        self.memory_mib = memory_mib
+        self.domains: dict[str, SimDomain] = {}
+        self.up = True
+        self.link_up = True
+        self.used_vcpus = 0
+        self.used_memory_mib = 0
+        # incoming migrations hold their room from the moment they start
+        self.reserved_vcpus = 0
+        self.reserved_memory_mib = 0
+        # armed faults: domain name (None = any domain of this host) -> how many more times
+        self.fail_starts: dict[str | None, int] = {}
+        self.fail_migrations: dict[str | None, int] = {}
+        self.stall_migrations: dict[str | None, int] = {}
+        self._killed_by_failure: list[str] = []
+
+    @property
+    def reachable(self) -> bool:
+        return self.up and self.link_up
+
+    def facts(self) -> HostFacts:
+        return HostFacts(hostname=self.name, vcpus=self.vcpus, memory_mib=self.memory_mib)
+
+    # ------------------------------------------------------------------ helpers
+
+    def emit(
+        self,
+        event_type: DomainEventType,
+        domain: SimDomain | None,
+        reason: ExitReason | None = None,
+        detail: str = "",
+        *,
+        even_if_unreachable: bool = False,
+    ) -> None:
+        # Events travel over the host connection: none arrive while it is away.
+        if not (self.reachable or even_if_unreachable):
+            return
+        self.cloud.deliver(
+            DomainEvent(
+                host_uri=self.uri,
+                domain=domain.name if domain else "",
+                vm_uid=domain.spec.vm_uid if domain else "",
+                type=event_type,
+                reason=reason,
+                detail=detail,
+            )
+        )
+
+    def info(self, domain: SimDomain) -> DomainInfo:
+        config = domain.live or domain.spec
+        return DomainInfo(
+            name=domain.name,
+            vm_uid=domain.spec.vm_uid,
+            state=domain.state,
+            exit_reason=domain.exit_reason,
+            cpu=config.cpu,
+            memory_mib=config.memory_mib,
+        )
+
+    def get(self, name: str) -> SimDomain:
+        domain = self.domains.get(name)
+        if domain is None:
+            raise NotFound(f"domain {name} is not defined on {self.uri}")
+        return domain
+
+    def check_room(self, cpu: int, memory_mib: int, what: str) -> None:
+        """PermanentError if it can never fit this host, TransientError if it does not fit now."""
+        if cpu > self.vcpus or memory_mib > self.memory_mib:
+            raise PermanentError(
+                f"{what} needs {cpu} vcpus / {memory_mib} MiB but {self.uri} has only "
+                f"{self.vcpus} vcpus / {self.memory_mib} MiB in total"
+            )
+        free_cpu = self.vcpus - self.used_vcpus - self.reserved_vcpus
+        free_memory = self.memory_mib - self.used_memory_mib - self.reserved_memory_mib
+        if cpu > free_cpu or memory_mib > free_memory:
+            raise TransientError(
+                f"{self.uri} is full: {what} needs {cpu} vcpus / {memory_mib} MiB, "
+                f"{free_cpu} vcpus / {free_memory} MiB free"
+            )
+
+    def take_fault(self, armed: dict[str | None, int], domain: str) -> bool:
+        """Consume one armed fault for ``domain`` (its own first, then a host-wide one)."""
+        for key in (domain, None):
+            left = armed.get(key, 0)
+            if left > 0:
+                if left == 1:
+                    del armed[key]
+                else:
+                    armed[key] = left - 1
+                return True
+        return False
+
+    def power_on(self, domain: SimDomain, state: DomainState, live: DomainSpec | None = None) -> None:
+        """Give ``domain`` a live instance (the caller checked room)."""
+        domain.live = live or domain.spec
+        self.used_vcpus += domain.live.cpu
+        self.used_memory_mib += domain.live.memory_mib
+        domain.state = state
+        domain.exit_reason = None
+
+    def power_off(
+        self,
+        domain: SimDomain,
+        reason: ExitReason,
+        event_type: DomainEventType = DomainEventType.STOPPED,
+        detail: str = "",
+    ) -> None:
+        """End ``domain``'s live instance now, failing its outgoing migration first."""
+        self.cloud.migrations.fail_domain(self, domain.name, f"domain stopped during migration ({reason})")
+        domain.cancel_timer()
+        if domain.live is not None:
+            self.used_vcpus -= domain.live.cpu
+            self.used_memory_mib -= domain.live.memory_mib
+            domain.live = None
+        domain.state = DomainState.SHUTOFF
+        domain.exit_reason = reason
+        self.emit(event_type, domain, reason, detail)
+
+    def remove(self, domain: SimDomain) -> None:
+        """Forget a domain (undefine, or it left by migration) without events."""
+        domain.cancel_timer()
+        if domain.live is not None:
+            self.used_vcpus -= domain.live.cpu
+            self.used_memory_mib -= domain.live.memory_mib
+            domain.live = None
+        del self.domains[domain.name]
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def define(self, spec: DomainSpec) -> SimDomain:
+        domain = self.domains.get(spec.name)
+        if domain is None:
+            domain = SimDomain(spec=spec)
+            self.domains[spec.name] = domain
+            self.emit(DomainEventType.DEFINED, domain)
+        elif domain.spec != spec:
+            # Like libvirt's persistent config: a running instance keeps its live config.
+            domain.spec = spec
+            self.emit(DomainEventType.DEFINED, domain, detail="updated")
+        return domain
+
+    def undefine(self, name: str) -> None:
+        domain = self.domains.get(name)
+        if domain is None:
+            return
+        if domain.active:
+            raise PermanentError(f"domain {name} is {domain.state}: stop it before undefining it")
+        self.remove(domain)
+        self.emit(DomainEventType.UNDEFINED, domain)
+
+    def start(self, name: str) -> None:
+        domain = self.get(name)
+        if domain.state is DomainState.SHUTTING_DOWN:
+            raise TransientError(f"domain {name} is shutting down; start it once it is off")
+        if domain.active:
+            return
+        self.check_room(domain.spec.cpu, domain.spec.memory_mib, f"domain {name}")
+        fail = self.take_fault(self.fail_starts, name)
+        self.power_on(domain, DomainState.STARTING)
+        domain.boots += 1
+        domain.memory = f"{name}:boot-{domain.boots}"
+        self.emit(DomainEventType.STARTED, domain, detail="booting")
+        self._schedule_boot(domain, fail=fail)
+
+    def _schedule_boot(self, domain: SimDomain, *, fail: bool) -> None:
+        domain.cancel_timer()
+        if fail:
+            delay = self.cloud.boot_seconds * FAILED_BOOT_FRACTION
+            domain.timer = self._loop().call_later(delay, self._boot_failed, domain)
+        else:
+            domain.timer = self._loop().call_later(self.cloud.boot_seconds, self._booted, domain)
+
+    def _booted(self, domain: SimDomain) -> None:
+        domain.timer = None
+        if domain.state is DomainState.STARTING:
+            domain.state = DomainState.RUNNING
+            self.emit(DomainEventType.STARTED, domain, detail="booted")
+
+    def _boot_failed(self, domain: SimDomain) -> None:
+        domain.timer = None
+        if domain.state is DomainState.STARTING:
+            self.power_off(
+                domain, ExitReason.START_FAILED, DomainEventType.CRASHED, "died while booting (injected)"
+            )
+
+    def shutdown(self, name: str) -> None:
+        domain = self.get(name)
+        if domain.state not in (DomainState.STARTING, DomainState.RUNNING, DomainState.MIGRATING):
+            # off already, shutting down, or paused (a paused guest cannot see the ACPI event;
+            # the caller's grace period runs out and it destroys the domain, as with libvirt)
+            return
+        self.cloud.migrations.fail_domain(self, name, "the guest was shut down during migration")
+        domain.cancel_timer()
+        domain.state = DomainState.SHUTTING_DOWN
+        domain.timer = self._loop().call_later(self.cloud.shutdown_seconds, self._shut_down, domain)
+
+    def _shut_down(self, domain: SimDomain) -> None:
+        domain.timer = None
+        if domain.state is DomainState.SHUTTING_DOWN:
+            self.power_off(domain, ExitReason.STOPPED_BY_SYSTEM, detail="graceful shutdown")
+
+    def destroy(self, name: str) -> None:
+        domain = self.domains.get(name)
+        if domain is None or not domain.active:
+            return
+        self.power_off(domain, ExitReason.STOPPED_BY_SYSTEM, detail="destroyed")
+
+    def pause(self, name: str) -> None:
+        domain = self.get(name)
+        if domain.state is DomainState.PAUSED:
+            return
+        self._require_steady(domain, "pause")
+        domain.state = DomainState.PAUSED
+        self.emit(DomainEventType.PAUSED, domain)
+
+    def resume(self, name: str) -> None:
+        domain = self.get(name)
+        if domain.state is DomainState.RUNNING:
+            return
+        if domain.state is not DomainState.PAUSED:
+            self._require_steady(domain, "resume")
+        domain.state = DomainState.RUNNING
+        self.emit(DomainEventType.RESUMED, domain)
+
+    def _require_steady(self, domain: SimDomain, action: str) -> None:
+        if domain.state is DomainState.RUNNING:
+            return
+        if domain.active:
+            raise TransientError(f"cannot {action} domain {domain.name} while it is {domain.state}")
+        raise PermanentError(f"cannot {action} domain {domain.name}: it is not running")
+
+    def restore(self, spec: DomainSpec, memory: str) -> None:
+        """Define ``spec`` and bring it up RUNNING at once with the saved memory."""
+        existing = self.domains.get(spec.name)
+        if existing is not None and existing.active:
+            raise PermanentError(f"domain {spec.name} is {existing.state}: stop it before restoring memory")
+        self.check_room(spec.cpu, spec.memory_mib, f"domain {spec.name}")
+        domain = self.define(spec)
+        self.power_on(domain, DomainState.RUNNING)
+        domain.memory = memory
+        self.emit(DomainEventType.STARTED, domain, detail="restored from saved memory")
+
+    # ------------------------------------------------------------------ guest faults
+
+    def guest_shutdown(self, name: str) -> None:
+        domain = self._live_guest(name, "power itself off")
+        self.power_off(domain, ExitReason.GUEST_SHUTDOWN, detail="the guest powered off")
+
+    def guest_reset(self, name: str) -> None:
+        domain = self._live_guest(name, "reset itself")
+        self.emit(DomainEventType.RESET, domain, ExitReason.GUEST_RESET)
+        if domain.state is DomainState.MIGRATING:
+            return  # a reset does not stop the migration; memory is dirtied either way
+        domain.boots += 1
+        domain.memory = f"{name}:boot-{domain.boots}"
+        domain.state = DomainState.STARTING
+        self._schedule_boot(domain, fail=False)
+
+    def crash(self, name: str) -> None:
+        domain = self.domains.get(name)
+        if domain is None or not domain.active:
+            raise SimFaultError(f"domain {name} is not running on {self.uri}: it cannot crash")
+        self.power_off(domain, ExitReason.CRASH, DomainEventType.CRASHED, "the guest crashed")
+
+    def _live_guest(self, name: str, action: str) -> SimDomain:
+        domain = self.domains.get(name)
+        if domain is None or not domain.active or domain.state is DomainState.PAUSED:
+            state = domain.state if domain else "not defined"
+            raise SimFaultError(f"domain {name} on {self.uri} is {state}: it cannot {action}")
+        return domain
+
+    # ------------------------------------------------------------------ host faults
+
+    def go_down(self) -> None:
+        if not self.up:
+            return
+        self.cloud.migrations.fail_host(self, "host went down")
+        self.up = False
+        for domain in self.domains.values():
+            if domain.active:
+                self.power_off(domain, ExitReason.HOST_FAILURE)  # unreachable: no event now
+                self._killed_by_failure.append(domain.name)
+        self.emit(DomainEventType.HOST_DOWN, None, ExitReason.HOST_FAILURE, even_if_unreachable=True)
+
+    def come_up(self) -> None:
+        if self.up:
+            return
+        self.up = True
+        self.emit(DomainEventType.HOST_UP, None)
+        # Tell the control plane now what it could not hear while the host was down.
+        for name in self._killed_by_failure:
+            domain = self.domains.get(name)
+            if domain is not None and domain.exit_reason is ExitReason.HOST_FAILURE:
+                self.emit(DomainEventType.STOPPED, domain, ExitReason.HOST_FAILURE, "host failure")
+        self._killed_by_failure.clear()

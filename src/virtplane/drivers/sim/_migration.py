@@ -1,0 +1,334 @@
+"""Live migration as pre-copy over a link of limited bandwidth.
+
+First the local disks named in the request are copied, then memory in
+iterations: the first sends all of it, each next one sends what the guest
+dirtied while the previous one was on the wire. When what is left is under
+``CONVERGENCE_MIB`` the guest is paused for the last copy and switched over.
+A dirty rate at or above the bandwidth never converges; the migration keeps
+iterating until it is aborted (the control plane's timeouts decide that).
+
+Time advances in ticks of ``cloud.migration_tick_s`` loop seconds, each worth
+``migration_tick_s * time_scale`` simulated seconds, so tests can run a
+many-gigabyte migration in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from virtplane.drivers.base import (
+    DomainEventType,
+    DomainSpec,
+    DomainState,
+    MigrationJob,
+    MigrationPhase,
+    MigrationRequest,
+)
+from virtplane.drivers.errors import DriverError, NotFound, PermanentError, TransientError
+
+from ._model import SimDomain
+
+if TYPE_CHECKING:
+    from ._cloud import SimCloud
+    from ._host import SimHost
+
+CONVERGENCE_MIB = 64.0
+"""Switch over once the memory left to send is below this."""
+
+_EPSILON_MIB = 1e-6
+
+
+class InjectedFault(StrEnum):
+    FAIL = "fail"
+    STALL = "stall"
+
+
+@dataclass(frozen=True)
+class DiskCopy:
+    path: str
+    pool: str
+    volume: str
+    size_gib: int
+    content: str
+
+
+class Migration:
+    """One migration's progress arithmetic; ``advance`` is pure bookkeeping with no I/O."""
+
+    def __init__(
+        self,
+        *,
+        domain: str,
+        vm_uid: str,
+        source: SimHost,
+        target: SimHost,
+        bandwidth_mib_s: float,
+        memory_mib: float,
+        disks: tuple[DiskCopy, ...],
+        fault: InjectedFault | None,
+    ) -> None:
+        self.domain = domain
+        self.vm_uid = vm_uid
+        self.source = source
+        self.target = target
+        self.bandwidth_mib_s = bandwidth_mib_s
+        self.memory_mib = memory_mib
+        self.disks = disks
+        self.fault = fault
+        self.disk_remaining_mib = float(sum(d.size_gib for d in disks) * 1024)
+        # injected faults strike half way through the first full pass
+        self.fault_point_mib = (self.disk_remaining_mib + memory_mib) / 2
+        self.phase = MigrationPhase.RUNNING
+        self.error = ""
+        self.processed_mib = 0.0
+        self.iteration = 0  # 0 while disks are copied, then the memory pass number
+        self.iteration_remaining_mib = 0.0
+        self.iteration_seconds = 0.0
+        self.stalled = False
+        self.reserved = (0, 0)  # vcpus, MiB held on the target
+        self.timer: asyncio.TimerHandle | None = None
+
+    @property
+    def remaining_mib(self) -> float:
+        if self.iteration == 0:
+            return self.disk_remaining_mib + self.memory_mib
+        return self.iteration_remaining_mib
+
+    def job(self) -> MigrationJob:
+        remaining = self.remaining_mib if self.phase is MigrationPhase.RUNNING else 0.0
+        return MigrationJob(
+            domain=self.domain,
+            target_uri=self.target.uri,
+            phase=self.phase,
+            data_total_mib=self.processed_mib + remaining,
+            data_processed_mib=self.processed_mib,
+            data_remaining_mib=remaining,
+            iteration=self.iteration,
+            error=self.error,
+        )
+
+    def at_fault_point(self) -> bool:
+        return self.fault is not None and self.processed_mib >= self.fault_point_mib - _EPSILON_MIB
+
+    def advance(self, seconds: float, dirty_rate_mib_s: float) -> bool:
+        """Send for ``seconds`` of simulated time; True once the switch-over is done."""
+        budget = self.bandwidth_mib_s * seconds
+        while budget > 0:
+            step = budget
+            if self.fault is not None:
+                room = self.fault_point_mib - self.processed_mib
+                if room <= _EPSILON_MIB:
+                    return False
+                step = min(step, room)
+            if self.disk_remaining_mib > 0:
+                sent = min(step, self.disk_remaining_mib)
+                self.disk_remaining_mib -= sent
+            else:
+                if self.iteration == 0:
+                    self.iteration = 1
+                    self.iteration_remaining_mib = self.memory_mib
+                sent = min(step, self.iteration_remaining_mib)
+                self.iteration_remaining_mib -= sent
+                self.iteration_seconds += sent / self.bandwidth_mib_s
+                if self.iteration_remaining_mib <= 0:
+                    dirtied = min(self.memory_mib, dirty_rate_mib_s * self.iteration_seconds)
+                    if dirtied < CONVERGENCE_MIB:
+                        # the last few dirty pages go over while the guest is paused
+                        self.processed_mib += sent + dirtied
+                        return True
+                    self.iteration += 1
+                    self.iteration_remaining_mib = dirtied
+                    self.iteration_seconds = 0.0
+            self.processed_mib += sent
+            budget -= sent
+        return False
+
+
+class MigrationEngine:
+    """Runs the cloud's migrations; at most one job per domain is kept (the latest)."""
+
+    def __init__(self, cloud: SimCloud) -> None:
+        self._cloud = cloud
+        self._jobs: dict[str, Migration] = {}
+
+    # ------------------------------------------------------------------ driver entry points
+
+    def start(self, source: SimHost, request: MigrationRequest) -> None:
+        domain = source.get(request.domain)
+        if domain.state not in (DomainState.RUNNING, DomainState.PAUSED):
+            if domain.active:
+                raise TransientError(f"domain {domain.name} is {domain.state}; migrate it once it is running")
+            raise PermanentError(f"domain {domain.name} is not running: there is nothing to live-migrate")
+        target = self._cloud.host_by_uri(request.target_uri)
+        if target is None:
+            raise PermanentError(f"unknown migration target {request.target_uri}")
+        if target is source:
+            raise PermanentError(f"cannot migrate domain {domain.name} to the host it runs on")
+        disks = self._disks_to_copy(source, request)
+        live = domain.live or domain.spec
+        bandwidth = self._cloud.link_mib_s
+        if request.bandwidth_mib_s is not None:
+            bandwidth = min(bandwidth, float(request.bandwidth_mib_s))
+        fault: InjectedFault | None = None
+        if source.take_fault(source.fail_migrations, domain.name):
+            fault = InjectedFault.FAIL
+        elif source.take_fault(source.stall_migrations, domain.name):
+            fault = InjectedFault.STALL
+        migration = Migration(
+            domain=domain.name,
+            vm_uid=domain.spec.vm_uid,
+            source=source,
+            target=target,
+            bandwidth_mib_s=bandwidth,
+            memory_mib=float(live.memory_mib),
+            disks=disks,
+            fault=fault,
+        )
+        self._jobs[domain.name] = migration
+        refusal = self._target_refusal(migration, live.cpu, live.memory_mib)
+        if refusal:
+            self._finish(migration, MigrationPhase.FAILED, refusal)
+            return
+        migration.reserved = (live.cpu, live.memory_mib)
+        target.reserved_vcpus += live.cpu
+        target.reserved_memory_mib += live.memory_mib
+        domain.state_before_migration = domain.state
+        domain.state = DomainState.MIGRATING
+        self._schedule(migration)
+
+    def job(self, host: SimHost, name: str) -> MigrationJob | None:
+        migration = self._jobs.get(name)
+        if migration is None or host not in (migration.source, migration.target):
+            return None
+        return migration.job()
+
+    def abort(self, host: SimHost, name: str) -> None:
+        migration = self._jobs.get(name)
+        if migration is None or host not in (migration.source, migration.target):
+            raise NotFound(f"no migration of domain {name} on {host.uri}")
+        if migration.phase is MigrationPhase.RUNNING:
+            self._finish(migration, MigrationPhase.ABORTED, "aborted on request")
+
+    # ------------------------------------------------------------------ hooks for faults and stops
+
+    def fail_domain(self, source: SimHost, name: str, error: str) -> None:
+        migration = self._jobs.get(name)
+        if migration is not None and migration.source is source and migration.phase is MigrationPhase.RUNNING:
+            self._finish(migration, MigrationPhase.FAILED, error)
+
+    def fail_host(self, host: SimHost, error: str) -> None:
+        for migration in list(self._jobs.values()):
+            if migration.phase is MigrationPhase.RUNNING and host in (migration.source, migration.target):
+                self._finish(migration, MigrationPhase.FAILED, f"{error}: {host.uri}")
+
+    # ------------------------------------------------------------------ internals
+
+    def _disks_to_copy(self, source: SimHost, request: MigrationRequest) -> tuple[DiskCopy, ...]:
+        sizes_from_spec = {d.path: d.size_gib for d in request.spec.disks} if request.spec else {}
+        copies: list[DiskCopy] = []
+        for path in request.copy_disks:
+            located = self._cloud.storage.locate_local(source.name, path)
+            if located is not None:
+                pool, volume = located
+                if pool.shared:
+                    continue  # shared disks are visible on the target already
+                copies.append(DiskCopy(path, pool.name, volume.name, volume.size_gib, volume.content))
+                continue
+            pool_name, volume_name = self._cloud.storage.split_path(path)
+            size_gib = sizes_from_spec.get(path, 0)
+            if size_gib <= 0:
+                raise PermanentError(f"disk {path} to copy is not a volume on {source.uri}")
+            copies.append(DiskCopy(path, pool_name, volume_name, size_gib, ""))
+        return tuple(copies)
+
+    def _target_refusal(self, migration: Migration, cpu: int, memory_mib: int) -> str:
+        target = migration.target
+        if not target.up:
+            return f"target {target.uri} is unreachable"
+        present = target.domains.get(migration.domain)
+        if present is not None and present.active:
+            return f"domain {migration.domain} is already {present.state} on {target.uri}"
+        try:
+            target.check_room(cpu, memory_mib, f"domain {migration.domain}")
+            self._cloud.storage.check_copy_room(target.name, migration.disks)
+        except DriverError as exc:
+            return f"target cannot take the domain: {exc}"
+        return ""
+
+    def _schedule(self, migration: Migration) -> None:
+        loop = asyncio.get_running_loop()
+        migration.timer = loop.call_later(self._cloud.migration_tick_s, self._tick, migration)
+
+    def _tick(self, migration: Migration) -> None:
+        migration.timer = None
+        if migration.phase is not MigrationPhase.RUNNING:
+            return
+        source_domain = migration.source.domains.get(migration.domain)
+        paused = source_domain is not None and source_domain.state_before_migration is DomainState.PAUSED
+        dirty_rate = 0.0 if paused else self._cloud.dirty_rate(migration.domain)
+        seconds = self._cloud.migration_tick_s * self._cloud.time_scale
+        converged = migration.advance(seconds, dirty_rate)
+        if converged:
+            self._switch_over(migration)
+        elif migration.at_fault_point():
+            if migration.fault is InjectedFault.FAIL:
+                self._finish(migration, MigrationPhase.FAILED, "migration failed half way (injected fault)")
+            else:
+                migration.stalled = True  # no more ticks: no progress until aborted
+        else:
+            self._schedule(migration)
+
+    def _release(self, migration: Migration) -> None:
+        cpu, memory = migration.reserved
+        migration.target.reserved_vcpus -= cpu
+        migration.target.reserved_memory_mib -= memory
+        migration.reserved = (0, 0)
+        if migration.timer is not None:
+            migration.timer.cancel()
+            migration.timer = None
+
+    def _finish(self, migration: Migration, phase: MigrationPhase, error: str) -> None:
+        """End a migration that did not switch over: the domain stays where it was."""
+        self._release(migration)
+        migration.phase = phase
+        migration.error = error
+        domain = migration.source.domains.get(migration.domain)
+        if domain is not None and domain.state is DomainState.MIGRATING:
+            domain.state = domain.state_before_migration or DomainState.RUNNING
+            domain.state_before_migration = None
+        migration.source.emit(
+            DomainEventType.MIGRATION_FAILED, domain or _placeholder(migration), detail=f"{phase}: {error}"
+        )
+
+    def _switch_over(self, migration: Migration) -> None:
+        source, target = migration.source, migration.target
+        domain = source.domains.get(migration.domain)
+        if domain is None or domain.state is not DomainState.MIGRATING:
+            self._finish(migration, MigrationPhase.FAILED, "the domain left the source during migration")
+            return
+        self._release(migration)
+        live = domain.live or domain.spec
+        try:
+            target.check_room(live.cpu, live.memory_mib, f"domain {domain.name}")
+            self._cloud.storage.land_copies(target.name, migration.disks)
+        except DriverError as exc:
+            self._finish(migration, MigrationPhase.FAILED, f"switch-over failed: {exc}")
+            return
+        run_state = domain.state_before_migration or DomainState.RUNNING
+        source.remove(domain)
+        migration.phase = MigrationPhase.COMPLETED
+        source.emit(DomainEventType.MIGRATED, domain, detail=f"to {target.uri}")
+        arrived = target.define(domain.spec)
+        target.power_on(arrived, run_state, live)
+        arrived.memory = domain.memory
+        arrived.boots = domain.boots
+        target.emit(DomainEventType.STARTED, arrived, detail=f"migrated from {source.uri}")
+
+
+def _placeholder(migration: Migration) -> SimDomain:
+    """Stands in for a domain that is gone from the source, so that the failure event can be sent."""
+    spec = DomainSpec(name=migration.domain, vm_name="", vm_uid=migration.vm_uid, cpu=0, memory_mib=0)
+    return SimDomain(spec=spec)
