@@ -1,0 +1,84 @@
+#!/bin/bash
+# Build the busybox initramfs used by the real-guest tests (TCG, no network).
+# usage: build-initrd.sh KERNEL_TREE OUT.gz
+#   KERNEL_TREE: a linux-image-*-cloud-amd64 package unpacked with `dpkg-deb -x`.
+# What the guest does, so tests can watch it through the serial log:
+#   - prints "GUEST-UP" once booted and "DISK0: <first 16 bytes of /dev/vda>"
+#   - prints "TICK n" every 2 s and writes "DISKTICK n" into sector 1 of /dev/vda
+#   - powers off on the ACPI power button (busybox acpid; needs button+evdev)
+#   - kernel argument vp.reboot=N: reboots itself after N ticks (guest reset test)
+#   - kernel argument vp.dirty=N: keeps rewriting N MiB of RAM (migration that
+#     does not converge under a low bandwidth limit)
+set -euo pipefail
+tree=${1:?unpacked kernel package}; out=${2:?output initrd.gz}
+kver=$(ls "$tree/lib/modules" | head -1)
+moddir=$tree/lib/modules/$kver
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+
+mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods,etc/acpi/PWRF}
+cp /bin/busybox "$root/bin/busybox"
+# Load order matters: virtio core first, then the PCI transport, then block; evdev+button for ACPI.
+modules="virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk evdev button"
+for mod in $modules; do
+  file=$(find "$moddir" -name "$mod.ko*" | head -1)
+  [ -n "$file" ] || { echo "module $mod not found in $moddir" >&2; exit 1; }
+  case $file in
+    *.xz) xz -dc "$file" >"$root/mods/$mod.ko" ;;
+    *.zst) zstd -qdc "$file" >"$root/mods/$mod.ko" ;;
+    *) cp "$file" "$root/mods/$mod.ko" ;;
+  esac
+done
+echo "$modules" >"$root/mods/order"
+
+# acpid runs the script named after the event's directory/code: PWRF/00000080 is the power button.
+cat >"$root/etc/acpi/PWRF/00000080" <<'SCRIPT'
+#!/bin/busybox sh
+echo "GUEST-POWEROFF"
+sync
+/bin/busybox poweroff -f
+SCRIPT
+
+cat >"$root/init" <<'SCRIPT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done
+acpid -c /etc/acpi -l /tmp/acpid.log
+reboot_after=0
+dirty_mib=0
+for arg in $(cat /proc/cmdline); do
+  case $arg in
+    vp.reboot=*) reboot_after=${arg#vp.reboot=} ;;
+    vp.dirty=*) dirty_mib=${arg#vp.dirty=} ;;
+  esac
+done
+echo "GUEST-UP uptime=$(cut -d' ' -f1 /proc/uptime) disks=$(ls /sys/block | tr '\n' ',')"
+if [ -b /dev/vda ]; then
+  echo "DISK0: $(dd if=/dev/vda bs=16 count=1 2>/dev/null | tr -c 'A-Za-z0-9=_-' '.')"
+fi
+if [ "$dirty_mib" -gt 0 ]; then
+  mkdir -p /dirty
+  mount -t tmpfs -o size=$((dirty_mib + 8))m tmpfs /dirty
+  (while :; do dd if=/dev/urandom of=/dirty/pages bs=1M count="$dirty_mib" conv=notrunc 2>/dev/null; done) &
+fi
+tick=0
+while :; do
+  tick=$((tick + 1))
+  echo "TICK $tick"
+  if [ -b /dev/vda ]; then
+    echo "DISKTICK $tick" | dd of=/dev/vda bs=512 seek=1 conv=sync,fsync 2>/dev/null
+  fi
+  if [ "$reboot_after" -gt 0 ] && [ "$tick" -ge "$reboot_after" ]; then
+    echo "GUEST-REBOOT"
+    sync
+    reboot -f
+  fi
+  sleep 2
+done
+SCRIPT
+chmod +x "$root/init" "$root/etc/acpi/PWRF/00000080"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1 >"$out")
+echo "built $out ($(stat -c %s "$out") bytes)"

@@ -1,0 +1,193 @@
+"""One libvirt connection that notices when its host goes away and comes back.
+
+Keepalive probes (remote URIs only) and libvirt's close callback tell us the
+connection died; a failed call on a connection that is no longer alive does
+too. While the host is away ``connected`` is False, every call raises
+HostUnreachable, and a background thread reopens the connection with
+exponential backoff. ``on_down``/``on_up`` report the transitions (the driver
+turns them into HOST_DOWN/HOST_UP events).
+
+All methods here block; the driver runs them in its executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from virtplane.drivers.errors import HostUnreachable
+from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.libvirt.events import ensure_event_loop
+
+log = logging.getLogger(__name__)
+
+Opener = Callable[[str], Any]
+
+
+def _open_with_libvirt(uri: str) -> Any:
+    return _libvirt.load().open(uri)
+
+
+class LibvirtConnection:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        on_open: Callable[[Any], None],
+        on_up: Callable[[], None],
+        on_down: Callable[[str], None],
+        opener: Opener | None = None,
+        keepalive_interval_s: int = 5,
+        keepalive_count: int = 3,
+        reconnect_initial_s: float = 0.5,
+        reconnect_max_s: float = 30.0,
+    ) -> None:
+        self.uri = uri
+        self._on_open = on_open
+        self._on_up = on_up
+        self._on_down = on_down
+        self._opener = opener or _open_with_libvirt
+        self._keepalive = (keepalive_interval_s, keepalive_count)
+        self._reconnect_initial_s = reconnect_initial_s
+        self._reconnect_max_s = reconnect_max_s
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self._closing = threading.Event()
+        self._reconnector: threading.Thread | None = None
+        self.last_error = ""
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def get(self) -> Any:
+        """The live virConnect; raises HostUnreachable while the host is away."""
+        conn = self._conn
+        if conn is None:
+            raise HostUnreachable(f"{self.uri}: not connected ({self.last_error or 'never connected'})")
+        return conn
+
+    def open(self) -> None:
+        """Connect now; on failure raise HostUnreachable and keep trying in the background."""
+        with self._lock:
+            if self._conn is not None:
+                return
+            self._closing.clear()
+            try:
+                self._open_once()
+            except HostUnreachable:
+                self._start_reconnecting()
+                raise
+        self._on_up()
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._lock:
+            conn, self._conn = self._conn, None
+        reconnector = self._reconnector
+        if reconnector is not None and reconnector is not threading.current_thread():
+            reconnector.join(timeout=10)
+        if conn is not None:
+            self._dispose(conn)
+
+    def is_alive(self) -> bool:
+        conn = self._conn
+        if conn is None:
+            return False
+        try:
+            return bool(conn.isAlive())
+        except Exception:
+            return False
+
+    def lost(self, why: str) -> None:
+        """The connection is dead: report the host down once and start reconnecting."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is None or self._closing.is_set():
+                return
+            self.last_error = why
+            self._start_reconnecting(dead=conn)
+        log.warning("libvirt connection to %s lost: %s", self.uri, why)
+        self._on_down(why)
+
+    # -- internals
+
+    def _open_once(self) -> None:
+        ensure_event_loop()  # keepalive and events need the loop before the connection opens
+        try:
+            conn = self._opener(self.uri)
+        except Exception as exc:
+            self.last_error = str(exc)
+            raise HostUnreachable(f"{self.uri}: {exc}") from exc
+        if conn is None:
+            self.last_error = "open returned no connection"
+            raise HostUnreachable(f"{self.uri}: {self.last_error}")
+        try:
+            interval, count = self._keepalive
+            conn.setKeepAlive(interval, count)
+        except Exception:
+            pass  # local drivers (test:///, qemu:///system over a unix socket opened in-process) lack it
+        try:
+            conn.registerCloseCallback(self._closed_by_libvirt, None)
+            self._on_open(conn)
+        except Exception as exc:
+            self._dispose(conn)
+            self.last_error = str(exc)
+            raise HostUnreachable(f"{self.uri}: {exc}") from exc
+        self._conn = conn
+        self.last_error = ""
+
+    def _closed_by_libvirt(self, conn: Any, reason: int, _opaque: object) -> None:
+        lv = _libvirt.load()
+        if reason == lv.VIR_CONNECT_CLOSE_REASON_CLIENT:
+            return  # we closed it ourselves
+        names = {
+            lv.VIR_CONNECT_CLOSE_REASON_ERROR: "I/O error",
+            lv.VIR_CONNECT_CLOSE_REASON_EOF: "closed by the host",
+            lv.VIR_CONNECT_CLOSE_REASON_KEEPALIVE: "keepalive timeout",
+        }
+        # Called on the event loop thread: never block it with a reconnect.
+        if conn is self._conn:
+            self.lost(names.get(reason, f"closed (reason {reason})"))
+
+    def _start_reconnecting(self, dead: Any = None) -> None:
+        if self._reconnector is not None and self._reconnector.is_alive():
+            return
+        self._reconnector = threading.Thread(
+            target=self._reconnect_loop, args=(dead,), name=f"libvirt-reconnect {self.uri}", daemon=True
+        )
+        self._reconnector.start()
+
+    def _reconnect_loop(self, dead: Any) -> None:
+        if dead is not None:
+            self._dispose(dead)
+        delay = self._reconnect_initial_s
+        while not self._closing.wait(delay):
+            with self._lock:
+                if self._closing.is_set():
+                    return
+                if self._conn is not None:
+                    return
+                try:
+                    self._open_once()
+                except HostUnreachable as exc:
+                    log.debug("reconnect to %s failed: %s", self.uri, exc)
+                    delay = min(delay * 2, self._reconnect_max_s)
+                    continue
+            log.info("libvirt connection to %s is back", self.uri)
+            self._on_up()
+            return
+
+    @staticmethod
+    def _dispose(conn: Any) -> None:
+        # A dead connection may refuse a clean close; it is gone either way.
+        with contextlib.suppress(Exception):
+            conn.unregisterCloseCallback()
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+__all__ = ["LibvirtConnection", "Opener"]

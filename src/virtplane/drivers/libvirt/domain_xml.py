@@ -1,0 +1,278 @@
+"""Domain XML for libvirt, built with ElementTree from a ``DomainSpec``.
+
+Everything that comes from users (VM names, paths, kernel command lines) is
+set as element text or attribute values, so ElementTree escapes it; characters
+that XML 1.0 cannot carry at all (most control characters) are replaced first,
+because libvirt would reject the document otherwise.
+
+Guest power events are told apart by the domain's lifecycle actions:
+``on_poweroff=destroy`` turns a guest power-off into a stopped domain (state
+reason "shutdown"), while ``on_reboot=restart`` keeps the domain running across
+a guest reset and makes libvirt send a reboot event. ``on_crash=destroy`` with a
+panic device turns a guest kernel panic into state reason "crashed".
+
+This module is pure (no libvirt import) so it is tested everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from virtplane.drivers.base import DomainSpec
+from virtplane.drivers.errors import PermanentError
+
+INSTANCE_NS = "https://virtplane.io/xmlns/libvirt/instance/1"
+"""Metadata written with the definition: the VM's name and uid, and a digest of what we defined."""
+
+STOP_NS = "https://virtplane.io/xmlns/libvirt/stop-request/1"
+"""Metadata set just before the control plane asks a guest to shut down (kept in the persistent config)."""
+STOP_PREFIX = "virtplanestop"  # the XML prefix libvirt writes for STOP_NS
+
+# Stable namespace for deriving libvirt UUIDs from VM uids that are not UUIDs themselves.
+_UUID_NAMESPACE = uuid.UUID("9b1f7a2e-5d0c-4e55-8a0e-4f6f1f7c2a11")
+
+# XML 1.0 allows tab, newline, carriage return and everything from U+0020 except surrogates and U+FFFE/F.
+_XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_DOMAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_DISK_FORMATS = frozenset({"qcow2", "raw"})
+
+
+def xml_text(value: str) -> str:
+    """``value`` with the characters XML cannot represent replaced by U+FFFD."""
+    return _XML_INVALID.sub("\ufffd", value)
+
+
+def one_line(value: str) -> str:
+    """libvirt refuses titles with line breaks; fold them into spaces."""
+    return " ".join(xml_text(value).splitlines())
+
+
+def domain_uuid(vm_uid: str) -> str:
+    """The libvirt UUID of a VM's domain: its uid when that is a UUID, else derived from it.
+
+    Deterministic, so a domain keeps its UUID when it is redefined or migrated.
+    """
+    try:
+        return str(uuid.UUID(vm_uid))
+    except ValueError:
+        return str(uuid.uuid5(_UUID_NAMESPACE, vm_uid))
+
+
+def disk_target(index: int) -> str:
+    """virtio disk names in order: vda..vdz, vdaa, vdab, ..."""
+    letters = ""
+    index += 1
+    while index:
+        index, rem = divmod(index - 1, 26)
+        letters = chr(ord("a") + rem) + letters
+    return f"vd{letters}"
+
+
+@dataclass(frozen=True)
+class XmlOptions:
+    """How a host wants its domains: these differ between libvirt's test driver and QEMU."""
+
+    domain_type: str = "qemu"
+    machine: str | None = "q35"
+    arch: str | None = "x86_64"
+    cpu_model: str | None = "qemu64"
+    panic_device: bool = True
+
+
+TEST_DRIVER_OPTIONS = XmlOptions(
+    domain_type="test", machine=None, arch=None, cpu_model=None, panic_device=False
+)
+
+
+def spec_digest(spec: DomainSpec, options: XmlOptions, console_log: str | None) -> str:
+    """A digest of everything that goes into the definition: equal digests mean nothing to redefine."""
+    return hashlib.sha256(repr((spec, options, console_log)).encode()).hexdigest()[:32]
+
+
+def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+    element = ET.SubElement(parent, tag, {k: xml_text(v) for k, v in attrs.items()})
+    if text is not None:
+        element.text = xml_text(text)
+    return element
+
+
+def validate_spec(spec: DomainSpec) -> None:
+    if not _DOMAIN_NAME.match(spec.name):
+        raise PermanentError(f"domain name {spec.name!r} is not a safe libvirt domain name")
+    if spec.cpu < 1:
+        raise PermanentError(f"a domain needs at least one vCPU, got {spec.cpu}")
+    if spec.memory_mib < 16:
+        raise PermanentError(f"a domain needs at least 16 MiB of memory, got {spec.memory_mib}")
+    if (spec.initrd or spec.cmdline) and not spec.kernel:
+        raise PermanentError("an initrd or kernel command line needs a kernel")
+    for disk in spec.disks:
+        if disk.format not in _DISK_FORMATS:
+            raise PermanentError(f"disk format {disk.format!r} is not one of {sorted(_DISK_FORMATS)}")
+        if not disk.path.startswith("/"):
+            raise PermanentError(f"disk path {disk.path!r} is not absolute")
+
+
+def build_domain_xml(spec: DomainSpec, options: XmlOptions, console_log: str | None = None) -> str:
+    """The persistent definition of ``spec``'s domain."""
+    validate_spec(spec)
+    domain = ET.Element("domain", {"type": options.domain_type})
+    _sub(domain, "name", spec.name)
+    _sub(domain, "uuid", domain_uuid(spec.vm_uid))
+    _sub(domain, "title", one_line(spec.vm_name))
+    _sub(domain, "description", f"virtplane VM {spec.vm_name} (uid {spec.vm_uid})")
+
+    metadata = _sub(domain, "metadata")
+    instance = ET.SubElement(metadata, f"{{{INSTANCE_NS}}}instance")
+    _sub(instance, f"{{{INSTANCE_NS}}}name", spec.vm_name)
+    _sub(instance, f"{{{INSTANCE_NS}}}uid", spec.vm_uid)
+    _sub(instance, f"{{{INSTANCE_NS}}}digest", spec_digest(spec, options, console_log))
+
+    _sub(domain, "memory", str(spec.memory_mib), unit="MiB")
+    _sub(domain, "currentMemory", str(spec.memory_mib), unit="MiB")
+    _sub(domain, "vcpu", str(spec.cpu))
+
+    os_element = _sub(domain, "os")
+    type_attrs = {}
+    if options.arch:
+        type_attrs["arch"] = options.arch
+    if options.machine:
+        type_attrs["machine"] = options.machine
+    _sub(os_element, "type", "hvm", **type_attrs)
+    if spec.kernel:
+        _sub(os_element, "kernel", spec.kernel)
+        if spec.initrd:
+            _sub(os_element, "initrd", spec.initrd)
+        if spec.cmdline:
+            _sub(os_element, "cmdline", spec.cmdline)
+
+    features = _sub(domain, "features")
+    _sub(features, "acpi")
+    _sub(features, "apic")
+    if options.cpu_model:
+        cpu = _sub(domain, "cpu", mode="custom", match="exact")
+        _sub(cpu, "model", options.cpu_model, fallback="allow")
+    _sub(domain, "clock", offset="utc")
+    _sub(domain, "on_poweroff", "destroy")
+    _sub(domain, "on_reboot", "restart")
+    _sub(domain, "on_crash", "destroy")
+
+    devices = _sub(domain, "devices")
+    for index, disk in enumerate(spec.disks):
+        disk_element = _sub(devices, "disk", type="file", device="disk")
+        # cache=none: no host page cache, so a migration or a copy of the file sees what the guest wrote.
+        _sub(disk_element, "driver", name="qemu", type=disk.format, cache="none")
+        _sub(disk_element, "source", file=disk.path)
+        _sub(disk_element, "target", dev=disk_target(index), bus="virtio")
+        if disk.boot_order is not None:
+            _sub(disk_element, "boot", order=str(disk.boot_order))
+    serial = _sub(devices, "serial", type="pty")
+    if console_log:
+        _sub(serial, "log", file=console_log, append="on")
+    _sub(serial, "target", port="0")
+    console = _sub(devices, "console", type="pty")
+    _sub(console, "target", type="serial", port="0")
+    # User-mode networking needs no host bridge and survives migration.
+    if options.domain_type != "test":
+        interface = _sub(devices, "interface", type="user")
+        _sub(interface, "model", type="virtio")
+    _sub(devices, "memballoon", model="none")
+    if options.panic_device:
+        _sub(devices, "panic", model="isa")
+
+    return ET.tostring(domain, encoding="unicode")
+
+
+@dataclass(frozen=True)
+class DefinedDomain:
+    """What we read back from a domain's XML."""
+
+    vm_name: str
+    vm_uid: str
+    digest: str
+    disks: tuple[tuple[str, str], ...]  # (target dev, source file)
+
+
+def parse_domain_xml(xml: str) -> DefinedDomain:
+    root = ET.fromstring(xml)
+    instance = root.find(f"metadata/{{{INSTANCE_NS}}}instance")
+
+    def field(tag: str) -> str:
+        if instance is None:
+            return ""
+        return instance.findtext(f"{{{INSTANCE_NS}}}{tag}", default="")
+
+    disks: list[tuple[str, str]] = []
+    for disk in root.findall("devices/disk"):
+        target = disk.find("target")
+        source = disk.find("source")
+        if target is None or source is None:
+            continue
+        path = source.get("file") or source.get("dev") or ""
+        disks.append((target.get("dev", ""), path))
+    return DefinedDomain(
+        vm_name=field("name"), vm_uid=field("uid"), digest=field("digest"), disks=tuple(disks)
+    )
+
+
+def stop_request_xml(requested: bool) -> str:
+    """The stop-request metadata element (without namespace: libvirt adds it from the call's URI)."""
+    element = ET.Element("stop", {"requested": "yes" if requested else "no"})
+    return ET.tostring(element, encoding="unicode")
+
+
+def parse_stop_request(xml: str) -> bool:
+    return ET.fromstring(xml).get("requested") == "yes"
+
+
+def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2") -> str:
+    volume = ET.Element("volume")
+    _sub(volume, "name", name)
+    _sub(volume, "capacity", str(capacity_bytes), unit="bytes")
+    target = _sub(volume, "target")
+    _sub(target, "format", type=fmt)
+    return ET.tostring(volume, encoding="unicode")
+
+
+def dir_pool_xml(name: str, path: str) -> str:
+    pool = ET.Element("pool", {"type": "dir"})
+    _sub(pool, "name", name)
+    target = _sub(pool, "target")
+    _sub(target, "path", path)
+    return ET.tostring(pool, encoding="unicode")
+
+
+def backup_xml(disks: list[tuple[str, str]]) -> str:
+    """A push-mode backup of the given (target dev, destination file) pairs, as qcow2."""
+    backup = ET.Element("domainbackup", {"mode": "push"})
+    disks_element = _sub(backup, "disks")
+    for dev, destination in disks:
+        disk = _sub(disks_element, "disk", name=dev, backup="yes", type="file")
+        _sub(disk, "target", file=destination)
+        _sub(disk, "driver", type="qcow2")
+    return ET.tostring(backup, encoding="unicode")
+
+
+__all__ = [
+    "INSTANCE_NS",
+    "STOP_NS",
+    "TEST_DRIVER_OPTIONS",
+    "DefinedDomain",
+    "XmlOptions",
+    "backup_xml",
+    "build_domain_xml",
+    "dir_pool_xml",
+    "disk_target",
+    "domain_uuid",
+    "one_line",
+    "parse_domain_xml",
+    "parse_stop_request",
+    "spec_digest",
+    "stop_request_xml",
+    "validate_spec",
+    "volume_xml",
+    "xml_text",
+]

@@ -1,0 +1,156 @@
+"""Outgoing live migrations: one thread per migration running ``migrateToURI3``.
+
+``migrateToURI3`` blocks until the migration ends, so it runs in its own thread
+and ``migrate()`` returns at once. Progress is read from the domain's job
+statistics while it runs; the outcome (completed, failed, aborted) is kept
+until the next migration of the same domain so a controller that polls late
+still sees it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from virtplane.drivers.base import MigrationJob, MigrationPhase, MigrationRequest
+from virtplane.drivers.errors import PermanentError
+from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.libvirt.domain_xml import parse_domain_xml
+
+MIB = 1024 * 1024
+
+
+def migration_parameters(
+    request: MigrationRequest, domain_xml: str, *, migration_address: str | None
+) -> tuple[dict[str, Any], int]:
+    """``migrateToURI3`` parameters and flags for ``request``."""
+    lv = _libvirt.load()
+    params: dict[str, Any] = {}
+    if migration_address:
+        # Where the destination QEMU listens and the source connects (default: the destination's hostname).
+        params[lv.VIR_MIGRATE_PARAM_URI] = f"tcp://{migration_address}"
+        params[lv.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] = migration_address
+    if request.bandwidth_mib_s is not None:
+        params[lv.VIR_MIGRATE_PARAM_BANDWIDTH] = int(request.bandwidth_mib_s)
+    flags = (
+        lv.VIR_MIGRATE_LIVE
+        | lv.VIR_MIGRATE_PEER2PEER
+        | lv.VIR_MIGRATE_PERSIST_DEST
+        | lv.VIR_MIGRATE_UNDEFINE_SOURCE
+        | lv.VIR_MIGRATE_ABORT_ON_ERROR
+        # libvirt only trusts cluster filesystems as shared; the control plane knows which of our
+        # pools every host sees (DiskAttachment.shared) and copies all the others.
+        | lv.VIR_MIGRATE_UNSAFE
+    )
+    if request.copy_disks:
+        wanted = set(request.copy_disks)
+        disks = parse_domain_xml(domain_xml).disks
+        devs = [dev for dev, path in disks if path in wanted]
+        missing = wanted - {path for _dev, path in disks}
+        if missing:
+            raise PermanentError(f"disks to copy are not attached to {request.domain}: {sorted(missing)}")
+        params[lv.VIR_MIGRATE_PARAM_MIGRATE_DISKS] = devs
+        flags |= lv.VIR_MIGRATE_NON_SHARED_DISK
+    return params, flags
+
+
+@dataclass
+class _Migration:
+    job: MigrationJob
+    thread: threading.Thread | None = None
+    abort_requested: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class MigrationTracker:
+    """The outgoing migrations of one driver, by domain name."""
+
+    def __init__(self, on_failed: Callable[[MigrationJob], None]) -> None:
+        self._migrations: dict[str, _Migration] = {}
+        self._lock = threading.Lock()
+        self._on_failed = on_failed
+
+    def running(self, name: str) -> bool:
+        with self._lock:
+            entry = self._migrations.get(name)
+        return entry is not None and not entry.job.finished
+
+    def start(self, dom: Any, request: MigrationRequest, params: dict[str, Any], flags: int) -> None:
+        with self._lock:
+            entry = self._migrations.get(request.domain)
+            if entry is not None and not entry.job.finished:
+                return  # already migrating: migrate() is idempotent
+            entry = _Migration(MigrationJob(request.domain, request.target_uri, MigrationPhase.RUNNING))
+            self._migrations[request.domain] = entry
+        entry.thread = threading.Thread(
+            target=self._run,
+            args=(entry, dom, request.target_uri, params, flags),
+            name=f"migrate {request.domain}",
+            daemon=True,
+        )
+        entry.thread.start()
+
+    def _run(self, entry: _Migration, dom: Any, target_uri: str, params: dict[str, Any], flags: int) -> None:
+        lv = _libvirt.load()
+        try:
+            dom.migrateToURI3(target_uri, params, flags)
+        except lv.libvirtError as exc:
+            aborted = entry.abort_requested or _libvirt.error_code(exc) == lv.VIR_ERR_OPERATION_ABORTED
+            phase = MigrationPhase.ABORTED if aborted else MigrationPhase.FAILED
+            with entry.lock:
+                entry.job = replace(entry.job, phase=phase, error=str(exc))
+            self._on_failed(entry.job)
+            return
+        with entry.lock:
+            entry.job = replace(entry.job, phase=MigrationPhase.COMPLETED, data_remaining_mib=0.0)
+
+    def job(self, name: str, dom: Any | None) -> MigrationJob | None:
+        """The migration's state, with fresh job statistics while it runs."""
+        with self._lock:
+            entry = self._migrations.get(name)
+        if entry is None:
+            return None
+        if not entry.job.finished and dom is not None:
+            stats = _job_stats(dom)
+            if stats is not None:
+                with entry.lock:
+                    if not entry.job.finished:
+                        entry.job = replace(entry.job, **stats)
+        with entry.lock:
+            return entry.job
+
+    def request_abort(self, name: str) -> bool:
+        """Mark the migration as aborted by us; False when none is running."""
+        with self._lock:
+            entry = self._migrations.get(name)
+        if entry is None or entry.job.finished:
+            return False
+        entry.abort_requested = True
+        return True
+
+    def wait(self, name: str, timeout: float | None = None) -> None:
+        with self._lock:
+            entry = self._migrations.get(name)
+        if entry is not None and entry.thread is not None:
+            entry.thread.join(timeout)
+
+
+def _job_stats(dom: Any) -> dict[str, Any] | None:
+    lv = _libvirt.load()
+    try:
+        stats = dom.jobStats(0)
+    except lv.libvirtError:
+        return None  # the job just ended, or the domain left
+    if stats.get("type", lv.VIR_DOMAIN_JOB_NONE) == lv.VIR_DOMAIN_JOB_NONE:
+        return None
+    return {
+        "data_total_mib": stats.get("data_total", 0) / MIB,
+        "data_processed_mib": stats.get("data_processed", 0) / MIB,
+        "data_remaining_mib": stats.get("data_remaining", 0) / MIB,
+        "iteration": int(stats.get("memory_iteration", 0)),
+    }
+
+
+__all__ = ["MigrationTracker", "migration_parameters"]
