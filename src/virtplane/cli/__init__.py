@@ -1,0 +1,1 @@
+"""The `virtplane` command line: a thin HTTP client of the virtplane server."""

@@ -1,0 +1,74 @@
+"""What every command gets: the server URL and token, a lazily built client, consoles, a clock.
+
+Tests inject a transport and a fake clock by passing ``obj=CliOverrides(...)`` to
+``CliRunner.invoke``; the root callback picks it up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx
+import typer
+from rich.console import Console
+
+from virtplane.cli.client import ApiClient
+from virtplane.cli.output import make_console
+
+__all__ = ["CliOverrides", "CliState", "Clock", "SystemClock", "state_of"]
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass
+class CliOverrides:
+    """Replacements for the network and the clock, for tests and embedding."""
+
+    transport: httpx.BaseTransport | None = None
+    clock: Clock | None = None
+
+
+@dataclass
+class CliState:
+    url: str
+    token: str | None
+    transport: httpx.BaseTransport | None = None
+    clock: Clock = field(default_factory=SystemClock)
+    console: Console = field(default_factory=make_console)
+    err_console: Console = field(default_factory=lambda: make_console(stderr=True))
+    _client: ApiClient | None = None
+
+    @property
+    def client(self) -> ApiClient:
+        if self._client is None:
+            self._client = ApiClient(self.url, self.token, transport=self.transport)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def state_of(ctx: typer.Context) -> CliState:
+    """The ``CliState`` the root callback stored on the context."""
+    state = ctx.find_object(CliState)
+    if state is None:  # a sub-app invoked on its own, e.g. in a test
+        state = CliState(url="http://127.0.0.1:8470", token=None)
+        ctx.obj = state
+        ctx.call_on_close(state.close)
+    return state

@@ -1,0 +1,271 @@
+"""Host commands (maintenance, enable/disable), simulator faults and API tokens."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from virtplane.cli.client import ApiError, CliError, JsonObject
+from virtplane.cli.context import CliState, state_of
+from virtplane.cli.output import (
+    OutputFormat,
+    dig,
+    print_json,
+    print_maintenance,
+    print_yaml,
+    progress_summary,
+)
+from virtplane.cli.waiting import wait_for
+
+__all__ = ["register"]
+
+DEFAULT_TIMEOUT_S = 1800.0
+MAINTENANCE_DONE = "Maintenance"
+MAINTENANCE_FAILED = "ErrorInMaintenance"
+
+
+class Strategy(StrEnum):
+    ERROR = "Error"
+    MIGRATION = "Migration"
+    FORCE_STOP = "ForceStop"
+    STOP = "Stop"
+
+
+class FaultKind(StrEnum):
+    GUEST_SHUTDOWN = "guest-shutdown"
+    GUEST_RESET = "guest-reset"
+    CRASH = "crash"
+    FAIL_START = "fail-start"
+    FAIL_MIGRATION = "fail-migration"
+    STALL_MIGRATION = "stall-migration"
+    HOST_DOWN = "host-down"
+    HOST_UP = "host-up"
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    OPERATOR = "operator"
+    VIEWER = "viewer"
+
+
+HostArgument = Annotated[str, typer.Argument(help="The host's name.", show_default=False)]
+OutputOption = Annotated[
+    OutputFormat, typer.Option("--output", "-o", case_sensitive=False, help="table, json or yaml.")
+]
+
+
+def _print_object(state: CliState, data: JsonObject, output: OutputFormat) -> bool:
+    """Print ``data`` as JSON or YAML if asked; return whether it did."""
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return True
+    if output is OutputFormat.YAML:
+        print_yaml(data)
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- maintenance
+
+
+def maintenance_enable(
+    ctx: typer.Context,
+    host: HostArgument,
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(
+            "--strategy",
+            case_sensitive=False,
+            help="For running VMs with local disks: Error (refuse), Migration (with storage), "
+            "ForceStop or Stop. Default: the setting host.maintenance.local.storage.strategy.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only compute and print the plan.")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", "-w", help="Follow the drain until Maintenance; exit 1 on ErrorInMaintenance."
+        ),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="With --wait: seconds at most.")
+    ] = DEFAULT_TIMEOUT_S,
+    output: OutputOption = OutputFormat.TABLE,
+) -> None:
+    """Put a host into maintenance: move or stop its VMs, then hold it empty.
+
+    VMs stopped by maintenance are started again when it is cancelled. Asking again
+    retries a host in ErrorInMaintenance.
+    """
+    state = state_of(ctx)
+    maintenance = state.client.post(
+        f"/v1/hosts/{host}/maintenance",
+        {"strategy": strategy.value if strategy else None, "dry_run": dry_run},
+    )
+    if not _print_object(state, maintenance, output):
+        print_maintenance(state.console, maintenance)
+    if wait and not dry_run:
+        _wait_for_maintenance(state, host, timeout)
+
+
+def _wait_for_maintenance(state: CliState, host: str, timeout: float) -> None:
+    def fetch() -> JsonObject:
+        current = state.client.get("hosts", host)
+        try:
+            current["_maintenance"] = state.client.get_path(f"/v1/hosts/{host}/maintenance")
+        except ApiError as error:
+            if error.status_code != 404:
+                raise
+        return current
+
+    final = wait_for(
+        state,
+        what=f"host/{host}",
+        fetch=fetch,
+        describe=_maintenance_line,
+        is_done=lambda h: dig(h, "status.resource_state") in (MAINTENANCE_DONE, MAINTENANCE_FAILED),
+        timeout_s=timeout,
+    )
+    if dig(final, "status.resource_state") == MAINTENANCE_FAILED:
+        message = (
+            dig(final, "status.message")
+            or dig(final, "_maintenance.message")
+            or "see `virtplane describe host`"
+        )
+        raise CliError(MAINTENANCE_FAILED, f"host/{host}: {message}")
+    state.console.print(Text(f"host/{host} is in Maintenance", style="green"))
+
+
+def _maintenance_line(host: JsonObject) -> str:
+    """``PrepareForMaintenance  web-1: phase=Migrating, target=node-2; db-1: phase=Stopped``."""
+    parts = [str(dig(host, "status.resource_state", "Unknown"))]
+    progress = dig(host, "_maintenance.progress", {})
+    if isinstance(progress, dict) and progress:
+        parts.append("; ".join(f"{vm}: {progress_summary(entry)}" for vm, entry in sorted(progress.items())))
+    message = dig(host, "_maintenance.message") or dig(host, "status.message")
+    if message:
+        parts.append(str(message))
+    return "  ".join(parts)
+
+
+def maintenance_cancel(ctx: typer.Context, host: HostArgument) -> None:
+    """Cancel maintenance: stop scheduling moves, return the host to Enabled, restart the VMs it stopped."""
+    state = state_of(ctx)
+    state.client.delete_path(f"/v1/hosts/{host}/maintenance")
+    state.console.print(Text(f"maintenance of host/{host} cancelled"))
+
+
+def maintenance_show(
+    ctx: typer.Context, host: HostArgument, output: OutputOption = OutputFormat.TABLE
+) -> None:
+    """Show a host's maintenance: phase, plan and per-VM progress."""
+    state = state_of(ctx)
+    maintenance = state.client.get_path(f"/v1/hosts/{host}/maintenance")
+    if not _print_object(state, maintenance, output):
+        print_maintenance(state.console, maintenance)
+
+
+# --------------------------------------------------------------------------- enable / disable
+
+
+def _set_enabled(state: CliState, host: str, enabled: bool) -> None:
+    updated = state.client.patch("hosts", host, {"spec": {"enabled": enabled}})
+    word = "enabled" if enabled else "disabled"
+    resource_state = dig(updated, "status.resource_state")
+    suffix = f" (state: {resource_state})" if resource_state else ""
+    state.console.print(Text(f"host/{host} {word}{suffix}"))
+
+
+def enable(ctx: typer.Context, host: HostArgument) -> None:
+    """Let a disabled host receive VMs again."""
+    _set_enabled(state_of(ctx), host, True)
+
+
+def disable(ctx: typer.Context, host: HostArgument) -> None:
+    """Stop placing VMs on a host; the VMs it runs stay where they are."""
+    _set_enabled(state_of(ctx), host, False)
+
+
+# --------------------------------------------------------------------------- sim, tokens
+
+
+def fault(
+    ctx: typer.Context,
+    host: HostArgument,
+    kind: Annotated[
+        FaultKind, typer.Argument(case_sensitive=False, help="What to inject.", show_default=False)
+    ],
+    vm: Annotated[
+        str | None, typer.Option("--vm", help="The VM it hits (VM faults).", show_default=False)
+    ] = None,
+    count: Annotated[int, typer.Option("--count", min=1, help="How many times (fail-start, ...).")] = 1,
+) -> None:
+    """Inject a fault into a simulated host (admin)."""
+    state = state_of(ctx)
+    state.client.post(f"/v1/hosts/{host}/faults", {"kind": kind.value, "vm": vm, "count": count})
+    target = f" on vm/{vm}" if vm else ""
+    times = f" x{count}" if count != 1 else ""
+    state.console.print(Text(f"fault {kind.value}{times} injected into host/{host}{target}"))
+
+
+def token_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Who the token is for.", show_default=False)],
+    role: Annotated[Role, typer.Option("--role", case_sensitive=False, help="admin, operator or viewer.")],
+    output: OutputOption = OutputFormat.TABLE,
+) -> None:
+    """Create an API token (admin). The token is shown only once."""
+    state = state_of(ctx)
+    created = state.client.post("/v1/tokens", {"name": name, "role": role.value})
+    if _print_object(state, created, output):
+        return
+    state.console.print(
+        Text(f"token {created.get('name', name)} ({created.get('role', role.value)}) created:")
+    )
+    state.console.print(Text(str(created.get("token", "")), style="bold"))
+    state.console.print(Text("Use it with --token or: export VIRTPLANE_TOKEN=<token>", style="dim"))
+
+
+_HOST_EPILOG = (
+    "Examples:\n"
+    "  virtplane host maintenance enable node-1 --dry-run\n"
+    "  virtplane host maintenance enable node-1 --strategy Migration --wait\n"
+    "  virtplane host maintenance show node-1\n"
+    "  virtplane host maintenance cancel node-1\n"
+    "  virtplane host disable node-2"
+)
+_SIM_EPILOG = (
+    "Examples:\n"
+    "  virtplane sim fault sim-1 crash --vm web-1\n"
+    "  virtplane sim fault sim-1 fail-start --vm web-1 --count 3\n"
+    "  virtplane sim fault sim-2 host-down"
+)
+_TOKEN_EPILOG = "Examples:\n  virtplane token create ci --role operator\n  virtplane token create grafana --role viewer -o json"
+
+
+def register(app: typer.Typer) -> None:
+    host_app = typer.Typer(help="Host maintenance and scheduling.", epilog=_HOST_EPILOG, no_args_is_help=True)
+    maintenance_app = typer.Typer(
+        help="Drain a host for maintenance.", epilog=_HOST_EPILOG, no_args_is_help=True
+    )
+    maintenance_app.command("enable", epilog=_HOST_EPILOG)(maintenance_enable)
+    maintenance_app.command("cancel", epilog=_HOST_EPILOG)(maintenance_cancel)
+    maintenance_app.command("show", epilog=_HOST_EPILOG)(maintenance_show)
+    host_app.add_typer(maintenance_app, name="maintenance")
+    host_app.command(epilog=_HOST_EPILOG)(enable)
+    host_app.command(epilog=_HOST_EPILOG)(disable)
+    app.add_typer(host_app, name="host")
+
+    sim_app = typer.Typer(
+        help="The simulated hypervisor (demo and tests).", epilog=_SIM_EPILOG, no_args_is_help=True
+    )
+    sim_app.command(epilog=_SIM_EPILOG)(fault)
+    app.add_typer(sim_app, name="sim")
+
+    token_app = typer.Typer(help="API tokens.", epilog=_TOKEN_EPILOG, no_args_is_help=True)
+    token_app.command("create", epilog=_TOKEN_EPILOG)(token_create)
+    app.add_typer(token_app, name="token")

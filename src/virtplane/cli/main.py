@@ -1,0 +1,156 @@
+"""``virtplane``: the command line, a thin HTTP client of the virtplane server (plus ``serve``)."""
+
+from __future__ import annotations
+
+import importlib
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from virtplane import __version__
+from virtplane.cli import hosts, resources, settings, vms
+from virtplane.cli.client import DEFAULT_URL, CliError
+from virtplane.cli.context import CliOverrides, CliState, SystemClock
+from virtplane.cli.output import make_console, print_error
+
+__all__ = ["app", "main"]
+
+
+class VirtplaneGroup(TyperGroup):
+    """The root command group: turns every ``CliError`` into ``Error (reason): message`` and exit 1."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
+        try:
+            return super().invoke(ctx)
+        except CliError as error:
+            print_error(make_console(stderr=True), error.reason, error.message)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="virtplane",
+    cls=VirtplaneGroup,
+    help="virtplane: keep every VM in the power state its owner asked for.\n\n"
+    "Talks to a virtplane server over HTTP; start one with `virtplane serve --demo`.",
+    epilog="Examples:\n"
+    "  virtplane serve --demo\n"
+    "  virtplane get vms\n"
+    "  virtplane --url http://10.0.0.5:8470 --token $TOKEN get hosts -o wide\n"
+    "  virtplane apply -f fleet.yaml\n"
+    "  virtplane vm stop web-1 --wait",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"virtplane {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    url: Annotated[
+        str,
+        typer.Option("--url", envvar="VIRTPLANE_URL", help="Base URL of the virtplane server."),
+    ] = DEFAULT_URL,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="VIRTPLANE_TOKEN",
+            help="API token, sent as 'Authorization: Bearer TOKEN'. `serve` prints the admin token.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """virtplane: keep every VM in the power state its owner asked for."""
+    overrides = ctx.obj if isinstance(ctx.obj, CliOverrides) else CliOverrides()
+    state = CliState(
+        url=url,
+        token=token or None,
+        transport=overrides.transport,
+        clock=overrides.clock or SystemClock(),
+    )
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+class LogLevel(StrEnum):
+    CRITICAL = "critical"
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    DEBUG = "debug"
+
+
+@app.command(
+    epilog="Examples:\n"
+    "  virtplane serve --demo\n"
+    "  virtplane serve --data-dir /var/lib/virtplane --host 0.0.0.0 --port 8470\n"
+    "  virtplane serve --db postgresql+psycopg://virtplane@db/virtplane",
+)
+def serve(
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Add simulated hosts, pools and VMs (only what is missing).")
+    ] = False,
+    data_dir: Annotated[
+        Path,
+        typer.Option("--data-dir", help="Where the SQLite database and admin.token live."),
+    ] = Path("virtplane-data"),
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8470,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", help="SQLAlchemy database URL; default SQLite under --data-dir.", show_default=False
+        ),
+    ] = None,
+    log_level: Annotated[
+        LogLevel, typer.Option("--log-level", case_sensitive=False, help="Server log level.")
+    ] = LogLevel.INFO,
+) -> None:
+    """Run the control plane: API, controllers and dashboard, until interrupted.
+
+    The admin token is printed at start and kept in DATA_DIR/admin.token.
+    """
+    try:
+        # Imported here: the server pulls in FastAPI, SQLAlchemy and uvicorn, which the
+        # client commands do not need.
+        server: Any = importlib.import_module("virtplane.server")
+    except ImportError as error:
+        raise CliError("ServerUnavailable", f"the virtplane server cannot be loaded: {error}") from error
+    options = server.ServeOptions(
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        db_url=db,
+        demo=demo,
+        log_level=log_level.value,
+    )
+    server.run_server(options)
+
+
+resources.register(app)
+vms.register(app)
+hosts.register(app)
+settings.register(app)
+
+
+def main() -> None:
+    """The console script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""Generic resource commands: apply, get, describe, delete, events."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from virtplane.cli.client import ApiError, CliError, JsonObject, ServerUnreachable
+from virtplane.cli.context import CliState, state_of
+from virtplane.cli.kinds import EVENTS, KindInfo, resolve_kind
+from virtplane.cli.manifests import Manifest, apply_manifest, load_manifests
+from virtplane.cli.output import (
+    OutputFormat,
+    dig,
+    print_describe,
+    print_error,
+    print_events,
+    print_json,
+    print_maintenance,
+    print_resources,
+    print_yaml,
+)
+from virtplane.cli.selectors import LabelSelector
+from virtplane.cli.waiting import wait_for
+
+__all__ = ["register"]
+
+DESCRIBE_EVENT_LIMIT = 20
+FOLLOW_INTERVAL_S = 1.0
+
+OutputOption = Annotated[
+    OutputFormat,
+    typer.Option("--output", "-o", case_sensitive=False, help="table, wide (more columns), json or yaml."),
+]
+KindArgument = Annotated[
+    str,
+    typer.Argument(
+        help="vms, hosts, pools, volumes, snapshots, operations, settings or events "
+        "(singular, plural, kind name or short alias)",
+        show_default=False,
+    ),
+]
+
+
+def apply(
+    ctx: typer.Context,
+    filenames: Annotated[
+        list[str],
+        typer.Option(
+            "--filename",
+            "-f",
+            help="YAML manifest (several documents allowed); '-' reads stdin.",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Create resources from YAML manifests, or update the ones that exist.
+
+    Every document needs apiVersion virtplane.io/v1, a kind, metadata.name and a spec.
+    Existing resources get the manifest's labels and spec (annotations are merged).
+    """
+    state = state_of(ctx)
+    manifests: list[Manifest] = []
+    for filename in filenames:
+        manifests.extend(load_manifests(filename, _read_source(filename)))
+    failures = 0
+    for manifest in manifests:
+        try:
+            result = apply_manifest(state.client, manifest)
+        except ServerUnreachable:
+            raise
+        except CliError as error:
+            failures += 1
+            print_error(state.err_console, error.reason, f"{manifest.reference}: {error.message}")
+            continue
+        state.console.print(Text(f"{manifest.reference} {result}"))
+    if failures:
+        raise typer.Exit(1)
+
+
+def _read_source(filename: str) -> str:
+    if filename == "-":
+        return sys.stdin.read()
+    try:
+        return Path(filename).read_text(encoding="utf-8")
+    except OSError as error:
+        raise CliError("FileError", f"cannot read {filename}: {error.strerror or error}") from error
+
+
+def get(
+    ctx: typer.Context,
+    kind: KindArgument,
+    name: Annotated[str | None, typer.Argument(help="Show only this one.", show_default=False)] = None,
+    output: OutputOption = OutputFormat.TABLE,
+    selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--selector",
+            "-l",
+            help="Label selector: key=value, key!=value, key or !key; comma-separated or repeated.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Events only: how many.")] = 50,
+) -> None:
+    """List resources of a kind, or show one."""
+    state = state_of(ctx)
+    info = resolve_kind(kind, allow_events=True)
+    if info is EVENTS:
+        _print_event_list(state, state.client.events(limit=limit), output)
+        return
+    label_selector = LabelSelector.parse(selector or [])
+    if name is not None:
+        if selector:
+            raise typer.BadParameter(
+                "a label selector cannot be combined with a NAME", param_hint="--selector"
+            )
+        resource = state.client.get(info.plural, name)
+        if output is OutputFormat.JSON:
+            print_json(resource)
+        elif output is OutputFormat.YAML:
+            print_yaml(resource)
+        else:
+            print_resources(state.console, info, [resource], output)
+        return
+    items = [item for item in state.client.list_items(info.plural) if label_selector.matches(item)]
+    print_resources(state.console, info, items, output)
+
+
+def describe(
+    ctx: typer.Context,
+    kind: KindArgument,
+    name: Annotated[str, typer.Argument(help="The resource's name (a setting's key).", show_default=False)],
+) -> None:
+    """Show one resource in full, with its conditions and its last 20 events."""
+    state = state_of(ctx)
+    info = resolve_kind(kind)
+    resource = state.client.get(info.plural, name)
+    try:
+        events = _sorted_events(state.client.events(kind=info.kind, name=name, limit=DESCRIBE_EVENT_LIMIT))
+    except ApiError as error:
+        state.err_console.print(
+            Text(f"(events unavailable: {error.reason}: {error.message})", style="yellow")
+        )
+        events = []
+    print_describe(state.console, info, resource, events[-DESCRIBE_EVENT_LIMIT:])
+    if info.kind == "Host" and dig(resource, "status.resource_state", "Enabled") not in (
+        "Enabled",
+        "Disabled",
+    ):
+        try:
+            maintenance = state.client.get_path(f"/v1/hosts/{name}/maintenance")
+        except ApiError:
+            return
+        state.console.print()
+        print_maintenance(state.console, maintenance)
+
+
+def delete(
+    ctx: typer.Context,
+    kind: KindArgument,
+    name: Annotated[str, typer.Argument(help="The resource's name.", show_default=False)],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the resource is gone.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds to wait at most.")] = 300,
+) -> None:
+    """Delete a resource (its finalizers run first: a VM's domain is destroyed)."""
+    state = state_of(ctx)
+    info = resolve_kind(kind)
+    reference = f"{info.short}/{name}"
+    response = state.client.delete(info.plural, name)
+    if not wait:
+        pending = dig(response, "metadata.deletion_requested_at") is not None
+        state.console.print(f"{reference} {'deletion requested' if pending else 'deleted'}")
+        return
+    wait_for(
+        state,
+        what=reference,
+        fetch=lambda: _get_or_gone(state, info, name),
+        describe=lambda r: "deleted" if r.get("gone") else f"deleting ({dig(r, 'status.phase', 'pending')})",
+        is_done=lambda r: bool(r.get("gone")),
+        timeout_s=timeout,
+    )
+
+
+def _get_or_gone(state: CliState, info: KindInfo, name: str) -> JsonObject:
+    try:
+        return state.client.get(info.plural, name)
+    except ApiError as error:
+        if error.status_code == 404:
+            return {"gone": True}
+        raise
+
+
+def events(
+    ctx: typer.Context,
+    kind: Annotated[
+        str | None,
+        typer.Option("--kind", help="Only events of this kind (vm, host, ...).", show_default=False),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Only events of this object.", show_default=False)
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many recent events.")] = 50,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events (Ctrl-C stops).")
+    ] = False,
+    output: OutputOption = OutputFormat.TABLE,
+) -> None:
+    """Show the audit trail: what happened to which object, and why."""
+    state = state_of(ctx)
+    kind_name = resolve_kind(kind).kind if kind else None
+    recent = _sorted_events(state.client.events(kind=kind_name, name=name, limit=limit))
+    if not follow:
+        _print_event_list(state, recent, output)
+        return
+    last_id = _print_follow_lines(state, recent, output, last_id=-1)
+    try:
+        while True:
+            state.clock.sleep(FOLLOW_INTERVAL_S)
+            batch = _sorted_events(state.client.events(kind=kind_name, name=name, limit=limit))
+            last_id = _print_follow_lines(state, batch, output, last_id=last_id)
+    except KeyboardInterrupt:
+        return
+
+
+def _sorted_events(items: list[JsonObject]) -> list[JsonObject]:
+    return sorted(items, key=lambda event: (_event_id(event), str(event.get("time", ""))))
+
+
+def _event_id(event: JsonObject) -> int:
+    value = event.get("id")
+    return value if isinstance(value, int) else 0
+
+
+def _print_event_list(state: CliState, items: list[JsonObject], output: OutputFormat) -> None:
+    if output is OutputFormat.JSON:
+        print_json({"items": items})
+    elif output is OutputFormat.YAML:
+        print_yaml({"items": items})
+    elif not items:
+        state.console.print("No events found.")
+    else:
+        print_events(state.console, items)
+
+
+def _print_follow_lines(
+    state: CliState, items: list[JsonObject], output: OutputFormat, *, last_id: int
+) -> int:
+    """Print the events newer than ``last_id``, one per line; return the newest id seen."""
+    for event in items:
+        event_id = _event_id(event)
+        if event_id <= last_id:
+            continue
+        last_id = event_id
+        if output in (OutputFormat.JSON, OutputFormat.YAML):
+            sys.stdout.write(json.dumps(event, default=str) + "\n")
+            sys.stdout.flush()
+            continue
+        state.console.print(Text(_follow_line(event)))
+    return last_id
+
+
+def _follow_line(event: JsonObject) -> str:
+    timestamp: Any = event.get("time") or ""
+    try:
+        clock_time = datetime.fromisoformat(str(timestamp)).strftime("%H:%M:%S")
+    except ValueError:
+        clock_time = str(timestamp) or "--:--:--"
+    obj = f"{event.get('kind', '-')}/{event.get('name', '-')}"
+    return (
+        f"{clock_time}  {event.get('type', '-'):<7}  {event.get('reason', '-'):<22}  {obj:<36}  "
+        f"{event.get('message', '')}"
+    ).rstrip()
+
+
+_APPLY_EPILOG = (
+    "Examples:\n"
+    "  virtplane apply -f fleet.yaml\n"
+    "  virtplane apply -f hosts.yaml -f vms.yaml\n"
+    "  cat vm.yaml | virtplane apply -f -\n\n"
+    "Prints one line per document: vm/web-1 created, configured or unchanged."
+)
+_GET_EPILOG = (
+    "Examples:\n"
+    "  virtplane get vms\n"
+    "  virtplane get vm web-1 -o yaml\n"
+    "  virtplane get hosts -o wide\n"
+    "  virtplane get vms -l app=web,tier!=db -o json\n"
+    "  virtplane get ops\n"
+    "  virtplane get events --limit 20"
+)
+_DESCRIBE_EPILOG = "Examples:\n  virtplane describe vm web-1\n  virtplane describe host node-1"
+_DELETE_EPILOG = "Examples:\n  virtplane delete vm web-1 --wait\n  virtplane delete volume web-1-root"
+_EVENTS_EPILOG = (
+    "Examples:\n"
+    "  virtplane events\n"
+    "  virtplane events --kind vm --name web-1\n"
+    "  virtplane events --follow\n"
+    "  virtplane events -o json --limit 500"
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=_APPLY_EPILOG)(apply)
+    app.command(epilog=_GET_EPILOG)(get)
+    app.command(epilog=_DESCRIBE_EPILOG)(describe)
+    app.command(epilog=_DELETE_EPILOG)(delete)
+    app.command(epilog=_EVENTS_EPILOG)(events)

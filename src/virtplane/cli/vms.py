@@ -1,0 +1,311 @@
+"""VM power operations, migration, snapshots and restore: each one a VirtualMachineOperation."""
+
+from __future__ import annotations
+
+import random
+import string
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from virtplane.cli.client import CliError, JsonObject
+from virtplane.cli.context import CliState, state_of
+from virtplane.cli.output import dig, print_yaml
+from virtplane.cli.waiting import OPERATION_END_PHASES, operation_line, wait_for, wait_for_operation
+from virtplane.domain.resources import API_VERSION
+
+__all__ = ["operation_name", "register"]
+
+DEFAULT_TIMEOUT_S = 600.0
+_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+_MAX_NAME = 63
+
+
+class RestoreMode(StrEnum):
+    DRY_RUN = "DryRun"
+    STRICT = "Strict"
+    BEST_EFFORT = "BestEffort"
+
+
+def generated_name(base: str, word: str) -> str:
+    """``<base>-<word>-<5 random [a-z0-9]>``, shortened to a DNS-1123 label."""
+    suffix = f"-{word}-" + "".join(random.choices(_SUFFIX_ALPHABET, k=5))
+    return base[: _MAX_NAME - len(suffix)].rstrip("-") + suffix
+
+
+def operation_name(vm: str, operation_type: str) -> str:
+    return generated_name(vm, operation_type.lower())
+
+
+VMArgument = Annotated[str, typer.Argument(help="The VM's name.", show_default=False)]
+WaitOption = Annotated[
+    bool, typer.Option("--wait", "-w", help="Follow the operation until it ends; exit 1 unless it Completed.")
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=0, help="With --wait: seconds to wait at most (exit 1 after).")
+]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Power off / reset at once instead of asking the guest.")
+]
+
+
+def create_operation(
+    state: CliState,
+    vm: str,
+    operation_type: str,
+    *,
+    force: bool = False,
+    restore: JsonObject | None = None,
+    migrate: JsonObject | None = None,
+) -> str:
+    """Submit a VirtualMachineOperation; return its generated name."""
+    name = operation_name(vm, operation_type)
+    spec: JsonObject = {"vm": vm, "type": operation_type, "force": force}
+    if restore is not None:
+        spec["restore"] = restore
+    if migrate is not None:
+        spec["migrate"] = migrate
+    state.client.create(
+        "operations",
+        {
+            "apiVersion": API_VERSION,
+            "kind": "VirtualMachineOperation",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
+    state.console.print(Text(f"operation/{name} created ({operation_type} vm/{vm})"))
+    return name
+
+
+def _run(
+    state: CliState,
+    vm: str,
+    operation_type: str,
+    *,
+    wait: bool,
+    timeout: float,
+    force: bool = False,
+    migrate: JsonObject | None = None,
+) -> None:
+    name = create_operation(state, vm, operation_type, force=force, migrate=migrate)
+    if wait:
+        wait_for_operation(state, name, timeout)
+
+
+def start(
+    ctx: typer.Context,
+    vm: VMArgument,
+    force: ForceOption = False,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Start a stopped VM (run policies Manual and AlwaysOnUnlessStoppedManually)."""
+    _run(state_of(ctx), vm, "Start", force=force, wait=wait, timeout=timeout)
+
+
+def stop(
+    ctx: typer.Context,
+    vm: VMArgument,
+    force: ForceOption = False,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Stop a VM: graceful within its termination grace period, then forced (--force: at once).
+
+    With AlwaysOnUnlessStoppedManually it stays stopped until a Start.
+    """
+    _run(state_of(ctx), vm, "Stop", force=force, wait=wait, timeout=timeout)
+
+
+def restart(
+    ctx: typer.Context,
+    vm: VMArgument,
+    force: ForceOption = False,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Restart a running VM."""
+    _run(state_of(ctx), vm, "Restart", force=force, wait=wait, timeout=timeout)
+
+
+def migrate(
+    ctx: typer.Context,
+    vm: VMArgument,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="Target host; default: the scheduler picks one.", show_default=False),
+    ] = None,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Live-migrate a running VM to another host. A failed migration leaves it running where it was."""
+    _run(
+        state_of(ctx),
+        vm,
+        "Migrate",
+        migrate={"target_host": to} if to else None,
+        wait=wait,
+        timeout=timeout,
+    )
+
+
+def evict(
+    ctx: typer.Context,
+    vm: VMArgument,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Move a running VM off its host (live migration to a host the scheduler picks)."""
+    _run(state_of(ctx), vm, "Evict", wait=wait, timeout=timeout)
+
+
+def snapshot_create(
+    ctx: typer.Context,
+    vm: VMArgument,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Snapshot name; default <vm>-snap-<random>.", show_default=False),
+    ] = None,
+    with_memory: Annotated[
+        bool, typer.Option("--with-memory", help="Also save a running VM's memory.")
+    ] = False,
+    required_consistency: Annotated[
+        bool,
+        typer.Option(
+            "--required-consistency", help="Snapshot a running VM only with memory or while it is paused."
+        ),
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", "-w", help="Wait until Ready; exit 1 if it Failed.")
+    ] = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Snapshot a VM: its spec, labels, annotations, every disk, and optionally memory."""
+    state = state_of(ctx)
+    snapshot_name = name or generated_name(vm, "snap")
+    state.client.create(
+        "snapshots",
+        {
+            "apiVersion": API_VERSION,
+            "kind": "VirtualMachineSnapshot",
+            "metadata": {"name": snapshot_name},
+            "spec": {"vm": vm, "with_memory": with_memory, "required_consistency": required_consistency},
+        },
+    )
+    state.console.print(Text(f"snapshot/{snapshot_name} created (vm/{vm})"))
+    if not wait:
+        return
+    snapshot = wait_for(
+        state,
+        what=f"snapshot/{snapshot_name}",
+        fetch=lambda: state.client.get("snapshots", snapshot_name),
+        describe=_snapshot_line,
+        is_done=lambda s: dig(s, "status.phase") in ("Ready", "Failed"),
+        timeout_s=timeout,
+    )
+    if dig(snapshot, "status.phase") == "Failed":
+        raise CliError(
+            "SnapshotFailed",
+            f"snapshot/{snapshot_name} failed: {dig(snapshot, 'status.message', 'no message')}",
+        )
+    state.console.print(Text(f"snapshot/{snapshot_name} ready", style="green"))
+
+
+def _snapshot_line(snapshot: JsonObject) -> str:
+    phase = str(dig(snapshot, "status.phase", "Pending"))
+    message = dig(snapshot, "status.message")
+    return f"{phase}  {message}" if message else phase
+
+
+def restore(
+    ctx: typer.Context,
+    vm: VMArgument,
+    snapshot: Annotated[
+        str, typer.Option("--snapshot", "-s", help="The snapshot to restore.", show_default=False)
+    ],
+    mode: Annotated[
+        RestoreMode,
+        typer.Option(
+            "--mode",
+            case_sensitive=False,
+            help="DryRun: only report what would change. Strict: fail if anything is missing. "
+            "BestEffort: skip what is missing and say so.",
+        ),
+    ] = RestoreMode.STRICT,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Restore a VM from a snapshot: disks, spec, labels and annotations.
+
+    The VM comes back in the power state it had before the restore (AlwaysOff stays off,
+    AlwaysOn runs). DryRun always waits and prints its report.
+    """
+    state = state_of(ctx)
+    name = create_operation(state, vm, "Restore", restore={"snapshot": snapshot, "mode": mode.value})
+    if mode is RestoreMode.DRY_RUN:
+        _print_dry_run_report(state, name, timeout)
+    elif wait:
+        wait_for_operation(state, name, timeout)
+
+
+def _print_dry_run_report(state: CliState, name: str, timeout: float) -> None:
+    operation = wait_for(
+        state,
+        what=f"operation/{name}",
+        fetch=lambda: state.client.get("operations", name),
+        describe=operation_line,
+        is_done=lambda op: dig(op, "status.phase") in OPERATION_END_PHASES,
+        timeout_s=timeout,
+    )
+    state.console.print(Text("Dry-run report:", style="bold"))
+    progress = dig(operation, "status.progress", {})
+    if progress:
+        state.console.file.flush()
+        print_yaml(progress)
+    message = dig(operation, "status.message")
+    if message:
+        state.console.print(Text(str(message)))
+    if dig(operation, "status.phase") != "Completed":
+        reason = dig(operation, "status.reason") or dig(operation, "status.phase")
+        raise CliError(str(reason), f"the restore would fail: {message or 'see the report above'}")
+
+
+_VM_EPILOG = (
+    "Examples:\n"
+    "  virtplane vm stop web-1 --wait\n"
+    "  virtplane vm start web-1 --wait --timeout 120\n"
+    "  virtplane vm restart db-1 --force\n"
+    "  virtplane vm migrate web-1 --to node-2 --wait\n"
+    "  virtplane vm evict web-1"
+)
+_SNAPSHOT_EPILOG = (
+    "Examples:\n"
+    "  virtplane snapshot create web-1 --wait\n"
+    "  virtplane snapshot create web-1 --name web-1-before-upgrade --with-memory"
+)
+_RESTORE_EPILOG = (
+    "Examples:\n"
+    "  virtplane restore web-1 --snapshot web-1-before-upgrade --mode DryRun\n"
+    "  virtplane restore web-1 --snapshot web-1-before-upgrade --wait\n"
+    "  virtplane restore web-1 -s web-1-snap-x1y2z --mode BestEffort --wait"
+)
+
+
+def register(app: typer.Typer) -> None:
+    vm_app = typer.Typer(
+        help="Power operations and migration of one VM (each creates a VirtualMachineOperation).",
+        epilog=_VM_EPILOG,
+        no_args_is_help=True,
+    )
+    for command in (start, stop, restart, migrate, evict):
+        vm_app.command(epilog=_VM_EPILOG)(command)
+    app.add_typer(vm_app, name="vm")
+
+    snapshot_app = typer.Typer(help="Snapshots of VMs.", epilog=_SNAPSHOT_EPILOG, no_args_is_help=True)
+    snapshot_app.command("create", epilog=_SNAPSHOT_EPILOG)(snapshot_create)
+    app.add_typer(snapshot_app, name="snapshot")
+
+    app.command(epilog=_RESTORE_EPILOG)(restore)
