@@ -859,3 +859,101 @@ async def test_a_fleet_of_500_hosts_and_10000_domains() -> None:
     placements = sim.snapshot_state().placements()
     assert len(placements) == 10_000
     assert all(len(hosts) == 1 for hosts in placements.values())
+
+
+async def test_migration_refuses_disks_the_target_cannot_reach(
+    cloud: SimCloud, h1: SimDriver, h2: SimDriver
+) -> None:
+    await h1.ensure_pool(LOCAL)
+    await h1.ensure_pool(SHARED)
+    await h2.ensure_pool(LOCAL)
+    local = await h1.create_volume(LOCAL, "root", 1)
+    shared = await h1.create_volume(SHARED, "data", 1)
+    spec = make_spec(
+        disks=(
+            DiskAttachment(path=local.path, volume="root", size_gib=1),
+            DiskAttachment(path=shared.path, shared=True, volume="data", size_gib=1),
+        )
+    )
+    await running(h1, spec)
+    # a local disk left behind
+    await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri))
+    job = await h1.migration_job(spec.name)
+    assert job is not None and job.phase is MigrationPhase.FAILED and local.path in job.error
+    # the local disk copied, but h2 does not see the shared pool
+    request = MigrationRequest(domain=spec.name, target_uri=h2.uri, copy_disks=(local.path,))
+    await h1.migrate(request)
+    job = await h1.migration_job(spec.name)
+    assert job is not None and job.phase is MigrationPhase.FAILED and shared.path in job.error
+    info = await h1.get_info(spec.name)
+    assert info is not None and info.state is DomainState.RUNNING
+    await h2.ensure_pool(SHARED)
+    await h1.migrate(request)
+    assert (await wait_for_job(h1, spec.name)).phase is MigrationPhase.COMPLETED
+    assert cloud.active_hosts(spec.name) == ["h2"]
+
+
+async def test_a_paused_domain_arrives_paused(h1: SimDriver, h2: SimDriver) -> None:
+    spec = make_spec()
+    await running(h1, spec)
+    await h1.pause(spec.name)
+    await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri))
+    with pytest.raises(TransientError):
+        await h1.resume(spec.name)  # busy migrating
+    assert (await wait_for_job(h1, spec.name)).phase is MigrationPhase.COMPLETED
+    info = await h2.get_info(spec.name)
+    assert info is not None and info.state is DomainState.PAUSED
+
+
+async def test_guest_reset_during_migration_does_not_stop_it(
+    cloud: SimCloud, h1: SimDriver, h2: SimDriver
+) -> None:
+    spec = make_spec(memory_mib=4096)
+    await running(h1, spec)
+    await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri))
+    cloud.inject("h1", FaultKind.GUEST_RESET, spec.name)
+    info = await h1.get_info(spec.name)
+    assert info is not None and info.state is DomainState.MIGRATING
+    assert (await wait_for_job(h1, spec.name)).phase is MigrationPhase.COMPLETED
+    assert cloud.active_hosts(spec.name) == ["h2"]
+
+
+async def test_source_going_down_during_migration(cloud: SimCloud, h1: SimDriver, h2: SimDriver) -> None:
+    spec = make_spec(memory_mib=4096)
+    await running(h1, spec)
+    cloud.inject("h1", FaultKind.STALL_MIGRATION, spec.name)
+    await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri))
+    cloud.inject("h1", FaultKind.HOST_DOWN)
+    job = await h2.migration_job(spec.name)  # the target still answers
+    assert job is not None and job.phase is MigrationPhase.FAILED
+    assert cloud.active_hosts(spec.name) == []
+    assert cloud.snapshot_state().hosts["h2"].used_vcpus == 0
+    cloud.inject("h1", FaultKind.HOST_UP)
+    info = await h1.get_info(spec.name)
+    assert info is not None and info.exit_reason is ExitReason.HOST_FAILURE
+
+
+async def test_no_events_over_a_closed_connection(h1: SimDriver, events: Recorder) -> None:
+    spec = make_spec()
+    await h1.ensure_defined(spec)
+    await h1.close()
+    await h1.connect()
+    seen = len(events.events)
+    await h1.start(spec.name)
+    await h1.close()
+    await asyncio.sleep(BOOT_S * 2)
+    await h1.connect()
+    info = await h1.get_info(spec.name)
+    assert info is not None and info.state is DomainState.RUNNING
+    assert [e.detail for e in events.events[seen:]] == ["booting"]
+
+
+async def test_connection_faults_apply_to_a_down_host_too(cloud: SimCloud, h1: SimDriver) -> None:
+    cloud.inject("h1", FaultKind.HOST_DOWN)
+    cloud.inject("h1", FaultKind.DISCONNECT)
+    cloud.inject("h1", FaultKind.HOST_UP)
+    with pytest.raises(HostUnreachable):
+        await h1.list_domains()
+    cloud.inject("h1", FaultKind.RECONNECT)
+    assert await h1.list_domains() == []
+    assert len(cloud.fault_log) == 4

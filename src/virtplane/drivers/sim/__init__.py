@@ -12,23 +12,21 @@ timer, so 500 hosts and 10,000 domains cost a few dicts.
 
 Domain states and what the driver reports
 -----------------------------------------
-=====================  ===================================================  =================================
-action                 state changes                                        events (``DomainEventType``)
-=====================  ===================================================  =================================
-ensure_defined         new → SHUTOFF; redefining a live domain changes       DEFINED (when new or changed)
-                       only the stored definition (live config stays)
-start                  SHUTOFF → STARTING → (boot_seconds) RUNNING;          STARTED detail "booting", then
-                       a no-op when live; TransientError while               STARTED detail "booted"
-                       SHUTTING_DOWN
-shutdown               STARTING/RUNNING/MIGRATING → SHUTTING_DOWN →          STOPPED reason STOPPED_BY_SYSTEM
-                       (shutdown_seconds) SHUTOFF; a no-op when off,         (none when it begins: the caller
-                       shutting down or PAUSED (a paused guest ignores       asked for it)
-                       ACPI: the caller's grace period then destroys)
-destroy                live → SHUTOFF at once; no-op when off or missing     STOPPED reason STOPPED_BY_SYSTEM
-pause / resume         RUNNING ⇄ PAUSED; TransientError in transitions,      PAUSED / RESUMED
-                       PermanentError when off
-undefine               removed; PermanentError when live; no-op if missing   UNDEFINED
-=====================  ===================================================  =================================
+- ``ensure_defined``: a new domain is SHUTOFF (DEFINED event). Redefining a live domain
+  changes only the stored definition; the live config stays until the next start
+  (DEFINED event with detail "updated" when it changed).
+- ``start``: SHUTOFF → STARTING → after ``boot_seconds`` RUNNING (STARTED events with
+  detail "booting", then "booted"). A no-op when live; TransientError while SHUTTING_DOWN.
+- ``shutdown``: STARTING/RUNNING/MIGRATING → SHUTTING_DOWN → after ``shutdown_seconds``
+  SHUTOFF (STOPPED event; none when it begins, the caller asked for it). A no-op when off,
+  shutting down or PAUSED: a paused guest ignores ACPI, so the caller's grace period runs
+  out and it destroys the domain, as with libvirt.
+- ``destroy``: live → SHUTOFF at once (STOPPED); a no-op when off or missing.
+- ``pause``/``resume``: RUNNING ⇄ PAUSED (PAUSED/RESUMED); TransientError during a
+  transition or migration, PermanentError when off.
+- ``undefine``: UNDEFINED event; PermanentError when live; a no-op when missing.
+- ``restore_memory``: defines the domain and makes it RUNNING at once with the saved
+  memory marker (STARTED, detail "restored ..."); armed fail-start faults do not apply.
 
 The driver cannot know whether the control plane acted for a user or for the
 system, so shutdown and destroy report ``ExitReason.STOPPED_BY_SYSTEM``; the
@@ -37,10 +35,13 @@ while the domain is off and ``None`` while it is live. The ``CRASHED`` state is
 never used: a crashed domain is SHUTOFF with exit reason CRASH, like libvirt's
 shutoff/crashed reason.
 
-Capacity (vcpus and memory of live domains plus incoming migrations) is
-checked on start, restore and migration: ``PermanentError`` when the domain
-could never fit the host, ``TransientError`` when the host is full right now
-(so the control plane's start retry keeps going). Pools follow the same rule.
+Events go to the sink of the host's driver, synchronously on the loop thread, and
+only while that driver is connected.
+
+Capacity (vcpus and memory of live domains plus incoming migrations) is checked on
+start, restore and migration: ``PermanentError`` when the domain could never fit the
+host, ``TransientError`` when the host is full right now (so the control plane's
+start retry keeps going). Pools follow the same rule.
 
 Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
 --------------------------------------------------------------
@@ -58,6 +59,7 @@ Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
 - ``disconnect`` / ``reconnect``: calls raise HostUnreachable while domains keep running;
   events are lost while disconnected (there is no connection to carry them), and no host
   event is sent, since the host did not fail. Calls work again after ``reconnect``.
+
 Guest faults on a domain that is not live (or paused) raise ``SimFaultError``.
 ``fault_log`` lists every injected fault.
 
@@ -75,8 +77,10 @@ Pre-copy (see ``_migration``): the source's domain is MIGRATING while the job ru
 On success it is gone from the source (MIGRATED event there) and RUNNING (or PAUSED
 if it was) on the target (DEFINED and STARTED events there). A target that is down,
 full, or lacks the local pool gives a FAILED job at once (``migrate`` still returns);
-a bad request (unknown domain or target, domain not running) raises. Failed and
-aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
+a bad request (unknown domain or target, domain not running) raises. Disks the
+target would not see (a local disk that is not copied, a shared pool the target has
+not ensured) fail the job at once too; paths that are not simulator volumes are
+trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
 queryable (on source and target) until its next migration.
 """
 

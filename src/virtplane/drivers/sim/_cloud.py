@@ -33,7 +33,9 @@ class SimCloud:
     """Simulated hosts that share pools and a migration network.
 
     Timers run on the asyncio loop that calls the drivers, so every call
-    (driver methods, ``inject``) must come from that loop's thread.
+    (driver methods, ``inject``) must come from that loop's thread, inside the
+    running loop (an ``async def`` route, not a sync one run in a thread pool).
+    ``clock`` stamps ``fault_log`` entries (default: wall time).
     """
 
     def __init__(
@@ -92,15 +94,15 @@ class SimCloud:
             driver = self._drivers[canonical] = SimDriver(self, canonical)
         return driver
 
-    def host(self, name: str) -> SimHost | None:
-        return self._hosts.get(host_name(name))
+    # The next few methods serve the simulator's own modules.
 
     def host_by_uri(self, uri: str) -> SimHost | None:
         return self._hosts.get(host_name(uri)) if uri.startswith(URI_SCHEME) else None
 
     def deliver(self, event: DomainEvent) -> None:
         driver = self._drivers.get(event.host_uri)
-        sink = driver.event_sink if driver is not None else None
+        # a closed connection carries no events
+        sink = driver.event_sink if driver is not None and driver.is_open else None
         if sink is None:
             return
         try:
@@ -115,7 +117,7 @@ class SimCloud:
     ) -> FaultRecord:
         """Inject a fault on ``host`` (a name or ``sim://NAME``); see the package docstring."""
         kind = FaultKind(kind)
-        target = self.host(host)
+        target = self._hosts.get(host_name(host))
         if target is None:
             raise SimFaultError(f"no simulated host {host}")
         if count < 1:
@@ -130,8 +132,8 @@ class SimCloud:
                 FaultKind.STALL_MIGRATION: target.stall_migrations,
             }[kind]
             armed[domain] = armed.get(domain, 0) + count
-        elif not target.up and kind is not FaultKind.HOST_UP:
-            raise SimFaultError(f"host {target.name} is down")
+        elif kind in DOMAIN_FAULTS and not target.up:
+            raise SimFaultError(f"host {target.name} is down: its domains are not running")
         elif kind is FaultKind.GUEST_SHUTDOWN:
             target.guest_shutdown(str(domain))
         elif kind is FaultKind.GUEST_RESET:
@@ -151,7 +153,7 @@ class SimCloud:
 
     def armed_faults(self, host: str) -> dict[FaultKind, dict[str | None, int]]:
         """Faults waiting for their trigger on ``host``: kind → {domain or None: times left}."""
-        target = self.host(host)
+        target = self._hosts.get(host_name(host))
         if target is None:
             raise SimFaultError(f"no simulated host {host}")
         return {

@@ -49,6 +49,10 @@ class SimDriver:
         return self._uri
 
     @property
+    def is_open(self) -> bool:
+        return self._open
+
+    @property
     def capabilities(self) -> frozenset[Capability]:
         return SIM_CAPABILITIES
 

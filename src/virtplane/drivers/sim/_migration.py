@@ -188,7 +188,9 @@ class MigrationEngine:
             fault=fault,
         )
         self._jobs[domain.name] = migration
-        refusal = self._target_refusal(migration, live.cpu, live.memory_mib)
+        refusal = self._target_refusal(
+            migration, live.cpu, live.memory_mib, tuple(d.path for d in live.disks)
+        )
         if refusal:
             self._finish(migration, MigrationPhase.FAILED, refusal)
             return
@@ -244,13 +246,22 @@ class MigrationEngine:
             copies.append(DiskCopy(path, pool_name, volume_name, size_gib, ""))
         return tuple(copies)
 
-    def _target_refusal(self, migration: Migration, cpu: int, memory_mib: int) -> str:
+    def _target_refusal(
+        self, migration: Migration, cpu: int, memory_mib: int, disk_paths: tuple[str, ...]
+    ) -> str:
         target = migration.target
         if not target.up:
             return f"target {target.uri} is unreachable"
         present = target.domains.get(migration.domain)
         if present is not None and present.active:
             return f"domain {migration.domain} is already {present.state} on {target.uri}"
+        unreachable = self._cloud.storage.disks_missing_on(
+            target.name, migration.source.name, disk_paths, {d.path for d in migration.disks}
+        )
+        if unreachable:
+            return (
+                f"{target.uri} cannot reach disk(s) {', '.join(unreachable)} (not copied, not shared with it)"
+            )
         try:
             target.check_room(cpu, memory_mib, f"domain {migration.domain}")
             self._cloud.storage.check_copy_room(target.name, migration.disks)
@@ -311,6 +322,10 @@ class MigrationEngine:
             return
         self._release(migration)
         live = domain.live or domain.spec
+        present = target.domains.get(domain.name)
+        if present is not None and present.active:
+            self._finish(migration, MigrationPhase.FAILED, f"domain {domain.name} came up on {target.uri}")
+            return
         try:
             target.check_room(live.cpu, live.memory_mib, f"domain {domain.name}")
             self._cloud.storage.land_copies(target.name, migration.disks)

@@ -231,6 +231,17 @@ class SimStorage:
             raise SimFaultError(f"{problem} at {path}")
         return matches[0]
 
+    def disks_missing_on(self, target: str, source: str, paths: Iterable[str], copied: set[str]) -> list[str]:
+        """Disks of a migrating domain that ``target`` would not see. Only volumes this
+        simulator manages are checked; other paths (plain files) are taken on trust."""
+        missing = []
+        for path in paths:
+            if path in copied:
+                continue
+            if self.locate_local(source, path) is not None and self.locate_local(target, path) is None:
+                missing.append(path)
+        return missing
+
     def check_copy_room(self, host: str, disks: Iterable[DiskCopy]) -> None:
         for disk in disks:
             pool = self._pools.get((host, disk.pool))
