@@ -95,6 +95,8 @@ def age(timestamp: Any, now: datetime | None = None) -> str:
 def format_mib(mib: Any) -> str:
     if not isinstance(mib, int | float):
         return "-"
+    if mib == 0:
+        return "0"
     if mib >= 1024:
         gib = mib / 1024
         return f"{int(gib)}Gi" if gib == int(gib) else f"{gib:.1f}Gi"
@@ -314,18 +316,30 @@ def print_events(console: Console, events: Sequence[JsonObject], *, with_object:
     console.print(table)
 
 
+def _without_empty_values(value: Any) -> Any:
+    """Drop nulls and empty strings, lists and maps: describe shows what is set."""
+    if isinstance(value, dict):
+        cleaned = {k: _without_empty_values(v) for k, v in value.items()}
+        return {k: v for k, v in cleaned.items() if v not in (None, "", [], {})}
+    if isinstance(value, list):
+        return [_without_empty_values(v) for v in value]
+    return value
+
+
 def print_describe(
     console: Console, kind: KindInfo, resource: JsonObject, events: Sequence[JsonObject]
 ) -> None:
     """The resource as YAML, then its conditions and its recent events as tables."""
     status = dict(dig(resource, "status", {}))
     conditions = status.pop("conditions", None) or []
-    summary = {
-        "kind": resource.get("kind", kind.kind),
-        "metadata": resource.get("metadata", {}),
-        "spec": resource.get("spec", {}),
-        "status": status,
-    }
+    summary = _without_empty_values(
+        {
+            "kind": resource.get("kind", kind.kind),
+            "metadata": resource.get("metadata", {}),
+            "spec": resource.get("spec", {}),
+            "status": status,
+        }
+    )
     console.print(Text(yaml.safe_dump(summary, sort_keys=False, allow_unicode=True).rstrip()))
     console.print()
     if conditions:

@@ -174,15 +174,15 @@ def delete(
     info = resolve_kind(kind)
     reference = f"{info.short}/{name}"
     response = state.client.delete(info.plural, name)
+    pending = wait or dig(response, "metadata.deletion_requested_at") is not None
+    state.console.print(f"{reference} {'deletion requested' if pending else 'deleted'}")
     if not wait:
-        pending = dig(response, "metadata.deletion_requested_at") is not None
-        state.console.print(f"{reference} {'deletion requested' if pending else 'deleted'}")
         return
     wait_for(
         state,
         what=reference,
         fetch=lambda: _get_or_gone(state, info, name),
-        describe=lambda r: "deleted" if r.get("gone") else f"deleting ({dig(r, 'status.phase', 'pending')})",
+        describe=lambda r: f"{reference} deleted" if r.get("gone") else f"{reference} still being deleted",
         is_done=lambda r: bool(r.get("gone")),
         timeout_s=timeout,
     )

@@ -1,0 +1,191 @@
+"""``apply -f``: multi-document manifests, create then configure, local checks, partial failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import Invoke
+from .fake_server import FakeServer
+
+FLEET = """\
+apiVersion: virtplane.io/v1
+kind: Host
+metadata:
+  name: node-1
+spec:
+  uri: sim://node-1
+  capacity: {vcpus: 8, memory_mib: 16384}
+---
+apiVersion: virtplane.io/v1
+kind: VirtualMachine
+metadata:
+  name: web-1
+  labels: {app: web}
+spec:
+  cpu: 2
+  memory_mib: 1024
+"""
+
+
+@pytest.fixture
+def fleet_file(tmp_path: Path) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    return path
+
+
+def test_first_apply_creates_every_document(invoke: Invoke, server: FakeServer, fleet_file: Path) -> None:
+    result = invoke("apply", "-f", str(fleet_file))
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["host/node-1 created", "vm/web-1 created"]
+    posted = server.requests_to("POST", "/v1/vms")[0].body
+    assert posted == {
+        "apiVersion": "virtplane.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "web-1", "labels": {"app": "web"}},
+        "spec": {"cpu": 2, "memory_mib": 1024},
+    }
+    assert server.resources["hosts"]["node-1"]["spec"]["capacity"] == {"vcpus": 8, "memory_mib": 16384}
+
+
+def test_applying_the_same_file_again_changes_nothing(
+    invoke: Invoke, server: FakeServer, fleet_file: Path
+) -> None:
+    invoke("apply", "-f", str(fleet_file))
+
+    result = invoke("apply", "-f", str(fleet_file))
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["host/node-1 unchanged", "vm/web-1 unchanged"]
+    assert not [r for r in server.requests if r.method == "PUT"]
+
+
+def test_a_changed_spec_is_written_with_the_current_resource_version(
+    invoke: Invoke, server: FakeServer, fleet_file: Path
+) -> None:
+    invoke("apply", "-f", str(fleet_file))
+    server.resources["vms"]["web-1"]["metadata"]["annotations"] = {"virtplane.io/power-intent": "Running"}
+    version = server.resources["vms"]["web-1"]["metadata"]["resource_version"]
+    fleet_file.write_text(FLEET.replace("cpu: 2", "cpu: 4").replace("{app: web}", "{app: web, tier: front}"))
+
+    result = invoke("apply", "-f", str(fleet_file))
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["host/node-1 unchanged", "vm/web-1 configured"]
+    put = server.requests_to("PUT", "/v1/vms/web-1")[0].body
+    assert put["metadata"]["resource_version"] == version
+    assert put["metadata"]["labels"] == {"app": "web", "tier": "front"}
+    assert put["metadata"]["annotations"] == {"virtplane.io/power-intent": "Running"}, (
+        "intents must survive apply"
+    )
+    assert server.resources["vms"]["web-1"]["spec"]["cpu"] == 4
+
+
+def test_a_stale_write_is_retried_after_reading_again(
+    invoke: Invoke, server: FakeServer, fleet_file: Path
+) -> None:
+    invoke("apply", "-f", str(fleet_file))
+    fleet_file.write_text(FLEET.replace("cpu: 2", "cpu: 3"))
+    server.conflicts_left = 1
+
+    result = invoke("apply", "-f", str(fleet_file))
+
+    assert result.exit_code == 0, result.output
+    assert "vm/web-1 configured" in result.stdout
+    assert len(server.requests_to("PUT", "/v1/vms/web-1")) == 2
+    assert server.resources["vms"]["web-1"]["spec"]["cpu"] == 3
+
+
+def test_manifests_can_come_from_stdin(invoke: Invoke, server: FakeServer) -> None:
+    result = invoke("apply", "-f", "-", input=FLEET)
+
+    assert result.exit_code == 0, result.output
+    assert set(server.resources["vms"]) == {"web-1"}
+
+
+@pytest.mark.parametrize(
+    ("second_document", "expected_error"),
+    [
+        (
+            "apiVersion: v1\nkind: VirtualMachine\nmetadata: {name: a}",
+            "apiVersion is 'v1', expected 'virtplane.io/v1'",
+        ),
+        ("kind: VirtualMachine\nmetadata: {name: a}", "apiVersion is missing"),
+        ("apiVersion: virtplane.io/v1\nkind: vm\nmetadata: {name: a}", "kind 'vm' is not one of"),
+        ("apiVersion: virtplane.io/v1\nkind: Pod\nmetadata: {name: a}", "kind 'Pod' is not one of"),
+        ("apiVersion: virtplane.io/v1\nkind: VirtualMachine\nmetadata: {}", "metadata.name is missing"),
+        ("- just\n- a list", "expected a mapping"),
+    ],
+)
+def test_a_bad_document_is_named_and_nothing_is_sent(
+    invoke: Invoke, server: FakeServer, tmp_path: Path, second_document: str, expected_error: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(FLEET.split("---")[0] + "---\n" + second_document + "\n")
+
+    result = invoke("apply", "-f", str(path))
+
+    assert result.exit_code == 1
+    assert f"Error (InvalidManifest): {path} document 2: {expected_error}" in result.stderr
+    assert server.requests == []
+
+
+def test_a_lower_case_kind_gets_a_suggestion(invoke: Invoke, tmp_path: Path) -> None:
+    path = tmp_path / "vm.yaml"
+    path.write_text("apiVersion: virtplane.io/v1\nkind: virtualmachine\nmetadata: {name: a}\n")
+
+    result = invoke("apply", "-f", str(path))
+
+    assert "did you mean 'VirtualMachine'?" in result.stderr
+
+
+def test_a_refused_document_does_not_stop_the_others(
+    invoke: Invoke, server: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(FLEET.replace("cpu: 2", "cpu: 0"))  # the server refuses cpu 0
+
+    result = invoke("apply", "-f", str(path))
+
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == ["host/node-1 created"]
+    assert "Error (Invalid): vm/web-1:" in result.stderr
+
+
+def test_an_unreadable_file_is_a_clear_error(invoke: Invoke, tmp_path: Path) -> None:
+    result = invoke("apply", "-f", str(tmp_path / "missing.yaml"))
+
+    assert result.exit_code == 1
+    assert "Error (FileError): cannot read" in result.stderr
+    assert "No such file or directory" in result.stderr
+
+
+def test_invalid_yaml_is_a_clear_error(invoke: Invoke, tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("kind: [unclosed\n")
+
+    result = invoke("apply", "-f", str(path))
+
+    assert result.exit_code == 1
+    assert f"Error (InvalidManifest): {path} is not valid YAML" in result.stderr
+
+
+def test_a_setting_document_sets_its_value(invoke: Invoke, server: FakeServer, tmp_path: Path) -> None:
+    server.add("settings", {"kind": "Setting", "metadata": {"name": "host.maintenance.local.storage.strategy"},
+                            "spec": {"value": "Error"}})  # fmt: skip
+    path = tmp_path / "settings.yaml"
+    path.write_text(
+        "apiVersion: virtplane.io/v1\nkind: Setting\nmetadata: {name: host.maintenance.local.storage.strategy}\n"
+        "spec: {value: Migration}\n"
+    )
+
+    first = invoke("apply", "-f", str(path))
+    second = invoke("apply", "-f", str(path))
+
+    assert first.stdout.strip() == "setting/host.maintenance.local.storage.strategy configured"
+    assert second.stdout.strip() == "setting/host.maintenance.local.storage.strategy unchanged"
+    patch = server.requests_to("PATCH", "/v1/settings/host.maintenance.local.storage.strategy")
+    assert [p.body for p in patch] == [{"spec": {"value": "Migration"}}]
