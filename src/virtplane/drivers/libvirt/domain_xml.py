@@ -59,7 +59,8 @@ def domain_uuid(vm_uid: str) -> str:
     try:
         return str(uuid.UUID(vm_uid))
     except ValueError:
-        return str(uuid.uuid5(_UUID_NAMESPACE, vm_uid))
+        # Hex of the raw bytes: uuid5 cannot hash strings with lone surrogates.
+        return str(uuid.uuid5(_UUID_NAMESPACE, vm_uid.encode("utf-8", "surrogatepass").hex()))
 
 
 def disk_target(index: int) -> str:

@@ -257,20 +257,19 @@ class LibvirtDriver:
             dom = self._lookup(conn, name, missing_ok=True)
             if dom is None:
                 return
-            flags = (
-                lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
-                | lv.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-                | lv.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
-            )
+            if dom.isActive():
+                # libvirt would make it a transient domain that vanishes at its next stop; refuse instead.
+                raise PermanentError(f"domain {name} is running: stop it before undefining it")
+            # Leftovers someone else made (managed save, snapshot metadata) must not block the undefine.
+            flags = lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | lv.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+            if not self._is_test_driver:
+                flags |= lv.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
             try:
                 dom.undefineFlags(flags)
             except lv.libvirtError as exc:
                 code = _libvirt.error_code(exc)
-                if code == lv.VIR_ERR_NO_DOMAIN:
-                    return
-                if code == lv.VIR_ERR_OPERATION_INVALID and not dom.isPersistent():
-                    return  # already undefined, still running as a transient domain
-                raise
+                if code != lv.VIR_ERR_NO_DOMAIN:
+                    raise
             with self._lock:
                 self._stop_requested.discard(name)
 
@@ -359,8 +358,11 @@ class LibvirtDriver:
                 self._quiet.add(name)
             try:
                 # A save stops the domain; restoring right away keeps it running (or paused) as it was.
-                dom.saveFlags(path, None, lv.VIR_DOMAIN_SAVE_PAUSED if was_paused else 0)
-                conn.restoreFlags(path, None, lv.VIR_DOMAIN_SAVE_PAUSED if was_paused else 0)
+                keep_paused = lv.VIR_DOMAIN_SAVE_PAUSED if was_paused and not self._is_test_driver else 0
+                dom.saveFlags(path, None, keep_paused)
+                conn.restoreFlags(path, None, keep_paused)
+                if was_paused and self._is_test_driver:
+                    dom.suspend()  # the test driver has no "restore paused" flag
             finally:
                 with self._lock:
                     self._quiet.discard(name)

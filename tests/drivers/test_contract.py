@@ -1,0 +1,206 @@
+"""One contract, every driver: the same operations, checked through get_info after each step.
+
+Parametrized over libvirt's own test hypervisor (a per-test node XML, no
+daemon; skipped where libvirt-python is missing) and the simulated driver.
+Capabilities decide what is expected: an operation a driver does not declare
+must raise Unsupported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from virtplane.domain.resources import ExitReason
+from virtplane.drivers.base import (
+    Capability,
+    DiskAttachment,
+    DomainEvent,
+    DomainEventType,
+    DomainInfo,
+    DomainSpec,
+    DomainState,
+    HypervisorDriver,
+    MigrationRequest,
+    PoolRef,
+    domain_name,
+)
+from virtplane.drivers.errors import NotFound, PermanentError, Unsupported
+
+from .conftest import eventually, wait_for
+
+
+@dataclass
+class Harness:
+    driver: HypervisorDriver
+    pool: PoolRef
+    events: list[DomainEvent]
+
+
+@pytest.fixture(params=["libvirt", "sim"])
+async def harness(request: pytest.FixtureRequest, node_uri: Callable[[str], str]) -> AsyncIterator[Harness]:
+    driver: HypervisorDriver
+    if request.param == "libvirt":
+        pytest.importorskip("libvirt")
+        from virtplane.drivers.libvirt import LibvirtDriver
+
+        driver = LibvirtDriver(node_uri("contract"))
+        pool = PoolRef(name="contract-pool", path="/srv/contract-pool")
+    else:
+        from virtplane.drivers.sim import SimCloud
+
+        cloud = SimCloud(boot_seconds=0.01, shutdown_seconds=0.01)
+        driver = cloud.driver(cloud.add_host("contract", vcpus=8, memory_mib=16384))
+        pool = PoolRef(name="contract-pool", path="contract-pool")
+    events: list[DomainEvent] = []
+    driver.set_event_sink(events.append)
+    await driver.connect()
+    await driver.ensure_pool(pool)
+    yield Harness(driver, pool, events)
+    await driver.close()
+
+
+def make_spec(uid: str, *, vm_name: str = "web-1", disks: tuple[DiskAttachment, ...] = ()) -> DomainSpec:
+    return DomainSpec(name=domain_name(uid), vm_name=vm_name, vm_uid=uid, cpu=2, memory_mib=256, disks=disks)
+
+
+async def state_of(driver: HypervisorDriver, name: str, state: DomainState) -> DomainInfo:
+    async def probe() -> DomainInfo | None:
+        return await driver.get_info(name)
+
+    info = await eventually(probe, lambda i: i is not None and i.state is state)
+    assert info is not None
+    return info
+
+
+async def running(h: Harness, uid: str = "vm-1", **kwargs: object) -> DomainSpec:
+    spec = make_spec(uid, **kwargs)  # type: ignore[arg-type]
+    await h.driver.ensure_defined(spec)
+    await h.driver.start(spec.name)
+    await state_of(h.driver, spec.name, DomainState.RUNNING)
+    return spec
+
+
+async def test_define_is_idempotent_and_reports_the_spec(harness: Harness) -> None:
+    spec = make_spec("vm-define")
+    await harness.driver.ensure_defined(spec)
+    await harness.driver.ensure_defined(spec)
+    info = await harness.driver.get_info(spec.name)
+    assert info is not None
+    assert (info.state, info.exit_reason, info.vm_uid) == (DomainState.SHUTOFF, None, "vm-define")
+    assert (info.cpu, info.memory_mib) == (2, 256)
+    listed = [d for d in await harness.driver.list_domains() if d.name == spec.name]
+    assert [d.vm_uid for d in listed] == ["vm-define"]
+
+
+async def test_unknown_domains(harness: Harness) -> None:
+    assert await harness.driver.get_info(domain_name("nobody")) is None
+    with pytest.raises(NotFound):
+        await harness.driver.start(domain_name("nobody"))
+    await harness.driver.destroy(domain_name("nobody"))
+    await harness.driver.undefine(domain_name("nobody"))
+
+
+async def test_start_then_graceful_shutdown_is_stopped_by_system(harness: Harness) -> None:
+    spec = await running(harness)
+    await harness.driver.start(spec.name)  # already running: nothing to do
+    await harness.driver.shutdown(spec.name)
+    info = await state_of(harness.driver, spec.name, DomainState.SHUTOFF)
+    assert info.exit_reason is ExitReason.STOPPED_BY_SYSTEM
+    assert any(e.type is DomainEventType.STARTED and e.domain == spec.name for e in harness.events)
+    await wait_for(
+        lambda: any(
+            e.type is DomainEventType.STOPPED and e.reason is ExitReason.STOPPED_BY_SYSTEM
+            for e in harness.events
+        )
+    )
+
+
+async def test_destroy_is_stopped_by_system_and_idempotent(harness: Harness) -> None:
+    spec = await running(harness)
+    await harness.driver.destroy(spec.name)
+    info = await state_of(harness.driver, spec.name, DomainState.SHUTOFF)
+    assert info.exit_reason is ExitReason.STOPPED_BY_SYSTEM
+    await harness.driver.destroy(spec.name)
+    assert (await state_of(harness.driver, spec.name, DomainState.SHUTOFF)).name == spec.name
+
+
+async def test_pause_and_resume(harness: Harness) -> None:
+    spec = await running(harness)
+    await harness.driver.pause(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.PAUSED)
+    await harness.driver.pause(spec.name)
+    await harness.driver.resume(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.RUNNING)
+    await harness.driver.resume(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.RUNNING)
+
+
+async def test_undefine_refuses_a_running_domain_and_tolerates_a_missing_one(harness: Harness) -> None:
+    spec = await running(harness)
+    with pytest.raises(PermanentError):
+        await harness.driver.undefine(spec.name)
+    await harness.driver.destroy(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.SHUTOFF)
+    await harness.driver.undefine(spec.name)
+    assert await harness.driver.get_info(spec.name) is None
+    await harness.driver.undefine(spec.name)
+
+
+async def test_hostile_vm_names_are_carried_safely(harness: Harness) -> None:
+    spec = make_spec("vm-hostile", vm_name="x'\"><evil/>&amp;]]>\n\x01")
+    await harness.driver.ensure_defined(spec)
+    info = await harness.driver.get_info(spec.name)
+    assert info is not None and info.vm_uid == "vm-hostile"
+
+
+async def test_volumes_create_copy_delete(harness: Harness) -> None:
+    d, pool = harness.driver, harness.pool
+    vol = await d.create_volume(pool, "data-1", 2)
+    assert (vol.name, vol.size_gib) == ("data-1", 2)
+    copy = await d.copy_volume(pool, "data-1", pool, "data-1-copy")
+    assert copy.size_gib == 2 and copy.path != vol.path
+    await d.delete_volume(pool, "data-1-copy")
+    await d.delete_volume(pool, "data-1-copy")
+    if Capability.VOLUME_RESIZE in d.capabilities:
+        assert (await d.resize_volume(pool, "data-1", 3)).size_gib == 3
+    else:
+        with pytest.raises(Unsupported):
+            await d.resize_volume(pool, "data-1", 3)
+
+
+async def test_disk_snapshot_revert_and_delete(harness: Harness) -> None:
+    d, pool = harness.driver, harness.pool
+    vol = await d.create_volume(pool, "root-1", 1)
+    handle = await d.snapshot_volume(pool, "root-1", "snap-1")
+    assert handle
+    assert await d.snapshot_volume(pool, "root-1", "snap-1") == handle  # idempotent
+    await d.revert_volume(pool, "root-1", handle)
+    spec = make_spec("vm-snap", disks=(DiskAttachment(path=vol.path, boot_order=1),))
+    await d.ensure_defined(spec)  # the reverted volume is still usable at its path
+    await d.delete_volume_snapshot(handle)
+    await d.delete_volume_snapshot(handle)
+    with pytest.raises(NotFound):
+        await d.revert_volume(pool, "root-1", handle)
+
+
+async def test_memory_snapshot_keeps_the_domain_running_and_restores(harness: Harness) -> None:
+    spec = await running(harness, "vm-mem")
+    handle = await harness.driver.save_memory(spec.name, "snap-1")
+    await state_of(harness.driver, spec.name, DomainState.RUNNING)
+    await harness.driver.destroy(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.SHUTOFF)
+    await harness.driver.restore_memory(spec, handle)
+    await state_of(harness.driver, spec.name, DomainState.RUNNING)
+    await harness.driver.delete_volume_snapshot(handle)
+
+
+async def test_migration_needs_the_capability(harness: Harness) -> None:
+    if Capability.LIVE_MIGRATION in harness.driver.capabilities:
+        pytest.skip("covered by the driver's own migration tests")
+    spec = await running(harness, "vm-mig")
+    with pytest.raises(Unsupported):
+        await harness.driver.migrate(MigrationRequest(domain=spec.name, target_uri="test:///elsewhere"))
+    assert await harness.driver.migration_job(spec.name) is None

@@ -1,0 +1,176 @@
+"""Domain XML generation: pure ElementTree, so these run without libvirt."""
+
+from __future__ import annotations
+
+import uuid
+import xml.etree.ElementTree as ET
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from virtplane.drivers.base import DiskAttachment, DomainSpec, domain_name
+from virtplane.drivers.errors import PermanentError
+from virtplane.drivers.libvirt.domain_xml import (
+    INSTANCE_NS,
+    TEST_DRIVER_OPTIONS,
+    XmlOptions,
+    backup_xml,
+    build_domain_xml,
+    disk_target,
+    domain_uuid,
+    parse_domain_xml,
+    parse_stop_request,
+    stop_request_xml,
+    volume_xml,
+)
+
+HOSTILE = "a'b\"c<d>e&f]]><!--x--><![CDATA[y]]>\n\x00\x07\ud800tail"
+
+
+def spec(**overrides: object) -> DomainSpec:
+    fields: dict[str, object] = {
+        "name": domain_name("0b7c4a9e-2f35-4c1e-9f3a-5d8e6b1a2c3d"),
+        "vm_name": "web-1",
+        "vm_uid": "0b7c4a9e-2f35-4c1e-9f3a-5d8e6b1a2c3d",
+        "cpu": 2,
+        "memory_mib": 256,
+        "disks": (
+            DiskAttachment(path="/pools/a/root.qcow2", boot_order=1),
+            DiskAttachment(path="/pools/b/data.qcow2"),
+            DiskAttachment(path="/pools/b/swap.raw", boot_order=2, format="raw"),
+        ),
+    }
+    fields.update(overrides)
+    return DomainSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_basic_shape() -> None:
+    root = ET.fromstring(build_domain_xml(spec(), XmlOptions(), console_log="/var/log/vp/c.log"))
+    assert root.get("type") == "qemu"
+    assert root.findtext("name") == "virtplane-0b7c4a9e-2f35-4c1e-9f3a-5d8e6b1a2c3d"
+    assert root.findtext("uuid") == "0b7c4a9e-2f35-4c1e-9f3a-5d8e6b1a2c3d"
+    assert root.findtext("title") == "web-1"
+    assert root.findtext("vcpu") == "2"
+    memory = root.find("memory")
+    assert memory is not None and (memory.text, memory.get("unit")) == ("256", "MiB")
+    os_type = root.find("os/type")
+    assert os_type is not None and (os_type.get("arch"), os_type.get("machine")) == ("x86_64", "q35")
+    # A guest power-off stops the domain, a guest reset keeps it running (and libvirt sends a reboot event).
+    assert [root.findtext(t) for t in ("on_poweroff", "on_reboot", "on_crash")] == [
+        "destroy",
+        "restart",
+        "destroy",
+    ]
+    log = root.find("devices/serial/log")
+    assert log is not None and log.get("file") == "/var/log/vp/c.log"
+
+
+def test_disks_keep_their_order_targets_and_boot_order() -> None:
+    root = ET.fromstring(build_domain_xml(spec(), XmlOptions()))
+    disks = root.findall("devices/disk")
+    assert [d.find("source").get("file") for d in disks] == [  # type: ignore[union-attr]
+        "/pools/a/root.qcow2",
+        "/pools/b/data.qcow2",
+        "/pools/b/swap.raw",
+    ]
+    assert [d.find("target").get("dev") for d in disks] == ["vda", "vdb", "vdc"]  # type: ignore[union-attr]
+    assert [d.find("boot").get("order") if d.find("boot") is not None else None for d in disks] == [  # type: ignore[union-attr]
+        "1",
+        None,
+        "2",
+    ]
+    assert [d.find("driver").get("type") for d in disks] == ["qcow2", "qcow2", "raw"]  # type: ignore[union-attr]
+
+
+def test_direct_kernel_boot() -> None:
+    root = ET.fromstring(
+        build_domain_xml(
+            spec(kernel="/boot/vmlinuz", initrd="/boot/initrd.gz", cmdline="console=ttyS0 x=<1>"),
+            XmlOptions(),
+        )
+    )
+    assert root.findtext("os/kernel") == "/boot/vmlinuz"
+    assert root.findtext("os/initrd") == "/boot/initrd.gz"
+    assert root.findtext("os/cmdline") == "console=ttyS0 x=<1>"
+    assert root.find("os/kernel") is not None
+    assert ET.fromstring(build_domain_xml(spec(), XmlOptions())).find("os/kernel") is None
+
+
+def test_domain_type_is_configurable_and_the_test_profile_is_minimal() -> None:
+    assert ET.fromstring(build_domain_xml(spec(), XmlOptions(domain_type="kvm"))).get("type") == "kvm"
+    root = ET.fromstring(build_domain_xml(spec(), TEST_DRIVER_OPTIONS))
+    assert root.get("type") == "test"
+    assert root.find("cpu") is None and root.find("devices/panic") is None
+    assert root.find("os/type").get("machine") is None  # type: ignore[union-attr]
+
+
+def test_hostile_user_values_are_escaped_and_round_trip() -> None:
+    hostile = spec(vm_name=HOSTILE, vm_uid=HOSTILE, cmdline=HOSTILE, kernel="/k")
+    text = build_domain_xml(hostile, XmlOptions(), console_log="/tmp/a'b\"<c>&.log")
+    root = ET.fromstring(text)  # well-formed whatever the input
+    assert "<evil" not in text and "<!--x-->" not in text
+    assert root.findtext("title") == "a'b\"c<d>e&f]]><!--x--><![CDATA[y]]> \ufffd\ufffd\ufffdtail"
+    parsed = parse_domain_xml(text)
+    assert parsed.vm_name == "a'b\"c<d>e&f]]><!--x--><![CDATA[y]]>\n\ufffd\ufffd\ufffdtail"
+    assert parsed.vm_uid == parsed.vm_name
+    assert root.find("devices/serial/log").get("file") == "/tmp/a'b\"<c>&.log"  # type: ignore[union-attr]
+    # A uid that is not a UUID gets a stable derived one.
+    assert root.findtext("uuid") == domain_uuid(HOSTILE)
+    uuid.UUID(root.findtext("uuid", ""))
+
+
+@given(st.text(max_size=80))
+def test_any_vm_name_gives_well_formed_xml(name: str) -> None:
+    text = build_domain_xml(spec(vm_name=name), XmlOptions())
+    root = ET.fromstring(text)
+    assert len(root.findall("title")) == 1
+    assert root.find(f"metadata/{{{INSTANCE_NS}}}instance") is not None
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"name": "../etc/passwd"},
+        {"name": "a b"},
+        {"name": ""},
+        {"cpu": 0},
+        {"memory_mib": 1},
+        {"initrd": "/i"},
+        {"disks": (DiskAttachment(path="relative.qcow2"),)},
+        {"disks": (DiskAttachment(path="/x", format="vmdk'"),)},
+    ],
+)
+def test_invalid_specs_are_refused(overrides: dict[str, object]) -> None:
+    with pytest.raises(PermanentError):
+        build_domain_xml(spec(**overrides), XmlOptions())
+
+
+def test_metadata_names_the_vm_and_digest_changes_with_the_spec() -> None:
+    first = parse_domain_xml(build_domain_xml(spec(), XmlOptions()))
+    assert (first.vm_name, first.vm_uid) == ("web-1", "0b7c4a9e-2f35-4c1e-9f3a-5d8e6b1a2c3d")
+    assert first.disks[0] == ("vda", "/pools/a/root.qcow2")
+    assert parse_domain_xml(build_domain_xml(spec(), XmlOptions())).digest == first.digest
+    assert parse_domain_xml(build_domain_xml(spec(cpu=4), XmlOptions())).digest != first.digest
+
+
+def test_disk_targets() -> None:
+    assert [disk_target(i) for i in (0, 1, 25, 26, 27, 701, 702)] == [
+        "vda",
+        "vdb",
+        "vdz",
+        "vdaa",
+        "vdab",
+        "vdzz",
+        "vdaaa",
+    ]
+
+
+def test_small_documents() -> None:
+    assert parse_stop_request(stop_request_xml(True)) is True
+    assert parse_stop_request(stop_request_xml(False)) is False
+    vol = ET.fromstring(volume_xml("d<1>", 5))
+    assert (vol.findtext("name"), vol.findtext("capacity")) == ("d<1>", "5")
+    backup = ET.fromstring(backup_xml([("vda", "/p/x.snap")]))
+    disk = backup.find("disks/disk")
+    assert disk is not None and (disk.get("name"), disk.find("target").get("file")) == ("vda", "/p/x.snap")  # type: ignore[union-attr]
