@@ -228,3 +228,10 @@ def decide(inputs: PowerInputs) -> PowerDecision:
             return _idle(inputs, intents, last_exit, f"run policy {policy.value}")
         return _start(inputs, intents, last_exit, f"run policy {policy.value}")
     return _idle(inputs, intents, last_exit, f"run policy {policy.value}")
+
+
+def start_retry_delay(failed_attempts: int, base_s: float, cap_s: float) -> float:
+    """Delay before the next start after ``failed_attempts`` consecutive failures (capped doubling)."""
+    if failed_attempts <= 0:
+        return 0.0
+    return float(min(cap_s, base_s * (2 ** min(failed_attempts - 1, 40))))

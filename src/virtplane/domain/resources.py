@@ -186,7 +186,19 @@ class StoragePoolSpec(Strict):
     hosts: list[Name] = Field(default_factory=list, description="Hosts that see a shared pool.")
     cluster: Name | None = Field(default=None, description="All hosts of this cluster see the shared pool.")
     capacity_gib: int = Field(ge=1, le=1024 * 1024)
-    driver_pool: str = Field(default="", max_length=255, description="Pool name or path on the hypervisor.")
+    driver_pool: str = Field(
+        default="",
+        max_length=255,
+        pattern=r"^[A-Za-z0-9_.-]*$",
+        description="Pool name on the hypervisor (default: the resource name). Local pools with the "
+        "same driver_pool on different hosts are where block migration copies disks to.",
+    )
+    path: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=r"^/[^\x00]*$",
+        description="Directory of the pool on the host (libvirt dir pools).",
+    )
 
     @model_validator(mode="after")
     def _check_scope(self) -> StoragePoolSpec:
@@ -331,8 +343,9 @@ class VirtualMachineStatus(BaseModel):
     last_exit: ExitReason | None = None
     last_exit_at: datetime | None = None
     observed_generation: int = 0
-    start_failures: int = 0
+    start_failures: int = Field(default=0, description="Start attempts since the VM last reached Running.")
     next_start_at: datetime | None = None
+    stopping_since: datetime | None = None
     message: str = ""
 
 

@@ -1,0 +1,205 @@
+"""The composition root: builds the store, cache, host connections, controllers and the app.
+
+Nothing is constructed at import time; ``ControlPlane.start``/``stop`` run inside the
+app's lifespan (or a test's event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from virtplane.api.app import create_app
+from virtplane.api.context import ApiContext
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.host import HostReconciler
+from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
+from virtplane.controllers.vm import VMReconciler
+from virtplane.domain.resources import Resource, VirtualMachine
+from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
+from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, resync_ticker
+from virtplane.runtime.cache import Cache
+from virtplane.runtime.hosts import HostConnections
+from virtplane.store.feed import ChangeFeed
+from virtplane.store.settings import Settings
+from virtplane.store.store import Store
+
+log = logging.getLogger("virtplane")
+
+
+@dataclass
+class ControlPlaneOptions:
+    workers: int = 8
+    resync_period_s: float | None = None  # None: the controller.resync_period_s setting
+    console_dir: str | None = None
+    extra_routers: list[Any] = field(default_factory=list)
+
+
+def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
+    def factory(uri: str) -> HypervisorDriver:
+        if uri.startswith("sim://"):
+            if sim is None:
+                raise ValueError("this server runs no simulator: start it with --demo or --sim")
+            driver: HypervisorDriver = sim.driver(uri)
+            return driver
+        from virtplane.drivers.libvirt import LibvirtDriver
+
+        return LibvirtDriver(uri)
+
+    return factory
+
+
+class ControlPlane:
+    """Everything that runs: build with ``build_control_plane``, then ``start``/``stop``."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        sim: Any = None,
+        driver_factory: Callable[[str], HypervisorDriver] | None = None,
+        options: ControlPlaneOptions | None = None,
+    ) -> None:
+        self.options = options or ControlPlaneOptions()
+        self.store = store
+        self.sim = sim
+        self.settings = Settings(store)
+        self.cache = Cache(store)
+        self.feed = ChangeFeed(store)
+        self.registry = CollectorRegistry()
+        self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
+        self.ctx = ControllerContext(store, self.cache, self.hosts, self.settings, enqueue=self.enqueue)
+        metrics = ControllerMetrics(self.registry)
+        self.controllers: dict[str, Controller] = {}
+        self._add("VirtualMachine", VMReconciler(self.ctx, console_dir=self.options.console_dir), metrics)
+        self._add("Host", HostReconciler(self.ctx), metrics, workers=4)
+        self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
+        self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
+        self.cache.add_listener(self._on_cache_change)
+        self.feed.subscribe(self.cache.apply)
+        self.api_context = ApiContext(store=store, settings=self.settings, sim=sim)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+
+    def _add(self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None) -> None:
+        self.controllers[kind] = Controller(
+            kind, reconciler, workers=workers or self.options.workers, metrics=metrics, timeout_s=120.0
+        )
+
+    def add_controller(self, kind: str, reconciler: Reconciler, workers: int = 4) -> Controller:
+        controller = Controller(kind, reconciler, workers=workers, timeout_s=300.0)
+        self.controllers[kind] = controller
+        return controller
+
+    # ------------------------------------------------------------------ wiring events to keys
+
+    def enqueue(self, kind: str, name: str, delay: float = 0.0) -> None:
+        controller = self.controllers.get(kind)
+        if controller is not None:
+            controller.enqueue(Request(kind, name), delay)
+
+    def _on_cache_change(self, kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
+        self.enqueue(kind, name)
+        obj = new or old
+        if kind == "Volume":
+            for vm in self.cache.vms():
+                if any(d.volume == name for d in vm.spec.disks):
+                    self.enqueue("VirtualMachine", vm.metadata.name)
+        elif kind == "StoragePool":
+            for volume in self.cache.volumes():
+                if volume.spec.pool == name:
+                    self.enqueue("Volume", volume.metadata.name)
+        elif kind == "Host":
+            for pool in self.cache.pools():
+                self.enqueue("StoragePool", pool.metadata.name)
+            if old is not None and new is not None:
+                old_status, new_status = getattr(old, "status", None), getattr(new, "status", None)
+                if old_status != new_status:
+                    for vm in self.cache.vms_on_host(name):
+                        self.enqueue("VirtualMachine", vm.metadata.name)
+            # pending VMs may now fit
+            for vm in self.cache.vms():
+                if vm.status.host is None and vm.status.phase.value == "Pending":
+                    self.enqueue("VirtualMachine", vm.metadata.name)
+        elif kind == "VirtualMachineOperation" and obj is not None:
+            self.enqueue("VirtualMachine", getattr(obj.spec, "vm", ""))  # type: ignore[attr-defined]
+        elif kind == "VirtualMachine" and isinstance(obj, VirtualMachine):
+            for op in self.cache.operations_of(name):
+                if not op.status.phase.finished:
+                    self.enqueue("VirtualMachineOperation", op.metadata.name)
+            # a VM that stopped frees room: others waiting for a host look again
+            if isinstance(old, VirtualMachine) and isinstance(new, VirtualMachine):
+                if old.status.host and new.status.host != old.status.host:
+                    self.enqueue("Host", old.status.host)
+                if new.status.host and (old.status.phase != new.status.phase or old.status.host != new.status.host):
+                    self.enqueue("Host", new.status.host)
+
+    def _on_driver_event(self, event: DomainEvent) -> None:
+        if event.type in (DomainEventType.HOST_DOWN, DomainEventType.HOST_UP):
+            host = self.cache.host_by_uri(event.host_uri)
+            if host is not None:
+                self.enqueue("Host", host.metadata.name)
+            return
+        name = self.cache.vm_by_uid(event.vm_uid)
+        if name is not None:
+            self.enqueue("VirtualMachine", name)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        revision = self.cache.load()
+        self._tasks.append(asyncio.create_task(self.feed.run(revision), name="change-feed"))
+        for controller in self.controllers.values():
+            self._tasks.append(asyncio.create_task(controller.run(), name=f"controller-{controller.name}"))
+        period = self.options.resync_period_s or self.settings.get_float("controller.resync_period_s")
+        for kind in self.controllers:
+            self._tasks.append(
+                asyncio.create_task(
+                    resync_ticker(
+                        lambda kind=kind: [Request(kind, n) for n in self.cache.names(kind)],  # type: ignore[misc]
+                        self.controllers[kind].enqueue,
+                        period,
+                    ),
+                    name=f"resync-{kind}",
+                )
+            )
+        # Level-triggered start: every object is looked at once, in dependency order.
+        for kind in ("Host", "StoragePool", "Volume", "VirtualMachine", "VirtualMachineSnapshot", "VirtualMachineOperation"):
+            for name in self.cache.names(kind):
+                self.enqueue(kind, name)
+        self.started = True
+        log.info("control plane started: %d objects cached", sum(len(self.cache.names(k)) for k in self.controllers))
+
+    async def stop(self) -> None:
+        for controller in self.controllers.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(controller.stop(), 5.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.hosts.close_all()
+        self.started = False
+
+    def app(self) -> FastAPI:
+        @asynccontextmanager
+        async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+            await self.start()
+            try:
+                yield
+            finally:
+                await self.stop()
+
+        return create_app(
+            self.api_context, lifespan=lifespan, registry=self.registry, extra_routers=self.options.extra_routers
+        )

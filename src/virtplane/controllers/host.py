@@ -1,0 +1,85 @@
+"""The host controller: connection, capacity, allocation and the Enabled/Disabled state.
+
+The maintenance states belong to the maintenance controller; this one only moves
+between Enabled and Disabled (through the host transition table) and reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
+from virtplane.domain.resources import Allocation, Capacity, Host, HostConnection, VMPhase
+from virtplane.drivers.errors import DriverError
+from virtplane.reconcile.types import Request, Result
+
+log = logging.getLogger("virtplane.controllers.host")
+
+HEARTBEAT_S = 30.0
+RETRY_CONNECT_S = 5.0
+
+
+class HostReconciler:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+
+    async def __call__(self, req: Request) -> Result | None:
+        ctx = self.ctx
+        host = ctx.store.find(Host, req.name)
+        if host is None:
+            return None
+        now = ctx.now()
+        status = host.status.model_copy(deep=True)
+        was = status.connection
+        try:
+            driver = await ctx.hosts.get(host.spec.uri)
+            facts = await driver.host_facts()
+            status.connection = HostConnection.UP
+            status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
+            status.message = ""
+            requeue = HEARTBEAT_S
+        except DriverError as exc:
+            await ctx.hosts.drop(host.spec.uri)
+            status.connection = (
+                HostConnection.DISCONNECTED if was is HostConnection.UP else HostConnection.DOWN
+            )
+            status.message = f"cannot reach {host.spec.uri}: {exc}"
+            requeue = RETRY_CONNECT_S
+        if status.connection != was:
+            ctx.event(
+                host,
+                f"Connection{status.connection.value}",
+                status.message or f"connected to {host.spec.uri}",
+                warning=status.connection is not HostConnection.UP,
+            )
+            # VMs on the host look again: a reconnect may show domains that changed meanwhile
+            for vm in ctx.cache.vms_on_host(host.metadata.name):
+                ctx.requeue_vm(vm.metadata.name)
+
+        used_cpu = used_mem = count = 0
+        for vm in ctx.cache.vms_on_host(host.metadata.name):
+            if vm.status.phase is VMPhase.STOPPED:
+                continue
+            used_cpu += vm.spec.cpu
+            used_mem += vm.spec.memory_mib
+            count += 1
+        status.allocated = Allocation(vcpus=used_cpu, memory_mib=used_mem, vms=count)
+
+        if not in_maintenance(status.resource_state):
+            wanted = HostEvent.ENABLE if host.spec.enabled else HostEvent.DISABLE
+            target = next_state(status.resource_state, wanted)
+            if target != status.resource_state:
+                ctx.event(host, target.value, f"host is now {target.value}")
+                status.resource_state = target
+
+        beat_due = status.last_heartbeat is None or now - status.last_heartbeat >= timedelta(
+            seconds=HEARTBEAT_S
+        )
+        if beat_due and status.connection is HostConnection.UP:
+            status.last_heartbeat = now
+        if status != host.status:
+            host.status = status
+            ctx.write(host)
+        return Result(requeue_after=requeue)

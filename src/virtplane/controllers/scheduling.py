@@ -1,0 +1,107 @@
+"""Turns stored hosts, pools and VMs into the placement views of the pure domain layer."""
+
+from __future__ import annotations
+
+from virtplane.domain.placement import HostView, VMView
+from virtplane.domain.resources import HostConnection, PoolKind, StoragePool, VirtualMachine
+from virtplane.runtime.cache import Cache
+
+# A VM counts against a host's capacity while it has a domain there (any phase but
+# Stopped without a domain); placement reserves by writing status.host first.
+GIB = 1
+
+
+def pool_driver_name(pool: StoragePool) -> str:
+    """The pool's name on the hypervisor; local pools with the same one are interchangeable targets."""
+    return pool.spec.driver_pool or pool.metadata.name
+
+
+def pool_hosts(cache: Cache, pool: StoragePool) -> set[str]:
+    """Hosts that see ``pool``."""
+    if pool.spec.kind is PoolKind.LOCAL:
+        return {pool.spec.host} if pool.spec.host else set()
+    hosts = set(pool.spec.hosts)
+    if pool.spec.cluster:
+        hosts |= {h.metadata.name for h in cache.hosts() if h.spec.cluster == pool.spec.cluster}
+    return hosts
+
+
+def vm_view(cache: Cache, vm: VirtualMachine) -> VMView:
+    shared: set[str] = set()
+    local: dict[str, int] = {}
+    affinity = set(vm.spec.placement.host_affinity)
+    for disk in vm.spec.disks:
+        volume = cache.volume(disk.volume)
+        pool = cache.pool(volume.spec.pool) if volume else None
+        if volume is None or pool is None:
+            continue
+        if pool.spec.kind is PoolKind.SHARED:
+            shared.add(pool.metadata.name)
+        else:
+            key = pool_driver_name(pool)
+            local[key] = local.get(key, 0) + volume.spec.size_gib
+    return VMView(
+        name=vm.metadata.name,
+        cpu=vm.spec.cpu,
+        memory_mib=vm.spec.memory_mib,
+        host=vm.status.host,
+        shared_pools=frozenset(shared),
+        local_disks_gib=local,
+        anti_affinity_group=vm.spec.placement.anti_affinity_group,
+        host_affinity=frozenset(affinity),
+    )
+
+
+def local_pool_hosts(cache: Cache, vm: VirtualMachine) -> set[str] | None:
+    """The hosts whose local pools hold the VM's local disks (None when it has none)."""
+    hosts: set[str] | None = None
+    for disk in vm.spec.disks:
+        volume = cache.volume(disk.volume)
+        pool = cache.pool(volume.spec.pool) if volume else None
+        if pool is not None and pool.spec.kind is PoolKind.LOCAL and pool.spec.host:
+            hosts = {pool.spec.host} if hosts is None else hosts & {pool.spec.host}
+    return hosts
+
+
+def host_views(cache: Cache) -> list[HostView]:
+    pools = cache.pools()
+    volumes = cache.volumes()
+    used_gib: dict[str, int] = {}
+    for volume in volumes:
+        used_gib[volume.spec.pool] = used_gib.get(volume.spec.pool, 0) + volume.spec.size_gib
+    views = []
+    for host in cache.hosts():
+        name = host.metadata.name
+        capacity = host.spec.capacity or host.status.capacity
+        used_cpu = used_mem = 0
+        groups: set[str] = set()
+        for vm in cache.vms_on_host(name):
+            used_cpu += vm.spec.cpu
+            used_mem += vm.spec.memory_mib
+            if vm.spec.placement.anti_affinity_group:
+                groups.add(vm.spec.placement.anti_affinity_group)
+        shared: set[str] = set()
+        local: dict[str, int] = {}
+        for pool in pools:
+            if name not in pool_hosts(cache, pool):
+                continue
+            if pool.spec.kind is PoolKind.SHARED:
+                shared.add(pool.metadata.name)
+            else:
+                local[pool_driver_name(pool)] = pool.spec.capacity_gib - used_gib.get(pool.metadata.name, 0)
+        views.append(
+            HostView(
+                name=name,
+                cluster=host.spec.cluster,
+                state=host.status.resource_state,
+                connected=host.status.connection is HostConnection.UP,
+                vcpus=capacity.vcpus if capacity else 0,
+                memory_mib=capacity.memory_mib if capacity else 0,
+                used_vcpus=used_cpu,
+                used_memory_mib=used_mem,
+                shared_pools=frozenset(shared),
+                local_pool_free_gib=local,
+                anti_affinity_groups=frozenset(groups),
+            )
+        )
+    return views

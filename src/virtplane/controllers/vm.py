@@ -1,0 +1,418 @@
+"""The VM controller: keeps each VM's domain in the power state the decision asks for.
+
+One reconcile, in order: deletion → finalizer → disks → observe the domain →
+recreate it where it is missing → ``decide`` → store the decision's intents and
+exit reason (durable *before* acting) → one driver action → status. Every step
+is idempotent; a crash anywhere re-runs it from the stored state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import timedelta
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
+from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
+from virtplane.domain.host_states import accepts_vms
+from virtplane.domain.intents import read_intents, write_intents
+from virtplane.domain.placement import choose_host, explain
+from virtplane.domain.power import PowerAction, PowerInputs, decide, start_retry_delay
+from virtplane.domain.resources import (
+    ExitReason,
+    Host,
+    HostConnection,
+    PoolKind,
+    VirtualMachine,
+    VirtualMachineStatus,
+    VMPhase,
+    VolumePhase,
+)
+from virtplane.drivers.base import (
+    DiskAttachment,
+    DomainInfo,
+    DomainSpec,
+    DomainState,
+    HypervisorDriver,
+    domain_name,
+)
+from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound, PermanentError
+from virtplane.reconcile.types import Request, Result
+
+log = logging.getLogger("virtplane.controllers.vm")
+
+FINALIZER = "virtplane.io/domain"
+POLL_TRANSITION_S = 1.0
+POLL_UNREACHABLE_S = 5.0
+POLL_UNSCHEDULABLE_S = 10.0
+
+
+def build_domain_spec(
+    vm: VirtualMachine, disks: list[DiskAttachment], console_dir: str | None = None
+) -> DomainSpec:
+    boot = vm.spec.boot
+    name = domain_name(vm.metadata.uid)
+    return DomainSpec(
+        name=name,
+        vm_name=vm.metadata.name,
+        vm_uid=vm.metadata.uid,
+        cpu=vm.spec.cpu,
+        memory_mib=vm.spec.memory_mib,
+        disks=tuple(disks),
+        kernel=boot.kernel if boot else None,
+        initrd=boot.initrd if boot else None,
+        cmdline=boot.cmdline if boot else "",
+        console_log=f"{console_dir}/{name}.log" if console_dir else None,
+    )
+
+
+class VMReconciler:
+    def __init__(self, ctx: ControllerContext, *, console_dir: str | None = None) -> None:
+        self.ctx = ctx
+        self.console_dir = console_dir
+
+    # ------------------------------------------------------------------ helpers
+
+    def _disks(self, vm: VirtualMachine) -> tuple[list[DiskAttachment], str]:
+        """The VM's disks as the driver needs them, or a reason they are not ready."""
+        disks = []
+        ordered = sorted(enumerate(vm.spec.disks), key=lambda p: p[1].boot_order or 1000 + p[0])
+        for _, disk in ordered:
+            volume = self.ctx.cache.volume(disk.volume)
+            if volume is None:
+                return [], f"volume {disk.volume} does not exist"
+            if volume.status.phase is not VolumePhase.READY:
+                return [], f"volume {disk.volume} is {volume.status.phase.value}"
+            pool = self.ctx.cache.pool(volume.spec.pool)
+            disks.append(
+                DiskAttachment(
+                    path=volume.status.path,
+                    boot_order=disk.boot_order,
+                    shared=pool is not None and pool.spec.kind is PoolKind.SHARED,
+                    volume=volume.metadata.name,
+                    size_gib=volume.spec.size_gib,
+                )
+            )
+        return disks, ""
+
+    async def _driver(self, host_name: str | None) -> tuple[Host | None, HypervisorDriver | None, str]:
+        if not host_name:
+            return None, None, ""
+        host = self.ctx.cache.host(host_name) or self.ctx.store.find(Host, host_name)
+        if host is None:
+            return None, None, f"host {host_name} does not exist"
+        try:
+            return host, await self.ctx.hosts.get(host.spec.uri), ""
+        except HostUnreachable as exc:
+            return host, None, f"host {host_name} is unreachable: {exc}"
+
+    def _place(self, vm: VirtualMachine) -> tuple[str | None, str]:
+        view = vm_view(self.ctx.cache, vm)
+        pinned = local_pool_hosts(self.ctx.cache, vm)
+        if pinned is not None:
+            affinity = pinned if not view.host_affinity else pinned & view.host_affinity
+            view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
+        choice = choose_host(replace(view, host=None), host_views(self.ctx.cache))
+        return choice.host, explain(choice)
+
+    def _host_usable(self, host: Host | None) -> bool:
+        return (
+            host is not None
+            and accepts_vms(host.status.resource_state)
+            and host.status.connection is HostConnection.UP
+        )
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def __call__(self, req: Request) -> Result | None:
+        ctx = self.ctx
+        vm = ctx.store.find(VirtualMachine, req.name)
+        if vm is None:
+            return None
+        if vm.metadata.deletion_requested_at is not None:
+            return await self._delete(vm)
+        if FINALIZER not in vm.metadata.finalizers:
+            vm.metadata.finalizers.append(FINALIZER)
+            written = ctx.write(vm)
+            assert isinstance(written, VirtualMachine)
+            vm = written
+
+        now = ctx.now()
+        status = vm.status.model_copy(deep=True)
+        annotations = dict(vm.metadata.annotations)
+        intents = read_intents(annotations)
+        disks, disk_problem = self._disks(vm)
+        status.conditions = (
+            set_condition(
+                status.conditions, VMCondition.DISKS_READY, False, "DiskNotReady", disk_problem, now=now
+            )
+            if disk_problem
+            else set_condition(status.conditions, VMCondition.DISKS_READY, True, "Ready", now=now)
+        )
+
+        host, driver, host_problem = await self._driver(vm.status.host)
+        if host_problem:
+            status.conditions = set_condition(
+                status.conditions, VMCondition.HOST_REACHABLE, False, "HostUnreachable", host_problem, now=now
+            )
+            if host is not None:  # the host exists but cannot be reached: wait, never guess
+                return await self._finish(vm, status, annotations, POLL_UNREACHABLE_S)
+        else:
+            status.conditions = remove_condition(status.conditions, VMCondition.HOST_REACHABLE)
+
+        info: DomainInfo | None = None
+        dname = domain_name(vm.metadata.uid)
+        try:
+            if driver is not None:
+                info = await driver.get_info(dname)
+                # The domain is (re)created where it is missing: this is where a restore's
+                # power-state intent gets consumed, after the domain exists again.
+                if info is None and not disk_problem and not intents.held_by:
+                    await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+                    info = await driver.get_info(dname)
+                elif (
+                    info is not None
+                    and info.state is DomainState.SHUTOFF
+                    and not disk_problem
+                    and vm.metadata.generation != status.observed_generation
+                ):
+                    await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+        except HostUnreachable as exc:
+            status.conditions = set_condition(
+                status.conditions, VMCondition.HOST_REACHABLE, False, "HostUnreachable", str(exc), now=now
+            )
+            return await self._finish(vm, status, annotations, POLL_UNREACHABLE_S)
+
+        if (info is not None and info.state is DomainState.SHUTOFF) or (info is None and driver is None):
+            status.observed_generation = vm.metadata.generation
+
+        stopping_since = status.stopping_since
+        grace = timedelta(seconds=vm.spec.termination_grace_period_s)
+        inputs = PowerInputs(
+            run_policy=vm.spec.run_policy,
+            domain_state=info.state.value if info else None,
+            exit_reason=info.exit_reason if info else None,
+            last_exit=status.last_exit,
+            intents=intents,
+            held=bool(intents.held_by),
+            was_running=status.phase
+            in (VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PAUSED, VMPhase.MIGRATING),
+            grace_expired=stopping_since is not None and now - stopping_since >= grace,
+            start_backoff=status.next_start_at is not None and now < status.next_start_at,
+        )
+        decision = decide(inputs)
+
+        # Durable first: the intents and exit reason the decision implies are stored before
+        # any driver call, so a crash after the call finds them.
+        new_annotations = write_intents(annotations, decision.intents)
+        if decision.last_exit != status.last_exit:
+            status.last_exit = decision.last_exit
+            status.last_exit_at = now
+            if decision.last_exit is not None:
+                ctx.event(
+                    vm,
+                    "Exited",
+                    f"domain stopped: {decision.last_exit.value}",
+                    warning=decision.last_exit
+                    in (
+                        ExitReason.CRASH,
+                        ExitReason.START_FAILED,
+                        ExitReason.VANISHED,
+                        ExitReason.HOST_FAILURE,
+                    ),
+                )
+        if info is not None and info.state is DomainState.RUNNING:
+            status.start_failures = 0
+            status.next_start_at = None
+            status.conditions = remove_condition(status.conditions, VMCondition.START_FAILED)
+        if info is None or info.state not in (
+            DomainState.RUNNING,
+            DomainState.STARTING,
+            DomainState.SHUTTING_DOWN,
+            DomainState.PAUSED,
+            DomainState.MIGRATING,
+        ):
+            status.stopping_since = None
+        status.phase = decision.phase
+        status.message = decision.message
+        if intents.held_by:
+            status.conditions = set_condition(
+                status.conditions,
+                VMCondition.MAINTENANCE,
+                True,
+                "HeldByOperation",
+                f"held by {intents.held_by}",
+                now=now,
+            )
+        else:
+            status.conditions = remove_condition(status.conditions, VMCondition.MAINTENANCE)
+        status.conditions = set_condition(
+            status.conditions,
+            VMCondition.READY,
+            info is not None and info.state is DomainState.RUNNING,
+            decision.reason,
+            decision.message,
+            now=now,
+        )
+        if decision.action is PowerAction.START and disk_problem:
+            status.phase = VMPhase.PENDING
+            return await self._finish(vm, status, new_annotations, POLL_TRANSITION_S * 2)
+
+        vm = await self._persist(vm, status, new_annotations)
+        status = vm.status.model_copy(deep=True)
+
+        if decision.action is PowerAction.NONE:
+            requeue = None
+            if status.phase in (VMPhase.STARTING, VMPhase.STOPPING, VMPhase.MIGRATING):
+                requeue = POLL_TRANSITION_S
+            if decision.reason == "StartBackoff" and status.next_start_at is not None:
+                requeue = max(0.05, (status.next_start_at - now).total_seconds())
+            if status.stopping_since is not None:
+                remaining = (status.stopping_since + grace - now).total_seconds()
+                requeue = max(0.05, min(requeue or remaining, remaining))
+            return Result(requeue_after=requeue) if requeue else None
+
+        if decision.action is PowerAction.START:
+            return await self._start(vm, host, driver, disks, dname)
+
+        assert driver is not None
+        try:
+            if decision.action is PowerAction.STOP:
+                await driver.shutdown(dname)
+                status.stopping_since = status.stopping_since or now
+                ctx.event(
+                    vm,
+                    "Stopping",
+                    f"graceful shutdown ({decision.message}), "
+                    f"forced after {vm.spec.termination_grace_period_s}s",
+                )
+            else:
+                await driver.destroy(dname)
+                ctx.event(vm, "ForceStopped", f"powered off ({decision.message})")
+        except NotFound:
+            pass
+        await self._persist(vm, status, vm.metadata.annotations)
+        return Result(requeue_after=POLL_TRANSITION_S)
+
+    async def _start(
+        self,
+        vm: VirtualMachine,
+        host: Host | None,
+        driver: HypervisorDriver | None,
+        disks: list[DiskAttachment],
+        dname: str,
+    ) -> Result | None:
+        ctx = self.ctx
+        now = ctx.now()
+        st = vm.status.model_copy(deep=True)
+        if not self._host_usable(host):
+            # (Re)place: a host that is gone, full, disabled or in maintenance never gets the start.
+            if driver is not None:
+                try:
+                    await driver.undefine(dname)
+                except DriverError as exc:
+                    log.info("could not undefine %s on its old host: %s", dname, exc)
+            target, why = self._place(vm)
+            if target is None:
+                st.phase = VMPhase.PENDING
+                st.host = None
+                st.conditions = set_condition(
+                    st.conditions, VMCondition.SCHEDULED, False, "Unschedulable", why, now=now
+                )
+                await self._persist(vm, st, vm.metadata.annotations)
+                return Result(requeue_after=POLL_UNSCHEDULABLE_S)
+            st.host = target
+            st.conditions = set_condition(
+                st.conditions, VMCondition.SCHEDULED, True, "Scheduled", f"placed on {target}", now=now
+            )
+            vm = await self._persist(
+                vm, st, vm.metadata.annotations
+            )  # the reservation is durable before the define
+            ctx.event(vm, "Scheduled", f"placed on {target} ({why})")
+            host, driver, _ = await self._driver(target)
+            if driver is None:
+                return Result(requeue_after=POLL_UNREACHABLE_S)
+            st = vm.status.model_copy(deep=True)
+        assert driver is not None
+        base = ctx.settings.get_float("vm.start.backoff_base_s")
+        cap = ctx.settings.get_float("vm.start.backoff_cap_s")
+        attempts = st.start_failures + 1
+        try:
+            await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+            st.start_failures = attempts
+            st.next_start_at = now + timedelta(seconds=start_retry_delay(attempts, base, cap))
+            vm = await self._persist(vm, st, vm.metadata.annotations)
+            await driver.start(dname)
+        except DriverError as exc:
+            delay = start_retry_delay(attempts, base, cap)
+            st = vm.status.model_copy(deep=True)
+            st.start_failures = attempts
+            st.next_start_at = now + timedelta(seconds=delay)
+            st.phase = VMPhase.PENDING
+            st.conditions = set_condition(
+                st.conditions,
+                VMCondition.START_FAILED,
+                True,
+                "StartFailed",
+                f"start attempt {attempts} failed: {exc}; next attempt in {delay:.1f}s",
+                now=now,
+            )
+            await self._persist(vm, st, vm.metadata.annotations)
+            ctx.event(vm, "StartFailed", f"attempt {attempts}: {exc}; retrying in {delay:.1f}s", warning=True)
+            if isinstance(exc, PermanentError) and not isinstance(exc, NotFound):
+                log.warning("start of %s failed permanently on this host: %s", vm.metadata.name, exc)
+            return Result(requeue_after=max(delay, 0.05))
+        if attempts > 1:
+            st = vm.status.model_copy(deep=True)
+            st.conditions = set_condition(
+                st.conditions,
+                VMCondition.START_FAILED,
+                True,
+                "Retrying",
+                f"start attempt {attempts} after {attempts - 1} failed",
+                now=now,
+            )
+            vm = await self._persist(vm, st, vm.metadata.annotations)
+        ctx.event(vm, "Started", f"start issued on {vm.status.host} (attempt {attempts})")
+        return Result(requeue_after=POLL_TRANSITION_S)
+
+    async def _persist(
+        self, vm: VirtualMachine, status: VirtualMachineStatus, annotations: dict[str, str]
+    ) -> VirtualMachine:
+        new = vm.model_copy(deep=True)
+        new.status = status
+        new.metadata.annotations = annotations
+        written = self.ctx.write(new)
+        assert isinstance(written, VirtualMachine)
+        return written
+
+    async def _finish(
+        self,
+        vm: VirtualMachine,
+        status: VirtualMachineStatus,
+        annotations: dict[str, str],
+        requeue: float | None,
+    ) -> Result | None:
+        await self._persist(vm, status, annotations)
+        return Result(requeue_after=requeue) if requeue else None
+
+    async def _delete(self, vm: VirtualMachine) -> Result | None:
+        ctx = self.ctx
+        host, driver, problem = await self._driver(vm.status.host)
+        if host is not None and driver is None:
+            ctx.event(
+                vm, "DeletionWaiting", f"waiting for its host to remove the domain: {problem}", warning=True
+            )
+            return Result(requeue_after=POLL_UNREACHABLE_S)
+        if driver is not None:
+            dname = domain_name(vm.metadata.uid)
+            await driver.destroy(dname)
+            await driver.undefine(dname)
+        if FINALIZER in vm.metadata.finalizers:
+            vm.metadata.finalizers.remove(FINALIZER)
+            ctx.write(vm)
+        if not vm.metadata.finalizers:
+            ctx.store.delete(VirtualMachine, vm.metadata.name)
+            ctx.event(vm, "Deleted", "domain removed and VM deleted")
+        return None

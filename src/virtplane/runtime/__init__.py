@@ -1,0 +1,1 @@
+"""The running control plane: cache, host connections, controllers, wired by bootstrap."""

@@ -1,0 +1,181 @@
+"""An in-memory copy of the store, kept current by the change feed (an informer).
+
+Controllers read related objects here (hosts for placement, the VMs of a host,
+the operations of a VM) instead of querying per object; they read the object
+they reconcile fresh from the store and write with a version check, so a
+slightly stale cache can cost a retry, never a wrong write.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from virtplane.domain.resources import (
+    KIND_BY_NAME,
+    Host,
+    Resource,
+    StoragePool,
+    VirtualMachine,
+    VirtualMachineOperation,
+    VirtualMachineSnapshot,
+    Volume,
+)
+from virtplane.store.store import Change, Store
+
+CacheListener = Callable[[str, str, Resource | None, Resource | None], None]
+"""(kind, name, old, new) after the cache applied a change; new is None when deleted."""
+
+
+class Cache:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._objects: dict[str, dict[str, Resource]] = defaultdict(dict)
+        self._vms_by_host: dict[str, set[str]] = defaultdict(set)
+        self._vm_by_uid: dict[str, str] = {}
+        self._ops_by_vm: dict[str, set[str]] = defaultdict(set)
+        self._listeners: list[CacheListener] = []
+
+    def add_listener(self, listener: CacheListener) -> None:
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> int:
+        """Fill the cache from the store; returns the revision it is current at."""
+        revision = self._store.revision()
+        for cls in KIND_BY_NAME.values():
+            for obj in self._store.list_objects(cls):
+                self._put(obj)
+        return revision
+
+    def apply(self, changes: Iterable[Change]) -> None:
+        """Apply a batch of changes from the feed: re-read what changed, drop what is gone."""
+        latest: dict[tuple[str, str], str] = {}
+        for change in changes:
+            latest[(change.kind, change.name)] = change.op
+        by_kind: dict[str, list[str]] = defaultdict(list)
+        for (kind, name), op in latest.items():
+            if op != "deleted" and kind in KIND_BY_NAME:
+                by_kind[kind].append(name)
+        fresh: dict[tuple[str, str], Resource] = {}
+        for kind, names in by_kind.items():
+            for name, obj in self._store.get_many(KIND_BY_NAME[kind], names).items():
+                fresh[(kind, name)] = obj
+        for (kind, name), _op in latest.items():
+            if kind not in KIND_BY_NAME:
+                continue
+            old = self._objects[kind].get(name)
+            new = fresh.get((kind, name))
+            if (
+                old is not None
+                and new is not None
+                and old.metadata.resource_version >= new.metadata.resource_version
+            ):
+                continue
+            if new is None:
+                self._drop(kind, name)
+            else:
+                self._put(new)
+            for listener in self._listeners:
+                listener(kind, name, old, new)
+
+    def _put(self, obj: Resource) -> None:
+        kind, name = obj.KIND, obj.metadata.name
+        self._unindex(kind, name)
+        self._objects[kind][name] = obj
+        if isinstance(obj, VirtualMachine):
+            self._vm_by_uid[obj.metadata.uid] = name
+            if obj.status.host:
+                self._vms_by_host[obj.status.host].add(name)
+        elif isinstance(obj, VirtualMachineOperation):
+            self._ops_by_vm[obj.spec.vm].add(name)
+
+    def _drop(self, kind: str, name: str) -> None:
+        self._unindex(kind, name)
+        self._objects[kind].pop(name, None)
+
+    def _unindex(self, kind: str, name: str) -> None:
+        old = self._objects[kind].get(name)
+        if isinstance(old, VirtualMachine):
+            self._vm_by_uid.pop(old.metadata.uid, None)
+            if old.status.host:
+                self._vms_by_host[old.status.host].discard(name)
+        elif isinstance(old, VirtualMachineOperation):
+            self._ops_by_vm[old.spec.vm].discard(name)
+
+    def put(self, obj: Resource) -> None:
+        """Take a freshly written object in before the feed delivers it (read-your-writes)."""
+        current = self._objects[obj.KIND].get(obj.metadata.name)
+        if current is None or current.metadata.resource_version < obj.metadata.resource_version:
+            self._put(obj)
+            for listener in self._listeners:
+                listener(obj.KIND, obj.metadata.name, current, obj)
+
+    # ------------------------------------------------------------------ reads
+
+    def hosts(self) -> list[Host]:
+        return [o for o in self._objects["Host"].values() if isinstance(o, Host)]
+
+    def host(self, name: str) -> Host | None:
+        obj = self._objects["Host"].get(name)
+        return obj if isinstance(obj, Host) else None
+
+    def host_by_uri(self, uri: str) -> Host | None:
+        for host in self.hosts():
+            if host.spec.uri == uri:
+                return host
+        return None
+
+    def pools(self) -> list[StoragePool]:
+        return [o for o in self._objects["StoragePool"].values() if isinstance(o, StoragePool)]
+
+    def pool(self, name: str) -> StoragePool | None:
+        obj = self._objects["StoragePool"].get(name)
+        return obj if isinstance(obj, StoragePool) else None
+
+    def volume(self, name: str) -> Volume | None:
+        obj = self._objects["Volume"].get(name)
+        return obj if isinstance(obj, Volume) else None
+
+    def volumes(self) -> list[Volume]:
+        return [o for o in self._objects["Volume"].values() if isinstance(o, Volume)]
+
+    def vm(self, name: str) -> VirtualMachine | None:
+        obj = self._objects["VirtualMachine"].get(name)
+        return obj if isinstance(obj, VirtualMachine) else None
+
+    def vms(self) -> list[VirtualMachine]:
+        return [o for o in self._objects["VirtualMachine"].values() if isinstance(o, VirtualMachine)]
+
+    def vm_names(self) -> list[str]:
+        return list(self._objects["VirtualMachine"])
+
+    def names(self, kind: str) -> list[str]:
+        return list(self._objects[kind])
+
+    def vm_by_uid(self, uid: str) -> str | None:
+        return self._vm_by_uid.get(uid)
+
+    def vms_on_host(self, host: str) -> list[VirtualMachine]:
+        result = []
+        for name in self._vms_by_host.get(host, ()):
+            vm = self.vm(name)
+            if vm is not None:
+                result.append(vm)
+        return result
+
+    def operations_of(self, vm: str) -> list[VirtualMachineOperation]:
+        result = []
+        for name in self._ops_by_vm.get(vm, ()):
+            obj = self._objects["VirtualMachineOperation"].get(name)
+            if isinstance(obj, VirtualMachineOperation):
+                result.append(obj)
+        return result
+
+    def snapshots(self) -> list[VirtualMachineSnapshot]:
+        return [
+            o
+            for o in self._objects["VirtualMachineSnapshot"].values()
+            if isinstance(o, VirtualMachineSnapshot)
+        ]
