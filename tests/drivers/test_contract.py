@@ -109,7 +109,9 @@ async def test_start_then_graceful_shutdown_is_stopped_by_system(harness: Harnes
     await harness.driver.shutdown(spec.name)
     info = await state_of(harness.driver, spec.name, DomainState.SHUTOFF)
     assert info.exit_reason is ExitReason.STOPPED_BY_SYSTEM
-    assert any(e.type is DomainEventType.STARTED and e.domain == spec.name for e in harness.events)
+    await wait_for(
+        lambda: any(e.type is DomainEventType.STARTED and e.domain == spec.name for e in harness.events)
+    )
     await wait_for(
         lambda: any(
             e.type is DomainEventType.STOPPED and e.reason is ExitReason.STOPPED_BY_SYSTEM
