@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -127,18 +126,19 @@ def serve(
     try:
         # Imported here: the server pulls in FastAPI, SQLAlchemy and uvicorn, which the
         # client commands do not need.
-        server: Any = importlib.import_module("virtplane.server")
+        from virtplane.server import ServeOptions, run_server
     except ImportError as error:
         raise CliError("ServerUnavailable", f"the virtplane server cannot be loaded: {error}") from error
-    options = server.ServeOptions(
-        data_dir=data_dir,
-        host=host,
-        port=port,
-        db_url=db,
-        demo=demo,
-        log_level=log_level.value,
+    run_server(
+        ServeOptions(
+            data_dir=data_dir,
+            host=host,
+            port=port,
+            db_url=db,
+            demo=demo,
+            log_level=log_level.value,
+        )
     )
-    server.run_server(options)
 
 
 resources.register(app)

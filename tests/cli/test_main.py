@@ -1,0 +1,111 @@
+"""The root command: ``serve`` wiring, ``--version``, help with examples on every command."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from virtplane import __version__
+from virtplane.cli.main import app
+
+
+@dataclass
+class RecordedServeOptions:
+    data_dir: Path
+    host: str
+    port: int
+    db_url: str | None
+    demo: bool
+    log_level: str
+
+
+@pytest.fixture
+def fake_server_module(monkeypatch: pytest.MonkeyPatch) -> list[RecordedServeOptions]:
+    """Stands in for ``virtplane.server``; collects what ``run_server`` was called with."""
+    calls: list[RecordedServeOptions] = []
+    module = types.ModuleType("virtplane.server")
+    module.ServeOptions = RecordedServeOptions  # type: ignore[attr-defined]
+    module.run_server = calls.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "virtplane.server", module)
+    return calls
+
+
+def test_serve_defaults(fake_server_module: list[RecordedServeOptions]) -> None:
+    result = CliRunner().invoke(app, ["serve"])
+
+    assert result.exit_code == 0, result.output
+    assert fake_server_module == [
+        RecordedServeOptions(
+            data_dir=Path("virtplane-data"),
+            host="127.0.0.1",
+            port=8470,
+            db_url=None,
+            demo=False,
+            log_level="info",
+        )
+    ]
+
+
+def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions], tmp_path: Path) -> None:
+    args = ["serve", "--demo", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--port", "9000"]
+    args += ["--db", "postgresql+psycopg://db/virtplane", "--log-level", "DEBUG"]
+
+    result = CliRunner().invoke(app, args)
+
+    assert result.exit_code == 0, result.output
+    assert fake_server_module == [
+        RecordedServeOptions(
+            data_dir=tmp_path,
+            host="0.0.0.0",
+            port=9000,
+            db_url="postgresql+psycopg://db/virtplane",
+            demo=True,
+            log_level="debug",
+        )
+    ]
+
+
+def test_serve_rejects_a_bad_port(fake_server_module: list[RecordedServeOptions]) -> None:
+    result = CliRunner().invoke(app, ["serve", "--port", "70000"])
+
+    assert result.exit_code == 2
+    assert fake_server_module == []
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+
+    assert result.stdout.strip() == f"virtplane {__version__}"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve"],
+        ["apply"],
+        ["get"],
+        ["describe"],
+        ["delete"],
+        ["events"],
+        ["restore"],
+        ["vm", "stop"],
+        ["vm", "migrate"],
+        ["snapshot", "create"],
+        ["host", "maintenance", "enable"],
+        ["host", "disable"],
+        ["settings", "set"],
+        ["sim", "fault"],
+        ["token", "create"],
+    ],
+)
+def test_every_command_has_help_with_examples(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+
+    assert result.exit_code == 0, result.output
+    assert "Examples:" in result.stdout
+    assert f"virtplane {' '.join(command)}" in result.stdout
