@@ -89,7 +89,9 @@ class ControlPlane:
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
-    def _add(self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None) -> None:
+    def _add(
+        self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
+    ) -> None:
         self.controllers[kind] = Controller(
             kind, reconciler, workers=workers or self.options.workers, metrics=metrics, timeout_s=120.0
         )
@@ -139,7 +141,9 @@ class ControlPlane:
             if isinstance(old, VirtualMachine) and isinstance(new, VirtualMachine):
                 if old.status.host and new.status.host != old.status.host:
                     self.enqueue("Host", old.status.host)
-                if new.status.host and (old.status.phase != new.status.phase or old.status.host != new.status.host):
+                if new.status.host and (
+                    old.status.phase != new.status.phase or old.status.host != new.status.host
+                ):
                     self.enqueue("Host", new.status.host)
 
     def _on_driver_event(self, event: DomainEvent) -> None:
@@ -172,11 +176,21 @@ class ControlPlane:
                 )
             )
         # Level-triggered start: every object is looked at once, in dependency order.
-        for kind in ("Host", "StoragePool", "Volume", "VirtualMachine", "VirtualMachineSnapshot", "VirtualMachineOperation"):
+        for kind in (
+            "Host",
+            "StoragePool",
+            "Volume",
+            "VirtualMachine",
+            "VirtualMachineSnapshot",
+            "VirtualMachineOperation",
+        ):
             for name in self.cache.names(kind):
                 self.enqueue(kind, name)
         self.started = True
-        log.info("control plane started: %d objects cached", sum(len(self.cache.names(k)) for k in self.controllers))
+        log.info(
+            "control plane started: %d objects cached",
+            sum(len(self.cache.names(k)) for k in self.controllers),
+        )
 
     async def stop(self) -> None:
         for controller in self.controllers.values():
@@ -201,5 +215,8 @@ class ControlPlane:
                 await self.stop()
 
         return create_app(
-            self.api_context, lifespan=lifespan, registry=self.registry, extra_routers=self.options.extra_routers
+            self.api_context,
+            lifespan=lifespan,
+            registry=self.registry,
+            extra_routers=self.options.extra_routers,
         )

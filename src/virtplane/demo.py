@@ -1,0 +1,92 @@
+"""The demo world: three simulated hosts, shared and local storage, VMs of every run policy.
+
+``seed`` adds only what is missing, so restarting ``serve --demo`` keeps the data.
+"""
+
+from __future__ import annotations
+
+from virtplane.domain.resources import (
+    Capacity,
+    Disk,
+    Host,
+    HostSpec,
+    Metadata,
+    Placement,
+    PoolKind,
+    Resource,
+    RunPolicy,
+    StoragePool,
+    StoragePoolSpec,
+    VirtualMachine,
+    VirtualMachineSpec,
+    Volume,
+    VolumeSpec,
+)
+from virtplane.store.errors import AlreadyExists
+from virtplane.store.store import Store
+
+CLUSTER = "demo"
+HOSTS = ("host-1", "host-2", "host-3")
+
+
+def demo_objects() -> list[Resource]:
+    objects: list[Resource] = []
+    for name in HOSTS:
+        objects.append(
+            Host(
+                metadata=Metadata(name=name, labels={"rack": "r1"}),
+                spec=HostSpec(
+                    uri=f"sim://{name}", cluster=CLUSTER, capacity=Capacity(vcpus=16, memory_mib=32768)
+                ),
+            )
+        )
+        objects.append(
+            StoragePool(
+                metadata=Metadata(name=f"{name}-local"),
+                spec=StoragePoolSpec(kind=PoolKind.LOCAL, host=name, capacity_gib=500, driver_pool="local"),
+            )
+        )
+    objects.append(
+        StoragePool(
+            metadata=Metadata(name="shared"),
+            spec=StoragePoolSpec(kind=PoolKind.SHARED, cluster=CLUSTER, capacity_gib=4000),
+        )
+    )
+    vms = [
+        ("web-1", RunPolicy.ALWAYS_ON, "shared", 2, 2048, "web"),
+        ("web-2", RunPolicy.ALWAYS_ON, "shared", 2, 2048, "web"),
+        ("app-1", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, "shared", 4, 4096, None),
+        ("db-1", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, "host-1-local", 4, 8192, None),
+        ("batch-1", RunPolicy.MANUAL, "shared", 2, 1024, None),
+        ("archive-1", RunPolicy.ALWAYS_OFF, "shared", 1, 512, None),
+    ]
+    for name, policy, pool, cpu, memory, group in vms:
+        objects.append(
+            Volume(metadata=Metadata(name=f"{name}-root"), spec=VolumeSpec(pool=pool, size_gib=20))
+        )
+        objects.append(
+            VirtualMachine(
+                metadata=Metadata(name=name, labels={"app": name.split("-")[0]}),
+                spec=VirtualMachineSpec(
+                    run_policy=policy,
+                    cpu=cpu,
+                    memory_mib=memory,
+                    disks=[Disk(volume=f"{name}-root", boot_order=1)],
+                    placement=Placement(anti_affinity_group=group),
+                    termination_grace_period_s=10,
+                ),
+            )
+        )
+    return objects
+
+
+def seed(store: Store) -> int:
+    """Create the demo objects that do not exist yet; returns how many were created."""
+    created = 0
+    for obj in demo_objects():
+        try:
+            store.create(obj)
+            created += 1
+        except AlreadyExists:
+            pass
+    return created

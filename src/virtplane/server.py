@@ -1,0 +1,125 @@
+"""``virtplane serve``: one process with the store, the controllers, the API and the dashboard."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from rich.console import Console
+
+from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+from virtplane.domain.resources import Host
+from virtplane.drivers.base import HypervisorDriver
+from virtplane.store.store import Store, sqlite_url
+
+log = logging.getLogger("virtplane.server")
+
+DEFAULT_PORT = 8470
+SIM_DEFAULT_VCPUS = 32
+SIM_DEFAULT_MEMORY_MIB = 131072
+
+
+@dataclass
+class ServeOptions:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    db_url: str | None = None
+    demo: bool = False
+    log_level: str = "info"
+    sim_boot_seconds: float = 1.5
+    sim_shutdown_seconds: float = 0.5
+
+
+def admin_token(store: Store, data_dir: Path) -> str:
+    """The admin token kept in DIR/admin.token; made (and registered) on first start."""
+    path = data_dir / "admin.token"
+    if path.exists():
+        token = path.read_text().strip()
+        if token and store.token_role(token) is not None:
+            return token
+    suffix = 0
+    while True:
+        name = "admin" if suffix == 0 else f"admin-{suffix}"
+        try:
+            token = store.create_token(name, "admin")
+            break
+        except Exception:
+            suffix += 1
+    path.write_text(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def sim_factory(plane_ref: list[ControlPlane], sim: Any) -> Any:
+    """Drivers for URIs; a sim:// host is created in the simulator the first time it is used."""
+
+    def factory(uri: str) -> HypervisorDriver:
+        if uri.startswith("sim://"):
+            name = uri.removeprefix("sim://").split("?")[0]
+            if sim.host_by_uri(uri) is None:
+                host = (
+                    next((h for h in plane_ref[0].cache.hosts() if h.spec.uri == uri), None)
+                    if plane_ref
+                    else None
+                )
+                capacity = host.spec.capacity if isinstance(host, Host) else None
+                sim.add_host(
+                    name,
+                    capacity.vcpus if capacity else SIM_DEFAULT_VCPUS,
+                    capacity.memory_mib if capacity else SIM_DEFAULT_MEMORY_MIB,
+                )
+            driver: HypervisorDriver = sim.driver(uri)
+            return driver
+        from virtplane.drivers.libvirt import LibvirtDriver
+
+        return LibvirtDriver(uri)
+
+    return factory
+
+
+def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
+    """The control plane for ``options``, the admin token and the database URL."""
+    from virtplane.drivers.sim import SimCloud
+
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
+    store = Store(db_url)
+    store.migrate()
+    token = admin_token(store, options.data_dir)
+    if options.demo:
+        from virtplane.demo import seed
+
+        seed(store)
+    sim = SimCloud(boot_seconds=options.sim_boot_seconds, shutdown_seconds=options.sim_shutdown_seconds)
+    plane_ref: list[ControlPlane] = []
+    console_dir = options.data_dir / "consoles"
+    console_dir.mkdir(exist_ok=True)
+    plane = ControlPlane(
+        store,
+        sim=sim,
+        driver_factory=sim_factory(plane_ref, sim),
+        options=ControlPlaneOptions(console_dir=str(console_dir)),
+    )
+    plane_ref.append(plane)
+    return plane, token, db_url
+
+
+def run_server(options: ServeOptions) -> None:
+    logging.basicConfig(
+        level=options.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    plane, token, db_url = build(options)
+    url = f"http://{options.host}:{options.port}"
+    console = Console(stderr=True)
+    console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
+    console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
+    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}")
+    print(f"VIRTPLANE_URL={url}", flush=True)
+    print(f"VIRTPLANE_TOKEN={token}", flush=True)
+    uvicorn.run(plane.app(), host=options.host, port=options.port, log_level=options.log_level.lower())
