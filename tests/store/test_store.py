@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+
+from virtplane.domain.resources import EventType, Metadata, VirtualMachine, VirtualMachineSpec
+from virtplane.store import AlreadyExists, Conflict, NotFound, Store, sqlite_url
+
+
+def vm(name: str, cpu: int = 1) -> VirtualMachine:
+    return VirtualMachine(metadata=Metadata(name=name), spec=VirtualMachineSpec(cpu=cpu))
+
+
+def test_migrations_create_the_schema_on_an_empty_database(tmp_path: Path) -> None:
+    store = Store(sqlite_url(tmp_path / "empty.db"))
+    assert store.schema_revision() is None
+    store.migrate()
+    assert store.schema_revision() == "0001"
+    tables = set(inspect(store.engine).get_table_names())
+    assert {"objects", "changes", "events", "tokens", "leases", "alembic_version"} <= tables
+    store.migrate()  # idempotent
+    assert store.schema_revision() == "0001"
+
+
+def test_sqlite_runs_in_wal_mode(store: Store) -> None:
+    with store.engine.connect() as connection:
+        mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
+    assert mode == "wal"
+
+
+def test_create_sets_identity_and_versions(store: Store) -> None:
+    created = store.create(vm("web-1"))
+    assert created.metadata.uid
+    assert created.metadata.generation == 1
+    assert created.metadata.resource_version > 0
+    assert created.metadata.created_at is not None
+    assert store.get(VirtualMachine, "web-1") == created
+    with pytest.raises(AlreadyExists):
+        store.create(vm("web-1"))
+
+
+def test_stale_update_is_refused_and_nothing_is_lost(store: Store) -> None:
+    first = store.create(vm("web-1"))
+    reader_a = store.get(VirtualMachine, "web-1")
+    reader_b = store.get(VirtualMachine, "web-1")
+    reader_a.spec.cpu = 2
+    written = store.update(reader_a)
+    assert written.metadata.resource_version > first.metadata.resource_version
+    reader_b.spec.cpu = 4
+    with pytest.raises(Conflict) as info:
+        store.update(reader_b)
+    assert "read it again" in str(info.value)
+    assert store.get(VirtualMachine, "web-1").spec.cpu == 2
+
+
+def test_generation_moves_with_spec_only(store: Store) -> None:
+    obj = store.create(vm("web-1"))
+    obj.status.message = "observed"
+    after_status = store.update(obj)
+    assert after_status.metadata.generation == 1
+    after_status.spec.memory_mib = 1024
+    after_spec = store.update(after_status)
+    assert after_spec.metadata.generation == 2
+
+
+def test_an_update_that_changes_nothing_writes_nothing(store: Store) -> None:
+    obj = store.create(vm("web-1"))
+    before = store.revision()
+    same = store.update(obj)
+    assert same.metadata.resource_version == obj.metadata.resource_version
+    assert store.revision() == before
+
+
+def test_concurrent_writers_one_wins_per_version(store: Store) -> None:
+    store.create(vm("web-1"))
+    results: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def writer(cpu: int) -> None:
+        obj = store.get(VirtualMachine, "web-1")
+        barrier.wait()
+        obj.spec.cpu = cpu
+        try:
+            store.update(obj)
+            results.append("ok")
+        except Conflict:
+            results.append("conflict")
+
+    threads = [threading.Thread(target=writer, args=(i + 2,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("ok") == 1
+    assert results.count("conflict") == 7
+
+
+def test_mutate_retries_on_conflict(store: Store) -> None:
+    store.create(vm("web-1"))
+    calls = 0
+
+    def bump(obj: VirtualMachine) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # someone else writes between our read and our write
+            other = store.get(VirtualMachine, "web-1")
+            other.metadata.labels["x"] = "y"
+            store.update(other)
+        obj.spec.cpu += 1
+
+    result = store.mutate(VirtualMachine, "web-1", bump)
+    assert calls == 2
+    assert result.spec.cpu == 2
+    assert result.metadata.labels == {"x": "y"}
+
+
+def test_delete_honours_finalizers(store: Store) -> None:
+    obj = vm("web-1")
+    obj.metadata.finalizers = ["virtplane.io/domain"]
+    store.create(obj)
+    assert store.delete(VirtualMachine, "web-1") is False
+    marked = store.get(VirtualMachine, "web-1")
+    assert marked.metadata.deletion_requested_at is not None
+    marked.metadata.finalizers = []
+    store.update(marked)
+    assert store.delete(VirtualMachine, "web-1") is True
+    with pytest.raises(NotFound):
+        store.get(VirtualMachine, "web-1")
+
+
+def test_change_feed_lists_every_write_in_order(store: Store) -> None:
+    start = store.revision()
+    obj = store.create(vm("a"))
+    obj.spec.cpu = 3
+    store.update(obj)
+    store.create(vm("b"))
+    store.delete(VirtualMachine, "a")
+    changes = store.changes_since(start)
+    assert [(c.name, c.op) for c in changes] == [
+        ("a", "added"),
+        ("a", "modified"),
+        ("b", "added"),
+        ("a", "deleted"),
+    ]
+    assert [c.revision for c in changes] == sorted(c.revision for c in changes)
+    assert store.changes_since(changes[1].revision)[0].name == "b"
+
+
+def test_listeners_hear_each_commit(store: Store) -> None:
+    heard: list[int] = []
+    store.add_listener(heard.append)
+    store.create(vm("a"))
+    store.create(vm("b"))
+    assert len(heard) == 2 and heard[0] < heard[1]
+
+
+def test_events_are_appended_and_filtered(store: Store) -> None:
+    store.record_event("VirtualMachine", "a", "Started", "one")
+    store.record_event("VirtualMachine", "b", "Started", "two")
+    store.record_event("VirtualMachine", "a", "Crashed", "three", EventType.WARNING)
+    events = store.list_events(kind="VirtualMachine", name="a")
+    assert [e.reason for e in events] == ["Started", "Crashed"]
+    assert events[1].type is EventType.WARNING
+    assert [e.message for e in store.list_events(limit=2)] == ["two", "three"]
+    assert [e.message for e in store.list_events(after_id=events[0].id)] == ["two", "three"]
+
+
+def test_tokens_are_stored_hashed(store: Store) -> None:
+    token = store.create_token("ops", "operator")
+    assert store.token_role(token) == ("ops", "operator")
+    assert store.token_role(token + "x") is None
+    with store.engine.connect() as connection:
+        stored = connection.exec_driver_sql("SELECT token_sha256 FROM tokens").scalars().all()
+    assert token not in stored
