@@ -7,6 +7,7 @@
 #   - prints "TICK n" every 2 s and writes "DISKTICK n" into sector 1 of /dev/vda
 #   - powers off on the ACPI power button (busybox acpid; needs button+evdev)
 #   - kernel argument vp.reboot=N: reboots itself after N ticks (guest reset test)
+#   - kernel argument vp.poweroff=N: powers itself off after N ticks (guest shutdown test)
 #   - kernel argument vp.dirty=N: keeps rewriting N MiB of RAM (migration that
 #     does not converge under a low bandwidth limit)
 set -euo pipefail
@@ -48,10 +49,12 @@ mount -t devtmpfs devtmpfs /dev
 for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done
 acpid -c /etc/acpi -l /tmp/acpid.log
 reboot_after=0
+poweroff_after=0
 dirty_mib=0
 for arg in $(cat /proc/cmdline); do
   case $arg in
     vp.reboot=*) reboot_after=${arg#vp.reboot=} ;;
+    vp.poweroff=*) poweroff_after=${arg#vp.poweroff=} ;;
     vp.dirty=*) dirty_mib=${arg#vp.dirty=} ;;
   esac
 done
@@ -75,6 +78,11 @@ while :; do
     echo "GUEST-REBOOT"
     sync
     reboot -f
+  fi
+  if [ "$poweroff_after" -gt 0 ] && [ "$tick" -ge "$poweroff_after" ]; then
+    echo "GUEST-POWEROFF"
+    sync
+    poweroff -f
   fi
   sleep 2
 done

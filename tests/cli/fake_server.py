@@ -106,7 +106,8 @@ class FakeServer:
             if request.method == "PATCH":
                 return self._patch(plural, name, body)
             if request.method == "DELETE":
-                return httpx.Response(200, json=self.resources[plural].pop(name))
+                del self.resources[plural][name]
+                return httpx.Response(200, json={"reason": "Deleted", "message": f"{name} deleted"})
         return error(405, "MethodNotAllowed", f"{request.method} {path}")
 
     # ------------------------------------------------------------------ resources

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 import yaml
 
@@ -175,3 +176,14 @@ def test_delete_wait_polls_until_the_resource_is_gone(invoke: Invoke, fleet: Fak
     assert result.stdout.splitlines() == ["vm/db-1 deletion requested", "vm/db-1 deleted"]
     assert fleet.requests_to("DELETE", "/v1/vms/db-1")
     assert "db-1" not in fleet.resources["vms"]
+
+
+def test_delete_of_a_resource_with_finalizers_says_deletion_requested(invoke: Invoke, fleet: FakeServer) -> None:
+    fleet.overrides[("DELETE", "/v1/vms/web-1")] = httpx.Response(
+        200, json={"reason": "DeletionRequested", "message": "will be deleted once its resources are released"}
+    )
+
+    result = invoke("delete", "vm", "web-1")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "vm/web-1 deletion requested"

@@ -161,4 +161,5 @@ def test_events_follow_prints_only_new_events_until_interrupted(
     assert result.exit_code == 0, result.output
     reasons = [line.split()[2] for line in result.stdout.splitlines()]
     assert reasons == ["Connected", "Enabled", "Tick3", "Tick4"]
+    assert [r.params.get("after_id") for r in server.requests] == [None, "2", "3"]
     assert result.stdout.splitlines()[0].startswith("12:00:01  Normal")

@@ -70,7 +70,7 @@ def test_wrong_kind_is_refused() -> None:
 
 
 def test_pool_scope_rules() -> None:
-    with pytest.raises(ValidationError, match="needs spec.host"):
+    with pytest.raises(ValidationError, match=r"needs spec\.host"):
         StoragePool.model_validate({"metadata": {"name": "p"}, "spec": {"kind": "local", "capacity_gib": 1}})
     with pytest.raises(ValidationError, match=r"spec.hosts or spec.cluster"):
         StoragePool.model_validate({"metadata": {"name": "p"}, "spec": {"kind": "shared", "capacity_gib": 1}})
@@ -81,7 +81,7 @@ def test_pool_scope_rules() -> None:
 
 
 def test_operation_parameters_match_the_type() -> None:
-    with pytest.raises(ValidationError, match="needs spec.restore"):
+    with pytest.raises(ValidationError, match=r"needs spec\.restore"):
         VirtualMachineOperation.model_validate(
             {"metadata": {"name": "o"}, "spec": {"vm": "a", "type": "Restore"}}
         )

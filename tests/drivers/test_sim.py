@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import (
@@ -30,6 +32,7 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError, TransientError
 from virtplane.drivers.sim import CONVERGENCE_MIB, FaultKind, SimCloud, SimDriver, SimFaultError
+from virtplane.drivers.sim._migration import DiskCopy, Migration
 
 BOOT_S = 0.01
 SHUTDOWN_S = 0.01
@@ -957,3 +960,67 @@ async def test_connection_faults_apply_to_a_down_host_too(cloud: SimCloud, h1: S
     cloud.inject("h1", FaultKind.RECONNECT)
     assert await h1.list_domains() == []
     assert len(cloud.fault_log) == 4
+
+
+async def test_pre_copy_iterations_follow_the_dirty_rate(
+    cloud: SimCloud, h1: SimDriver, h2: SimDriver
+) -> None:
+    # 1000 MiB/s link, 500 MiB/s dirtied: passes of 1024, 512, 256, 128 and 64 MiB; the
+    # 5th pass dirties 32 MiB (< 64), which goes over at the switch-over.
+    spec = make_spec(memory_mib=1024)
+    await running(h1, spec)
+    cloud.set_dirty_rate(spec.name, 500)
+    await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri))
+    job = await wait_for_job(h1, spec.name)
+    assert job.phase is MigrationPhase.COMPLETED
+    assert job.iteration == 5
+    assert job.data_processed_mib == pytest.approx(1024 + 512 + 256 + 128 + 64 + 32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    memory_mib=st.integers(min_value=64, max_value=16 * 1024),
+    bandwidth=st.floats(min_value=10, max_value=10_000),
+    dirty_share=st.floats(min_value=0, max_value=2),  # dirty rate as a share of the bandwidth
+    disk_gib=st.integers(min_value=0, max_value=4),
+    step_share=st.floats(min_value=0.01, max_value=1),  # data per step as a share of the first pass
+)
+def test_pre_copy_arithmetic(
+    memory_mib: int, bandwidth: float, dirty_share: float, disk_gib: int, step_share: float
+) -> None:
+    world = SimCloud()
+    world.add_host("a", vcpus=1, memory_mib=1024)
+    world.add_host("b", vcpus=1, memory_mib=1024)
+    source, target = world.host_by_uri("sim://a"), world.host_by_uri("sim://b")
+    assert source is not None and target is not None
+    disks = (DiskCopy("sim://local/d", "local", "d", disk_gib, ""),) if disk_gib else ()
+    migration = Migration(
+        domain="d",
+        vm_uid="u",
+        source=source,
+        target=target,
+        bandwidth_mib_s=bandwidth,
+        memory_mib=float(memory_mib),
+        disks=disks,
+        fault=None,
+    )
+    first_pass = disk_gib * 1024 + memory_mib
+    step_s = step_share * first_pass / bandwidth
+    dirty_rate = bandwidth * dirty_share
+    converges = dirty_share <= 0.9
+    converged = False
+    # a converging run sends at most 10 first passes (ratio 0.9): 1000 steps are plenty
+    for _ in range(2000 if converges else 30):
+        converged = migration.advance(step_s, dirty_rate)
+        if converged:
+            break
+        job = migration.job()
+        assert job.data_total_mib == pytest.approx(job.data_processed_mib + job.data_remaining_mib)
+        assert job.data_remaining_mib >= 0
+    if converges:
+        assert converged
+        # every pass after the first resends what was dirtied: at most a geometric series
+        most = first_pass + memory_mib * dirty_share / (1 - dirty_share)
+        assert first_pass * (1 - 1e-9) <= migration.processed_mib <= most * (1 + 1e-9)
+    elif dirty_share >= 1.01:
+        assert not converged  # the guest dirties memory faster than the link sends it

@@ -197,8 +197,13 @@ class ApiClient:
     def delete_path(self, path: str) -> JsonObject:
         return self._object("DELETE", path)
 
-    def events(self, kind: str | None = None, name: str | None = None, limit: int = 50) -> list[JsonObject]:
+    def events(
+        self, kind: str | None = None, name: str | None = None, limit: int = 50, after_id: int = 0
+    ) -> list[JsonObject]:
+        """The newest ``limit`` events (after ``after_id``), as the server orders them (oldest first)."""
         params: dict[str, str | int] = {"limit": limit}
+        if after_id:
+            params["after_id"] = after_id
         if kind:
             params["kind"] = kind
         if name:

@@ -174,7 +174,9 @@ def delete(
     info = resolve_kind(kind)
     reference = f"{info.short}/{name}"
     response = state.client.delete(info.plural, name)
-    pending = wait or dig(response, "metadata.deletion_requested_at") is not None
+    # The server answers {"reason": "Deleted" | "DeletionRequested", "message"}: a resource with
+    # finalizers (a VM with a domain) is gone only once the controllers have released it.
+    pending = wait or response.get("reason") == "DeletionRequested"
     state.console.print(f"{reference} {'deletion requested' if pending else 'deleted'}")
     if not wait:
         return
@@ -223,7 +225,9 @@ def events(
     try:
         while True:
             state.clock.sleep(FOLLOW_INTERVAL_S)
-            batch = _sorted_events(state.client.events(kind=kind_name, name=name, limit=limit))
+            batch = _sorted_events(
+                state.client.events(kind=kind_name, name=name, limit=limit, after_id=max(last_id, 0))
+            )
             last_id = _print_follow_lines(state, batch, output, last_id=last_id)
     except KeyboardInterrupt:
         return
