@@ -178,12 +178,22 @@ def test_delete_wait_polls_until_the_resource_is_gone(invoke: Invoke, fleet: Fak
     assert "db-1" not in fleet.resources["vms"]
 
 
-def test_delete_of_a_resource_with_finalizers_says_deletion_requested(invoke: Invoke, fleet: FakeServer) -> None:
+def test_delete_of_a_resource_with_finalizers_says_deletion_requested(
+    invoke: Invoke, fleet: FakeServer
+) -> None:
     fleet.overrides[("DELETE", "/v1/vms/web-1")] = httpx.Response(
-        200, json={"reason": "DeletionRequested", "message": "will be deleted once its resources are released"}
+        200,
+        json={"reason": "DeletionRequested", "message": "will be deleted once its resources are released"},
     )
 
     result = invoke("delete", "vm", "web-1")
 
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "vm/web-1 deletion requested"
+
+
+def test_piped_tables_have_no_trailing_padding(invoke: Invoke, fleet: FakeServer) -> None:
+    result = invoke("get", "vms", "-o", "wide")
+
+    assert result.exit_code == 0, result.output
+    assert all(line == line.rstrip() for line in result.stdout.splitlines())

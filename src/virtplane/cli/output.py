@@ -31,6 +31,7 @@ __all__ = [
     "print_json",
     "print_maintenance",
     "print_resources",
+    "print_table",
     "print_yaml",
     "progress_summary",
     "styled",
@@ -278,6 +279,16 @@ def resource_table(kind: KindInfo, resources: Sequence[JsonObject], *, wide: boo
     return table
 
 
+def print_table(console: Console, table: Table) -> None:
+    """Print a table; into a pipe or file without the padding Rich leaves at line ends."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    console.file.write("\n".join(line.rstrip() for line in captured.get().splitlines()) + "\n")
+
+
 def print_json(data: Any) -> None:
     """Exactly the JSON the server sent, indented: for scripts (``| jq``)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
@@ -298,7 +309,7 @@ def print_resources(
     elif not resources:
         console.print(f"No {kind.plural} found.")
     else:
-        console.print(resource_table(kind, resources, wide=output is OutputFormat.WIDE))
+        print_table(console, resource_table(kind, resources, wide=output is OutputFormat.WIDE))
 
 
 def print_events(console: Console, events: Sequence[JsonObject], *, with_object: bool = True) -> None:
@@ -313,7 +324,7 @@ def print_events(console: Console, events: Sequence[JsonObject], *, with_object:
             row.append(f"{_text(event.get('kind'))}/{_text(event.get('name'))}")
         row.append(_text(event.get("message")))
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)
 
 
 def _without_empty_values(value: Any) -> Any:
@@ -352,7 +363,7 @@ def print_describe(
                 _text(condition.get("reason")),
                 _text(condition.get("message")),
             )
-        console.print(table)
+        print_table(console, table)
     else:
         console.print("Conditions: <none>")
     console.print()
@@ -398,4 +409,4 @@ def print_maintenance(console: Console, maintenance: JsonObject) -> None:
             _text(item.get("reason")),
             progress_summary(progress.get(vm)) if vm in progress else "-",
         )
-    console.print(table)
+    print_table(console, table)
