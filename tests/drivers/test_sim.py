@@ -634,13 +634,14 @@ async def test_block_migration_copies_local_disks(cloud: SimCloud, h1: SimDriver
     spec = make_spec(disks=(DiskAttachment(path=vol.path, volume="root", size_gib=2),))
     await running(h1, spec)
     await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri, copy_disks=(vol.path,)))
+    cloud.write_volume(vol.path, "root fs, written during the copy", host="h1")
     job = await wait_for_job(h1, spec.name)
     assert job.phase is MigrationPhase.COMPLETED
     assert job.data_processed_mib == pytest.approx(2 * 1024 + 512)
     info = await h2.get_info(spec.name)
     assert info is not None and info.state is DomainState.RUNNING
-    assert cloud.read_volume(vol.path, host="h2") == "root fs"
-    assert cloud.read_volume(vol.path, host="h1") == "root fs"  # the source keeps its copy
+    assert cloud.read_volume(vol.path, host="h2") == "root fs, written during the copy"
+    assert cloud.read_volume(vol.path, host="h1") == "root fs, written during the copy"  # kept
 
 
 async def test_block_migration_needs_the_local_pool_on_the_target(h1: SimDriver, h2: SimDriver) -> None:
@@ -757,11 +758,14 @@ async def test_migration_to_a_full_target_fails_cleanly(
     await running(h2, filler)
     spec = make_spec()
     await running(h1, spec)
+    cloud.inject("h1", FaultKind.FAIL_MIGRATION, spec.name)
     await h1.migrate(MigrationRequest(domain=spec.name, target_uri=h2.uri))
     job = await h1.migration_job(spec.name)
     assert job is not None and job.phase is MigrationPhase.FAILED and "full" in job.error
     info = await h1.get_info(spec.name)
     assert info is not None and info.state is DomainState.RUNNING
+    # the refused migration did not spend the armed fault
+    assert cloud.armed_faults("h1")[FaultKind.FAIL_MIGRATION] == {spec.name: 1}
 
 
 async def test_incoming_migration_holds_room_on_the_target(

@@ -172,11 +172,6 @@ class MigrationEngine:
         bandwidth = self._cloud.link_mib_s
         if request.bandwidth_mib_s is not None:
             bandwidth = min(bandwidth, float(request.bandwidth_mib_s))
-        fault: InjectedFault | None = None
-        if source.take_fault(source.fail_migrations, domain.name):
-            fault = InjectedFault.FAIL
-        elif source.take_fault(source.stall_migrations, domain.name):
-            fault = InjectedFault.STALL
         migration = Migration(
             domain=domain.name,
             vm_uid=domain.spec.vm_uid,
@@ -185,7 +180,7 @@ class MigrationEngine:
             bandwidth_mib_s=bandwidth,
             memory_mib=float(live.memory_mib),
             disks=disks,
-            fault=fault,
+            fault=None,
         )
         self._jobs[domain.name] = migration
         refusal = self._target_refusal(
@@ -194,6 +189,11 @@ class MigrationEngine:
         if refusal:
             self._finish(migration, MigrationPhase.FAILED, refusal)
             return
+        # armed faults are spent only on migrations that really start
+        if source.take_fault(source.fail_migrations, domain.name):
+            migration.fault = InjectedFault.FAIL
+        elif source.take_fault(source.stall_migrations, domain.name):
+            migration.fault = InjectedFault.STALL
         migration.reserved = (live.cpu, live.memory_mib)
         target.reserved_vcpus += live.cpu
         target.reserved_memory_mib += live.memory_mib
@@ -269,6 +269,14 @@ class MigrationEngine:
             return f"target cannot take the domain: {exc}"
         return ""
 
+    def _current(self, source: SimHost, disks: tuple[DiskCopy, ...]) -> tuple[DiskCopy, ...]:
+        current = []
+        for disk in disks:
+            located = self._cloud.storage.locate_local(source.name, disk.path)
+            content = located[1].content if located is not None else disk.content
+            current.append(DiskCopy(disk.path, disk.pool, disk.volume, disk.size_gib, content))
+        return tuple(current)
+
     def _schedule(self, migration: Migration) -> None:
         loop = asyncio.get_running_loop()
         migration.timer = loop.call_later(self._cloud.migration_tick_s, self._tick, migration)
@@ -328,7 +336,8 @@ class MigrationEngine:
             return
         try:
             target.check_room(live.cpu, live.memory_mib, f"domain {domain.name}")
-            self._cloud.storage.land_copies(target.name, migration.disks)
+            # writes made during the copy were mirrored: the target gets the disks as they are now
+            self._cloud.storage.land_copies(target.name, self._current(source, migration.disks))
         except DriverError as exc:
             self._finish(migration, MigrationPhase.FAILED, f"switch-over failed: {exc}")
             return
