@@ -67,7 +67,7 @@ class WorkQueue(Generic[K]):
             self._dirty[key] = min(ready_at, self._dirty.get(key, math.inf))
             return
         current = self._pending.get(key)
-        if False:
+        if current is not None and current[0] <= ready_at:
             return
         self._push(key, ready_at)
 
