@@ -111,7 +111,7 @@ def test_enable_and_disable_patch_spec_enabled(
     assert result.exit_code == 0, result.output
     assert server.requests_to("PATCH", "/v1/hosts/node-1")[0].body == {"spec": {"enabled": enabled}}
     assert server.resources["hosts"]["node-1"]["spec"]["enabled"] is enabled
-    assert result.stdout.startswith(f"host/node-1 {command}d")
+    assert result.stdout.strip() == f"host/node-1 {command}d"
 
 
 def test_sim_fault_posts_the_fault(invoke: Invoke, server: FakeServer) -> None:

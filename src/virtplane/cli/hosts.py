@@ -173,11 +173,8 @@ def maintenance_show(
 
 
 def _set_enabled(state: CliState, host: str, enabled: bool) -> None:
-    updated = state.client.patch("hosts", host, {"spec": {"enabled": enabled}})
-    word = "enabled" if enabled else "disabled"
-    resource_state = dig(updated, "status.resource_state")
-    suffix = f" (state: {resource_state})" if resource_state else ""
-    state.console.print(Text(f"host/{host} {word}{suffix}"))
+    state.client.patch("hosts", host, {"spec": {"enabled": enabled}})
+    state.console.print(Text(f"host/{host} {'enabled' if enabled else 'disabled'}"))
 
 
 def enable(ctx: typer.Context, host: HostArgument) -> None:

@@ -55,9 +55,9 @@ def wait_for(
             current = fetch()
             line = describe(current)
             if line != last_line:
-                state.console.print(Text(line))
                 if spinner is not None:
                     spinner.update(f"{what}: {line}")
+                state.console.print(Text(line))
                 last_line = line
             if is_done(current):
                 return current
