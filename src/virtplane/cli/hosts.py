@@ -13,9 +13,8 @@ from virtplane.cli.context import CliState, state_of
 from virtplane.cli.output import (
     OutputFormat,
     dig,
-    print_json,
     print_maintenance,
-    print_yaml,
+    print_structured,
     progress_summary,
 )
 from virtplane.cli.waiting import wait_for
@@ -57,17 +56,6 @@ OutputOption = Annotated[
 ]
 
 
-def _print_object(state: CliState, data: JsonObject, output: OutputFormat) -> bool:
-    """Print ``data`` as JSON or YAML if asked; return whether it did."""
-    if output is OutputFormat.JSON:
-        print_json(data)
-        return True
-    if output is OutputFormat.YAML:
-        print_yaml(data)
-        return True
-    return False
-
-
 # --------------------------------------------------------------------------- maintenance
 
 
@@ -106,7 +94,7 @@ def maintenance_enable(
         f"/v1/hosts/{host}/maintenance",
         {"strategy": strategy.value if strategy else None, "dry_run": dry_run},
     )
-    if not _print_object(state, maintenance, output):
+    if not print_structured(maintenance, output):
         print_maintenance(state.console, maintenance)
     if wait and not dry_run:
         _wait_for_maintenance(state, host, timeout)
@@ -114,39 +102,40 @@ def maintenance_enable(
 
 def _wait_for_maintenance(state: CliState, host: str, timeout: float) -> None:
     def fetch() -> JsonObject:
-        current = state.client.get("hosts", host)
+        """``{"host": <Host>, "maintenance": <maintenance or {}>}``."""
+        snapshot: JsonObject = {"host": state.client.get("hosts", host), "maintenance": {}}
         try:
-            current["_maintenance"] = state.client.get_path(f"/v1/hosts/{host}/maintenance")
+            snapshot["maintenance"] = state.client.get_path(f"/v1/hosts/{host}/maintenance")
         except ApiError as error:
             if error.status_code != 404:
                 raise
-        return current
+        return snapshot
 
     final = wait_for(
         state,
         what=f"host/{host}",
         fetch=fetch,
         describe=_maintenance_line,
-        is_done=lambda h: dig(h, "status.resource_state") in (MAINTENANCE_DONE, MAINTENANCE_FAILED),
+        is_done=lambda s: dig(s, "host.status.resource_state") in (MAINTENANCE_DONE, MAINTENANCE_FAILED),
         timeout_s=timeout,
     )
-    if dig(final, "status.resource_state") == MAINTENANCE_FAILED:
+    if dig(final, "host.status.resource_state") == MAINTENANCE_FAILED:
         message = (
-            dig(final, "status.message")
-            or dig(final, "_maintenance.message")
-            or "see `virtplane describe host`"
+            dig(final, "host.status.message")
+            or dig(final, "maintenance.message")
+            or "see `virtplane host maintenance show`"
         )
         raise CliError(MAINTENANCE_FAILED, f"host/{host}: {message}")
     state.console.print(Text(f"host/{host} is in Maintenance", style="green"))
 
 
-def _maintenance_line(host: JsonObject) -> str:
-    """``PrepareForMaintenance  web-1: phase=Migrating, target=node-2; db-1: phase=Stopped``."""
-    parts = [str(dig(host, "status.resource_state", "Unknown"))]
-    progress = dig(host, "_maintenance.progress", {})
+def _maintenance_line(snapshot: JsonObject) -> str:
+    """``PrepareForMaintenance  web-1: phase=Migrating, target=node-2; db-1: phase=Stopped  <message>``."""
+    parts = [str(dig(snapshot, "host.status.resource_state", "Unknown"))]
+    progress = dig(snapshot, "maintenance.progress", {})
     if isinstance(progress, dict) and progress:
         parts.append("; ".join(f"{vm}: {progress_summary(entry)}" for vm, entry in sorted(progress.items())))
-    message = dig(host, "_maintenance.message") or dig(host, "status.message")
+    message = dig(snapshot, "maintenance.message") or dig(snapshot, "host.status.message")
     if message:
         parts.append(str(message))
     return "  ".join(parts)
@@ -165,7 +154,7 @@ def maintenance_show(
     """Show a host's maintenance: phase, plan and per-VM progress."""
     state = state_of(ctx)
     maintenance = state.client.get_path(f"/v1/hosts/{host}/maintenance")
-    if not _print_object(state, maintenance, output):
+    if not print_structured(maintenance, output):
         print_maintenance(state.console, maintenance)
 
 
@@ -218,7 +207,7 @@ def token_create(
     """Create an API token (admin). The token is shown only once."""
     state = state_of(ctx)
     created = state.client.post("/v1/tokens", {"name": name, "role": role.value})
-    if _print_object(state, created, output):
+    if print_structured(created, output):
         return
     state.console.print(
         Text(f"token {created.get('name', name)} ({created.get('role', role.value)}) created:")

@@ -18,7 +18,6 @@ class KindInfo:
     short: str
     """The prefix in ``vm/web-1 created``."""
     aliases: tuple[str, ...]
-    is_resource: bool = True
 
 
 KINDS: tuple[KindInfo, ...] = (
@@ -43,7 +42,8 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("Setting", "settings", "setting", ("setting", "settings")),
 )
 
-EVENTS = KindInfo("Event", "events", "event", ("ev", "event", "events"), is_resource=False)
+EVENTS = KindInfo("Event", "events", "event", ("ev", "event", "events"))
+"""Not a resource: only listed (``get events``), never created, described or deleted."""
 
 _BY_ALIAS: dict[str, KindInfo] = {alias: info for info in (*KINDS, EVENTS) for alias in info.aliases}
 _BY_KIND: dict[str, KindInfo] = {info.kind: info for info in KINDS}

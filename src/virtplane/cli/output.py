@@ -31,6 +31,7 @@ __all__ = [
     "print_json",
     "print_maintenance",
     "print_resources",
+    "print_structured",
     "print_table",
     "print_yaml",
     "progress_summary",
@@ -298,15 +299,24 @@ def print_yaml(data: Any) -> None:
     sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True))
 
 
+def print_structured(data: Any, output: OutputFormat) -> bool:
+    """Print ``data`` as JSON or YAML when that is the format asked for; return whether it did."""
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return True
+    if output is OutputFormat.YAML:
+        print_yaml(data)
+        return True
+    return False
+
+
 def print_resources(
     console: Console, kind: KindInfo, resources: Sequence[JsonObject], output: OutputFormat
 ) -> None:
     """A list of resources, as a table (or wide table), or as ``{"items": [...]}`` JSON/YAML."""
-    if output is OutputFormat.JSON:
-        print_json({"items": list(resources)})
-    elif output is OutputFormat.YAML:
-        print_yaml({"items": list(resources)})
-    elif not resources:
+    if print_structured({"items": list(resources)}, output):
+        return
+    if not resources:
         console.print(f"No {kind.plural} found.")
     else:
         print_table(console, resource_table(kind, resources, wide=output is OutputFormat.WIDE))

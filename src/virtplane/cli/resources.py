@@ -21,10 +21,10 @@ from virtplane.cli.output import (
     print_describe,
     print_error,
     print_events,
-    print_json,
     print_maintenance,
     print_resources,
-    print_yaml,
+    print_structured,
+    styled,
 )
 from virtplane.cli.selectors import LabelSelector
 from virtplane.cli.waiting import wait_for
@@ -79,7 +79,7 @@ def apply(
             failures += 1
             print_error(state.err_console, error.reason, f"{manifest.reference}: {error.message}")
             continue
-        state.console.print(Text(f"{manifest.reference} {result}"))
+        state.console.print(Text.assemble(f"{manifest.reference} ", styled(result)))
     if failures:
         raise typer.Exit(1)
 
@@ -122,11 +122,7 @@ def get(
                 "a label selector cannot be combined with a NAME", param_hint="--selector"
             )
         resource = state.client.get(info.plural, name)
-        if output is OutputFormat.JSON:
-            print_json(resource)
-        elif output is OutputFormat.YAML:
-            print_yaml(resource)
-        else:
+        if not print_structured(resource, output):
             print_resources(state.console, info, [resource], output)
         return
     items = [item for item in state.client.list_items(info.plural) if label_selector.matches(item)]
@@ -243,11 +239,9 @@ def _event_id(event: JsonObject) -> int:
 
 
 def _print_event_list(state: CliState, items: list[JsonObject], output: OutputFormat) -> None:
-    if output is OutputFormat.JSON:
-        print_json({"items": items})
-    elif output is OutputFormat.YAML:
-        print_yaml({"items": items})
-    elif not items:
+    if print_structured({"items": items}, output):
+        return
+    if not items:
         state.console.print("No events found.")
     else:
         print_events(state.console, items)

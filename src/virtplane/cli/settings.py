@@ -11,7 +11,7 @@ from rich.text import Text
 from virtplane.cli.client import JsonObject
 from virtplane.cli.context import state_of
 from virtplane.cli.kinds import resolve_kind
-from virtplane.cli.output import OutputFormat, dig, print_json, print_resources, print_yaml
+from virtplane.cli.output import OutputFormat, dig, print_resources, print_structured
 
 __all__ = ["register"]
 
@@ -48,11 +48,7 @@ def get(
         print_resources(state.console, SETTING, state.client.list_items(SETTING.plural), output)
         return
     setting = state.client.get(SETTING.plural, key)
-    if output is OutputFormat.JSON:
-        print_json(setting)
-    elif output is OutputFormat.YAML:
-        print_yaml(setting)
-    else:
+    if not print_structured(setting, output):
         _print_setting(state.console, setting)
 
 
