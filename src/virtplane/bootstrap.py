@@ -17,10 +17,12 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from virtplane.admission import Admission
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
+from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
 from virtplane.controllers.vm import VMReconciler
 from virtplane.domain.resources import Resource, VirtualMachine
@@ -83,9 +85,13 @@ class ControlPlane:
         self._add("Host", HostReconciler(self.ctx), metrics, workers=4)
         self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
         self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
+        self.operations = OperationReconciler(self.ctx)
+        self._add("VirtualMachineOperation", self.operations, metrics, workers=4)
         self.cache.add_listener(self._on_cache_change)
         self.feed.subscribe(self.cache.apply)
-        self.api_context = ApiContext(store=store, settings=self.settings, sim=sim)
+        self.api_context = ApiContext(
+            store=store, settings=self.settings, sim=sim, admission=Admission(store, self.cache)
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 

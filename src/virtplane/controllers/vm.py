@@ -364,6 +364,13 @@ class VMReconciler:
                 log.warning("start of %s failed permanently on this host: %s", vm.metadata.name, exc)
             return Result(requeue_after=max(delay, 0.05))
         if attempts > 1:
+            ctx.event(
+                vm,
+                "StartRetry",
+                f"attempt {attempts} after {attempts - 1} failed start(s); last exit: "
+                f"{vm.status.last_exit.value if vm.status.last_exit else 'none'}",
+                warning=True,
+            )
             st = vm.status.model_copy(deep=True)
             st.conditions = set_condition(
                 st.conditions,

@@ -14,6 +14,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, Resource, Setting
+from virtplane.store.errors import AlreadyExists
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -71,7 +72,10 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         principal: Principal = write,
     ) -> Any:
         ctx = _ctx(request)
-        obj = ctx.admission.on_create(_user_writable(body, None))
+        new: Resource = body
+        if ctx.store.find(cls, new.metadata.name) is not None:
+            raise AlreadyExists(kind, new.metadata.name)
+        obj = ctx.admission.on_create(_user_writable(new, None))
         created = ctx.store.create(obj)
         ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
         response.status_code = 201

@@ -1,0 +1,212 @@
+"""The operation controller: turns Start/Stop/Restart operations into durable VM intents.
+
+An operation is admitted (``domain.operations.admit``), its intent is written to
+the VirtualMachine (the object that survives), and only then does the operation
+go InProgress. The VM controller carries the intent out; this controller watches
+the VM and completes the operation when the intent is consumed and the VM shows
+the result. Migrate, Evict and Restore are handed to the controllers registered
+for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
+from virtplane.domain.operations import ActiveOperation, admit
+from virtplane.domain.resources import (
+    OperationPhase,
+    OperationType,
+    VirtualMachine,
+    VirtualMachineOperation,
+    VMPhase,
+)
+from virtplane.reconcile.types import Request, Result
+from virtplane.store.errors import NotFound
+
+log = logging.getLogger("virtplane.controllers.operations")
+
+OperationHandler = Callable[[VirtualMachineOperation, VirtualMachine], Awaitable[Result | None]]
+"""Reconciles one admitted, InProgress operation of a type this controller does not own."""
+
+POLL_S = 2.0
+
+
+def _order(op: VirtualMachineOperation) -> tuple[datetime | None, str]:
+    return (op.metadata.created_at, op.metadata.name)
+
+
+def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
+    """The VM intents that carry ``op`` out (and replace what it supersedes)."""
+    kind, force = op.spec.type, op.spec.force
+    if kind is OperationType.START:
+        return intents.with_(start=True, stop=None, stop_by_system=False)
+    if kind is OperationType.STOP:
+        mode = (
+            StopMode.FORCE
+            if force or (intents.stop is StopMode.FORCE and not intents.stop_by_system)
+            else StopMode.GRACEFUL
+        )
+        return intents.with_(
+            start=False, restart=None, stop=StopMode.FORCE if force else mode, stop_by_system=False
+        )
+    if kind is OperationType.RESTART:
+        if intents.restart is RestartStage.STARTING:
+            return intents
+        return intents.with_(restart=RestartStage.STOPPING_FORCE if force else RestartStage.STOPPING_GRACEFUL)
+    return intents
+
+
+def active_before(ops: list[VirtualMachineOperation], op: VirtualMachineOperation) -> list[ActiveOperation]:
+    """Active operations that come before ``op``: InProgress ones, and Pending ones created earlier."""
+    result = []
+    for other in ops:
+        if other.metadata.name == op.metadata.name or other.status.phase.finished:
+            continue
+        if other.status.phase is OperationPhase.PENDING and _order(other) > _order(op):
+            continue
+        result.append(
+            ActiveOperation(
+                other.metadata.name,
+                other.spec.type,
+                other.spec.force,
+                other.status.phase is OperationPhase.IN_PROGRESS,
+            )
+        )
+    return result
+
+
+class OperationReconciler:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+        self.handlers: dict[OperationType, OperationHandler] = {}
+
+    def register(self, kind: OperationType, handler: OperationHandler) -> None:
+        self.handlers[kind] = handler
+
+    def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
+        op.status.phase = phase
+        op.status.reason = reason
+        op.status.message = message
+        op.status.finished_at = self.ctx.now()
+        self.ctx.write(op)
+        warning = phase is not OperationPhase.COMPLETED
+        self.ctx.event(op, phase.value, message, warning=warning)
+        self.ctx.event(
+            ("VirtualMachine", op.spec.vm),
+            f"Operation{phase.value}",
+            f"{op.spec.type.value} {op.metadata.name}: {message}",
+            warning=warning,
+        )
+
+    async def __call__(self, req: Request) -> Result | None:
+        ctx = self.ctx
+        op = ctx.store.find(VirtualMachineOperation, req.name)
+        if op is None or op.status.phase.finished:
+            return None
+        vm = ctx.store.find(VirtualMachine, op.spec.vm)
+        if vm is None:
+            self._finish(op, OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist")
+            return None
+        if op.status.phase is OperationPhase.PENDING:
+            return await self._admit(op, vm)
+        handler = self.handlers.get(op.spec.type)
+        if handler is not None:
+            return await handler(op, vm)
+        return self._progress(op, vm)
+
+    async def _admit(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
+        ctx = self.ctx
+        siblings = [
+            o for o in ctx.cache.operations_of(vm.metadata.name) if o.metadata.name != op.metadata.name
+        ]
+        intents = read_intents(vm.metadata.annotations)
+        admission = admit(
+            op.spec.type,
+            op.spec.force,
+            vm.spec.run_policy,
+            vm.status.phase,
+            active_before(siblings, op),
+            held=bool(intents.held_by),
+        )
+        if not admission.allowed:
+            self._finish(op, OperationPhase.FAILED, admission.reason, admission.message)
+            return None
+        if op.spec.type in (OperationType.START, OperationType.STOP, OperationType.RESTART):
+            # durable first: the intent is on the VM before the operation says it is under way
+            def apply(current: VirtualMachine) -> None:
+                current.metadata.annotations = write_intents(
+                    current.metadata.annotations, intents_for(op, read_intents(current.metadata.annotations))
+                )
+
+            ctx.cache.put(ctx.store.mutate(VirtualMachine, vm.metadata.name, apply))
+        for name in admission.supersede:
+            try:
+                other = ctx.store.get(VirtualMachineOperation, name)
+            except NotFound:
+                continue
+            if not other.status.phase.finished:
+                self._finish(
+                    other,
+                    OperationPhase.SUPERSEDED,
+                    "Superseded",
+                    f"superseded by {op.spec.type.value} {op.metadata.name}",
+                )
+        op.status.phase = OperationPhase.IN_PROGRESS
+        op.status.started_at = ctx.now()
+        op.status.message = f"{op.spec.type.value} under way"
+        ctx.write(op)
+        ctx.event(op, "InProgress", op.status.message)
+        ctx.requeue_vm(vm.metadata.name)
+        return Result(requeue_after=0.0 if op.spec.type in self.handlers else POLL_S)
+
+    def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
+        intents = read_intents(vm.metadata.annotations)
+        phase = vm.status.phase
+        kind = op.spec.type
+        if kind is OperationType.START:
+            if not intents.start and phase is VMPhase.RUNNING:
+                self._finish(op, OperationPhase.COMPLETED, "Started", f"VM {vm.metadata.name} is running")
+                return None
+            if not intents.start and phase is VMPhase.STOPPED:
+                self._finish(
+                    op, OperationPhase.FAILED, "StartDropped", f"the start was dropped: {vm.status.message}"
+                )
+                return None
+            message = f"starting on {vm.status.host or 'a host to be chosen'}; VM is {phase.value}"
+            if vm.status.start_failures > 1:
+                message += f"; {vm.status.start_failures - 1} failed attempt(s), retrying"
+        elif kind is OperationType.STOP:
+            if intents.stop is None and phase is VMPhase.STOPPED:
+                self._finish(op, OperationPhase.COMPLETED, "Stopped", f"VM {vm.metadata.name} is stopped")
+                return None
+            message = f"stopping; VM is {phase.value}"
+        elif kind is OperationType.RESTART:
+            if intents.restart is None and phase is VMPhase.RUNNING:
+                self._finish(op, OperationPhase.COMPLETED, "Restarted", f"VM {vm.metadata.name} restarted")
+                return None
+            if intents.restart is None and phase is VMPhase.STOPPED:
+                self._finish(
+                    op,
+                    OperationPhase.FAILED,
+                    "RestartDropped",
+                    f"the restart was dropped: {vm.status.message}",
+                )
+                return None
+            stage = intents.restart.value if intents.restart else "done"
+            message = f"restart stage {stage}; VM is {phase.value}"
+        else:
+            self._finish(
+                op,
+                OperationPhase.FAILED,
+                "Unsupported",
+                f"this server has no controller for {kind.value} operations",
+            )
+            return None
+        if message != op.status.message:
+            op.status.message = message
+            self.ctx.write(op)
+        return Result(requeue_after=POLL_S)
