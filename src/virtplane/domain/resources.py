@@ -477,6 +477,72 @@ class VirtualMachineOperation(Resource):
     status: VirtualMachineOperationStatus = Field(default_factory=VirtualMachineOperationStatus)
 
 
+# --------------------------------------------------------------------------- HostMaintenance
+
+
+class MaintenanceStrategy(StrEnum):
+    """What maintenance does with running VMs that have local disks (DESIGN.md §5.2)."""
+
+    ERROR = "Error"
+    MIGRATION = "Migration"
+    FORCE_STOP = "ForceStop"
+    STOP = "Stop"
+
+
+class MaintenancePhase(StrEnum):
+    PLANNED = "Planned"  # dry run: the plan only
+    DRAINING = "Draining"
+    COMPLETED = "Completed"  # the host is in Maintenance
+    FAILED = "Failed"  # the host is in ErrorInMaintenance
+    CANCELLING = "Cancelling"
+    CANCELLED = "Cancelled"
+
+
+class HostMaintenanceSpec(Strict):
+    host: Name
+    strategy: MaintenanceStrategy | None = Field(
+        default=None, description="Overrides the setting host.maintenance.local.storage.strategy."
+    )
+    dry_run: bool = False
+    cancel: bool = Field(default=False, description="Set to cancel: the host returns to Enabled.")
+
+
+class MaintenancePlanItem(BaseModel):
+    vm: str
+    action: str
+    target: str | None = None
+    reason: str = ""
+
+
+class MaintenanceVMProgress(BaseModel):
+    state: str = "Pending"  # Pending, WaitingForSlot, Migrating, Migrated, Stopping, Stopped, Blocked, Failed, Left
+    target: str | None = None
+    attempts: int = 0
+    tried: list[str] = Field(default_factory=list)
+    progress_pct: float = 0.0
+    message: str = ""
+
+
+class HostMaintenanceStatus(BaseModel):
+    phase: MaintenancePhase = MaintenancePhase.DRAINING
+    strategy: MaintenanceStrategy | None = None
+    plan: list[MaintenancePlanItem] = Field(default_factory=list)
+    progress: dict[str, MaintenanceVMProgress] = Field(default_factory=dict)
+    stopped_vms: list[str] = Field(default_factory=list)
+    migrated_vms: dict[str, str] = Field(default_factory=dict)  # vm -> target, for return_vms
+    blocking: list[str] = Field(default_factory=list)
+    message: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class HostMaintenance(Resource):
+    KIND: ClassVar[str] = "HostMaintenance"
+    PLURAL: ClassVar[str] = "maintenances"
+    spec: HostMaintenanceSpec
+    status: HostMaintenanceStatus = Field(default_factory=HostMaintenanceStatus)
+
+
 # --------------------------------------------------------------------------- Setting
 
 
@@ -529,6 +595,7 @@ KINDS: tuple[type[Resource], ...] = (
     VirtualMachine,
     VirtualMachineSnapshot,
     VirtualMachineOperation,
+    HostMaintenance,
     Setting,
 )
 KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}

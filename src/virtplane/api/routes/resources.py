@@ -13,7 +13,7 @@ from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, Resource, Setting
+from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
 from virtplane.store.errors import AlreadyExists
 
 
@@ -199,8 +199,8 @@ WRITE_ROLES: dict[str, Role] = {
 def resources_router() -> APIRouter:
     router = APIRouter()
     for cls in KINDS:
-        if cls is Setting:
-            continue  # settings have their own routes: values are typed by the registry
+        if cls is Setting or cls is HostMaintenance:
+            continue  # own routes: settings are typed by the registry; maintenance lives under its host
         register_kind(router, cls, WRITE_ROLES[cls.KIND])
     return router
 
