@@ -107,4 +107,5 @@ def test_every_kind_has_a_unique_plural() -> None:
         "snapshots",
         "operations",
         "settings",
+        "maintenances",
     }
