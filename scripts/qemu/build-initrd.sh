@@ -46,7 +46,12 @@ cat >"$root/init" <<'SCRIPT'
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done
+# Two passes: a module whose dependency comes later in the list loads on the second one.
+for pass in 1 2; do for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done; done
+# virtio-blk probes asynchronously: give an attached disk (virtio device id 2) a moment to appear.
+if grep -qx 0x0002 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+  for _ in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done
+fi
 acpid -c /etc/acpi -l /tmp/acpid.log
 reboot_after=0
 poweroff_after=0

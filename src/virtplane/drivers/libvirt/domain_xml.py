@@ -63,6 +63,12 @@ def domain_uuid(vm_uid: str) -> str:
         return str(uuid.uuid5(_UUID_NAMESPACE, vm_uid.encode("utf-8", "surrogatepass").hex()))
 
 
+def mac_address(vm_uid: str) -> str:
+    """A stable MAC in QEMU's 52:54:00 range: a restored memory image must find the same NIC."""
+    digest = hashlib.sha256(vm_uid.encode("utf-8", "surrogatepass")).digest()
+    return "52:54:00:" + ":".join(f"{b:02x}" for b in digest[:3])
+
+
 def disk_target(index: int) -> str:
     """virtio disk names in order: vda..vdz, vdaa, vdab, ..."""
     letters = ""
@@ -179,6 +185,7 @@ def build_domain_xml(spec: DomainSpec, options: XmlOptions, console_log: str | N
     # User-mode networking needs no host bridge and survives migration.
     if options.domain_type != "test":
         interface = _sub(devices, "interface", type="user")
+        _sub(interface, "mac", address=mac_address(spec.vm_uid))
         _sub(interface, "model", type="virtio")
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
@@ -268,6 +275,7 @@ __all__ = [
     "dir_pool_xml",
     "disk_target",
     "domain_uuid",
+    "mac_address",
     "one_line",
     "parse_domain_xml",
     "parse_stop_request",

@@ -1,0 +1,201 @@
+"""Two real libvirt daemons ("hosts") running real QEMU guests under TCG.
+
+Prerequisites come from ``scripts/qemu/setup.sh`` (run it as root first; CI
+does). Without them these tests skip, unless VIRTPLANE_QEMU_REQUIRED=1 makes
+that an error. Each daemon has its own mount namespace, host UUID and socket
+(``scripts/qemu/libvirt-host.sh``); ``BASE/shared`` is seen by both (shared
+storage), ``/var/lib/libvirt/images`` is each host's own (local storage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from virtplane.drivers.base import DiskAttachment, DomainSpec, PoolRef, domain_name
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts" / "qemu"
+CACHE = Path(os.environ.get("VIRTPLANE_QEMU_DIR", REPO / ".work" / "qemu"))
+KERNEL = CACHE / "guest" / "vmlinuz"
+INITRD = CACHE / "guest" / "initrd.gz"
+LOCAL_IMAGES = "/var/lib/libvirt/images"
+T = TypeVar("T")
+
+
+def _missing_prerequisites() -> str | None:
+    if os.geteuid() != 0:
+        return "real-guest tests run libvirtd and need root"
+    for tool in ("libvirtd", "qemu-system-x86_64", "qemu-img", "qemu-io", "unshare"):
+        if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+            return f"{tool} is not installed (run scripts/qemu/setup.sh)"
+    if not (KERNEL.exists() and INITRD.exists()):
+        return f"no test guest under {CACHE} (run scripts/qemu/setup.sh)"
+    try:
+        import libvirt  # noqa: F401
+    except ImportError:
+        return "libvirt-python is not installed (run scripts/qemu/setup.sh)"
+    return None
+
+
+@dataclass(frozen=True)
+class QemuHost:
+    name: str
+    uri: str
+
+
+@dataclass(frozen=True)
+class Rig:
+    base: Path
+    hosts: dict[str, QemuHost]
+    console_dir: Path
+    shared_pool: PoolRef
+    local_pool: PoolRef
+
+    def start_host(self, name: str) -> QemuHost:
+        host_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.base}/{name}"))
+        port = 49152 + 64 * sorted(self.hosts).index(name)
+        out = subprocess.run(
+            ["bash", str(SCRIPTS / "libvirt-host.sh"), "start", str(self.base), name, host_uuid, str(port)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return QemuHost(name, out.stdout.strip().splitlines()[-1])
+
+    def stop_host(self, name: str) -> None:
+        subprocess.run(["bash", str(SCRIPTS / "libvirt-host.sh"), "stop", str(self.base), name], check=True)
+
+    def console(self, domain: str) -> str:
+        path = self.console_dir / f"{domain}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def rig() -> Iterator[Rig]:
+    problem = _missing_prerequisites()
+    if problem is not None:
+        if os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    import libvirt
+
+    base = Path(tempfile.mkdtemp(prefix="vp-qemu-"))  # short: unix socket paths are limited to 108 bytes
+    console_dir = base / "console"
+    console_dir.mkdir()
+    (base / "shared").mkdir()
+    placeholder = {name: QemuHost(name, "") for name in ("a", "b")}
+    rig = Rig(
+        base=base,
+        hosts=placeholder,
+        console_dir=console_dir,
+        shared_pool=PoolRef(name="shared", path=str(base / "shared"), shared=True),
+        local_pool=PoolRef(name="local", path=LOCAL_IMAGES),
+    )
+    caps_cache = CACHE / "qemu-caps"
+    try:
+        if caps_cache.is_dir():
+            shutil.copytree(caps_cache, base / "qemu-caps")
+        first = rig.start_host("a")
+        # The first connection probes QEMU (~8 s); later daemons and runs reuse its cache.
+        libvirt.open(first.uri).close()
+        probed = base / "hosts" / "a" / "cache" / "qemu" / "capabilities"
+        if probed.is_dir() and not (base / "qemu-caps").exists():
+            shutil.copytree(probed, base / "qemu-caps")
+            shutil.copytree(probed, caps_cache, dirs_exist_ok=True)
+        rig.hosts["a"] = first
+        rig.hosts["b"] = rig.start_host("b")
+        yield rig
+    finally:
+        for name in ("a", "b"):
+            rig.stop_host(name)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def drivers(rig: Rig) -> AsyncIterator[dict[str, Any]]:
+    from virtplane.drivers.libvirt import LibvirtDriver
+
+    connected: dict[str, LibvirtDriver] = {}
+    for name, host in rig.hosts.items():
+        driver = LibvirtDriver(
+            host.uri,
+            console_dir=str(rig.console_dir),
+            state_dir=str(rig.base / "shared" / "memory"),
+            migration_address="127.0.0.1",
+            keepalive_interval_s=1,
+            keepalive_count=2,
+            reconnect_initial_s=0.2,
+            reconnect_max_s=1.0,
+        )
+        await driver.connect()
+        await driver.ensure_pool(rig.shared_pool)
+        await driver.ensure_pool(rig.local_pool)
+        connected[name] = driver
+    yield connected
+    for driver in connected.values():
+        for info in await driver.list_domains():
+            await driver.destroy(info.name)
+            await driver.undefine(info.name)
+        await driver.close()
+
+
+def guest_spec(
+    uid: str, disks: tuple[DiskAttachment, ...] = (), *, memory_mib: int = 192, cmdline: str = ""
+) -> DomainSpec:
+    return DomainSpec(
+        name=domain_name(uid),
+        vm_name=f"guest {uid}",
+        vm_uid=uid,
+        cpu=1,
+        memory_mib=memory_mib,
+        disks=disks,
+        kernel=str(KERNEL),
+        initrd=str(INITRD),
+        cmdline=f"console=ttyS0 panic=-1 quiet {cmdline}".strip(),
+    )
+
+
+async def console_shows(rig: Rig, domain: str, text: str, *, count: int = 1, limit_s: float = 90.0) -> str:
+    """Wait until the guest's serial log contains ``text`` ``count`` times; the limit guards a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while True:
+        log = rig.console(domain)
+        if log.count(text) >= count:
+            return log
+        if loop.time() > deadline:
+            raise AssertionError(f"{domain}: {text!r} x{count} not on the console; it shows:\n{log[-2000:]}")
+        await asyncio.sleep(0.2)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], limit_s: float = 60.0
+) -> T:
+    """Poll ``probe`` until ``accept`` holds for its result; the limit only guards against a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while True:
+        value = await probe()
+        if accept(value):
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"still not accepted after {limit_s} s: {value!r}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_for(condition: Callable[[], bool], limit_s: float = 60.0) -> None:
+    async def probe() -> bool:
+        return condition()
+
+    await eventually(probe, bool, limit_s)
