@@ -141,9 +141,13 @@ async def test_failures_back_off_exponentially_until_a_success_forgets() -> None
     )
     async with running(controller):
         controller.enqueue(VM_A)
+
+        def settled_after(calls: int) -> Callable[[], bool]:
+            return lambda: len(reconciler.calls) == calls and idle(controller, VM_A)()
+
         delays = []
         for attempt in range(1, 5):
-            await until(lambda a=attempt: len(reconciler.calls) == a and idle(controller, VM_A)())
+            await until(settled_after(attempt))
             ready_at = controller.queue.ready_at(VM_A)
             assert ready_at is not None
             delays.append(ready_at - clock.now())
@@ -361,6 +365,27 @@ def test_metrics_live_on_the_given_registry_only() -> None:
     assert sample(registry, "workqueue_depth", controller="host") == 0.0
     assert sample(registry, "reconcile_total", controller="host", result="error") == 0.0
     assert REGISTRY.get_sample_value("workqueue_depth", {"controller": "vm"}) is None
+
+
+async def test_a_reconcile_that_never_awaits_does_not_starve_the_loop() -> None:
+    done: list[Request] = []
+    seen_by_bystander: list[int] = []
+
+    async def never_awaits(req: Request) -> None:
+        done.append(req)
+
+    async def bystander() -> None:
+        await asyncio.sleep(0)
+        seen_by_bystander.append(len(done))
+
+    keys = [Request("vm", f"vm-{i}") for i in range(1000)]
+    controller = Controller("vm", never_awaits, workers=2, clock=FakeClock())
+    for key in keys:
+        controller.enqueue(key)
+    async with running(controller):
+        await bystander()
+        await until(lambda: len(done) == len(keys), "the drain")
+    assert seen_by_bystander[0] < len(keys)
 
 
 async def test_drains_many_keys_through_the_workers() -> None:
