@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from types import TracebackType
 
-from virtplane.drivers.base import DomainEvent, DomainSpec
+from virtplane.drivers.base import DomainEvent, DomainSpec, DomainState
 
 from ._driver import SimDriver
 from ._host import SimHost
 from ._migration import MigrationEngine
 from ._model import (
+    ACTIVE_STATES,
     DOMAIN_FAULTS,
     URI_SCHEME,
     FaultKind,
@@ -22,6 +27,7 @@ from ._model import (
     SimState,
     host_name,
 )
+from ._persist import SimJournal
 from ._storage import SimStorage
 
 logger = logging.getLogger(__name__)
@@ -35,7 +41,32 @@ class SimCloud:
     Timers run on the asyncio loop that calls the drivers, so every call
     (driver methods, ``inject``) must come from that loop's thread, inside the
     running loop (an ``async def`` route, not a sync one run in a thread pool).
-    ``clock`` stamps ``fault_log`` entries (default: wall time).
+    ``clock`` stamps ``fault_log`` entries and the end times of boots and shutdowns
+    kept in the state file (default: wall time).
+
+    ``state_path`` (a SQLite file, created if missing) makes the world durable, like
+    real hypervisors that keep running while the control plane crashes: every change
+    is committed before the driver call, ``SimCloud`` method or timer that made it
+    returns, writing only the rows of what changed (see ``_persist``). A new
+    ``SimCloud`` on an existing file loads the world; time passed while no process ran:
+
+    - a domain that was STARTING is RUNNING if its boot time is up by then (a boot made
+      to fail by ``fail-start`` is SHUTOFF with START_FAILED once its failure time is
+      up), and one that was SHUTTING_DOWN is SHUTOFF with exit reason STOPPED_BY_SYSTEM
+      once its shutdown time is up. No events are sent for these (no connection was
+      open); the control plane sees them in ``list_domains``/``get_info``. A transition
+      whose time is not up yet resumes for the time left on the first driver call or
+      ``inject`` made inside a running loop, or on ``await cloud.resume()``.
+    - a migration in flight is gone: its job is not kept (``migration_job`` returns
+      None, as libvirt's does after the client restarts) and the domain is where it was,
+      on the source, RUNNING (or PAUSED if it was paused); the target holds nothing.
+      This is the safe outcome: the VM keeps running where it was.
+    - hosts (capacity, down or disconnected), domains with definition, live config,
+      exit reason, memory marker, pools, volumes with content, volume snapshots, saved
+      memory, armed faults with their counts and dirty rates are as they were.
+
+    Not kept: ``fault_log`` and the constructor's timing arguments (pass them again).
+    Without ``state_path`` everything stays in memory.
     """
 
     def __init__(
@@ -47,6 +78,7 @@ class SimCloud:
         clock: Callable[[], float] | None = None,
         time_scale: float = 1.0,
         migration_tick_s: float = 0.05,
+        state_path: Path | str | None = None,
     ) -> None:
         """``time_scale`` is how many simulated seconds of migration one loop second is worth."""
         if min(boot_seconds, shutdown_seconds) < 0 or link_mib_s <= 0:
@@ -66,6 +98,80 @@ class SimCloud:
         self._drivers: dict[str, SimDriver] = {}
         self._dirty_rates: dict[str, float] = {}
         self._saved_memory: dict[str, tuple[DomainSpec, str]] = {}
+        # boots and shutdowns loaded from the state file that still wait for a timer
+        self._unresumed: list[tuple[SimHost, SimDomain]] = []
+        self.journal: SimJournal | None = None
+        self.transaction: AbstractContextManager[None] = nullcontext()
+        """Every entry point (driver call, public method, timer callback) runs inside it;
+        with a state file the outermost one commits the changes it made."""
+        if state_path is not None:
+            journal = SimJournal(Path(state_path))
+            self.journal = journal
+            self.transaction = _Transaction(self, journal)
+            with self.transaction:
+                self._load(journal)
+
+    # ------------------------------------------------------------------ the state file
+
+    def _load(self, journal: SimJournal) -> None:
+        for host in journal.load_hosts(self):
+            self._hosts[host.name] = host
+        for owner, domain in journal.load_domains():
+            found = self._hosts.get(owner)
+            if found is None:
+                continue
+            host = found
+            host.domains[domain.name] = domain
+            if domain.state not in ACTIVE_STATES:
+                domain.live = None
+            elif domain.live is None:
+                domain.live = domain.spec
+            if domain.live is not None:
+                host.used_vcpus += domain.live.cpu
+                host.used_memory_mib += domain.live.memory_mib
+            if domain.state is DomainState.MIGRATING:
+                # the job died with the process: the domain stays on the source
+                domain.state = domain.state_before_migration or DomainState.RUNNING
+                domain.state_before_migration = None
+                host.changed(domain)
+            elif domain.state in (DomainState.STARTING, DomainState.SHUTTING_DOWN):
+                self._unresumed.append((host, domain))
+        self.storage.load(journal.load_pools(), journal.load_snapshots())
+        self._saved_memory = journal.load_saved_memory()
+        self._dirty_rates = journal.load_dirty_rates()
+        self.resume_transitions()
+
+    def resume_transitions(self) -> None:
+        """Finish loaded boots and shutdowns whose time is up; inside a running loop, give
+        the others timers for the time they have left."""
+        if not self._unresumed:
+            return
+        try:
+            asyncio.get_running_loop()
+            can_wait = True
+        except RuntimeError:
+            can_wait = False
+        now = self.clock()
+        self._unresumed = [
+            (host, domain)
+            for host, domain in self._unresumed
+            if not host.resume_transition(domain, now, can_wait=can_wait)
+        ]
+
+    async def resume(self) -> None:
+        """Resume loaded boots and shutdowns now (any driver call does it too)."""
+        with self.transaction:
+            self.resume_transitions()
+
+    def close(self) -> None:
+        """Commit what is pending and close the state file; later changes stay in memory."""
+        journal = self.journal
+        if journal is None:
+            return
+        journal.flush(self)
+        journal.close()
+        self.journal = None
+        self.transaction = nullcontext()
 
     # ------------------------------------------------------------------ hosts and drivers
 
@@ -77,7 +183,9 @@ class SimCloud:
             raise ValueError(f"simulated host {name} exists already")
         if vcpus < 1 or memory_mib < 1:
             raise ValueError("a host needs at least one vcpu and some memory")
-        host = self._hosts[name] = SimHost(self, name, vcpus, memory_mib)
+        with self.transaction:
+            host = self._hosts[name] = SimHost(self, name, vcpus, memory_mib)
+            host.changed()
         return host.uri
 
     @property
@@ -95,6 +203,9 @@ class SimCloud:
         return driver
 
     # The next few methods serve the simulator's own modules.
+
+    def host_named(self, name: str) -> SimHost | None:
+        return self._hosts.get(name)
 
     def host_by_uri(self, uri: str) -> SimHost | None:
         return self._hosts.get(host_name(uri)) if uri.startswith(URI_SCHEME) else None
@@ -116,7 +227,10 @@ class SimCloud:
         self, host: str, kind: FaultKind | str, domain: str | None = None, count: int = 1
     ) -> FaultRecord:
         """Inject a fault on ``host`` (a name or ``sim://NAME``); see the package docstring."""
-        kind = FaultKind(kind)
+        with self.transaction:
+            return self._inject(host, FaultKind(kind), domain, count)
+
+    def _inject(self, host: str, kind: FaultKind, domain: str | None, count: int) -> FaultRecord:
         target = self._hosts.get(host_name(host))
         if target is None:
             raise SimFaultError(f"no simulated host {host}")
@@ -132,6 +246,7 @@ class SimCloud:
                 FaultKind.STALL_MIGRATION: target.stall_migrations,
             }[kind]
             armed[domain] = armed.get(domain, 0) + count
+            target.changed()
         elif kind in DOMAIN_FAULTS and not target.up:
             raise SimFaultError(f"host {target.name} is down: its domains are not running")
         elif kind is FaultKind.GUEST_SHUTDOWN:
@@ -146,8 +261,10 @@ class SimCloud:
             target.come_up()
         elif kind is FaultKind.DISCONNECT:
             target.link_up = False
+            target.changed()
         elif kind is FaultKind.RECONNECT:
             target.link_up = True
+            target.changed()
         self.fault_log.append(record)
         return record
 
@@ -166,7 +283,10 @@ class SimCloud:
         """How fast ``domain``'s guest dirties memory (it follows the domain across hosts)."""
         if mib_s < 0:
             raise ValueError("a dirty rate cannot be negative")
-        self._dirty_rates[domain] = mib_s
+        with self.transaction:
+            self._dirty_rates[domain] = mib_s
+            if self.journal is not None:
+                self.journal.mark_dirty_rate(domain)
 
     def dirty_rate(self, domain: str) -> float:
         return self._dirty_rates.get(domain, 0.0)
@@ -175,33 +295,42 @@ class SimCloud:
 
     def write_volume(self, path: str, content: str, *, host: str | None = None) -> None:
         """Set a volume's content (what the guest wrote). ``host`` picks among same-path local volumes."""
-        self.storage.resolve(path, host_name(host) if host else None).content = content
+        with self.transaction:
+            self.storage.write_content(path, host_name(host) if host else None, content)
 
     def read_volume(self, path: str, *, host: str | None = None) -> str:
         return self.storage.resolve(path, host_name(host) if host else None).content
 
     def read_memory(self, domain: str) -> str:
         """A marker of the live guest's memory: new on every boot, carried by migration and restore."""
-        return self._live_instance(domain).memory
+        return self._live_instance(domain)[1].memory
 
     def write_memory(self, domain: str, content: str) -> None:
-        self._live_instance(domain).memory = content
+        with self.transaction:
+            host, found = self._live_instance(domain)
+            found.memory = content
+            host.changed(found)
 
-    def _live_instance(self, domain: str) -> SimDomain:
+    def _live_instance(self, domain: str) -> tuple[SimHost, SimDomain]:
         for host in self._hosts.values():
             found = host.domains.get(domain)
             if found is not None and found.active:
-                return found
+                return host, found
         raise SimFaultError(f"domain {domain} is not running anywhere")
 
     def save_memory(self, handle: str, spec: DomainSpec, memory: str) -> None:
-        self._saved_memory[handle] = (spec, memory)
+        with self.transaction:
+            self._saved_memory[handle] = (spec, memory)
+            if self.journal is not None:
+                self.journal.mark_memory(handle)
 
     def saved_memory(self, handle: str) -> tuple[DomainSpec, str] | None:
         return self._saved_memory.get(handle)
 
     def forget_memory(self, handle: str) -> None:
-        self._saved_memory.pop(handle, None)
+        with self.transaction:
+            if self._saved_memory.pop(handle, None) is not None and self.journal is not None:
+                self.journal.mark_memory(handle)
 
     # ------------------------------------------------------------------ read helpers for invariants
 
@@ -240,3 +369,33 @@ class SimCloud:
                 for name, host in self._hosts.items()
             }
         )
+
+
+class _Transaction:
+    """Reentrant: the outermost entry point resumes loaded transitions on the way in
+    and commits every marked change on the way out (also when it raised)."""
+
+    def __init__(self, cloud: SimCloud, journal: SimJournal) -> None:
+        self._cloud = cloud
+        self._journal = journal
+
+    def __enter__(self) -> None:
+        journal = self._journal
+        journal.depth += 1
+        if journal.depth == 1:
+            try:
+                self._cloud.resume_transitions()
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        journal = self._journal
+        journal.depth -= 1
+        if journal.depth == 0:
+            journal.flush(self._cloud)

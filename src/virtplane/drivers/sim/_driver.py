@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from virtplane.drivers.base import (
     Capability,
@@ -32,6 +34,25 @@ SIM_CAPABILITIES = frozenset(
         Capability.FAULT_INJECTION,
     }
 )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _entry_point(
+    method: Callable[Concatenate[SimDriver, P], Awaitable[R]],
+) -> Callable[Concatenate[SimDriver, P], Coroutine[Any, Any, R]]:
+    """Run a driver call inside the cloud's transaction, so that with a state file what it
+    changed is committed before it returns. The calls never suspend (the simulator does
+    its work synchronously), so no other call runs inside the transaction."""
+
+    @functools.wraps(method)
+    async def call(self: SimDriver, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._cloud.transaction:
+            return await method(self, *args, **kwargs)
+
+    return call
 
 
 class SimDriver:
@@ -71,6 +92,7 @@ class SimDriver:
             raise HostUnreachable(f"lost the connection to {self._uri}")
         return host
 
+    @_entry_point
     async def connect(self) -> None:
         self._reachable_host()
         self._open = True
@@ -81,72 +103,91 @@ class SimDriver:
     def set_event_sink(self, sink: EventSink | None) -> None:
         self.event_sink = sink
 
+    @_entry_point
     async def host_facts(self) -> HostFacts:
         return self._host().facts()
 
     # ------------------------------------------------------------------ domains
 
+    @_entry_point
     async def list_domains(self) -> list[DomainInfo]:
         host = self._host()
         return [host.info(domain) for domain in host.domains.values()]
 
+    @_entry_point
     async def get_info(self, name: str) -> DomainInfo | None:
         host = self._host()
         domain = host.domains.get(name)
         return None if domain is None else host.info(domain)
 
+    @_entry_point
     async def ensure_defined(self, spec: DomainSpec) -> None:
         self._host().define(spec)
 
+    @_entry_point
     async def start(self, name: str) -> None:
         self._host().start(name)
 
+    @_entry_point
     async def shutdown(self, name: str) -> None:
         self._host().shutdown(name)
 
+    @_entry_point
     async def destroy(self, name: str) -> None:
         self._host().destroy(name)
 
+    @_entry_point
     async def undefine(self, name: str) -> None:
         self._host().undefine(name)
 
+    @_entry_point
     async def pause(self, name: str) -> None:
         self._host().pause(name)
 
+    @_entry_point
     async def resume(self, name: str) -> None:
         self._host().resume(name)
 
     # ------------------------------------------------------------------ storage
 
+    @_entry_point
     async def ensure_pool(self, pool: PoolRef) -> None:
         self._cloud.storage.ensure_pool(self._host().name, pool)
 
+    @_entry_point
     async def create_volume(
         self, pool: PoolRef, name: str, size_gib: int, source_path: str | None = None
     ) -> VolumeInfo:
         return self._cloud.storage.create_volume(self._host().name, pool, name, size_gib, source_path)
 
+    @_entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
         self._cloud.storage.delete_volume(self._host().name, pool, name)
 
+    @_entry_point
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo:
         return self._cloud.storage.resize_volume(self._host().name, pool, name, size_gib)
 
+    @_entry_point
     async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
         return self._cloud.storage.copy_volume(self._host().name, src, src_name, dst, dst_name)
 
+    @_entry_point
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
         return self._cloud.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 
+    @_entry_point
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:
         self._cloud.storage.revert_volume(self._host().name, pool, name, handle)
 
+    @_entry_point
     async def delete_volume_snapshot(self, handle: str) -> None:
         self._host()
         # memory snapshot handles are forgotten the same way
         self._cloud.storage.delete_snapshot(handle)
         self._cloud.forget_memory(handle)
 
+    @_entry_point
     async def save_memory(self, name: str, snapshot_id: str) -> str:
         host = self._host()
         domain = host.get(name)
@@ -156,6 +197,7 @@ class SimDriver:
         self._cloud.save_memory(handle, domain.live or domain.spec, domain.memory)
         return handle
 
+    @_entry_point
     async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
         host = self._host()
         saved = self._cloud.saved_memory(handle)
@@ -165,11 +207,14 @@ class SimDriver:
 
     # ------------------------------------------------------------------ live migration
 
+    @_entry_point
     async def migrate(self, request: MigrationRequest) -> None:
         self._cloud.migrations.start(self._host(), request)
 
+    @_entry_point
     async def migration_job(self, name: str) -> MigrationJob | None:
         return self._cloud.migrations.job(self._host(), name)
 
+    @_entry_point
     async def abort_migration(self, name: str) -> None:
         self._cloud.migrations.abort(self._host(), name)

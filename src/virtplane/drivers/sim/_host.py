@@ -49,11 +49,20 @@ class SimHost:
         self.fail_starts: dict[str | None, int] = {}
         self.fail_migrations: dict[str | None, int] = {}
         self.stall_migrations: dict[str | None, int] = {}
-        self._killed_by_failure: list[str] = []
+        self.killed_by_failure: list[str] = []
 
     @property
     def reachable(self) -> bool:
         return self.up and self.link_up
+
+    def changed(self, domain: SimDomain | None = None) -> None:
+        """Mark this host (or one of its domains) for the state file; a no-op without one."""
+        journal = self.cloud.journal
+        if journal is not None:
+            if domain is None:
+                journal.mark_host(self.name)
+            else:
+                journal.mark_domain(self.name, domain.name)
 
     def facts(self) -> HostFacts:
         return HostFacts(hostname=self.name, vcpus=self.vcpus, memory_mib=self.memory_mib)
@@ -124,6 +133,7 @@ class SimHost:
                     del armed[key]
                 else:
                     armed[key] = left - 1
+                self.changed()
                 return True
         return False
 
@@ -134,6 +144,7 @@ class SimHost:
         self.used_memory_mib += domain.live.memory_mib
         domain.state = state
         domain.exit_reason = None
+        self.changed(domain)
 
     def power_off(
         self,
@@ -151,6 +162,7 @@ class SimHost:
             domain.live = None
         domain.state = DomainState.SHUTOFF
         domain.exit_reason = reason
+        self.changed(domain)
         self.emit(event_type, domain, reason, detail)
 
     def remove(self, domain: SimDomain) -> None:
@@ -161,6 +173,7 @@ class SimHost:
             self.used_memory_mib -= domain.live.memory_mib
             domain.live = None
         del self.domains[domain.name]
+        self.changed(domain)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
@@ -172,10 +185,12 @@ class SimHost:
         if domain is None:
             domain = SimDomain(spec=spec)
             self.domains[spec.name] = domain
+            self.changed(domain)
             self.emit(DomainEventType.DEFINED, domain)
         elif domain.spec != spec:
             # Like libvirt's persistent config: a running instance keeps its live config.
             domain.spec = spec
+            self.changed(domain)
             self.emit(DomainEventType.DEFINED, domain, detail="updated")
         return domain
 
@@ -202,22 +217,34 @@ class SimHost:
         self.emit(DomainEventType.STARTED, domain, detail="booting")
         self._schedule_boot(domain, fail=fail)
 
-    def _schedule_boot(self, domain: SimDomain, *, fail: bool) -> None:
+    def _schedule_boot(self, domain: SimDomain, *, fail: bool, delay: float | None = None) -> None:
+        """Boot ``domain`` (STARTING) for ``delay`` (default: the whole boot time) more seconds."""
         domain.cancel_timer()
-        if fail:
-            delay = self.cloud.boot_seconds * FAILED_BOOT_FRACTION
-            domain.timer = self._loop().call_later(delay, self._boot_failed, domain)
-        else:
-            domain.timer = self._loop().call_later(self.cloud.boot_seconds, self._booted, domain)
+        if delay is None:
+            delay = self.cloud.boot_seconds * (FAILED_BOOT_FRACTION if fail else 1.0)
+        callback = self._boot_failed if fail else self._booted
+        domain.timer = self._loop().call_later(delay, callback, domain)
+        domain.due = self.cloud.clock() + delay
+        domain.boot_fails = fail
+        self.changed(domain)
 
     def _booted(self, domain: SimDomain) -> None:
-        domain.timer = None
+        with self.cloud.transaction:
+            domain.timer = None
+            self.finish_boot(domain)
+
+    def finish_boot(self, domain: SimDomain) -> None:
         if domain.state is DomainState.STARTING:
             domain.state = DomainState.RUNNING
+            self.changed(domain)
             self.emit(DomainEventType.STARTED, domain, detail="booted")
 
     def _boot_failed(self, domain: SimDomain) -> None:
-        domain.timer = None
+        with self.cloud.transaction:
+            domain.timer = None
+            self.fail_boot(domain)
+
+    def fail_boot(self, domain: SimDomain) -> None:
         if domain.state is DomainState.STARTING:
             self.power_off(
                 domain, ExitReason.START_FAILED, DomainEventType.CRASHED, "died while booting (injected)"
@@ -230,14 +257,46 @@ class SimHost:
             # the caller's grace period runs out and it destroys the domain, as with libvirt)
             return
         self.cloud.migrations.fail_domain(self, name, "the guest was shut down during migration")
-        domain.cancel_timer()
         domain.state = DomainState.SHUTTING_DOWN
-        domain.timer = self._loop().call_later(self.cloud.shutdown_seconds, self._shut_down, domain)
+        self._schedule_shutdown(domain, self.cloud.shutdown_seconds)
+
+    def _schedule_shutdown(self, domain: SimDomain, delay: float) -> None:
+        domain.cancel_timer()
+        domain.timer = self._loop().call_later(delay, self._shut_down, domain)
+        domain.due = self.cloud.clock() + delay
+        self.changed(domain)
 
     def _shut_down(self, domain: SimDomain) -> None:
-        domain.timer = None
+        with self.cloud.transaction:
+            domain.timer = None
+            self.finish_shutdown(domain)
+
+    def finish_shutdown(self, domain: SimDomain) -> None:
         if domain.state is DomainState.SHUTTING_DOWN:
             self.power_off(domain, ExitReason.STOPPED_BY_SYSTEM, detail="graceful shutdown")
+
+    def resume_transition(self, domain: SimDomain, now: float, *, can_wait: bool) -> bool:
+        """Finish a boot or shutdown that a previous process left under way (state loaded from
+        the state file): at once if its time is up, else (``can_wait``: a loop is running) with a
+        timer for the rest. False if it still needs a timer, which needs a running loop."""
+        if domain.timer is not None or self.domains.get(domain.name) is not domain:
+            return True
+        remaining = domain.due - now
+        if domain.state is DomainState.STARTING:
+            if remaining <= 0:
+                (self.fail_boot if domain.boot_fails else self.finish_boot)(domain)
+            elif can_wait:
+                self._schedule_boot(domain, fail=domain.boot_fails, delay=remaining)
+            else:
+                return False
+        elif domain.state is DomainState.SHUTTING_DOWN:
+            if remaining <= 0:
+                self.finish_shutdown(domain)
+            elif can_wait:
+                self._schedule_shutdown(domain, remaining)
+            else:
+                return False
+        return True
 
     def destroy(self, name: str) -> None:
         domain = self.domains.get(name)
@@ -251,6 +310,7 @@ class SimHost:
             return
         self._require_steady(domain, "pause")
         domain.state = DomainState.PAUSED
+        self.changed(domain)
         self.emit(DomainEventType.PAUSED, domain)
 
     def resume(self, name: str) -> None:
@@ -260,6 +320,7 @@ class SimHost:
         if domain.state is not DomainState.PAUSED:
             self._require_steady(domain, "resume")
         domain.state = DomainState.RUNNING
+        self.changed(domain)
         self.emit(DomainEventType.RESUMED, domain)
 
     def _require_steady(self, domain: SimDomain, action: str) -> None:
@@ -277,7 +338,7 @@ class SimHost:
         self.check_room(spec.cpu, spec.memory_mib, f"domain {spec.name}")
         domain = self.define(spec)
         self.power_on(domain, DomainState.RUNNING)
-        domain.memory = memory
+        domain.memory = memory  # marked by power_on
         self.emit(DomainEventType.STARTED, domain, detail="restored from saved memory")
 
     # ------------------------------------------------------------------ guest faults
@@ -316,20 +377,22 @@ class SimHost:
             return
         self.cloud.migrations.fail_host(self, "host went down")
         self.up = False
+        self.changed()
         for domain in self.domains.values():
             if domain.active:
                 self.power_off(domain, ExitReason.HOST_FAILURE)  # unreachable: no event now
-                self._killed_by_failure.append(domain.name)
+                self.killed_by_failure.append(domain.name)
         self.emit(DomainEventType.HOST_DOWN, None, ExitReason.HOST_FAILURE, even_if_unreachable=True)
 
     def come_up(self) -> None:
         if self.up:
             return
         self.up = True
+        self.changed()
         self.emit(DomainEventType.HOST_UP, None)
         # Tell the control plane now what it could not hear while the host was down.
-        for name in self._killed_by_failure:
+        for name in self.killed_by_failure:
             domain = self.domains.get(name)
             if domain is not None and domain.exit_reason is ExitReason.HOST_FAILURE:
                 self.emit(DomainEventType.STOPPED, domain, ExitReason.HOST_FAILURE, "host failure")
-        self._killed_by_failure.clear()
+        self.killed_by_failure.clear()

@@ -199,6 +199,7 @@ class MigrationEngine:
         target.reserved_memory_mib += live.memory_mib
         domain.state_before_migration = domain.state
         domain.state = DomainState.MIGRATING
+        source.changed(domain)
         self._schedule(migration)
 
     def job(self, host: SimHost, name: str) -> MigrationJob | None:
@@ -282,6 +283,10 @@ class MigrationEngine:
         migration.timer = loop.call_later(self._cloud.migration_tick_s, self._tick, migration)
 
     def _tick(self, migration: Migration) -> None:
+        with self._cloud.transaction:
+            self._advance(migration)
+
+    def _advance(self, migration: Migration) -> None:
         migration.timer = None
         if migration.phase is not MigrationPhase.RUNNING:
             return
@@ -318,6 +323,7 @@ class MigrationEngine:
         if domain is not None and domain.state is DomainState.MIGRATING:
             domain.state = domain.state_before_migration or DomainState.RUNNING
             domain.state_before_migration = None
+            migration.source.changed(domain)
         migration.source.emit(
             DomainEventType.MIGRATION_FAILED, domain or _placeholder(migration), detail=f"{phase}: {error}"
         )

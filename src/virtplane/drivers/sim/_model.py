@@ -75,6 +75,10 @@ class SimDomain:
     memory: str = ""  # a marker of the guest's memory content, for memory snapshot tests
     boots: int = 0
     state_before_migration: DomainState | None = None
+    # while STARTING or SHUTTING_DOWN: when (cloud.clock) the transition ends, and whether
+    # the boot is an injected failure; stored so a restarted process can finish the transition
+    due: float = 0.0
+    boot_fails: bool = False
 
     @property
     def name(self) -> str:

@@ -46,6 +46,7 @@ class SimPool:
     capacity_gib: int
     hosts: set[str] = field(default_factory=set)
     volumes: dict[str, SimVolume] = field(default_factory=dict)
+    owner: str = SHARED  # the host of a local pool
 
     @property
     def used_gib(self) -> int:
@@ -80,6 +81,32 @@ class SimStorage:
         self._pools: dict[tuple[str, str], SimPool] = {}  # (host or SHARED, pool name)
         self._snapshots: dict[str, SavedVolume] = {}
 
+    def _changed(self, pool: SimPool, volume: str | None = None) -> None:
+        """Mark a pool (or one of its volumes) for the state file; a no-op without one."""
+        journal = self._cloud.journal
+        if journal is not None:
+            if volume is None:
+                journal.mark_pool(pool.owner, pool.name)
+            else:
+                journal.mark_volume(pool.owner, pool.name, volume)
+
+    def _snapshot_changed(self, handle: str) -> None:
+        journal = self._cloud.journal
+        if journal is not None:
+            journal.mark_snapshot(handle)
+
+    # ------------------------------------------------------------------ the state file
+
+    def find_pool(self, owner: str, name: str) -> SimPool | None:
+        return self._pools.get((owner, name))
+
+    def saved_volume(self, handle: str) -> SavedVolume | None:
+        return self._snapshots.get(handle)
+
+    def load(self, pools: list[SimPool], snapshots: dict[str, SavedVolume]) -> None:
+        self._pools = {(pool.owner, pool.name): pool for pool in pools}
+        self._snapshots = snapshots
+
     # ------------------------------------------------------------------ pools
 
     def ensure_pool(self, host: str, ref: PoolRef) -> None:
@@ -94,10 +121,14 @@ class SimStorage:
         key = (SHARED if ref.shared else host, ref.name)
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = SimPool(ref.name, ref.shared, ref.capacity_gib)
-        elif ref.capacity_gib > 0:
+            pool = self._pools[key] = SimPool(ref.name, ref.shared, ref.capacity_gib, owner=key[0])
+            self._changed(pool)
+        elif ref.capacity_gib > 0 and pool.capacity_gib != ref.capacity_gib:
             pool.capacity_gib = ref.capacity_gib  # a grown (or re-declared) pool
-        pool.hosts.add(host)
+            self._changed(pool)
+        if host not in pool.hosts:
+            pool.hosts.add(host)
+            self._changed(pool)
 
     def pool(self, host: str, ref: PoolRef) -> SimPool:
         pool = self._pools.get((SHARED if ref.shared else host, ref.name))
@@ -132,6 +163,7 @@ class SimStorage:
             source = self.locate_local(host, source_path)
             content = source[1].content if source else f"image:{source_path}"
         volume = pool.volumes[name] = SimVolume(name, volume_path(ref.name, name), size_gib, content)
+        self._changed(pool, name)
         return volume.info()
 
     def delete_volume(self, host: str, ref: PoolRef, name: str) -> None:
@@ -141,6 +173,7 @@ class SimStorage:
             return
         self._refuse_if_in_use(pool, volume, "delete")
         del pool.volumes[name]
+        self._changed(pool, name)
 
     def resize_volume(self, host: str, ref: PoolRef, name: str, size_gib: int) -> VolumeInfo:
         pool = self.pool(host, ref)
@@ -149,6 +182,7 @@ class SimStorage:
             raise PermanentError(f"volume {name} cannot shrink from {volume.size_gib} to {size_gib} GiB")
         pool.check_room(size_gib - volume.size_gib, f"growing volume {name}")
         volume.size_gib = size_gib
+        self._changed(pool, name)
         return volume.info()
 
     def copy_volume(self, host: str, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
@@ -163,6 +197,7 @@ class SimStorage:
         target_pool.check_room(grow, f"copy of volume {src_name}")
         copy = SimVolume(dst_name, volume_path(dst.name, dst_name), source.size_gib, source.content)
         target_pool.volumes[dst_name] = copy
+        self._changed(target_pool, dst_name)
         return copy.info()
 
     # ------------------------------------------------------------------ snapshots
@@ -171,6 +206,7 @@ class SimStorage:
         volume = self._volume(host, ref, name)
         handle = f"{VOLUME_SNAPSHOT_SCHEME}{ref.name}/{name}@{snapshot_id}"
         self._snapshots[handle] = SavedVolume(ref.name, name, volume.size_gib, volume.content)
+        self._snapshot_changed(handle)
         return handle
 
     def revert_volume(self, host: str, ref: PoolRef, name: str, handle: str) -> None:
@@ -184,9 +220,11 @@ class SimStorage:
             pool.check_room(saved.size_gib - volume.size_gib, f"reverting volume {name}")
         volume.content = saved.content
         volume.size_gib = saved.size_gib
+        self._changed(pool, name)
 
     def delete_snapshot(self, handle: str) -> None:
-        self._snapshots.pop(handle, None)
+        if self._snapshots.pop(handle, None) is not None:
+            self._snapshot_changed(handle)
 
     # ------------------------------------------------------------------ paths (sim helpers, migration)
 
@@ -212,17 +250,25 @@ class SimStorage:
 
     def resolve(self, path: str, host: str | None) -> SimVolume:
         """For the sim-only helpers: a shared volume, or the one local volume with that path."""
+        return self.resolve_located(path, host)[1]
+
+    def write_content(self, path: str, host: str | None, content: str) -> None:
+        pool, volume = self.resolve_located(path, host)
+        volume.content = content
+        self._changed(pool, volume.name)
+
+    def resolve_located(self, path: str, host: str | None) -> tuple[SimPool, SimVolume]:
         if host is not None:
             found = self.locate_local(host, path)
             if found is None:
                 raise SimFaultError(f"no volume {path} on sim://{host}")
-            return found[1]
+            return found
         try:
             pool_name, volume_name = self.split_path(path)
         except PermanentError as exc:
             raise SimFaultError(str(exc)) from exc
         matches = [
-            pool.volumes[volume_name]
+            (pool, pool.volumes[volume_name])
             for (_, name), pool in self._pools.items()
             if name == pool_name and volume_name in pool.volumes
         ]
@@ -257,6 +303,7 @@ class SimStorage:
         for disk in disks:
             pool = self._pools[(host, disk.pool)]
             pool.volumes[disk.volume] = SimVolume(disk.volume, disk.path, disk.size_gib, disk.content)
+            self._changed(pool, disk.volume)
 
     def _refuse_if_in_use(self, pool: SimPool, volume: SimVolume, action: str) -> None:
         for host_name in pool.hosts:
