@@ -6,6 +6,20 @@ mode) and PostgreSQL. Every write is one short transaction that (1) appends a ro
 ``resource_version`` = that revision, guarded by the version the caller read. A
 stale write raises ``Conflict``; nothing is ever half-written.
 
+Several replicas may share one PostgreSQL database, so two rules hold under real
+concurrency there:
+
+- The version check cannot be raced: a writer locks the object's row (``SELECT ...
+  FOR UPDATE``) before comparing versions, and the write itself is an ``UPDATE ...
+  WHERE resource_version = <the version it read>`` whose row count is checked.
+- Revisions become visible in the order they were handed out. A writer takes a
+  transaction-scoped advisory lock just before it draws the next revision and holds it
+  until it commits, so revision N+1 can only be drawn after N committed (or rolled
+  back). A reader of ``changes_since`` therefore never sees a revision while a smaller
+  one is still in flight, and a watcher that remembers the highest revision it saw
+  misses nothing. Events get the same treatment under their own lock, for readers
+  that follow them by id. On SQLite the database's single writer gives both for free.
+
 Calls are synchronous and short. Async code calls them directly (SQLite answers in
 well under a millisecond); FastAPI runs sync routes in its thread pool.
 """
@@ -25,7 +39,19 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from virtplane.domain.resources import Event, EventType, Resource
@@ -48,6 +74,17 @@ class Change:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _aware(value: datetime) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite hands back naive UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Keys of the transaction-scoped PostgreSQL advisory locks (any fixed 64-bit numbers).
+_LOCK_REVISIONS = 0x7670_0001  # drawing a revision and committing it
+_LOCK_EVENTS = 0x7670_0002  # drawing an event id and committing it
+_LOCK_MIGRATE = 0x7670_0003  # running the Alembic migrations
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -91,6 +128,8 @@ class Store:
         config = Config()
         config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
         with self.engine.begin() as connection:
+            # Replicas that start together must not both create the tables.
+            self._advisory_lock(connection, _LOCK_MIGRATE)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
@@ -126,12 +165,55 @@ class Store:
         for listener in list(self._listeners):
             listener(revision)
 
-    @staticmethod
-    def _record_change(connection: Connection, kind: str, name: str, op: str) -> int:
+    def _advisory_lock(self, connection: Connection, key: int) -> None:
+        """On PostgreSQL, wait for ``key`` and hold it until this transaction ends."""
+        if not self.is_sqlite:
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+    def _record_change(self, connection: Connection, kind: str, name: str, op: str) -> int:
+        """Append to the change feed; the new row's id is the revision of this write.
+
+        Call it last in a write, right before the commit: from here to the commit every
+        other writer waits, so revisions commit in the order they are drawn.
+        """
+        self._advisory_lock(connection, _LOCK_REVISIONS)
         result = connection.execute(insert(schema.changes).values(kind=kind, name=name, op=op))
         revision = result.inserted_primary_key
         assert revision is not None
         return int(revision[0])
+
+    @staticmethod
+    def _locked_row(connection: Connection, kind: str, name: str) -> Any:
+        """The object's body and version, its row locked against other writers until commit."""
+        return connection.execute(
+            select(schema.objects.c.body, schema.objects.c.resource_version)
+            .where(schema.objects.c.kind == kind, schema.objects.c.name == name)
+            .with_for_update()
+        ).first()
+
+    @staticmethod
+    def _write_object(
+        connection: Connection, kind: str, name: str, expected: int, values: dict[str, Any]
+    ) -> None:
+        """UPDATE the object if it still has version ``expected``; a lost race is a Conflict."""
+        result = connection.execute(
+            update(schema.objects)
+            .where(
+                schema.objects.c.kind == kind,
+                schema.objects.c.name == name,
+                schema.objects.c.resource_version == expected,
+            )
+            .values(**values)
+        )
+        if result.rowcount != 1:
+            actual = connection.execute(
+                select(schema.objects.c.resource_version).where(
+                    schema.objects.c.kind == kind, schema.objects.c.name == name
+                )
+            ).scalar_one_or_none()
+            if actual is None:
+                raise NotFound(kind, name)
+            raise Conflict(kind, name, expected, int(actual))
 
     # ------------------------------------------------------------------ reads
 
@@ -208,26 +290,29 @@ class Store:
         meta.created_at = now
         meta.updated_at = now
         meta.deletion_requested_at = None
-        with self._write() as connection:
-            exists = connection.execute(
-                select(schema.objects.c.resource_version).where(
-                    schema.objects.c.kind == kind, schema.objects.c.name == name
+        try:
+            with self._write() as connection:
+                exists = connection.execute(
+                    select(schema.objects.c.resource_version).where(
+                        schema.objects.c.kind == kind, schema.objects.c.name == name
+                    )
+                ).first()
+                if exists is not None:
+                    raise AlreadyExists(kind, name)
+                revision = self._record_change(connection, kind, name, "added")
+                meta.resource_version = revision
+                connection.execute(
+                    insert(schema.objects).values(
+                        kind=kind,
+                        name=name,
+                        uid=meta.uid,
+                        resource_version=revision,
+                        generation=meta.generation,
+                        body=new.model_dump_json(),
+                    )
                 )
-            ).first()
-            if exists is not None:
-                raise AlreadyExists(kind, name)
-            revision = self._record_change(connection, kind, name, "added")
-            meta.resource_version = revision
-            connection.execute(
-                insert(schema.objects).values(
-                    kind=kind,
-                    name=name,
-                    uid=meta.uid,
-                    resource_version=revision,
-                    generation=meta.generation,
-                    body=new.model_dump_json(),
-                )
-            )
+        except IntegrityError as e:  # another replica created it since we looked
+            raise AlreadyExists(kind, name) from e
         self._notify(revision)
         return new
 
@@ -241,11 +326,7 @@ class Store:
         """
         kind, name = obj.KIND, obj.metadata.name
         with self._write() as connection:
-            row = connection.execute(
-                select(schema.objects.c.body, schema.objects.c.resource_version).where(
-                    schema.objects.c.kind == kind, schema.objects.c.name == name
-                )
-            ).first()
+            row = self._locked_row(connection, kind, name)
             if row is None:
                 raise NotFound(kind, name)
             current = type(obj).model_validate_json(row.body)
@@ -265,10 +346,12 @@ class Store:
             meta.updated_at = utcnow()
             revision = self._record_change(connection, kind, name, "modified")
             meta.resource_version = revision
-            connection.execute(
-                update(schema.objects)
-                .where(schema.objects.c.kind == kind, schema.objects.c.name == name)
-                .values(resource_version=revision, generation=meta.generation, body=new.model_dump_json())
+            self._write_object(
+                connection,
+                kind,
+                name,
+                row.resource_version,
+                {"resource_version": revision, "generation": meta.generation, "body": new.model_dump_json()},
             )
         self._notify(revision)
         return new
@@ -297,11 +380,7 @@ class Store:
         """
         kind = cls.KIND
         with self._write() as connection:
-            row = connection.execute(
-                select(schema.objects.c.body, schema.objects.c.resource_version).where(
-                    schema.objects.c.kind == kind, schema.objects.c.name == name
-                )
-            ).first()
+            row = self._locked_row(connection, kind, name)
             if row is None:
                 raise NotFound(kind, name)
             if expected_version is not None and expected_version != row.resource_version:
@@ -313,17 +392,25 @@ class Store:
                 current.metadata.deletion_requested_at = utcnow()
                 revision = self._record_change(connection, kind, name, "modified")
                 current.metadata.resource_version = revision
-                connection.execute(
-                    update(schema.objects)
-                    .where(schema.objects.c.kind == kind, schema.objects.c.name == name)
-                    .values(resource_version=revision, body=current.model_dump_json())
+                self._write_object(
+                    connection,
+                    kind,
+                    name,
+                    row.resource_version,
+                    {"resource_version": revision, "body": current.model_dump_json()},
                 )
                 gone = False
             else:
                 revision = self._record_change(connection, kind, name, "deleted")
-                connection.execute(
-                    delete(schema.objects).where(schema.objects.c.kind == kind, schema.objects.c.name == name)
+                result = connection.execute(
+                    delete(schema.objects).where(
+                        schema.objects.c.kind == kind,
+                        schema.objects.c.name == name,
+                        schema.objects.c.resource_version == row.resource_version,
+                    )
                 )
+                if result.rowcount != 1:  # cannot happen while the row is locked
+                    raise Conflict(kind, name, row.resource_version, -1)
                 gone = True
         self._notify(revision)
         return gone
@@ -365,6 +452,7 @@ class Store:
         type: EventType = EventType.NORMAL,
     ) -> None:
         with self._write() as connection:
+            self._advisory_lock(connection, _LOCK_EVENTS)
             connection.execute(
                 insert(schema.events).values(
                     time=utcnow(), kind=kind, name=name, type=type.value, reason=reason, message=message
@@ -377,6 +465,7 @@ class Store:
             return
         now = utcnow()
         with self._write() as connection:
+            self._advisory_lock(connection, _LOCK_EVENTS)
             connection.execute(
                 insert(schema.events),
                 [
@@ -405,7 +494,7 @@ class Store:
         return [
             Event(
                 id=row.id,
-                time=row.time if row.time.tzinfo else row.time.replace(tzinfo=UTC),
+                time=_aware(row.time),
                 kind=row.kind,
                 name=row.name,
                 type=EventType(row.type),
@@ -420,17 +509,20 @@ class Store:
     def create_token(self, name: str, role: str, token: str | None = None) -> str:
         """Store a new API token (only its hash is kept) and return it."""
         token = token or f"vp_{secrets.token_urlsafe(32)}"
-        with self._write() as connection:
-            existing = connection.execute(
-                select(schema.tokens.c.name).where(schema.tokens.c.name == name)
-            ).first()
-            if existing is not None:
-                raise AlreadyExists("Token", name)
-            connection.execute(
-                insert(schema.tokens).values(
-                    token_sha256=_hash(token), name=name, role=role, created_at=utcnow()
+        try:
+            with self._write() as connection:
+                existing = connection.execute(
+                    select(schema.tokens.c.name).where(schema.tokens.c.name == name)
+                ).first()
+                if existing is not None:
+                    raise AlreadyExists("Token", name)
+                connection.execute(
+                    insert(schema.tokens).values(
+                        token_sha256=_hash(token), name=name, role=role, created_at=utcnow()
+                    )
                 )
-            )
+        except IntegrityError as e:  # created by another replica since we looked
+            raise AlreadyExists("Token", name) from e
         return token
 
     def token_role(self, token: str) -> tuple[str, str] | None:

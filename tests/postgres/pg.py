@@ -1,0 +1,49 @@
+"""A fresh PostgreSQL schema per test, on the server named by VIRTPLANE_TEST_PG_URL.
+
+Each test gets its own schema (``search_path`` set through the connection options), so
+tests never see each other's rows and can run against one throw-away server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import quote
+
+import pytest
+from sqlalchemy import create_engine, text
+
+ENV = "VIRTPLANE_TEST_PG_URL"
+SKIP_REASON = f'{ENV} is not set: start a server with `eval "$(scripts/postgres.sh start)"`'
+
+
+def pg_url_or_skip() -> str:
+    url = os.environ.get(ENV)
+    if not url:
+        pytest.skip(SKIP_REASON)
+    return url
+
+
+@contextmanager
+def fresh_schema(base_url: str) -> Iterator[str]:
+    """Create an empty schema, yield a URL whose connections use it, drop it afterwards."""
+    schema = f"vp_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base_url)
+    try:
+        with admin.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+        separator = "&" if "?" in base_url else "?"
+        yield f"{base_url}{separator}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@contextmanager
+def schema_url() -> Iterator[str]:
+    """``fresh_schema`` on the test server, or skip the test when none is configured."""
+    with fresh_schema(pg_url_or_skip()) as url:
+        yield url
