@@ -23,9 +23,11 @@ from virtplane.api.context import ApiContext
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.operations import OperationReconciler
+from virtplane.controllers.restore import RestoreHandler
+from virtplane.controllers.snapshots import SnapshotReconciler
 from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
 from virtplane.controllers.vm import VMReconciler
-from virtplane.domain.resources import Resource, VirtualMachine
+from virtplane.domain.resources import OperationType, Resource, VirtualMachine
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
 from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, resync_ticker
 from virtplane.runtime.cache import Cache
@@ -86,7 +88,9 @@ class ControlPlane:
         self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
         self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
         self.operations = OperationReconciler(self.ctx)
+        self.operations.register(OperationType.RESTORE, RestoreHandler(self.ctx))
         self._add("VirtualMachineOperation", self.operations, metrics, workers=4)
+        self._add("VirtualMachineSnapshot", SnapshotReconciler(self.ctx), metrics, workers=2)
         self.cache.add_listener(self._on_cache_change)
         self.feed.subscribe(self.cache.apply)
         self.api_context = ApiContext(

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from virtplane.domain.resources import EventType, Resource
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store, utcnow
+
+R = TypeVar("R", bound=Resource)
 
 
 @dataclass
@@ -34,7 +37,7 @@ class ControllerContext:
             kind, name, reason, message, EventType.WARNING if warning else EventType.NORMAL
         )
 
-    def write(self, obj: Resource) -> Resource:
+    def write(self, obj: R) -> R:
         """Write with a version check and take the result into the cache at once."""
         written = self.store.update(obj)
         self.cache.put(written)

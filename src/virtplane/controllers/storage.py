@@ -91,13 +91,13 @@ class VolumeReconciler:
                 await driver.delete_volume(pool_ref(pool), volume.metadata.name)
             if FINALIZER in volume.metadata.finalizers:
                 volume.metadata.finalizers.remove(FINALIZER)
-                volume = ctx.write(volume)  # type: ignore[assignment]
+                volume = ctx.write(volume)
             if not volume.metadata.finalizers:
                 ctx.store.delete(Volume, volume.metadata.name)
             return None
         if FINALIZER not in volume.metadata.finalizers:
             volume.metadata.finalizers.append(FINALIZER)
-            volume = ctx.write(volume)  # type: ignore[assignment]
+            volume = ctx.write(volume)
         if volume.status.phase is VolumePhase.READY and volume.status.size_gib >= volume.spec.size_gib:
             return None
         if pool is None:

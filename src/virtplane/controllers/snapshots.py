@@ -1,0 +1,185 @@
+"""The snapshot controller: captures a VM's spec, labels, user annotations and every disk.
+
+Disk snapshots are data the control plane owns (driver handles to saved images),
+never libvirt snapshot metadata on the domain, so a VM with snapshots stays
+migratable. System annotations (intents) are never captured: a restore must not
+bring back a stale intent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.storage import pool_driver, pool_ref
+from virtplane.domain.intents import strip_system
+from virtplane.domain.resources import (
+    CapturedVM,
+    DiskSnapshot,
+    SnapshotPhase,
+    StoragePool,
+    VirtualMachine,
+    VirtualMachineSnapshot,
+    VMPhase,
+    Volume,
+)
+from virtplane.drivers.base import HypervisorDriver, domain_name
+from virtplane.drivers.errors import DriverError, NotFound, PermanentError
+from virtplane.reconcile.types import Request, Result
+
+log = logging.getLogger("virtplane.controllers.snapshots")
+
+FINALIZER = "virtplane.io/snapshot-data"
+LIVE_PHASES = frozenset(
+    {VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PAUSED, VMPhase.MIGRATING, VMPhase.STOPPING}
+)
+
+
+def snapshot_id(snapshot: VirtualMachineSnapshot, volume: str) -> str:
+    """Deterministic name of a disk snapshot, so a retried capture reuses it."""
+    return f"snap-{snapshot.metadata.uid}-{volume}"
+
+
+class SnapshotReconciler:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+
+    async def _vm_driver(self, vm: VirtualMachine) -> HypervisorDriver | None:
+        if not vm.status.host:
+            return None
+        host = self.ctx.cache.host(vm.status.host)
+        return None if host is None else await self.ctx.hosts.get(host.spec.uri)
+
+    async def _disk_driver(self, vm: VirtualMachine | None, pool: StoragePool) -> HypervisorDriver | None:
+        if vm is not None and vm.status.host and vm.status.phase in LIVE_PHASES:
+            return await self._vm_driver(vm)  # a live disk is reached through the host running it
+        return await pool_driver(self.ctx, pool)
+
+    async def __call__(self, req: Request) -> Result | None:
+        ctx = self.ctx
+        snap = ctx.store.find(VirtualMachineSnapshot, req.name)
+        if snap is None:
+            return None
+        if snap.metadata.deletion_requested_at is not None:
+            return await self._delete(snap)
+        if snap.status.phase in (SnapshotPhase.READY, SnapshotPhase.FAILED):
+            return None
+        if FINALIZER not in snap.metadata.finalizers:
+            snap.metadata.finalizers.append(FINALIZER)
+            snap = ctx.write(snap)
+        vm = ctx.store.find(VirtualMachine, snap.spec.vm)
+        if vm is None:
+            return self._fail(snap, f"VM {snap.spec.vm} does not exist")
+        if snap.status.phase is SnapshotPhase.PENDING:
+            snap.status.phase = SnapshotPhase.IN_PROGRESS
+            snap.status.captured = CapturedVM(
+                spec=vm.spec,
+                labels=dict(vm.metadata.labels),
+                annotations=strip_system(vm.metadata.annotations),
+            )
+            live = vm.status.phase in LIVE_PHASES
+            snap.status.power_state = "Running" if live else "Stopped"
+            snap.status.host = vm.status.host
+            snap = ctx.write(snap)
+            ctx.event(snap, "InProgress", f"capturing VM {vm.metadata.name} ({snap.status.power_state})")
+        return await self._capture(snap, vm)
+
+    async def _capture(self, snap: VirtualMachineSnapshot, vm: VirtualMachine) -> Result | None:
+        ctx = self.ctx
+        live = snap.status.power_state == "Running"
+        dname = domain_name(vm.metadata.uid)
+        paused_here = False
+        vm_driver = await self._vm_driver(vm) if live else None
+        try:
+            if (
+                live
+                and snap.spec.required_consistency
+                and not snap.spec.with_memory
+                and vm_driver is not None
+            ):
+                await vm_driver.pause(dname)  # consistent disks without memory: freeze the guest meanwhile
+                paused_here = True
+            done = {d.volume for d in snap.status.disk_snapshots}
+            for disk in vm.spec.disks:
+                if disk.volume in done:
+                    continue
+                volume = ctx.store.find(Volume, disk.volume)
+                pool = ctx.store.find(StoragePool, volume.spec.pool) if volume else None
+                if volume is None or pool is None:
+                    return self._fail(snap, f"disk {disk.volume} has no volume or pool")
+                driver = await self._disk_driver(vm, pool)
+                if driver is None:
+                    return Result(requeue_after=2.0)
+                handle = await driver.snapshot_volume(
+                    pool_ref(pool), volume.metadata.name, snapshot_id(snap, disk.volume)
+                )
+                snap.status.disk_snapshots.append(
+                    DiskSnapshot(volume=disk.volume, handle=handle, size_gib=volume.spec.size_gib)
+                )
+                snap = ctx.write(snap)  # each handle is durable before the next disk
+            if live and snap.spec.with_memory and snap.status.memory_handle is None and vm_driver is not None:
+                snap.status.memory_handle = await vm_driver.save_memory(
+                    dname, f"snap-{snap.metadata.uid}-memory"
+                )
+            if live and snap.spec.required_consistency and not snap.spec.with_memory and vm_driver is None:
+                return self._fail(snap, "required_consistency: the VM's host is not reachable to freeze it")
+        except PermanentError as exc:
+            return self._fail(snap, f"capture failed: {exc}")
+        except DriverError as exc:
+            log.info("snapshot %s: %s; retrying", snap.metadata.name, exc)
+            return Result(requeue_after=2.0)
+        finally:
+            if paused_here and vm_driver is not None:
+                try:
+                    await vm_driver.resume(dname)
+                except DriverError as exc:
+                    log.warning("could not resume %s after the snapshot: %s", vm.metadata.name, exc)
+        snap.status.phase = SnapshotPhase.READY
+        snap.status.message = f"{len(snap.status.disk_snapshots)} disk(s)" + (
+            ", with memory" if snap.status.memory_handle else ""
+        )
+        ctx.write(snap)
+        ctx.event(snap, "Ready", snap.status.message)
+        ctx.event(vm, "SnapshotTaken", f"snapshot {snap.metadata.name}: {snap.status.message}")
+        return None
+
+    def _fail(self, snap: VirtualMachineSnapshot, message: str) -> Result | None:
+        snap.status.phase = SnapshotPhase.FAILED
+        snap.status.message = message
+        self.ctx.write(snap)
+        self.ctx.event(snap, "Failed", message, warning=True)
+        return None
+
+    async def _delete(self, snap: VirtualMachineSnapshot) -> Result | None:
+        ctx = self.ctx
+        vm = ctx.store.find(VirtualMachine, snap.spec.vm)
+        for disk in list(snap.status.disk_snapshots):
+            volume = ctx.store.find(Volume, disk.volume)
+            pool = ctx.store.find(StoragePool, volume.spec.pool) if volume else None
+            driver = await self._disk_driver(vm, pool) if pool else None
+            if driver is None and pool is not None:
+                return Result(requeue_after=2.0)
+            if driver is not None:
+                with contextlib.suppress(NotFound):
+                    await driver.delete_volume_snapshot(disk.handle)
+            snap.status.disk_snapshots.remove(disk)
+            snap = ctx.write(snap)
+        if snap.status.memory_handle and vm is not None:
+            driver = await self._vm_driver(vm) or None
+            if driver is not None:
+                try:
+                    await driver.delete_volume_snapshot(snap.status.memory_handle)
+                except DriverError:
+                    log.info("memory state of %s already gone", snap.metadata.name)
+        if FINALIZER in snap.metadata.finalizers:
+            snap.metadata.finalizers.remove(FINALIZER)
+            snap = ctx.write(snap)
+        if not snap.metadata.finalizers:
+            ctx.store.delete(VirtualMachineSnapshot, snap.metadata.name)
+            ctx.event(
+                ("VirtualMachine", snap.spec.vm),
+                "SnapshotDeleted",
+                f"snapshot {snap.metadata.name} and its disk data removed",
+            )
+        return None

@@ -1,0 +1,298 @@
+"""Restore keeps the VM's power state (DESIGN.md §4), on the simulated driver."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from tests.conftest import eventually
+from tests.controllers.helpers import add_host, operate, vm, wait_op, wait_settled
+from virtplane.bootstrap import ControlPlane
+from virtplane.domain.conditions import VMCondition, get_condition
+from virtplane.domain.intents import RESTORE_POWER_STATE, read_intents
+from virtplane.domain.resources import (
+    Disk,
+    Metadata,
+    OperationPhase,
+    OperationType,
+    PoolKind,
+    RestoreMode,
+    RestoreSpec,
+    RunPolicy,
+    SnapshotPhase,
+    StoragePool,
+    StoragePoolSpec,
+    VirtualMachine,
+    VirtualMachineOperation,
+    VirtualMachineOperationSpec,
+    VirtualMachineSnapshot,
+    VirtualMachineSnapshotSpec,
+    VirtualMachineSpec,
+    Volume,
+    VolumePhase,
+    VolumeSpec,
+)
+from virtplane.drivers.base import domain_name
+
+ON, OFF, MANUAL, AOUSM = (
+    RunPolicy.ALWAYS_ON,
+    RunPolicy.ALWAYS_OFF,
+    RunPolicy.MANUAL,
+    RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY,
+)
+_ids = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(plane: ControlPlane) -> None:
+    plane.settings.set("vm.start.backoff_base_s", 0.02)
+    plane.settings.set("vm.start.backoff_cap_s", 0.2)
+
+
+async def make_vm(plane: ControlPlane, policy: RunPolicy, name: str = "a", grace: int = 2) -> VirtualMachine:
+    add_host(plane)
+    plane.store.create(
+        StoragePool(
+            metadata=Metadata(name="shared"),
+            spec=StoragePoolSpec(kind=PoolKind.SHARED, cluster="default", capacity_gib=100),
+        )
+    )
+    plane.store.create(
+        Volume(metadata=Metadata(name=f"{name}-root"), spec=VolumeSpec(pool="shared", size_gib=1))
+    )
+    await eventually(lambda: plane.store.get(Volume, f"{name}-root").status.phase is VolumePhase.READY)
+    return plane.store.create(
+        VirtualMachine(
+            metadata=Metadata(name=name, labels={"v": "1"}),
+            spec=VirtualMachineSpec(
+                run_policy=policy,
+                disks=[Disk(volume=f"{name}-root", boot_order=1)],
+                termination_grace_period_s=grace,
+            ),
+        )
+    )
+
+
+async def bring_to(plane: ControlPlane, name: str, state: str) -> None:
+    """Running or Stopped, through operations where the policy needs them."""
+
+    def settled() -> str | None:
+        current = vm(plane, name)
+        intents = read_intents(current.metadata.annotations)
+        if intents.start or intents.stop or intents.restart:
+            return None
+        phase = current.status.phase.value
+        return phase if phase in ("Running", "Stopped") else None
+
+    current = await eventually(settled)
+    if current == state:
+        return
+    kind = OperationType.START if state == "Running" else OperationType.STOP
+    op = await wait_op(plane, operate(plane, name, kind))
+    assert op.status.phase is OperationPhase.COMPLETED, op.status.message
+    await wait_settled(plane, name, state)
+
+
+async def snapshot(plane: ControlPlane, vm_name: str, **spec: object) -> VirtualMachineSnapshot:
+    name = f"{vm_name}-snap-{next(_ids)}"
+    plane.store.create(
+        VirtualMachineSnapshot(
+            metadata=Metadata(name=name), spec=VirtualMachineSnapshotSpec(vm=vm_name, **spec)
+        )
+    )  # type: ignore[arg-type]
+    await eventually(
+        lambda: (
+            plane.store.get(VirtualMachineSnapshot, name).status.phase
+            in (SnapshotPhase.READY, SnapshotPhase.FAILED)
+        )
+    )
+    snap = plane.store.get(VirtualMachineSnapshot, name)
+    assert snap.status.phase is SnapshotPhase.READY, snap.status.message
+    return snap
+
+
+def restore(plane: ControlPlane, vm_name: str, snap: str, mode: RestoreMode = RestoreMode.STRICT) -> str:
+    name = f"{vm_name}-restore-{next(_ids)}"
+    plane.store.create(
+        VirtualMachineOperation(
+            metadata=Metadata(name=name),
+            spec=VirtualMachineOperationSpec(
+                vm=vm_name, type=OperationType.RESTORE, restore=RestoreSpec(snapshot=snap, mode=mode)
+            ),
+        )
+    )
+    return name
+
+
+def set_policy(plane: ControlPlane, name: str, policy: RunPolicy) -> None:
+    plane.store.mutate(VirtualMachine, name, lambda v: setattr(v.spec, "run_policy", policy))
+
+
+# (policy in the snapshot, power state before the restore, expected after)
+MATRIX = [
+    (ON, "Running", "Running"),
+    (ON, "Stopped", "Running"),
+    (OFF, "Running", "Stopped"),
+    (OFF, "Stopped", "Stopped"),
+    (MANUAL, "Running", "Running"),
+    (MANUAL, "Stopped", "Stopped"),
+    (AOUSM, "Running", "Running"),
+    (AOUSM, "Stopped", "Stopped"),
+]
+
+
+@pytest.mark.parametrize(("policy", "before", "expected"), MATRIX)
+async def test_restore_keeps_the_power_state(
+    plane: ControlPlane, policy: RunPolicy, before: str, expected: str
+) -> None:
+    # AlwaysOn cannot be stopped and AlwaysOff cannot run: reach those states under Manual,
+    # with the snapshot holding the policy under test.
+    reachable = not ((policy is ON and before == "Stopped") or (policy is OFF and before == "Running"))
+    await make_vm(plane, policy if reachable else MANUAL)
+    if not reachable:
+        await bring_to(plane, "a", "Running" if policy is ON else "Stopped")
+        set_policy(plane, "a", policy)
+        await wait_settled(plane, "a", "Running" if policy is ON else "Stopped")
+    snap = await snapshot(plane, "a")
+    if not reachable:
+        set_policy(plane, "a", MANUAL)
+    await bring_to(plane, "a", before)
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED, op.status.message
+    current = await wait_settled(plane, "a", expected, timeout=15)
+    assert current.spec.run_policy is policy
+    await asyncio.sleep(0.3)
+    current = vm(plane, "a")
+    assert current.status.phase.value == expected, "the power state holds after the restore"
+    intents = read_intents(current.metadata.annotations)
+    assert intents.restore_power_state is None and intents.held_by is None, "no intent is left over"
+    assert get_condition(current.status.conditions, VMCondition.MAINTENANCE) is None
+
+
+@pytest.mark.parametrize("failures", [1, 2, 3])
+async def test_failing_first_boots_after_restore_still_end_running(
+    plane: ControlPlane, failures: int
+) -> None:
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    plane.sim.inject("h1", "fail-start", domain_name(vm(plane, "a").metadata.uid), failures)
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED
+    await wait_settled(plane, "a", "Running", timeout=20)
+    reasons = [e.reason for e in plane.store.list_events(kind="VirtualMachine", name="a", limit=2000)]
+    assert reasons.count("StartRetry") >= failures
+
+
+async def test_a_stale_intent_in_the_snapshot_does_not_leak(plane: ControlPlane) -> None:
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    assert snap.status.captured is not None
+    snap.status.captured.annotations[RESTORE_POWER_STATE] = "Stopped"
+    snap.status.captured.annotations["team"] = "blue"
+    plane.store.update(snap)
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED
+    current = await wait_settled(plane, "a", "Running", timeout=15)
+    assert current.metadata.annotations.get("team") == "blue", "user annotations come back"
+    assert RESTORE_POWER_STATE not in current.metadata.annotations
+
+
+async def test_strict_restore_with_a_missing_disk_snapshot_fails_cleanly(plane: ControlPlane) -> None:
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    driver = plane.sim.driver("sim://h1")
+    await driver.delete_volume_snapshot(snap.status.disk_snapshots[0].handle)
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.FAILED
+    assert op.status.reason == "RevertFailed" and "a-root" in op.status.message
+    current = await wait_settled(plane, "a", "Running", timeout=15)
+    intents = read_intents(current.metadata.annotations)
+    assert intents.held_by is None and intents.restore_power_state is None
+    assert get_condition(current.status.conditions, VMCondition.MAINTENANCE) is None
+
+
+async def test_strict_restore_with_a_missing_volume_fails_before_touching_the_vm(plane: ControlPlane) -> None:
+    await make_vm(plane, MANUAL)
+    await bring_to(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    assert snap.status.disk_snapshots
+    snap.status.disk_snapshots[0].volume = "gone"
+    plane.store.update(snap)
+    before = vm(plane, "a")
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name))
+    assert op.status.phase is OperationPhase.FAILED and op.status.reason == "DiskSnapshotMissing"
+    await asyncio.sleep(0.2)
+    after = vm(plane, "a")
+    assert after.status.phase.value == "Running"
+    assert after.status.last_exit == before.status.last_exit
+
+
+async def test_restore_brings_back_disk_content(plane: ControlPlane) -> None:
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    path = plane.store.get(Volume, "a-root").status.path
+    plane.sim.write_volume(path, "marker-1")
+    snap = await snapshot(plane, "a")
+    plane.sim.write_volume(path, "marker-2")
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED
+    assert plane.sim.read_volume(path) == "marker-1"
+    await wait_settled(plane, "a", "Running")
+
+
+async def test_dry_run_reports_and_changes_nothing(plane: ControlPlane) -> None:
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    path = plane.store.get(Volume, "a-root").status.path
+    plane.sim.write_volume(path, "old")
+    snap = await snapshot(plane, "a")
+    plane.sim.write_volume(path, "new")
+    plane.store.mutate(VirtualMachine, "a", lambda v: setattr(v.spec, "cpu", 2))
+    await wait_settled(plane, "a", "Running")
+    before = vm(plane, "a")
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name, RestoreMode.DRY_RUN))
+    assert op.status.phase is OperationPhase.COMPLETED and op.status.reason == "DryRun"
+    assert "cpu: 2 -> 1" in op.status.progress["vm/a"]
+    assert "revert" in op.status.progress["volume/a-root"]
+    after = vm(plane, "a")
+    assert after.spec == before.spec and after.metadata.annotations == before.metadata.annotations
+    assert after.status.phase.value == "Running"
+    assert plane.sim.read_volume(path) == "new"
+
+
+async def test_the_vm_shows_maintenance_and_refuses_other_operations_meanwhile(plane: ControlPlane) -> None:
+    await make_vm(plane, MANUAL, grace=2)
+    await bring_to(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    await plane.sim.driver("sim://h1").pause(
+        domain_name(vm(plane, "a").metadata.uid)
+    )  # ignores ACPI: the stop waits
+    op_name = restore(plane, "a", snap.metadata.name)
+    await eventually(
+        lambda: get_condition(vm(plane, "a").status.conditions, VMCondition.MAINTENANCE) is not None
+    )
+    refused = await wait_op(plane, operate(plane, "a", OperationType.STOP, force=True))
+    assert refused.status.phase is OperationPhase.FAILED
+    assert refused.status.reason in ("OperationInProgress", "VMInMaintenance")
+    op = await wait_op(plane, op_name, timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED
+    await wait_settled(plane, "a", "Running")
+
+
+async def test_a_vm_restored_stopped_reports_stopped_not_pending(plane: ControlPlane) -> None:
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    await bring_to(plane, "a", "Stopped")
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED
+    phases = set()
+    for _ in range(20):
+        phases.add(vm(plane, "a").status.phase.value)
+        await asyncio.sleep(0.02)
+    assert phases == {"Stopped"}
