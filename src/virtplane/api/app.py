@@ -17,6 +17,7 @@ from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.resources import resources_router
 from virtplane.api.routes.settings import router as settings_router
+from virtplane.web import router as web_router
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -69,6 +70,7 @@ def create_app(
     app.include_router(settings_router)
     app.include_router(events_router)
     app.include_router(faults_router)
+    app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)
     return app

@@ -1,0 +1,78 @@
+"""The web dashboard (DESIGN.md §8): a single page of plain HTML, JavaScript and CSS.
+
+The page itself needs no token: it asks the operator for one and then calls the
+JSON API with ``Authorization: Bearer``. Everything ships in the package
+(``web/static``); nothing is fetched from elsewhere.
+
+Routes: ``/`` and ``/ui`` redirect to ``/ui/``, which is ``index.html``;
+``/ui/static/{file}`` serves the files next to it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, RedirectResponse, Response
+
+from virtplane.api.errors import ApiError
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+_MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+# The page runs only its own script and talks only to its own origin: even a
+# rendering mistake could not run a script that a hostile name smuggled in.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # the files change with the package; revalidate instead of serving a stale script
+    "Cache-Control": "no-cache",
+}
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/")
+def root() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/ui")
+def ui_without_slash() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/ui/")
+def index() -> Response:
+    return _file("index.html")
+
+
+@router.get("/ui/static/{file_name}")
+def static_file(file_name: str) -> Response:
+    return _file(file_name)
+
+
+def _file(file_name: str) -> Response:
+    """One file of ``static/`` by plain name: no sub-directories, no dot-files, known types only."""
+    path = STATIC_DIR / file_name
+    media_type = _MEDIA_TYPES.get(path.suffix)
+    if not _FILE_NAME.match(file_name) or media_type is None or not path.is_file():
+        raise ApiError(404, "NotFound", f"no such file: {file_name}")
+    return FileResponse(path, media_type=media_type, headers=_HEADERS)
+
+
+__all__ = ["CONTENT_SECURITY_POLICY", "STATIC_DIR", "router"]

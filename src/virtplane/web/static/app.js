@@ -1,0 +1,553 @@
+// virtplane console: polls the JSON API every 2 s and renders hosts, VMs, operations,
+// host maintenance and the event log. Plain JavaScript, no build step, no dependencies.
+//
+// Every value that comes from the API is put into the page with textContent (through
+// el() and text()), never as HTML: names, labels and messages may be hostile.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "virtplane.token";
+  const REFRESH_MS = 2000;
+  const EVENTS_KEPT = 200;
+  const EVENT_PAGE = 1000;
+  const FINISHED_OPS_SHOWN = 10;
+
+  const VM_PHASES = ["Running", "Starting", "Stopping", "Migrating", "Pending", "Paused", "Degraded", "Stopped"];
+  const HOST_STATES = [
+    "Enabled", "Disabled", "PrepareForMaintenance", "ErrorInPrepareForMaintenance",
+    "Maintenance", "ErrorInMaintenance",
+  ];
+  const OP_PHASES = ["Pending", "InProgress", "Completed", "Failed", "Superseded"];
+  const FINISHED_OPS = new Set(["Completed", "Failed", "Superseded"]);
+  // Hosts whose maintenance is worth asking for (the endpoint answers 404 when there is none).
+  const MAINTENANCE_HOST_STATES = new Set([
+    "PrepareForMaintenance", "ErrorInPrepareForMaintenance", "Maintenance", "ErrorInMaintenance",
+  ]);
+
+  const TONES = {
+    ok: ["Running", "Enabled", "Up", "Completed", "Ready", "Normal", "Migrated", "Planned"],
+    busy: ["Starting", "Stopping", "Migrating", "Pending", "InProgress", "PrepareForMaintenance",
+      "Draining", "Cancelling", "WaitingForSlot"],
+    warn: ["Paused", "Degraded", "Maintenance", "Blocked", "Warning", "Left"],
+    bad: ["Failed", "ErrorInPrepareForMaintenance", "ErrorInMaintenance", "Down", "Disconnected"],
+    idle: ["Stopped", "Disabled", "Superseded", "Cancelled", "Unknown"],
+  };
+  const TONE_OF = new Map();
+  for (const [tone, values] of Object.entries(TONES)) {
+    for (const value of values) TONE_OF.set(value, tone);
+  }
+  // Conditions where True is the notable state, not the healthy one.
+  const NEGATIVE_CONDITIONS = new Set(["StartFailed", "RestartRequired", "Maintenance", "Migration"]);
+
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    token: null,
+    timer: null,
+    run: 0, // bumped on sign-in/out so that a late answer of an old session is dropped
+    events: [], // newest last
+    lastEventId: 0,
+    eventsPrimed: false,
+    maintenanceHosts: new Set(),
+    vmPhaseFilter: null,
+    lastData: null,
+  };
+
+  class AuthError extends Error {}
+  class UnreachableError extends Error {}
+  class ApiStatusError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  // ------------------------------------------------------------------ DOM helpers
+
+  function el(tag, opts = {}, children = []) {
+    const node = document.createElement(tag);
+    if (opts.cls) node.className = opts.cls;
+    if (opts.text !== undefined && opts.text !== null) node.textContent = String(opts.text);
+    if (opts.title) node.title = String(opts.title);
+    if (opts.data) {
+      for (const [key, value] of Object.entries(opts.data)) node.dataset[key] = String(value);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function text(value, fallback = "–") {
+    return value === null || value === undefined || value === "" ? fallback : String(value);
+  }
+
+  function toneOf(value) {
+    return TONE_OF.get(String(value)) || "idle";
+  }
+
+  function badge(value, extraCls = "") {
+    const shown = text(value, "Unknown");
+    return el("span", { cls: `badge tone-${toneOf(shown)} ${extraCls}`.trim(), text: shown });
+  }
+
+  function cell(content, cls) {
+    const td = el("td", { cls });
+    if (content instanceof Node) td.append(content);
+    else td.textContent = text(content);
+    return td;
+  }
+
+  function bar(fraction, label, title) {
+    const clamped = Math.max(0, Math.min(1, Number.isFinite(fraction) ? fraction : 0));
+    const fill = el("span", { cls: "bar-fill" });
+    fill.style.width = `${(clamped * 100).toFixed(1)}%`;
+    if (clamped >= 0.9) fill.classList.add("high");
+    return el("span", { cls: "meter", title }, [el("span", { cls: "bar" }, [fill]), el("span", { cls: "meter-label", text: label })]);
+  }
+
+  function fillBody(table, rows, emptyId) {
+    table.tBodies[0].replaceChildren(...rows);
+    $(emptyId).hidden = rows.length > 0;
+  }
+
+  function formatTime(iso) {
+    if (!iso) return "–";
+    const date = new Date(iso);
+    if (Number.isNaN(date.getTime())) return String(iso);
+    return date.toLocaleTimeString([], { hour12: false });
+  }
+
+  function ago(iso) {
+    if (!iso) return "never";
+    const then = new Date(iso).getTime();
+    if (Number.isNaN(then)) return String(iso);
+    const seconds = Math.max(0, Math.round((Date.now() - then) / 1000));
+    if (seconds < 60) return `${seconds}s ago`;
+    if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
+    return `${Math.floor(seconds / 3600)}h ago`;
+  }
+
+  function gib(mib) {
+    return `${(Number(mib || 0) / 1024).toFixed(1)} GiB`;
+  }
+
+  function countBy(items, key) {
+    const counts = new Map();
+    for (const item of items) {
+      const value = key(item);
+      counts.set(value, (counts.get(value) || 0) + 1);
+    }
+    return counts;
+  }
+
+  // ------------------------------------------------------------------ API access
+
+  async function api(path) {
+    let response;
+    try {
+      response = await fetch(path, {
+        headers: { Authorization: `Bearer ${state.token}`, Accept: "application/json" },
+        cache: "no-store",
+      });
+    } catch (err) {
+      throw new UnreachableError(String(err && err.message ? err.message : err));
+    }
+    if (response.status === 401) {
+      throw new AuthError(await errorMessage(response, "the token is not valid"));
+    }
+    if (!response.ok) {
+      throw new ApiStatusError(response.status, await errorMessage(response, response.statusText));
+    }
+    try {
+      return await response.json();
+    } catch (err) {
+      throw new ApiStatusError(response.status, "the server sent a response that is not JSON");
+    }
+  }
+
+  async function errorMessage(response, fallback) {
+    try {
+      const body = await response.json();
+      return text(body && body.message, fallback);
+    } catch (err) {
+      return fallback;
+    }
+  }
+
+  async function fetchEvents(afterId) {
+    // Oldest first from after_id; read pages until a short one, keep only the newest.
+    const fresh = [];
+    let lastId = afterId;
+    for (;;) {
+      const page = await api(`/v1/events?after_id=${lastId}&limit=${EVENT_PAGE}`);
+      const items = Array.isArray(page.items) ? page.items : [];
+      for (const event of items) {
+        if (typeof event.id === "number" && event.id > lastId) lastId = event.id;
+        fresh.push(event);
+      }
+      if (fresh.length > EVENTS_KEPT) fresh.splice(0, fresh.length - EVENTS_KEPT);
+      if (items.length < EVENT_PAGE) break;
+    }
+    return { fresh, lastId };
+  }
+
+  async function fetchMaintenance(hosts) {
+    const wanted = hosts
+      .filter((h) => MAINTENANCE_HOST_STATES.has(h.status && h.status.resource_state)
+        || state.maintenanceHosts.has(h.metadata.name))
+      .map((h) => h.metadata.name);
+    const found = await Promise.all(wanted.map(async (name) => {
+      try {
+        return [name, await api(`/v1/hosts/${encodeURIComponent(name)}/maintenance`)];
+      } catch (err) {
+        if (err instanceof AuthError || err instanceof UnreachableError) throw err;
+        return [name, null]; // 404: no maintenance (or no endpoint yet); show nothing
+      }
+    }));
+    return found.filter(([, m]) => m && typeof m === "object");
+  }
+
+  // ------------------------------------------------------------------ refresh loop
+
+  async function refresh(run) {
+    try {
+      const [hosts, vms, ops, events] = await Promise.all([
+        api("/v1/hosts"), api("/v1/vms"), api("/v1/operations"), fetchEvents(state.lastEventId),
+      ]);
+      const hostItems = hosts.items || [];
+      const maintenance = await fetchMaintenance(hostItems);
+      if (run !== state.run) return;
+      state.lastData = { hosts: hostItems, vms: vms.items || [], ops: ops.items || [] };
+      render(state.lastData, maintenance);
+      state.lastEventId = events.lastId;
+      renderEvents(events.fresh, state.eventsPrimed);
+      state.eventsPrimed = true;
+      setStatus("live", `live · updated ${formatTime(new Date().toISOString())}`);
+      hideBanner();
+    } catch (err) {
+      if (run !== state.run) return;
+      if (err instanceof AuthError) {
+        signOut(`The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`);
+        return;
+      }
+      if (err instanceof UnreachableError) {
+        setStatus("down", "server unreachable");
+        showBanner("error", `Cannot reach the virtplane API at ${window.location.origin}. `
+          + `Retrying every ${REFRESH_MS / 1000} s; the tables below show the last data received.`);
+      } else {
+        setStatus("down", `error ${err.status || ""}`.trim());
+        showBanner("error", `The API answered with an error${err.status ? ` (${err.status})` : ""}: ${err.message}`);
+      }
+    }
+    if (run === state.run) state.timer = window.setTimeout(() => refresh(run), REFRESH_MS);
+  }
+
+  function start(token) {
+    state.token = token;
+    state.run += 1;
+    state.events = [];
+    state.lastEventId = 0;
+    state.eventsPrimed = false;
+    state.maintenanceHosts = new Set();
+    $("events").tBodies[0].replaceChildren();
+    $("login").hidden = true;
+    $("dashboard").hidden = false;
+    $("signout").hidden = false;
+    setStatus("connecting", "connecting…");
+    window.clearTimeout(state.timer);
+    refresh(state.run);
+  }
+
+  function signOut(message) {
+    state.run += 1;
+    window.clearTimeout(state.timer);
+    state.token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("dashboard").hidden = true;
+    $("signout").hidden = true;
+    $("login").hidden = false;
+    hideBanner();
+    const error = $("login-error");
+    error.hidden = !message;
+    error.textContent = message || "";
+    setStatus(message ? "down" : "idle", message ? "unauthorized" : "not connected");
+    $("token-input").value = "";
+    $("token-input").focus();
+  }
+
+  function setStatus(kind, message) {
+    $("status").dataset.state = kind;
+    $("status-text").textContent = message;
+  }
+
+  function showBanner(kind, message) {
+    const banner = $("banner");
+    banner.dataset.kind = kind;
+    banner.textContent = message;
+    banner.hidden = false;
+  }
+
+  function hideBanner() {
+    $("banner").hidden = true;
+    $("banner").textContent = "";
+  }
+
+  // ------------------------------------------------------------------ rendering
+
+  function render(data, maintenance) {
+    renderCounts("host-counts", "host-total", data.hosts, (h) => h.status && h.status.resource_state, HOST_STATES);
+    renderCounts("vm-counts", "vm-total", data.vms, (v) => v.status && v.status.phase, VM_PHASES, true);
+    renderCounts("op-counts", "op-total", data.ops, (o) => o.status && o.status.phase, OP_PHASES);
+    renderHosts(data.hosts);
+    renderMaintenance(maintenance);
+    renderVms(data.vms);
+    renderOperations(data.ops);
+  }
+
+  function renderCounts(containerId, totalId, items, key, known, filterable = false) {
+    const counts = countBy(items, (item) => text(key(item), "Unknown"));
+    const order = [...known, ...[...counts.keys()].filter((k) => !known.includes(k)).sort()];
+    const chips = [];
+    for (const value of order) {
+      const count = counts.get(value) || 0;
+      if (!count && !known.includes(value)) continue;
+      const chip = el(filterable ? "button" : "span", {
+        cls: `count tone-${toneOf(value)}${count ? "" : " zero"}`,
+        data: { value, count },
+        title: filterable ? `show only ${value} VMs` : undefined,
+      }, [el("span", { cls: "count-n", text: count }), el("span", { cls: "count-label", text: value })]);
+      if (filterable) {
+        chip.type = "button";
+        chip.setAttribute("aria-pressed", String(state.vmPhaseFilter === value));
+        chip.addEventListener("click", () => {
+          state.vmPhaseFilter = state.vmPhaseFilter === value ? null : value;
+          if (state.lastData) {
+            renderCounts(containerId, totalId, state.lastData.vms, key, known, true);
+            renderVms(state.lastData.vms);
+          }
+        });
+      }
+      chips.push(chip);
+    }
+    $(containerId).replaceChildren(...chips);
+    $(totalId).textContent = String(items.length);
+  }
+
+  function capacityOf(host) {
+    return (host.status && host.status.capacity) || (host.spec && host.spec.capacity) || null;
+  }
+
+  function renderHosts(hosts) {
+    const rows = [...hosts].sort(byName).map((host) => {
+      const status = host.status || {};
+      const allocated = status.allocated || {};
+      const capacity = capacityOf(host);
+      const cpu = capacity
+        ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / capacity")
+        : text(allocated.vcpus, "0");
+      const memory = capacity
+        ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / capacity")
+        : gib(allocated.memory_mib);
+      const heartbeat = el("span", { text: ago(status.last_heartbeat), title: text(status.last_heartbeat, "no heartbeat yet") });
+      return el("tr", { data: { name: host.metadata.name } }, [
+        cell(host.metadata.name, "name"),
+        cell(host.spec && host.spec.cluster),
+        cell(badge(status.resource_state), "state"),
+        cell(badge(status.connection), "connection"),
+        cell(cpu, "cpu"),
+        cell(memory, "memory"),
+        cell(allocated.vms || 0, "num vms"),
+        cell(heartbeat, "heartbeat"),
+        cell(status.message, "message"),
+      ]);
+    });
+    fillBody($("hosts"), rows, "hosts-empty");
+  }
+
+  function pick(obj, ...paths) {
+    for (const path of paths) {
+      let value = obj;
+      for (const part of path.split(".")) value = value && typeof value === "object" ? value[part] : undefined;
+      if (value !== undefined && value !== null) return value;
+    }
+    return undefined;
+  }
+
+  function renderMaintenance(found) {
+    state.maintenanceHosts = new Set(found.map(([name]) => name));
+    const blocks = found.sort((a, b) => a[0].localeCompare(b[0])).map(([host, m]) => {
+      const phase = pick(m, "status.phase", "phase");
+      const strategy = pick(m, "status.strategy", "spec.strategy", "strategy");
+      const message = pick(m, "status.message", "message");
+      const dryRun = pick(m, "spec.dry_run", "dry_run");
+      let plan = pick(m, "status.plan", "plan") || [];
+      if (!Array.isArray(plan)) plan = Array.isArray(plan.items) ? plan.items : [];
+      const progress = pick(m, "status.progress", "progress") || {};
+      const planned = new Map(plan.filter((p) => p && p.vm).map((p) => [p.vm, p]));
+      const vmNames = [...new Set([...planned.keys(), ...Object.keys(progress)])].sort();
+      const rows = vmNames.map((vm) => {
+        const item = planned.get(vm) || {};
+        const p = progress[vm] || {};
+        const vmState = p.state || p.phase;
+        const pct = Number(p.progress_pct ?? p.percent ?? p.pct);
+        return el("tr", { data: { vm } }, [
+          cell(vm, "name"),
+          cell(item.action),
+          cell(p.target || item.target),
+          cell(vmState ? badge(vmState) : "–", "state"),
+          cell(Number.isFinite(pct) ? bar(pct / 100, `${Math.round(pct)}%`, "progress") : "–"),
+          cell(p.message || item.reason, "message"),
+        ]);
+      });
+      const table = el("table", { cls: "grid compact" }, [
+        el("thead", {}, [el("tr", {}, ["VM", "Action", "Target", "State", "Progress", "Message"].map((h) => el("th", { text: h })))]),
+        el("tbody", {}, rows),
+      ]);
+      return el("div", { cls: "maintenance", data: { host } }, [
+        el("h3", {}, [
+          el("span", { cls: "name", text: host }),
+          " ",
+          badge(phase),
+          el("span", { cls: "note", text: `strategy ${text(strategy, "default")}${dryRun ? " · dry run" : ""}` }),
+        ]),
+        message ? el("p", { cls: "message", text: message }) : null,
+        rows.length ? table : el("p", { cls: "empty", text: "Nothing to move." }),
+      ]);
+    });
+    $("maintenance").replaceChildren(...blocks);
+    $("maintenance-panel").hidden = blocks.length === 0;
+  }
+
+  function conditionChip(condition) {
+    const negative = NEGATIVE_CONDITIONS.has(condition.type);
+    const truthy = condition.status === "True";
+    let tone = "idle";
+    if (condition.status === "True") tone = negative ? "warn" : "ok";
+    else if (condition.status === "False") tone = negative ? "idle" : "warn";
+    const mark = condition.status === "True" ? "✓" : condition.status === "False" ? "✗" : "?";
+    const reason = !truthy && condition.reason ? ` (${condition.reason})` : "";
+    const title = [condition.reason, condition.message].filter(Boolean).join(": ");
+    return el("span", { cls: `chip tone-${tone}`, text: `${mark} ${condition.type}${reason}`, title: title || condition.status });
+  }
+
+  function renderVms(vms) {
+    const filter = state.vmPhaseFilter;
+    const indicator = $("vm-filter");
+    indicator.hidden = !filter;
+    indicator.textContent = filter ? `phase ${filter} (click the count again to show all)` : "";
+    const rows = [...vms]
+      .filter((vm) => !filter || text(vm.status && vm.status.phase, "Unknown") === filter)
+      .sort(byName)
+      .map((vm) => {
+        const status = vm.status || {};
+        const spec = vm.spec || {};
+        const labels = Object.entries(vm.metadata.labels || {}).sort(([a], [b]) => a.localeCompare(b))
+          .map(([k, v]) => el("span", { cls: "chip label", text: `${k}=${v}` }));
+        const conditions = (status.conditions || []).map(conditionChip);
+        return el("tr", { data: { name: vm.metadata.name } }, [
+          cell(vm.metadata.name, "name"),
+          cell(badge(status.phase), "phase"),
+          cell(status.host, "host"),
+          cell(spec.run_policy, "policy"),
+          cell(spec.cpu, "num"),
+          cell(spec.memory_mib === undefined ? null : `${spec.memory_mib} MiB`, "num"),
+          cell(el("span", { cls: "chips" }, conditions), "conditions"),
+          cell(status.last_exit, "last-exit"),
+          cell(el("span", { cls: "chips" }, labels), "labels"),
+          cell(status.message, "message"),
+        ]);
+      });
+    fillBody($("vms"), rows, "vms-empty");
+  }
+
+  function progressCell(progress) {
+    const entries = Object.entries(progress || {}).filter(([, v]) => v !== null && v !== "" && !(typeof v === "object" && Object.keys(v).length === 0));
+    const parts = [];
+    const pctEntry = entries.find(([k, v]) => /^(percent|pct|progress_pct|progress)$/.test(k) && Number.isFinite(Number(v)));
+    if (pctEntry) parts.push(bar(Number(pctEntry[1]) / 100, `${Math.round(Number(pctEntry[1]))}%`, pctEntry[0]));
+    for (const [key, value] of entries) {
+      if (pctEntry && key === pctEntry[0]) continue;
+      const shown = typeof value === "object" ? JSON.stringify(value) : String(value);
+      parts.push(el("span", { cls: "chip kv", text: `${key}=${shown}` }));
+    }
+    return parts.length ? el("span", { cls: "chips" }, parts) : "–";
+  }
+
+  function renderOperations(ops) {
+    const started = (op) => (op.status && (op.status.started_at || op.status.finished_at)) || op.metadata.created_at || "";
+    const newestFirst = (a, b) => String(started(b)).localeCompare(String(started(a)));
+    const running = ops.filter((op) => !FINISHED_OPS.has(op.status && op.status.phase)).sort(newestFirst);
+    const finished = ops.filter((op) => FINISHED_OPS.has(op.status && op.status.phase))
+      .sort((a, b) => String((b.status.finished_at || "")).localeCompare(String(a.status.finished_at || "")))
+      .slice(0, FINISHED_OPS_SHOWN);
+    const rows = [...running, ...finished].map((op) => {
+      const status = op.status || {};
+      const spec = op.spec || {};
+      const done = FINISHED_OPS.has(status.phase);
+      return el("tr", { cls: done ? "finished" : "active", data: { name: op.metadata.name } }, [
+        cell(op.metadata.name, "name"),
+        cell(spec.vm),
+        cell(spec.type),
+        cell(badge(status.phase), "phase"),
+        cell(status.step, "step"),
+        cell(progressCell(status.progress), "progress"),
+        cell(status.message, "message"),
+        cell(el("span", { text: formatTime(status.started_at || op.metadata.created_at), title: text(status.started_at, "") })),
+      ]);
+    });
+    fillBody($("operations"), rows, "operations-empty");
+  }
+
+  function eventRow(event, fresh) {
+    return el("tr", { cls: fresh ? "fresh" : "", data: { id: event.id, reason: event.reason } }, [
+      cell(el("span", { text: formatTime(event.time), title: text(event.time, "") }), "time"),
+      cell(badge(event.type || "Normal"), "type"),
+      cell(`${text(event.kind, "?")}/${text(event.name, "?")}`, "object"),
+      cell(event.reason, "reason"),
+      cell(event.message, "message"),
+    ]);
+  }
+
+  function renderEvents(fresh, primed) {
+    if (!fresh.length) {
+      $("events-empty").hidden = state.events.length > 0;
+      return;
+    }
+    state.events.push(...fresh);
+    const body = $("events").tBodies[0];
+    const rows = fresh.map((event) => eventRow(event, primed)).reverse();
+    body.prepend(...rows);
+    const excess = state.events.length - EVENTS_KEPT;
+    if (excess > 0) {
+      state.events.splice(0, excess);
+      for (let i = 0; i < excess && body.lastElementChild; i += 1) body.lastElementChild.remove();
+    }
+    $("events-empty").hidden = state.events.length > 0;
+  }
+
+  function byName(a, b) {
+    return a.metadata.name.localeCompare(b.metadata.name);
+  }
+
+  // ------------------------------------------------------------------ start-up
+
+  function init() {
+    $("login-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const token = $("token-input").value.trim();
+      if (!token) return;
+      sessionStorage.setItem(TOKEN_KEY, token);
+      $("login-error").hidden = true;
+      start(token);
+    });
+    $("signout").addEventListener("click", () => signOut(null));
+    const saved = sessionStorage.getItem(TOKEN_KEY);
+    if (saved) start(saved);
+    else signOut(null);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
