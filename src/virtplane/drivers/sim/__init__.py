@@ -82,6 +82,28 @@ target would not see (a local disk that is not copied, a shared pool the target 
 not ensured) fail the job at once too; paths that are not simulator volumes are
 trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
 queryable (on source and target) until its next migration.
+
+Restarts (``SimCloud(..., state_path=PATH)``)
+---------------------------------------------
+Real hypervisors keep running while the control plane crashes. With a state file
+(SQLite, WAL) the world does too: every change is committed before the driver call,
+``SimCloud`` method or timer callback that made it returns, so a SIGKILL right after
+loses nothing; only the rows of what changed are written (one domain row for a start,
+whatever the fleet's size). A ``SimCloud`` built on an existing file loads hosts
+(capacity, down, disconnected), domains (definition, live config, state, exit reason,
+memory marker), pools, volumes with content, volume snapshots, saved memory, armed
+faults with their counts and dirty rates. Time passes while no process runs: boots and
+shutdowns store their wall-clock end (``clock``), so on load a STARTING domain whose
+boot time is up is RUNNING, a SHUTTING_DOWN one is SHUTOFF (STOPPED_BY_SYSTEM), and a
+start made to fail is SHUTOFF (START_FAILED) once its failure time is up; one whose time
+is not up resumes for the time left on the first driver call or ``inject`` inside a
+running loop (or ``await cloud.resume()``), with the usual events. Nothing is sent for
+what finished while nobody ran: no connection was open. A migration in flight is
+aborted by the restart, the safe outcome: the domain is RUNNING (or PAUSED) on the
+source, the target holds nothing, and ``migration_job`` returns None, as libvirt's
+does once its client is gone. ``fault_log`` and the timing arguments of the
+constructor are not stored. ``close()`` commits and closes the file; it is optional.
+Without ``state_path`` nothing is written.
 """
 
 from ._cloud import SimCloud
