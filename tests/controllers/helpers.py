@@ -25,11 +25,14 @@ from virtplane.drivers.base import domain_name
 _ids = itertools.count(1)
 
 
-def add_host(plane: ControlPlane, name: str = "h1", vcpus: int = 16, memory_mib: int = 32768) -> Host:
+def add_host(
+    plane: ControlPlane, name: str = "h1", vcpus: int = 16, memory_mib: int = 32768, uri: str | None = None
+) -> Host:
+    """A simulated host by default; pass ``uri`` for another driver (e.g. libvirt's test:///)."""
     return plane.store.create(
         Host(
             metadata=Metadata(name=name),
-            spec=HostSpec(uri=f"sim://{name}", capacity=Capacity(vcpus=vcpus, memory_mib=memory_mib)),
+            spec=HostSpec(uri=uri or f"sim://{name}", capacity=Capacity(vcpus=vcpus, memory_mib=memory_mib)),
         )
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -51,8 +52,10 @@ def fast_backoff(plane: ControlPlane) -> None:
     plane.settings.set("vm.start.backoff_cap_s", 0.2)
 
 
-async def make_vm(plane: ControlPlane, policy: RunPolicy, name: str = "a", grace: int = 2) -> VirtualMachine:
-    add_host(plane)
+async def make_vm(
+    plane: ControlPlane, policy: RunPolicy, name: str = "a", grace: int = 2, uri: str | None = None
+) -> VirtualMachine:
+    add_host(plane, uri=uri)
     plane.store.create(
         StoragePool(
             metadata=Metadata(name="shared"),
@@ -143,14 +146,27 @@ MATRIX = [
 ]
 
 
+@pytest.fixture(params=["sim", "libvirt-test"])
+def host_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    """The restore matrix runs on the simulator and on libvirt's own test hypervisor."""
+    if request.param == "sim":
+        return None
+    pytest.importorskip(
+        "libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)"
+    )
+    from tests.drivers.conftest import write_node_xml
+
+    return write_node_xml(tmp_path / "h1.xml", cpus=16, memory_mib=32768)
+
+
 @pytest.mark.parametrize(("policy", "before", "expected"), MATRIX)
 async def test_restore_keeps_the_power_state(
-    plane: ControlPlane, policy: RunPolicy, before: str, expected: str
+    plane: ControlPlane, host_uri: str | None, policy: RunPolicy, before: str, expected: str
 ) -> None:
     # AlwaysOn cannot be stopped and AlwaysOff cannot run: reach those states under Manual,
     # with the snapshot holding the policy under test.
     reachable = not ((policy is ON and before == "Stopped") or (policy is OFF and before == "Running"))
-    await make_vm(plane, policy if reachable else MANUAL)
+    await make_vm(plane, policy if reachable else MANUAL, uri=host_uri)
     if not reachable:
         await bring_to(plane, "a", "Running" if policy is ON else "Stopped")
         set_policy(plane, "a", policy)
