@@ -324,9 +324,8 @@ def test_transitions_whose_time_is_up_are_finished_on_load(tmp_path: Path) -> No
         cloud.inject("h1", FaultKind.FAIL_START, domain_name("failing"))
         await h1.start(domain_name("failing"))
         await h1.start(domain_name("stopping"))
-        cloud.host_named("h1").finish_boot(cloud.host_named("h1").domains[domain_name("stopping")])  # type: ignore[union-attr]
-        await h1.shutdown(domain_name("stopping"))
-        assert (await h1.get_info(domain_name("stopping"))).state is DomainState.SHUTTING_DOWN  # type: ignore[union-attr]
+        await h1.shutdown(domain_name("stopping"))  # a booting guest can be shut down too
+        assert domain_state(cloud, "h1", "stopping") == (DomainState.SHUTTING_DOWN, None)
 
     life(first_life)
     clock.now += 31.0  # the process was dead for longer than any of the transitions
@@ -491,7 +490,9 @@ def test_a_migration_in_flight_when_the_process_dies_leaves_the_domain_on_the_so
         cloud.inject("src", FaultKind.STALL_MIGRATION, count=3)
         for name in (running, paused):
             await src.migrate(MigrationRequest(domain=name, target_uri="sim://dst"))
-            assert (await src.get_info(name)).state is DomainState.MIGRATING  # type: ignore[union-attr]
+            assert domain_state(cloud, "src", "running" if name == running else "paused")[0] is (
+                DomainState.MIGRATING
+            )
         await wait_for_job(src, running, stalled)
 
     life(first_life)
@@ -506,6 +507,7 @@ def test_a_migration_in_flight_when_the_process_dies_leaves_the_domain_on_the_so
     async def second_life() -> None:
         src, dst = await connected(cloud, "src"), await connected(cloud, "dst")
         assert await src.migration_job(running) is None
+        assert await dst.migration_job(running) is None
         # the target holds nothing for the dead migrations: both domains fit again
         await src.resume(paused)
         await src.migrate(MigrationRequest(domain=paused, target_uri="sim://dst"))  # spends the last stall
@@ -515,7 +517,7 @@ def test_a_migration_in_flight_when_the_process_dies_leaves_the_domain_on_the_so
             await src.migrate(MigrationRequest(domain=name, target_uri="sim://dst"))
         for name in (running, paused):
             await wait_for_job(src, name, completed)
-            assert (await dst.get_info(name)).state is DomainState.RUNNING  # type: ignore[union-attr]
+            assert cloud.active_hosts(name) == ["dst"]
 
     life(second_life)
 
