@@ -118,6 +118,13 @@ def serve(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", case_sensitive=False, help="Server log level.")
     ] = LogLevel.INFO,
+    sim_boot_seconds: Annotated[
+        float, typer.Option("--sim-boot-seconds", min=0.0, help="How long a simulated guest takes to boot.")
+    ] = 1.5,
+    sim_shutdown_seconds: Annotated[
+        float,
+        typer.Option("--sim-shutdown-seconds", min=0.0, help="How long a simulated guest takes to power off."),
+    ] = 0.5,
 ) -> None:
     """Run the control plane: API, controllers and dashboard, until interrupted.
 
@@ -137,6 +144,8 @@ def serve(
             db_url=db,
             demo=demo,
             log_level=log_level.value,
+            sim_boot_seconds=sim_boot_seconds,
+            sim_shutdown_seconds=sim_shutdown_seconds,
         )
     )
 

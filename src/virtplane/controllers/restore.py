@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.storage import pool_driver, pool_ref
+from virtplane.crashpoints import crashpoint
 from virtplane.domain.intents import (
     PowerState,
     StopMode,
@@ -203,6 +204,7 @@ class RestoreHandler:
                 )
 
             vm = self._vm_write(vm.metadata.name, enter)
+            crashpoint("restore.entered-maintenance")
             op = self._set_step(op, "EnterMaintenance", f"recorded power state {was.value}; stopping the VM")
             return Result(requeue_after=POLL_S)
 
@@ -228,6 +230,7 @@ class RestoreHandler:
                 current.metadata.annotations = {**strip_system(captured.annotations), **system}
 
             vm = self._vm_write(vm.metadata.name, overwrite)
+            crashpoint("restore.overwritten")
             note = f"; skipped missing disk(s): {', '.join(skipped)}" if skipped else ""
             op = self._set_step(op, "ExitMaintenance", f"VM restored from {snap.metadata.name}{note}")
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
+from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import read_intents, write_intents
@@ -170,6 +171,7 @@ class VMReconciler:
                 # power-state intent gets consumed, after the domain exists again.
                 if info is None and not disk_problem and not intents.held_by:
                     await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+                    crashpoint("vm.domain-recreated")
                     info = await driver.get_info(dname)
                 elif (
                     info is not None
@@ -343,6 +345,7 @@ class VMReconciler:
             st.start_failures = attempts
             st.next_start_at = now + timedelta(seconds=start_retry_delay(attempts, base, cap))
             vm = await self._persist(vm, st, vm.metadata.annotations)
+            crashpoint("vm.before-start")
             await driver.start(dname)
         except DriverError as exc:
             delay = start_retry_delay(attempts, base, cap)
