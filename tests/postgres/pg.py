@@ -27,15 +27,19 @@ def pg_url_or_skip() -> str:
 
 
 @contextmanager
-def fresh_schema(base_url: str) -> Iterator[str]:
-    """Create an empty schema, yield a URL whose connections use it, drop it afterwards."""
+def fresh_schema(base_url: str, *, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """Create an empty schema, yield a URL whose connections use it, drop it afterwards.
+
+    ``settings`` are more session settings for those connections (e.g. a time zone).
+    """
     schema = f"vp_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base_url)
     try:
         with admin.begin() as connection:
             connection.execute(text(f'CREATE SCHEMA "{schema}"'))
         separator = "&" if "?" in base_url else "?"
-        yield f"{base_url}{separator}options={quote(f'-csearch_path={schema}')}"
+        options = " ".join(f"-c{k}={v}" for k, v in {"search_path": schema, **(settings or {})}.items())
+        yield f"{base_url}{separator}options={quote(options)}"
     finally:
         with admin.begin() as connection:
             connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
@@ -43,7 +47,7 @@ def fresh_schema(base_url: str) -> Iterator[str]:
 
 
 @contextmanager
-def schema_url() -> Iterator[str]:
+def schema_url(*, settings: dict[str, str] | None = None) -> Iterator[str]:
     """``fresh_schema`` on the test server, or skip the test when none is configured."""
-    with fresh_schema(pg_url_or_skip()) as url:
+    with fresh_schema(pg_url_or_skip(), settings=settings) as url:
         yield url
