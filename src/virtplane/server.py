@@ -95,7 +95,13 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
         from virtplane.demo import seed
 
         seed(store)
-    sim = SimCloud(boot_seconds=options.sim_boot_seconds, shutdown_seconds=options.sim_shutdown_seconds)
+    # The simulated hypervisor keeps its state beside the store, so that, like real hosts,
+    # it outlives a crash of the control plane.
+    sim = SimCloud(
+        boot_seconds=options.sim_boot_seconds,
+        shutdown_seconds=options.sim_shutdown_seconds,
+        state_path=options.data_dir / "sim.db",
+    )
     plane_ref: list[ControlPlane] = []
     console_dir = options.data_dir / "consoles"
     console_dir.mkdir(exist_ok=True)

@@ -1,0 +1,120 @@
+"""A real `virtplane serve` subprocess that tests can SIGKILL and restart on the same data."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(
+        self, data_dir: Path, *, demo: bool = False, boot_s: float = 0.05, shutdown_s: float = 0.05
+    ) -> None:
+        self.data_dir = data_dir
+        self.demo = demo
+        self.boot_s = boot_s
+        self.shutdown_s = shutdown_s
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = data_dir / "server.log"
+        self.kills = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+    def start(self, crash_at: str | None = None, wait: bool = True) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "VIRTPLANE_CRASH_AT"}
+        if crash_at:
+            env["VIRTPLANE_CRASH_AT"] = crash_at
+        args = [
+            sys.executable, "-m", "virtplane.cli.main", "serve",
+            "--data-dir", str(self.data_dir), "--port", str(self.port), "--log-level", "warning",
+            "--sim-boot-seconds", str(self.boot_s), "--sim-shutdown-seconds", str(self.shutdown_s),
+        ]  # fmt: skip
+        if self.demo:
+            args.append("--demo")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}"
+                )
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server not ready after {timeout}s")
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up at all, like a power cut of the control plane."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            self.kills += 1
+        self.proc = None
+
+    def wait_killed(self, timeout: float = 30.0) -> int:
+        """Wait for a crash point to kill the server; returns its exit code (-9)."""
+        assert self.proc is not None
+        code = self.proc.wait(timeout=timeout)
+        self.proc = None
+        self.kills += 1
+        return code
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10.0
+        )
+
+    def wait_for(self, path: str, check: Any, timeout: float = 30.0) -> dict[str, Any]:
+        """GET ``path`` until ``check(body)`` is true; returns the body."""
+        deadline = time.monotonic() + timeout
+        body: dict[str, Any] = {}
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                response = client.get(path)
+                if response.status_code == 200:
+                    body = response.json()
+                    if check(body):
+                        return body
+                time.sleep(0.05)
+        raise AssertionError(f"{path} never satisfied the check; last: {body}")
