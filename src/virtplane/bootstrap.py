@@ -22,6 +22,9 @@ from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
+from virtplane.controllers.maintenance import MaintenanceReconciler, MaintenanceService, wake_on_change
+from virtplane.controllers.migration import KIND as MIGRATION_KIND
+from virtplane.controllers.migration import MigrationCoordinator, MigrationOperations
 from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
@@ -91,10 +94,20 @@ class ControlPlane:
         self.operations.register(OperationType.RESTORE, RestoreHandler(self.ctx))
         self._add("VirtualMachineOperation", self.operations, metrics, workers=4)
         self._add("VirtualMachineSnapshot", SnapshotReconciler(self.ctx), metrics, workers=2)
+        self.migrations = MigrationCoordinator(self.ctx)
+        self._add(MIGRATION_KIND, self.migrations, metrics, workers=4)
+        migrate = MigrationOperations(self.ctx, self.migrations)
+        self.operations.register(OperationType.MIGRATE, migrate)
+        self.operations.register(OperationType.EVICT, migrate)
+        self._add("HostMaintenance", MaintenanceReconciler(self.ctx, self.migrations), metrics, workers=2)
         self.cache.add_listener(self._on_cache_change)
         self.feed.subscribe(self.cache.apply)
         self.api_context = ApiContext(
-            store=store, settings=self.settings, sim=sim, admission=Admission(store, self.cache)
+            store=store,
+            settings=self.settings,
+            sim=sim,
+            admission=Admission(store, self.cache),
+            maintenance=MaintenanceService(self.ctx),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
@@ -155,6 +168,8 @@ class ControlPlane:
                     old.status.phase != new.status.phase or old.status.host != new.status.host
                 ):
                     self.enqueue("Host", new.status.host)
+        for wake_kind, wake_name in wake_on_change(self.cache, kind, old, new):
+            self.enqueue(wake_kind, wake_name)
 
     def _on_driver_event(self, event: DomainEvent) -> None:
         if event.type in (DomainEventType.HOST_DOWN, DomainEventType.HOST_UP):
@@ -165,6 +180,8 @@ class ControlPlane:
         name = self.cache.vm_by_uid(event.vm_uid)
         if name is not None:
             self.enqueue("VirtualMachine", name)
+            if event.type in (DomainEventType.MIGRATED, DomainEventType.MIGRATION_FAILED):
+                self.enqueue(MIGRATION_KIND, name)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -193,6 +210,7 @@ class ControlPlane:
             "VirtualMachine",
             "VirtualMachineSnapshot",
             "VirtualMachineOperation",
+            "HostMaintenance",
         ):
             for name in self.cache.names(kind):
                 self.enqueue(kind, name)

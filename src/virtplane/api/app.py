@@ -15,6 +15,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
+from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.resources import resources_router
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.web import router as web_router
@@ -70,6 +71,7 @@ def create_app(
     app.include_router(settings_router)
     app.include_router(events_router)
     app.include_router(faults_router)
+    app.include_router(maintenance_router)
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)

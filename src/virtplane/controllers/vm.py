@@ -17,7 +17,7 @@ from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_vi
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.host_states import accepts_vms
-from virtplane.domain.intents import read_intents, write_intents
+from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_intents
 from virtplane.domain.placement import choose_host, explain
 from virtplane.domain.power import PowerAction, PowerInputs, decide, start_retry_delay
 from virtplane.domain.resources import (
@@ -131,6 +131,9 @@ class VMReconciler:
         vm = ctx.store.find(VirtualMachine, req.name)
         if vm is None:
             return None
+        migration = read_migration(vm.metadata.annotations)
+        if migration is not None:
+            return await self._migrating(vm, migration)
         if vm.metadata.deletion_requested_at is not None:
             return await self._delete(vm)
         if FINALIZER not in vm.metadata.finalizers:
@@ -295,6 +298,18 @@ class VMReconciler:
         except NotFound:
             pass
         await self._persist(vm, status, vm.metadata.annotations)
+        return Result(requeue_after=POLL_TRANSITION_S)
+
+    async def _migrating(self, vm: VirtualMachine, migration: MigrationIntent) -> Result:
+        """A migration is in flight: its controller owns the domain and finalises status.host."""
+        self.ctx.enqueue("Migration", vm.metadata.name)
+        status = vm.status.model_copy(deep=True)
+        status.phase = VMPhase.MIGRATING
+        status.message = (
+            f"migrating from {migration.source} to {migration.target} (attempt {migration.attempt})"
+        )
+        if status != vm.status:
+            await self._persist(vm, status, vm.metadata.annotations)
         return Result(requeue_after=POLL_TRANSITION_S)
 
     async def _start(

@@ -9,8 +9,10 @@ users nor lets a snapshot's copy of them leak back (see ``strip_system``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
 
@@ -22,6 +24,8 @@ RESTART_REQUESTED = f"{SYSTEM_PREFIX}restart-requested"
 RESTORE_POWER_STATE = f"{SYSTEM_PREFIX}restore-power-state"
 MAINTENANCE_POWER_STATE = f"{SYSTEM_PREFIX}maintenance-power-state"
 HELD_BY = f"{SYSTEM_PREFIX}held-by"
+MIGRATION = f"{SYSTEM_PREFIX}migration"
+"""A live migration in flight (JSON of ``MigrationIntent``); kept apart from the power intents."""
 
 
 class PowerState(StrEnum):
@@ -122,3 +126,49 @@ def split_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], d
 def strip_system(annotations: Mapping[str, str]) -> dict[str, str]:
     """Only the user's annotations: what a snapshot may bring back on restore."""
     return split_annotations(annotations)[0]
+
+
+@dataclass(frozen=True)
+class MigrationIntent:
+    """A live migration the control plane started: written to the VM *before* the driver's
+    migrate call and cleared, in the same write that moves ``status.host``, once the outcome
+    is known from the drivers. While it stands, the VM controller leaves the domain alone."""
+
+    source: str
+    target: str
+    attempt: int
+    requested_by: str  # "maintenance/<host>" or "operation/<name>"
+    started_at: datetime
+    copy_storage: bool = False
+
+    def encode(self) -> str:
+        raw = asdict(self)
+        raw["started_at"] = self.started_at.isoformat()
+        return json.dumps(raw, sort_keys=True)
+
+
+def read_migration(annotations: Mapping[str, str]) -> MigrationIntent | None:
+    """The migration intent, or None; an unreadable one is treated as absent, never guessed."""
+    raw = annotations.get(MIGRATION)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        return MigrationIntent(
+            source=str(data["source"]),
+            target=str(data["target"]),
+            attempt=int(data["attempt"]),
+            requested_by=str(data["requested_by"]),
+            started_at=datetime.fromisoformat(str(data["started_at"])),
+            copy_storage=bool(data.get("copy_storage", False)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def write_migration(annotations: Mapping[str, str], intent: MigrationIntent | None) -> dict[str, str]:
+    """``annotations`` with the migration intent set to ``intent`` (removed when None)."""
+    result = {k: v for k, v in annotations.items() if k != MIGRATION}
+    if intent is not None:
+        result[MIGRATION] = intent.encode()
+    return result

@@ -505,6 +505,9 @@ class HostMaintenanceSpec(Strict):
     )
     dry_run: bool = False
     cancel: bool = Field(default=False, description="Set to cancel: the host returns to Enabled.")
+    request: int = Field(
+        default=1, ge=1, description="Bumped by each repeated request; a new value retries a failed drain."
+    )
 
 
 class MaintenancePlanItem(BaseModel):
@@ -515,7 +518,9 @@ class MaintenancePlanItem(BaseModel):
 
 
 class MaintenanceVMProgress(BaseModel):
-    state: str = "Pending"  # Pending, WaitingForSlot, Migrating, Migrated, Stopping, Stopped, Blocked, Failed, Left
+    state: str = (
+        "Pending"  # Pending, WaitingForSlot, Migrating, Migrated, Stopping, Stopped, Blocked, Failed, Left
+    )
     target: str | None = None
     attempts: int = 0
     tried: list[str] = Field(default_factory=list)
@@ -534,6 +539,7 @@ class HostMaintenanceStatus(BaseModel):
     message: str = ""
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    observed_generation: int = 0
 
 
 class HostMaintenance(Resource):

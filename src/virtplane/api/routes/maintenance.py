@@ -1,0 +1,82 @@
+"""Host maintenance under its host: POST (ask, dry run, retry), GET (show), DELETE (cancel).
+
+Admin only for writes; any role reads. The work is done by the maintenance service
+(``controllers.maintenance``) handed in through the API context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from virtplane.api.auth import Principal, Role, require
+from virtplane.api.context import ApiContext
+from virtplane.api.errors import ApiError
+from virtplane.controllers.maintenance import MaintenanceRefused, MaintenanceService
+from virtplane.domain.resources import MaintenanceStrategy
+
+router = APIRouter(tags=["Host"])
+
+
+class MaintenanceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    strategy: MaintenanceStrategy | None = Field(
+        default=None,
+        description="For running VMs with local disks: Error, Migration, ForceStop or Stop. "
+        "Default: the setting host.maintenance.local.storage.strategy.",
+    )
+    dry_run: bool = Field(default=False, description="Only compute and return the plan; change nothing.")
+
+
+def _service(request: Request) -> MaintenanceService:
+    ctx: ApiContext = request.app.state.ctx
+    if not isinstance(ctx.maintenance, MaintenanceService):
+        raise ApiError(503, "MaintenanceUnavailable", "this server runs no maintenance controller")
+    return ctx.maintenance
+
+
+def _call(fn: Any, *args: Any) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = fn(*args)
+    except MaintenanceRefused as exc:
+        raise ApiError(exc.status, exc.reason, exc.message) from exc
+    return result
+
+
+# async routes: the service reads the controllers' in-memory cache, which lives on the loop
+
+
+@router.post(
+    "/v1/hosts/{name}/maintenance",
+    operation_id="request_maintenance",
+    summary="Put a host into maintenance (or retry it, or only plan it with dry_run)",
+)
+async def request_maintenance(
+    name: str,
+    request: Request,
+    body: MaintenanceRequest = Body(default_factory=MaintenanceRequest),
+    principal: Principal = Depends(require(Role.ADMIN)),
+) -> dict[str, Any]:
+    return _call(_service(request).request, name, body.strategy, body.dry_run, principal.name)
+
+
+@router.get(
+    "/v1/hosts/{name}/maintenance", operation_id="get_maintenance", summary="Show a host's maintenance"
+)
+async def get_maintenance(
+    name: str, request: Request, _: Principal = Depends(require(Role.VIEWER))
+) -> dict[str, Any]:
+    return _call(_service(request).show, name)
+
+
+@router.delete(
+    "/v1/hosts/{name}/maintenance",
+    operation_id="cancel_maintenance",
+    summary="Cancel a host's maintenance: the host returns to Enabled",
+)
+async def cancel_maintenance(
+    name: str, request: Request, principal: Principal = Depends(require(Role.ADMIN))
+) -> dict[str, Any]:
+    return _call(_service(request).cancel, name, principal.name)
