@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,7 @@ from virtplane.domain.resources import (
     VolumePhase,
     VolumeSpec,
 )
-from virtplane.drivers.base import domain_name
+from virtplane.drivers.base import DomainState, domain_name
 from virtplane.drivers.sim import SimCloud
 from virtplane.server import sim_factory
 from virtplane.store.store import Store
@@ -94,7 +96,7 @@ class Cluster:
             VirtualMachine(
                 metadata=Metadata(name=name),
                 spec=VirtualMachineSpec(
-                    run_policy=policy if running else RunPolicy.MANUAL,
+                    run_policy=policy,
                     cpu=cpu,
                     memory_mib=memory_mib,
                     disks=[Disk(volume=f"{name}-disk", boot_order=1)],
@@ -103,8 +105,14 @@ class Cluster:
                 ),
             )
         )
-        phase = VMPhase.RUNNING if running else VMPhase.STOPPED
-        await eventually(lambda: self.vm(name).status.phase is phase)
+        await eventually(lambda: self.vm(name).status.phase is VMPhase.RUNNING)
+        if not running:  # it ran on its host, then its policy stopped it there
+
+            def off(vm: VirtualMachine) -> None:
+                vm.spec.run_policy = RunPolicy.ALWAYS_OFF
+
+            self.store.mutate(VirtualMachine, name, off)
+            await eventually(lambda: self.vm(name).status.phase is VMPhase.STOPPED and not self.runs_on(name))
         return self.vm(name)
 
     # ------------------------------------------------------------------ reading
@@ -176,3 +184,56 @@ async def cluster(store: Store) -> AsyncIterator[Cluster]:
     await plane.start()
     yield result
     await plane.stop()
+
+
+@dataclass
+class Sample:
+    """Migrations the simulator runs at one instant: (vm domain, source, target)."""
+
+    flights: list[tuple[str, str, str]]
+
+
+class MigrationRecorder:
+    """Polls the simulator (never the control plane) for the migrations it runs."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.samples: list[Sample] = []
+        self.vm_hosts: list[dict[str, list[str]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _poll(self) -> None:
+        sim = self.cluster.sim
+        while True:
+            state = sim.snapshot_state()
+            flights = []
+            for host in state.hosts.values():
+                for domain, dstate in host.domains.items():
+                    if dstate is DomainState.MIGRATING:
+                        job = await sim.driver(host.uri).migration_job(domain)
+                        if job is not None and not job.finished:
+                            flights.append((domain, host.name, job.target_uri.removeprefix("sim://")))
+            self.samples.append(Sample(flights))
+            self.vm_hosts.append(state.placements())
+            await asyncio.sleep(0.003)
+
+    def __enter__(self) -> MigrationRecorder:
+        self._task = asyncio.get_running_loop().create_task(self._poll())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    def max_outbound(self) -> int:
+        return max(
+            (Counter(s for _, s, _ in x.flights).most_common(1) or [("", 0)])[0][1] for x in self.samples
+        )
+
+    def max_inbound(self) -> int:
+        return max(
+            (Counter(t for _, _, t in x.flights).most_common(1) or [("", 0)])[0][1] for x in self.samples
+        )
+
+    def max_total(self) -> int:
+        return max(len(x.flights) for x in self.samples)
