@@ -22,6 +22,8 @@ class RecordedServeOptions:
     db_url: str | None
     demo: bool
     log_level: str
+    sim_boot_seconds: float = 1.5
+    sim_shutdown_seconds: float = 0.5
 
 
 @pytest.fixture
@@ -54,6 +56,7 @@ def test_serve_defaults(fake_server_module: list[RecordedServeOptions]) -> None:
 def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions], tmp_path: Path) -> None:
     args = ["serve", "--demo", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--port", "9000"]
     args += ["--db", "postgresql+psycopg://db/virtplane", "--log-level", "DEBUG"]
+    args += ["--sim-boot-seconds", "0.1", "--sim-shutdown-seconds", "0.2"]
 
     result = CliRunner().invoke(app, args)
 
@@ -66,6 +69,8 @@ def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions
             db_url="postgresql+psycopg://db/virtplane",
             demo=True,
             log_level="debug",
+            sim_boot_seconds=0.1,
+            sim_shutdown_seconds=0.2,
         )
     ]
 
