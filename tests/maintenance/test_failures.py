@@ -1,0 +1,179 @@
+"""Failed, stalled and non-converging migrations; concurrency limits; placement; dry runs."""
+
+from __future__ import annotations
+
+from tests.conftest import eventually
+from tests.maintenance.conftest import Cluster, MigrationRecorder
+from virtplane.domain.resources import HostMaintenance, VMPhase
+
+
+async def three_hosts(cluster: Cluster, vms: int = 1, memory_mib: int = 1024) -> None:
+    await cluster.add_host("h1")
+    for i in range(vms):
+        await cluster.add_vm(f"v{i}", memory_mib=memory_mib)
+    await cluster.add_host("h2")
+    await cluster.add_host("h3")
+
+
+async def test_a_failed_migration_is_retried_elsewhere_and_the_vm_never_stops(cluster: Cluster) -> None:
+    await three_hosts(cluster)
+    cluster.fault("h1", "fail-migration", "v0", count=1)
+    with MigrationRecorder(cluster) as recorder:
+        cluster.request("h1")
+        await cluster.wait_state("h1", "Maintenance")
+    progress = cluster.maintenance("h1").status.progress["v0"]
+    assert progress.attempts == 2 and len(set(progress.tried)) == 2
+    assert cluster.vm("v0").status.host == progress.tried[1]
+    assert all(len(p.get(cluster.domain("v0"), [])) == 1 for p in recorder.vm_hosts), "never stopped"
+    assert "Exited" not in cluster.events("VirtualMachine", "v0")
+    assert "MigrationFailed" in cluster.events("VirtualMachine", "v0")
+    host_events = cluster.events("Host", "h1")
+    assert "ErrorInPrepareForMaintenance" in host_events and host_events[-1] == "Maintenance"
+
+
+async def test_when_every_target_fails_the_host_is_in_error_and_the_vm_runs_on(cluster: Cluster) -> None:
+    await three_hosts(cluster)
+    cluster.fault("h1", "fail-migration", "v0", count=2)
+    cluster.request("h1")
+    await cluster.wait_state("h1", "ErrorInMaintenance")
+    m = cluster.maintenance("h1")
+    assert m.status.blocking == ["v0"] and m.status.progress["v0"].state == "Failed"
+    assert "no target host" in m.status.progress["v0"].message
+    assert cluster.settled("v0", "h1")
+    # asking again retries; the faults are used up now
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance")
+    assert cluster.vm("v0").status.host in ("h2", "h3")
+
+
+async def test_a_migration_that_does_not_converge_is_aborted(cluster: Cluster) -> None:
+    await three_hosts(cluster)
+    cluster.plane.settings.set("migration.completion_timeout_per_gib_s", 1)
+    cluster.plane.settings.set("migration.max_attempts", 1)
+    cluster.sim.set_dirty_rate(cluster.domain("v0"), 5000)  # above the 1000 MiB/s link
+    cluster.request("h1")
+    await cluster.wait_state("h1", "ErrorInMaintenance")
+    assert "MigrationAborting" in cluster.events("VirtualMachine", "v0")
+    assert "completion timeout" in cluster.maintenance("h1").status.progress["v0"].message
+    assert cluster.settled("v0", "h1")
+
+
+async def test_a_stalled_migration_is_aborted_after_the_progress_timeout(cluster: Cluster) -> None:
+    await three_hosts(cluster)
+    cluster.plane.settings.set("migration.progress_timeout_s", 1)
+    cluster.fault("h1", "stall-migration", "v0", count=1)
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance")
+    messages = [e.message for e in cluster.store.list_events(kind="VirtualMachine", name="v0")]
+    assert any("no progress for 1s" in m for m in messages)
+    assert cluster.maintenance("h1").status.progress["v0"].attempts == 2
+
+
+async def test_concurrency_limits_are_never_exceeded(cluster: Cluster) -> None:
+    await cluster.add_host("h1", memory_mib=65536)
+    for i in range(6):
+        await cluster.add_vm(f"v{i}", memory_mib=2048)
+    for host in ("h2", "h3", "h4"):
+        await cluster.add_host(host)
+    cluster.plane.settings.set("migration.bandwidth_mib_s", 400)  # ~0.5 s each: they overlap
+    waiting: set[str] = set()
+
+    def note_waiting() -> bool:
+        m = cluster.store.find(HostMaintenance, "h1")
+        for p in m.status.progress.values() if m else ():
+            if p.state == "WaitingForSlot":
+                waiting.add(p.message)
+        return cluster.state("h1") == "Maintenance"
+
+    with MigrationRecorder(cluster) as recorder:
+        cluster.request("h1")
+        await eventually(note_waiting, timeout=20, interval=0.005)
+    assert recorder.max_outbound() == 2
+    assert recorder.max_inbound() == 1
+    assert "waiting for a migration slot: 2/2 outbound from h1" in waiting
+    assert all(cluster.vm(f"v{i}").status.host != "h1" for i in range(6))
+
+
+async def test_the_cluster_limit_holds(cluster: Cluster) -> None:
+    await cluster.add_host("h1")
+    for i in range(3):
+        await cluster.add_vm(f"v{i}")
+    for host in ("h2", "h3", "h4"):
+        await cluster.add_host(host)
+    cluster.plane.settings.set("migration.max_per_cluster", 1)
+    cluster.plane.settings.set("migration.max_inbound_per_host", 5)
+    cluster.plane.settings.set("migration.bandwidth_mib_s", 400)
+    with MigrationRecorder(cluster) as recorder:
+        cluster.request("h1")
+        await cluster.wait_state("h1", "Maintenance", timeout=20)
+    assert recorder.max_total() == 1
+
+
+async def test_no_vm_lands_on_a_disabled_full_or_maintenance_host(cluster: Cluster) -> None:
+    await cluster.add_host("h1")
+    for i in range(3):
+        await cluster.add_vm(f"v{i}")
+    await cluster.add_host("h2")
+    await cluster.add_host("h3", memory_mib=1024)  # room for nothing once one VM is there
+    await cluster.add_host("h4")
+    await cluster.add_vm("filler", memory_mib=1024)  # lands on h2 or h4: they have the most room
+    from virtplane.domain.resources import Host
+
+    def disable(host: Host) -> None:
+        host.spec.enabled = False
+
+    cluster.store.mutate(Host, "h2", disable)
+    await cluster.wait_state("h2", "Disabled")
+    with MigrationRecorder(cluster) as recorder:
+        cluster.request("h1")
+        await cluster.wait_state("h1", "Maintenance")
+    for i in range(3):
+        assert cluster.vm(f"v{i}").status.host in ("h3", "h4")
+    domains = {cluster.domain(f"v{i}") for i in range(3)}
+    for sample in recorder.vm_hosts:
+        assert not any("h2" in sample.get(d, []) for d in domains), "a disabled host receives no VM"
+    assert sum(cluster.vm(f"v{i}").status.host == "h3" for i in range(3)) <= 1, "h3 had room for one"
+    # a new VM never starts on the host in maintenance
+    await cluster.add_vm("late")
+    assert cluster.vm("late").status.host not in ("h1", "h2")
+
+
+async def test_no_room_anywhere_blocks_before_anything_moves(cluster: Cluster) -> None:
+    await cluster.add_host("h1")
+    await cluster.add_vm("big", memory_mib=8192)
+    await cluster.add_vm("small", memory_mib=512)
+    await cluster.add_host("h2", memory_mib=4096)
+    view = cluster.request("h1")
+    actions = {i["vm"]: i["action"] for i in view["plan"]["items"]}
+    assert actions == {"big": "Blocked", "small": "Migrate"}
+    await cluster.wait_state("h1", "ErrorInMaintenance")
+    assert cluster.settled("small", "h1") and cluster.settled("big", "h1")
+    assert "not enough memory" in cluster.maintenance("h1").status.message
+
+
+async def test_a_dry_run_changes_nothing(cluster: Cluster) -> None:
+    await cluster.add_host("h1")
+    await cluster.add_vm("s")
+    await cluster.add_vm("l", pool="h1-local")
+    await cluster.add_host("h2")
+    versions = {
+        (kind, o.metadata.name): o.metadata.resource_version
+        for kind, objs in (
+            ("vm", cluster.store.list_objects(type(cluster.vm("s")))),
+            ("host", [cluster.host("h1"), cluster.host("h2")]),
+        )
+        for o in objs
+    }
+    sim_before = cluster.sim.snapshot_state()
+    view = cluster.request("h1", "Migration", dry_run=True)
+    assert view["phase"] == "Planned" and view["dry_run"] is True
+    assert {i["vm"]: (i["action"], i["target"]) for i in view["plan"]["items"]} == {
+        "s": ("Migrate", "h2"),
+        "l": ("MigrateWithStorage", "h2"),
+    }
+    assert cluster.store.find(HostMaintenance, "h1") is None
+    for (kind, name), version in versions.items():
+        current = cluster.vm(name) if kind == "vm" else cluster.host(name)
+        assert current.metadata.resource_version == version
+    assert cluster.sim.snapshot_state() == sim_before
+    assert cluster.state("h1") == "Enabled" and cluster.vm("s").status.phase is VMPhase.RUNNING
