@@ -12,17 +12,18 @@
   const EVENT_PAGE = 1000;
   const FINISHED_OPS_SHOWN = 10;
 
-  const VM_PHASES = ["Running", "Starting", "Stopping", "Migrating", "Pending", "Paused", "Degraded", "Stopped"];
-  const HOST_STATES = [
-    "Enabled", "Disabled", "PrepareForMaintenance", "ErrorInPrepareForMaintenance",
-    "Maintenance", "ErrorInMaintenance",
-  ];
-  const OP_PHASES = ["Pending", "InProgress", "Completed", "Failed", "Superseded"];
+  // Counts always shown (zero or not), in this order; any other value is added when present.
+  const VM_PHASES = ["Running", "Starting", "Stopping", "Migrating", "Pending", "Stopped"];
+  const HOST_STATES = ["Enabled", "Disabled", "PrepareForMaintenance", "Maintenance"];
+  const OP_PHASES = ["Pending", "InProgress", "Completed", "Failed"];
   const FINISHED_OPS = new Set(["Completed", "Failed", "Superseded"]);
-  // Hosts whose maintenance is worth asking for (the endpoint answers 404 when there is none).
+  // Hosts whose maintenance is worth asking for (the endpoint answers 404 when there is none);
+  // a host that left these states is asked once more while its maintenance was still active,
+  // so that a cancelled one shows its last phase before it goes.
   const MAINTENANCE_HOST_STATES = new Set([
     "PrepareForMaintenance", "ErrorInPrepareForMaintenance", "Maintenance", "ErrorInMaintenance",
   ]);
+  const ACTIVE_MAINTENANCE = new Set(["Draining", "Cancelling"]);
 
   const TONES = {
     ok: ["Running", "Enabled", "Up", "Completed", "Ready", "Normal", "Migrated", "Planned"],
@@ -99,11 +100,12 @@
     return td;
   }
 
-  function bar(fraction, label, title) {
+  // A small meter; for allocations (warnHigh) a nearly full one is drawn in amber.
+  function bar(fraction, label, title, warnHigh = false) {
     const clamped = Math.max(0, Math.min(1, Number.isFinite(fraction) ? fraction : 0));
     const fill = el("span", { cls: "bar-fill" });
     fill.style.width = `${(clamped * 100).toFixed(1)}%`;
-    if (clamped >= 0.9) fill.classList.add("high");
+    if (warnHigh && clamped >= 0.9) fill.classList.add("high");
     return el("span", { cls: "meter", title }, [el("span", { cls: "bar" }, [fill]), el("span", { cls: "meter-label", text: label })]);
   }
 
@@ -345,10 +347,10 @@
       const allocated = status.allocated || {};
       const capacity = capacityOf(host);
       const cpu = capacity
-        ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / capacity")
+        ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / capacity", true)
         : text(allocated.vcpus, "0");
       const memory = capacity
-        ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / capacity")
+        ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / capacity", true)
         : gib(allocated.memory_mib);
       const heartbeat = el("span", { text: ago(status.last_heartbeat), title: text(status.last_heartbeat, "no heartbeat yet") });
       return el("tr", { data: { name: host.metadata.name } }, [
@@ -376,7 +378,9 @@
   }
 
   function renderMaintenance(found) {
-    state.maintenanceHosts = new Set(found.map(([name]) => name));
+    state.maintenanceHosts = new Set(
+      found.filter(([, m]) => ACTIVE_MAINTENANCE.has(pick(m, "status.phase", "phase"))).map(([name]) => name),
+    );
     const blocks = found.sort((a, b) => a[0].localeCompare(b[0])).map(([host, m]) => {
       const phase = pick(m, "status.phase", "phase");
       const strategy = pick(m, "status.strategy", "spec.strategy", "strategy");
@@ -420,12 +424,13 @@
     $("maintenance-panel").hidden = blocks.length === 0;
   }
 
-  function conditionChip(condition) {
+  function conditionChip(condition, phase) {
     const negative = NEGATIVE_CONDITIONS.has(condition.type);
     const truthy = condition.status === "True";
     let tone = "idle";
     if (condition.status === "True") tone = negative ? "warn" : "ok";
-    else if (condition.status === "False") tone = negative ? "idle" : "warn";
+    // a stopped VM is not Ready, as expected: nothing to draw attention to
+    else if (condition.status === "False") tone = negative || phase === "Stopped" ? "idle" : "warn";
     const mark = condition.status === "True" ? "✓" : condition.status === "False" ? "✗" : "?";
     const reason = !truthy && condition.reason ? ` (${condition.reason})` : "";
     const title = [condition.reason, condition.message].filter(Boolean).join(": ");
@@ -445,7 +450,7 @@
         const spec = vm.spec || {};
         const labels = Object.entries(vm.metadata.labels || {}).sort(([a], [b]) => a.localeCompare(b))
           .map(([k, v]) => el("span", { cls: "chip label", text: `${k}=${v}` }));
-        const conditions = (status.conditions || []).map(conditionChip);
+        const conditions = (status.conditions || []).map((c) => conditionChip(c, status.phase));
         return el("tr", { data: { name: vm.metadata.name } }, [
           cell(vm.metadata.name, "name"),
           cell(badge(status.phase), "phase"),

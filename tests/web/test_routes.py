@@ -1,0 +1,63 @@
+"""The dashboard's routes: served without a token, only known files, a strict content policy."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from tests.conftest import LiveServer
+from virtplane.web import STATIC_DIR
+
+
+def test_root_redirects_to_the_dashboard(live_server: LiveServer) -> None:
+    with httpx.Client(base_url=live_server.url) as client:
+        for path in ("/", "/ui"):
+            response = client.get(path)
+            assert response.status_code == 307
+            assert response.headers["location"] == "/ui/"
+
+
+def test_the_page_and_its_files_need_no_token(live_server: LiveServer) -> None:
+    with httpx.Client(base_url=live_server.url) as client:
+        page = client.get("/ui/")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert page.headers["x-content-type-options"] == "nosniff"
+        referenced = re.findall(r'(?:src|href)="static/([^"]+)"', page.text)
+        assert set(referenced) >= {"app.js", "style.css"}
+        for name in referenced:
+            asset = client.get(f"/ui/static/{name}")
+            assert asset.status_code == 200, name
+        assert client.get("/ui/static/app.js").headers["content-type"].startswith("text/javascript")
+        assert client.get("/ui/static/style.css").headers["content-type"].startswith("text/css")
+        # the API itself still wants a token
+        assert client.get("/v1/vms").status_code == 401
+
+
+def test_only_plain_files_of_the_static_directory_are_served(live_server: LiveServer) -> None:
+    with httpx.Client(base_url=live_server.url) as client:
+        for path in (
+            "/ui/static/missing.js",
+            "/ui/static/..%2F__init__.py",
+            "/ui/static/%2E%2E%2F__init__.py",
+            "/ui/static/.hidden.js",
+            "/ui/static/__init__.py",
+        ):
+            response = client.get(path)
+            assert response.status_code == 404, path
+            assert response.json()["reason"] == "NotFound"
+
+
+def test_the_page_routes_stay_out_of_the_openapi_document(live_server: LiveServer) -> None:
+    with httpx.Client(base_url=live_server.url) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    assert not [p for p in paths if p == "/" or p.startswith("/ui")]
+
+
+def test_the_script_never_writes_html() -> None:
+    """User data goes in as text: no HTML sinks anywhere in the page's script."""
+    source = (STATIC_DIR / "app.js").read_text()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in source, sink
