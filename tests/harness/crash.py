@@ -220,7 +220,7 @@ class Harness:
         vms = self.rng.sample(candidates, k=min(len(candidates), self.rng.randint(3, 6)))
         for vm in vms:
             status = self.vm_status(vm)
-            phase, host, policy = status["phase"], status["host"], self.policy[vm]
+            phase, host = status["phase"], status["host"]
             choice = self.rng.choice(
                 ["start", "stop", "restart", "restore", "guest-shutdown", "crash", "fail-start", "snapshot"]
             )
