@@ -135,13 +135,11 @@ class ControlPlane:
         self.enqueue(kind, name)
         obj = new or old
         if kind == "Volume":
-            for vm in self.cache.vms():
-                if any(d.volume == name for d in vm.spec.disks):
-                    self.enqueue("VirtualMachine", vm.metadata.name)
+            for vm_name in self.cache.vms_using_volume(name):
+                self.enqueue("VirtualMachine", vm_name)
         elif kind == "StoragePool":
-            for volume in self.cache.volumes():
-                if volume.spec.pool == name:
-                    self.enqueue("Volume", volume.metadata.name)
+            for volume_name in self.cache.volumes_in_pool(name):
+                self.enqueue("Volume", volume_name)
         elif kind == "Host":
             for pool in self.cache.pools():
                 self.enqueue("StoragePool", pool.metadata.name)
@@ -150,10 +148,9 @@ class ControlPlane:
                 if old_status != new_status:
                     for vm in self.cache.vms_on_host(name):
                         self.enqueue("VirtualMachine", vm.metadata.name)
-            # pending VMs may now fit
-            for vm in self.cache.vms():
-                if vm.status.host is None and vm.status.phase.value == "Pending":
-                    self.enqueue("VirtualMachine", vm.metadata.name)
+            # VMs waiting for a host may fit now
+            for vm_name in self.cache.unscheduled_vms():
+                self.enqueue("VirtualMachine", vm_name)
         elif kind == "VirtualMachineOperation" and obj is not None:
             self.enqueue("VirtualMachine", getattr(obj.spec, "vm", ""))  # type: ignore[attr-defined]
         elif kind == "VirtualMachine" and isinstance(obj, VirtualMachine):

@@ -34,6 +34,9 @@ class Cache:
         self._vms_by_host: dict[str, set[str]] = defaultdict(set)
         self._vm_by_uid: dict[str, str] = {}
         self._ops_by_vm: dict[str, set[str]] = defaultdict(set)
+        self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
+        self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
+        self._unscheduled: set[str] = set()  # VMs waiting for a host
         self._listeners: list[CacheListener] = []
 
     def add_listener(self, listener: CacheListener) -> None:
@@ -88,8 +91,14 @@ class Cache:
             self._vm_by_uid[obj.metadata.uid] = name
             if obj.status.host:
                 self._vms_by_host[obj.status.host].add(name)
+            elif obj.status.phase.value == "Pending":
+                self._unscheduled.add(name)
+            for disk in obj.spec.disks:
+                self._vms_by_volume[disk.volume].add(name)
         elif isinstance(obj, VirtualMachineOperation):
             self._ops_by_vm[obj.spec.vm].add(name)
+        elif isinstance(obj, Volume):
+            self._volumes_by_pool[obj.spec.pool].add(name)
 
     def _drop(self, kind: str, name: str) -> None:
         self._unindex(kind, name)
@@ -101,8 +110,13 @@ class Cache:
             self._vm_by_uid.pop(old.metadata.uid, None)
             if old.status.host:
                 self._vms_by_host[old.status.host].discard(name)
+            self._unscheduled.discard(name)
+            for disk in old.spec.disks:
+                self._vms_by_volume[disk.volume].discard(name)
         elif isinstance(old, VirtualMachineOperation):
             self._ops_by_vm[old.spec.vm].discard(name)
+        elif isinstance(old, Volume):
+            self._volumes_by_pool[old.spec.pool].discard(name)
 
     def put(self, obj: Resource) -> None:
         """Take a freshly written object in before the feed delivers it (read-your-writes)."""
@@ -164,6 +178,16 @@ class Cache:
             if vm is not None:
                 result.append(vm)
         return result
+
+    def vms_using_volume(self, volume: str) -> list[str]:
+        return sorted(self._vms_by_volume.get(volume, ()))
+
+    def volumes_in_pool(self, pool: str) -> list[str]:
+        return sorted(self._volumes_by_pool.get(pool, ()))
+
+    def unscheduled_vms(self) -> list[str]:
+        """VMs that want a host and have none (Pending without a host)."""
+        return sorted(self._unscheduled)
 
     def operations_of(self, vm: str) -> list[VirtualMachineOperation]:
         result = []
