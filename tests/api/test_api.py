@@ -267,3 +267,21 @@ def test_token_creation_is_admin_only(live_server: LiveServer) -> None:
     with httpx.Client(base_url=live_server.url, headers={"Authorization": f"Bearer {token}"}) as robot:
         assert robot.get("/v1/vms").status_code == 200
         assert robot.post("/v1/tokens", json={"name": "x", "role": "admin"}).status_code == 403
+
+
+def test_prometheus_metrics(live_server: LiveServer) -> None:
+    import time
+
+    with live_server.client("admin") as client:
+        client.post(
+            "/v1/hosts", json={"kind": "Host", "metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
+        )
+        time.sleep(0.3)
+        text = httpx.get(f"{live_server.url}/metrics").text
+    assert 'workqueue_depth{controller="VirtualMachine"}' in text
+    successes = [
+        line
+        for line in text.splitlines()
+        if line.startswith('reconcile_total{controller="Host",result="requeue_after"}')
+    ]
+    assert successes and float(successes[0].split()[-1]) >= 1, "the host was reconciled and counted"
