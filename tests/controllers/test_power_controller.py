@@ -237,3 +237,30 @@ async def test_every_decision_is_an_event(plane: ControlPlane) -> None:
     reasons = event_reasons(plane, "a")
     for expected in ("Scheduled", "Started", "Exited"):
         assert expected in reasons
+
+
+def _vm_reconciles(plane: ControlPlane) -> float:
+    total = 0.0
+    for result in ("success", "requeue_after", "error", "terminal", "timeout"):
+        total += (
+            plane.registry.get_sample_value(
+                "reconcile_total", {"controller": "VirtualMachine", "result": result}
+            )
+            or 0.0
+        )
+    return total
+
+
+@pytest.mark.parametrize("force", [False, True])
+async def test_a_settled_vm_is_left_alone_after_stop_and_restart(plane: ControlPlane, force: bool) -> None:
+    """Regression: a grace-period timestamp left over from a stop requeued the VM in a tight loop."""
+    add_host(plane)
+    add_vm(plane, "a", MANUAL, termination_grace_period_s=1)
+    await wait_op(plane, operate(plane, "a", OperationType.START))
+    await wait_op(plane, operate(plane, "a", OperationType.RESTART, force=force))
+    await wait_settled(plane, "a", "Running")
+    await asyncio.sleep(0.3)
+    assert vm(plane, "a").status.stopping_since is None
+    before = _vm_reconciles(plane)
+    await asyncio.sleep(1.0)
+    assert _vm_reconciles(plane) - before <= 3, "an idle VM is not reconciled over and over"

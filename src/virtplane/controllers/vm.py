@@ -231,13 +231,9 @@ class VMReconciler:
             status.start_failures = 0
             status.next_start_at = None
             status.conditions = remove_condition(status.conditions, VMCondition.START_FAILED)
-        if info is None or info.state not in (
-            DomainState.RUNNING,
-            DomainState.STARTING,
-            DomainState.SHUTTING_DOWN,
-            DomainState.PAUSED,
-            DomainState.MIGRATING,
-        ):
+        if decision.phase is not VMPhase.STOPPING:
+            # the grace period belongs to a stop under way; once none is, it must not linger
+            # (a stale one would requeue this VM in a tight loop)
             status.stopping_since = None
         status.phase = decision.phase
         status.message = decision.message
@@ -273,7 +269,7 @@ class VMReconciler:
                 requeue = POLL_TRANSITION_S
             if decision.reason == "StartBackoff" and status.next_start_at is not None:
                 requeue = max(0.05, (status.next_start_at - now).total_seconds())
-            if status.stopping_since is not None:
+            if status.stopping_since is not None and status.phase is VMPhase.STOPPING:
                 remaining = (status.stopping_since + grace - now).total_seconds()
                 requeue = max(0.05, min(requeue or remaining, remaining))
             return Result(requeue_after=requeue) if requeue else None
