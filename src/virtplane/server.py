@@ -14,6 +14,7 @@ from rich.console import Console
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
+from virtplane.logs import configure as configure_logging
 from virtplane.store.store import Store, sqlite_url
 
 log = logging.getLogger("virtplane.server")
@@ -31,6 +32,7 @@ class ServeOptions:
     db_url: str | None = None
     demo: bool = False
     log_level: str = "info"
+    log_format: str = "text"
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
 
@@ -116,10 +118,7 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
 
 
 def run_server(options: ServeOptions) -> None:
-    logging.basicConfig(
-        level=options.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(options.log_level, options.log_format)
     plane, token, db_url = build(options)
     url = f"http://{options.host}:{options.port}"
     console = Console(stderr=True)
@@ -128,4 +127,10 @@ def run_server(options: ServeOptions) -> None:
     console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}")
     print(f"VIRTPLANE_URL={url}", flush=True)
     print(f"VIRTPLANE_TOKEN={token}", flush=True)
-    uvicorn.run(plane.app(), host=options.host, port=options.port, log_level=options.log_level.lower())
+    uvicorn.run(
+        plane.app(),
+        host=options.host,
+        port=options.port,
+        log_level=options.log_level.lower(),
+        log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
+    )

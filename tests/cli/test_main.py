@@ -22,6 +22,7 @@ class RecordedServeOptions:
     db_url: str | None
     demo: bool
     log_level: str
+    log_format: str = "text"
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
 

@@ -118,12 +118,18 @@ def serve(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", case_sensitive=False, help="Server log level.")
     ] = LogLevel.INFO,
+    log_format: Annotated[
+        str,
+        typer.Option("--log-format", help="text, or json for one JSON object per line (structured logs)."),
+    ] = "text",
     sim_boot_seconds: Annotated[
         float, typer.Option("--sim-boot-seconds", min=0.0, help="How long a simulated guest takes to boot.")
     ] = 1.5,
     sim_shutdown_seconds: Annotated[
         float,
-        typer.Option("--sim-shutdown-seconds", min=0.0, help="How long a simulated guest takes to power off."),
+        typer.Option(
+            "--sim-shutdown-seconds", min=0.0, help="How long a simulated guest takes to power off."
+        ),
     ] = 0.5,
 ) -> None:
     """Run the control plane: API, controllers and dashboard, until interrupted.
@@ -144,6 +150,7 @@ def serve(
             db_url=db,
             demo=demo,
             log_level=log_level.value,
+            log_format=log_format,
             sim_boot_seconds=sim_boot_seconds,
             sim_shutdown_seconds=sim_shutdown_seconds,
         )
