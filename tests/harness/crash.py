@@ -216,10 +216,11 @@ class Harness:
             busy_hosts |= self.maintenance_action(pending)
         if self.rng.random() < 0.1:
             busy_hosts |= self.host_down_up(pending)
-        candidates = [v for v in self.vm_names if self.vm_status(v)["host"] not in busy_hosts]
+        statuses = {v["metadata"]["name"]: v["status"] for v in self.get("/v1/vms")["items"]}
+        candidates = [v for v in self.vm_names if statuses[v]["host"] not in busy_hosts]
         vms = self.rng.sample(candidates, k=min(len(candidates), self.rng.randint(3, 6)))
         for vm in vms:
-            status = self.vm_status(vm)
+            status = statuses[vm]
             phase, host = status["phase"], status["host"]
             choice = self.rng.choice(
                 ["start", "stop", "restart", "restore", "guest-shutdown", "crash", "fail-start", "snapshot"]
@@ -284,11 +285,12 @@ class Harness:
 
     def host_down_up(self, pending: list[tuple[str, str, str]]) -> set[str]:
         host = self.rng.choice(self.host_names)
+        # Manual VMs running there stay stopped after a host failure (§3); the others come back.
+        statuses = {v["metadata"]["name"]: v["status"] for v in self.get("/v1/vms")["items"]}
         if not self.fault(host, "host-down"):
             return set()
-        # Manual VMs that ran there stay stopped after a host failure (§3); the others come back.
         for vm in self.vm_names:
-            status = self.vm_status(vm)
+            status = statuses[vm]
             if (
                 status["host"] == host
                 and status["phase"] in ("Running", "Starting")
