@@ -419,7 +419,17 @@ async def test_drain_with_migration_strategy_moves_shared_and_local_guests_live(
             assert log.count("GUEST-UP") == 1, "the guest was never restarted"
             await console_shows(qplane.rig, qplane.domain(vm), "TICK", count=log.count("TICK") + 2)
 
-        # shared: the one file both hosts see; local: copied to b's own pool, a's copy removed
+        # shared: the one file both hosts see, never copied; local: copied to b's own pool
+        started = {
+            vm: [
+                e.message
+                for e in qplane.store.list_events(kind="VirtualMachine", name=vm)
+                if e.reason == "MigrationStarted"
+            ]
+            for vm in ("sh", "lo")
+        }
+        assert len(started["sh"]) == 1 and "local disks" not in started["sh"][0]
+        assert len(started["lo"]) == 1 and "with its local disks" in started["lo"][0]
         assert sector_holds(shared.status.path, ord("S"))
         assert qplane.store.get(Volume, "lo-root").spec.pool == "local-b"
         assert sector_holds(qplane.local_file("b", "lo-root"), ord("L"))
