@@ -26,7 +26,9 @@ def list_events(
         default=None, max_length=64, description="Kind or plural, e.g. VirtualMachine or vms"
     ),
     name: str | None = Query(default=None, max_length=255),
-    after_id: int = Query(default=0, ge=0, description="Only events with a larger id (for following)"),
+    after_id: int = Query(
+        default=0, ge=0, le=2**63 - 1, description="Only events with a larger id (for following)"
+    ),
     limit: int = Query(default=100, ge=1, le=5000),
     _: Principal = Depends(require(Role.VIEWER)),
 ) -> dict[str, Any]:
