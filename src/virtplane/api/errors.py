@@ -98,7 +98,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         reason = _HTTP_REASONS.get(exc.status_code, "Error")
-        return error_response(exc.status_code, reason, str(exc.detail))
+        response = error_response(exc.status_code, reason, str(exc.detail))
+        if exc.headers:  # e.g. the Allow of a 405, which RFC 9110 requires
+            response.headers.update(exc.headers)
+        return response
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
