@@ -1,0 +1,99 @@
+"""Fixtures of the fuzz suite, and its figures: written to $VIRTPLANE_REPORT_DIR/fuzz.json at the end.
+
+Every test here counts what it sent (``Figures``): generated cases per schemathesis pass,
+hand-written bad inputs, requests of the authorization matrix. A test that fails is
+counted too (``pytest_runtest_logreport``), so a report command can print the lot later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from tests.conftest import LiveServer, make_plane
+from virtplane.store.store import Store, sqlite_url
+
+
+class Figures:
+    """Thread-safe counters; tests call ``add(kind, n)``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.failed_tests: list[str] = []
+        self.passed_tests = 0
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[kind] += n
+
+    def as_json(self) -> dict[str, Any]:
+        counts = dict(sorted(self.counts.items()))
+        return {
+            "generated_cases": sum(v for k, v in counts.items() if k.startswith("generated.")),
+            "hand_written_bad_inputs": counts.get("bad_input", 0),
+            "authz_requests": counts.get("authz", 0),
+            "concurrent_writes": counts.get("concurrent", 0),
+            "tests_passed": self.passed_tests,
+            "tests_failed": len(self.failed_tests),
+            "failures": self.failed_tests,
+            "counts": counts,
+        }
+
+
+FIGURES = Figures()
+
+
+@pytest.fixture(scope="session")
+def figures() -> Figures:
+    return FIGURES
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Like ``live_server``, but one server for a whole module: the fuzzer's state piles up, as in life."""
+    store = Store(sqlite_url(tmp_path_factory.mktemp("fuzz") / "fuzz.db"))
+    store.migrate()
+    tokens = {role: store.create_token(f"fuzz-{role}", role) for role in ("admin", "operator", "viewer")}
+    plane = make_plane(store)
+    config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the fuzz server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield LiveServer(url=f"http://127.0.0.1:{port}", tokens=tokens, plane=plane, store=store)
+    server.should_exit = True
+    thread.join(timeout=10)
+    store.close()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "tests/fuzz/" not in report.nodeid.replace("\\", "/"):
+        return
+    if report.failed:
+        FIGURES.failed_tests.append(f"{report.nodeid} ({report.when})")
+    elif report.passed and report.when == "call":
+        FIGURES.passed_tests += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    report_dir = os.environ.get("VIRTPLANE_REPORT_DIR")
+    if not report_dir or not (FIGURES.counts or FIGURES.failed_tests or FIGURES.passed_tests):
+        return
+    path = Path(report_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "fuzz.json").write_text(json.dumps(FIGURES.as_json(), indent=2) + "\n")
