@@ -168,7 +168,8 @@ async def test_run_starts_the_leader_only_and_stop_hands_over(
 
     a.stop()
     await a_task
-    assert calls == ["a start", "a stop"]
+    # a stopped acting before anyone else started (b may start as soon as a released).
+    assert calls[:2] == ["a start", "a stop"]
     # No clock advance: the released lease is free at once.
     await eventually(lambda: b.is_leader)
     await eventually(lambda: calls[-1] == "b start")
