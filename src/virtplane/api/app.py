@@ -42,6 +42,8 @@ def create_app(
         version=__version__,
         description="Virtualization control plane: VMs, hosts, storage, snapshots, operations.",
         lifespan=lifespan or _no_lifespan,
+        # no 307 to a path without the trailing slash: /v1/vms/%2F is a 404, not a redirect to the list
+        redirect_slashes=False,
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
@@ -53,6 +55,11 @@ def create_app(
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return error_response(
                 413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY_BYTES} bytes"
+            )
+        if length is None and "chunked" in request.headers.get("transfer-encoding", "").lower():
+            # a chunked body's size is known only once it is all read: it would slip past the limit
+            return error_response(
+                411, "LengthRequired", "send request bodies with a Content-Length, not chunked"
             )
         return await call_next(request)
 
