@@ -58,7 +58,7 @@ class ServerProcess:
         if wait:
             self.wait_ready()
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
