@@ -14,7 +14,10 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
-from virtplane.store.errors import AlreadyExists
+from virtplane.store.errors import AlreadyExists, Conflict
+
+PATCH_ATTEMPTS = 10
+"""A merge patch without a resource_version is re-applied to a fresh read this often on a conflict."""
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -113,15 +116,25 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         principal: Principal = write,
     ) -> Any:
         ctx = _ctx(request)
-        current = ctx.store.get(cls, name)
-        doc = current.model_dump(mode="json")
-        doc.pop("status", None)
-        patched = merge_patch(doc, body)
-        if isinstance(patched.get("metadata"), dict):
-            patched["metadata"]["name"] = name
-            if "resource_version" not in (body.get("metadata") or {}):
-                patched["metadata"]["resource_version"] = 0
-        return _apply_update(ctx, name, cls.model_validate(patched), principal)
+        meta = body.get("metadata")
+        pinned = isinstance(meta, dict) and "resource_version" in meta
+        for attempt in range(PATCH_ATTEMPTS):
+            current = ctx.store.get(cls, name)
+            doc = current.model_dump(mode="json")
+            doc.pop("status", None)
+            patched = merge_patch(doc, body)
+            if isinstance(patched.get("metadata"), dict):
+                patched["metadata"]["name"] = name
+                if not pinned:
+                    # the version the patch was applied to, not "whatever is there": a write in
+                    # between would otherwise be overwritten by this stale copy (a lost update)
+                    patched["metadata"]["resource_version"] = current.metadata.resource_version
+            try:
+                return _apply_update(ctx, name, cls.model_validate(patched), principal)
+            except Conflict:
+                if pinned or attempt == PATCH_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def delete_object(name: str, request: Request, principal: Principal = write) -> Any:
         ctx = _ctx(request)
