@@ -145,6 +145,8 @@ WRONG_TYPES: list[tuple[str, Any]] = [
     ("body is null", None),
     ("metadata is a list", {"kind": "VirtualMachine", "metadata": ["name", "x1"]}),
     ("metadata is a string", {"kind": "VirtualMachine", "metadata": "x1"}),
+    ("metadata is a number", {"kind": "VirtualMachine", "metadata": 5}),
+    ("metadata is a bool", {"kind": "VirtualMachine", "metadata": True}),
     ("name is a number", {"kind": "VirtualMachine", "metadata": {"name": 12}}),
     ("name is null", {"kind": "VirtualMachine", "metadata": {"name": None}}),
     ("labels is a list", {"kind": "VirtualMachine", "metadata": {"name": "x1", "labels": ["a"]}}),
