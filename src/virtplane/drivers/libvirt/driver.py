@@ -229,11 +229,17 @@ class LibvirtDriver:
                 return
             with self._lock:
                 self._stop_requested.add(name)
-            self._set_stop_mark(dom, True)
-            if self._is_test_driver:
-                dom.shutdown()
-            else:
-                dom.shutdownFlags(lv.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN)
+            try:
+                self._set_stop_mark(dom, True)
+                if self._is_test_driver:
+                    dom.shutdown()
+                else:
+                    dom.shutdownFlags(lv.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN)
+            except lv.libvirtError as exc:
+                # The button is pressed again while a guest powers off: one that stopped since
+                # isActive() gives "domain is not running", which is what was asked for.
+                if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID or dom.isActive():
+                    raise
 
         await self._call(shutdown)
 
