@@ -2,6 +2,11 @@
 
 Local writes wake watchers at once through a store listener; a slow poll covers
 writes made by other processes (several replicas on one PostgreSQL).
+
+Remembering only the highest revision delivered is safe because the store makes
+revisions visible in the order it hands them out (on PostgreSQL writers draw and
+commit them under one advisory lock; see ``virtplane.store.store``): no revision
+below one a reader has seen can commit later.
 """
 
 from __future__ import annotations
