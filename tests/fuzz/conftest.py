@@ -37,16 +37,19 @@ class Figures:
             self.counts[kind] += n
 
     def as_json(self) -> dict[str, Any]:
-        counts = dict(sorted(self.counts.items()))
+        c = self.counts
         return {
-            "generated_cases": sum(v for k, v in counts.items() if k.startswith("generated.")),
-            "hand_written_bad_inputs": counts.get("bad_input", 0),
-            "authz_requests": counts.get("authz", 0),
-            "concurrent_writes": counts.get("concurrent", 0),
+            "generated_cases": sum(v for k, v in c.items() if k.startswith("generated.")),
+            "generated_as_admin": c["generated.admin"],
+            "generated_as_viewer": c["generated.viewer"],
+            "admin_cases_accepted": c["accepted.admin"],
+            "max_examples": int(os.environ.get("VIRTPLANE_FUZZ_EXAMPLES", "25")),
+            "hand_written_inputs": c["bad_input"],
+            "authz_requests": c["authz"],
+            "concurrent_writes": c["concurrent"],
             "tests_passed": self.passed_tests,
             "tests_failed": len(self.failed_tests),
             "failures": self.failed_tests,
-            "counts": counts,
         }
 
 
