@@ -185,8 +185,16 @@ class LibvirtDriver:
 
     async def get_info(self, name: str) -> DomainInfo | None:
         def info(conn: Any) -> DomainInfo | None:
+            lv = _libvirt.load()
             dom = self._lookup(conn, name, missing_ok=True)
-            return None if dom is None else self._domain_info(dom)
+            if dom is None:
+                return None
+            try:
+                return self._domain_info(dom)
+            except lv.libvirtError as exc:
+                if _libvirt.error_code(exc) != lv.VIR_ERR_NO_DOMAIN:
+                    raise
+                return None  # undefined between the lookup and the read: it is not there
 
         return await self._call(info)
 
@@ -236,9 +244,13 @@ class LibvirtDriver:
                 else:
                     dom.shutdownFlags(lv.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN)
             except lv.libvirtError as exc:
-                # The button is pressed again while a guest powers off: one that stopped since
-                # isActive() gives "domain is not running", which is what was asked for.
-                if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID or dom.isActive():
+                # The button is pressed again while a guest powers off: one that is being shut
+                # down (or is off) since isActive() gives "domain is not running", which is
+                # what was asked for.
+                if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID:
+                    raise
+                state = dom.state()[0] if dom.isActive() else lv.VIR_DOMAIN_SHUTOFF
+                if state not in (lv.VIR_DOMAIN_SHUTDOWN, lv.VIR_DOMAIN_SHUTOFF):
                     raise
 
         await self._call(shutdown)
