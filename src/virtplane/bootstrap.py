@@ -32,9 +32,10 @@ from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconcile
 from virtplane.controllers.vm import VMReconciler
 from virtplane.domain.resources import OperationType, Resource, VirtualMachine
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
-from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, resync_ticker
+from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, Result, resync_ticker
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
+from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
@@ -62,6 +63,22 @@ def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
         return LibvirtDriver(uri)
 
     return factory
+
+
+CONFLICT_REQUEUE_S = 0.01
+
+
+def requeue_on_conflict(reconciler: Reconciler) -> Reconciler:
+    """A write that lost an optimistic-concurrency race is normal: look again at once, quietly."""
+
+    async def reconcile(request: Request) -> Result | None:
+        try:
+            return await reconciler(request)
+        except Conflict as exc:
+            log.debug("%s: %s; reconciling again", request, exc)
+            return Result(requeue_after=CONFLICT_REQUEUE_S)
+
+    return reconcile
 
 
 class ControlPlane:
@@ -116,11 +133,15 @@ class ControlPlane:
         self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
     ) -> None:
         self.controllers[kind] = Controller(
-            kind, reconciler, workers=workers or self.options.workers, metrics=metrics, timeout_s=120.0
+            kind,
+            requeue_on_conflict(reconciler),
+            workers=workers or self.options.workers,
+            metrics=metrics,
+            timeout_s=120.0,
         )
 
     def add_controller(self, kind: str, reconciler: Reconciler, workers: int = 4) -> Controller:
-        controller = Controller(kind, reconciler, workers=workers, timeout_s=300.0)
+        controller = Controller(kind, requeue_on_conflict(reconciler), workers=workers, timeout_s=300.0)
         self.controllers[kind] = controller
         return controller
 
