@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDrive
 from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, Result, resync_ticker
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
+from virtplane.runtime.leader import LeaderElector
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
@@ -49,6 +53,12 @@ class ControlPlaneOptions:
     resync_period_s: float | None = None  # None: the controller.resync_period_s setting
     console_dir: str | None = None
     extra_routers: list[Any] = field(default_factory=list)
+    # Several replicas on one PostgreSQL: only the holder of the "controllers" lease reconciles.
+    # None: on for PostgreSQL, off for SQLite (one process per file).
+    leader_election: bool | None = None
+    replica_id: str | None = None
+    lease_s: float = 15.0
+    renew_every_s: float = 5.0
 
 
 def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
@@ -66,6 +76,10 @@ def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
 
 
 CONFLICT_REQUEUE_S = 0.01
+
+
+def default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 def requeue_on_conflict(reconciler: Reconciler) -> Reconciler:
@@ -103,6 +117,7 @@ class ControlPlane:
         self.ctx = ControllerContext(store, self.cache, self.hosts, self.settings, enqueue=self.enqueue)
         metrics = ControllerMetrics(self.registry)
         self.controllers: dict[str, Controller] = {}
+        self._reconcilers: dict[str, tuple[Reconciler, int]] = {}
         self._add("VirtualMachine", VMReconciler(self.ctx, console_dir=self.options.console_dir), metrics)
         self._add("Host", HostReconciler(self.ctx), metrics, workers=4)
         self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
@@ -127,23 +142,35 @@ class ControlPlane:
             maintenance=MaintenanceService(self.ctx),
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._lead_tasks: list[asyncio.Task[None]] = []
+        elect = self.options.leader_election
+        if elect is None:
+            elect = not store.is_sqlite
+        self.elector = (
+            LeaderElector(
+                store,
+                "controllers",
+                self.options.replica_id or default_replica_id(),
+                lease_s=self.options.lease_s,
+                renew_every_s=self.options.renew_every_s,
+            )
+            if elect
+            else None
+        )
         self.started = False
 
     def _add(
         self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
     ) -> None:
-        self.controllers[kind] = Controller(
-            kind,
-            requeue_on_conflict(reconciler),
-            workers=workers or self.options.workers,
-            metrics=metrics,
-            timeout_s=120.0,
-        )
+        self._metrics = metrics
+        self._reconcilers[kind] = (requeue_on_conflict(reconciler), workers or self.options.workers)
 
-    def add_controller(self, kind: str, reconciler: Reconciler, workers: int = 4) -> Controller:
-        controller = Controller(kind, requeue_on_conflict(reconciler), workers=workers, timeout_s=300.0)
-        self.controllers[kind] = controller
-        return controller
+    def _build_controllers(self) -> None:
+        """Fresh controllers (a Controller runs once) around the same reconcilers."""
+        self.controllers = {
+            kind: Controller(kind, reconciler, workers=workers, metrics=self._metrics, timeout_s=120.0)
+            for kind, (reconciler, workers) in self._reconcilers.items()
+        }
 
     # ------------------------------------------------------------------ wiring events to keys
 
@@ -206,15 +233,32 @@ class ControlPlane:
     async def start(self) -> None:
         revision = self.cache.load()
         self._tasks.append(asyncio.create_task(self.feed.run(revision), name="change-feed"))
-        for controller in self.controllers.values():
-            self._tasks.append(asyncio.create_task(controller.run(), name=f"controller-{controller.name}"))
-        period = self.options.resync_period_s or self.settings.get_float("controller.resync_period_s")
-        for kind in self.controllers:
+        if self.elector is None:
+            await self._lead()
+        else:
             self._tasks.append(
+                asyncio.create_task(self.elector.run(self._lead, self._step_down), name="election")
+            )
+        self.started = True
+        log.info(
+            "control plane started: %d objects cached",
+            sum(len(self.cache.names(k)) for k in self._reconcilers),
+        )
+
+    async def _lead(self) -> None:
+        """Run the controllers (this replica holds the lease, or is the only one)."""
+        self._build_controllers()
+        for controller in self.controllers.values():
+            self._lead_tasks.append(
+                asyncio.create_task(controller.run(), name=f"controller-{controller.name}")
+            )
+        period = self.options.resync_period_s or self.settings.get_float("controller.resync_period_s")
+        for kind, controller in self.controllers.items():
+            self._lead_tasks.append(
                 asyncio.create_task(
                     resync_ticker(
                         lambda kind=kind: [Request(kind, n) for n in self.cache.names(kind)],  # type: ignore[misc]
-                        self.controllers[kind].enqueue,
+                        controller.enqueue,
                         period,
                     ),
                     name=f"resync-{kind}",
@@ -232,22 +276,35 @@ class ControlPlane:
         ):
             for name in self.cache.names(kind):
                 self.enqueue(kind, name)
-        self.started = True
-        log.info(
-            "control plane started: %d objects cached",
-            sum(len(self.cache.names(k)) for k in self.controllers),
-        )
+        log.info("controllers running")
 
-    async def stop(self) -> None:
-        for controller in self.controllers.values():
+    async def _step_down(self) -> None:
+        """Stop reconciling, quickly: the lease may run out (reconcilers are safe to stop at any line)."""
+        controllers, self.controllers = self.controllers, {}
+        for controller in controllers.values():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(controller.stop(), 5.0)
-        for task in self._tasks:
+                await asyncio.wait_for(controller.stop(), 2.0)
+        tasks, self._lead_tasks = self._lead_tasks, []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        log.info("controllers stopped")
+
+    async def stop(self) -> None:
+        if self.elector is not None:
+            self.elector.stop()
+        else:
+            await self._step_down()
+        for task in self._tasks:
+            if task.get_name() != "election":
+                task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 10.0)
         self._tasks.clear()
+        await self._step_down()
         await self.hosts.close_all()
         self.started = False
 
