@@ -175,6 +175,15 @@ class Harness:
             ):
                 c.patch(f"/v1/settings/{key}", json={"spec": {"value": value}})
         self.wait_quiet(timeout=120)
+        # every policy in both power states from the start: half the Manual VMs running,
+        # half the AlwaysOnUnlessStoppedManually ones stopped
+        for i, vm in enumerate(self.vm_names):
+            policy = self.policy[vm]
+            if i % 8 < 4 and policy in ("Manual", "AlwaysOnUnlessStoppedManually"):
+                kind = "Start" if policy == "Manual" else "Stop"
+                self.expected[vm] = "Running" if kind == "Start" else "Stopped"
+                self.operate(vm, kind)
+        self.wait_quiet(timeout=120)
         with self.client() as c:  # a first snapshot of every VM, so restores can start at once
             for vm in self.vm_names:
                 c.post(

@@ -28,3 +28,39 @@ def test_fleet_survives_random_sigkills(tmp_path: Path) -> None:
     assert report.kills >= kills
     assert report.operations > 0 and report.faults_injected > 0, "the workload did something"
     assert report.invariant_violations == [], f"seed {seed}: " + "\n".join(report.invariant_violations)
+
+
+# The one line of the restore that keeps the intent across the overwrite from the snapshot.
+KEEP_INTENT = "current.metadata.annotations = {**strip_system(captured.annotations), **system}"
+DROP_INTENT = (
+    "current.metadata.annotations = {**strip_system(captured.annotations), "
+    '**{k: v for k, v in system.items() if "restore-power-state" not in k}}'
+)
+
+
+@pytest.mark.slow
+def test_the_harness_catches_a_restore_that_loses_its_intent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flip the switch: a build whose restore drops restore-power-state must fail the harness."""
+    import shutil
+
+    import virtplane
+
+    source = Path(virtplane.__file__).resolve().parent
+    broken = tmp_path / "broken" / "virtplane"
+    shutil.copytree(source, broken, ignore=shutil.ignore_patterns("__pycache__"))
+    restore = broken / "controllers" / "restore.py"
+    text = restore.read_text()
+    assert KEEP_INTENT in text, "the restore changed: update this test's switch"
+    restore.write_text(text.replace(KEEP_INTENT, DROP_INTENT))
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))  # the server subprocesses run the broken build
+    harness = Harness(
+        tmp_path / "data", seed=11, kills=25
+    )  # ~20 restores: a sensitive one is all but certain
+    try:
+        report = harness.run()
+    finally:
+        harness.server.stop()
+    assert report.restores > 0
+    assert any("expected" in v for v in report.invariant_violations), report
