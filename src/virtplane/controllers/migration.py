@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.lookup import host_driver, vm_disks
 from virtplane.controllers.scheduling import host_views, pool_driver_name, vm_view
 from virtplane.controllers.storage import pool_ref
 from virtplane.controllers.vm import build_domain_spec
@@ -57,7 +58,6 @@ from virtplane.domain.resources import (
     VirtualMachineOperation,
     VMPhase,
     Volume,
-    VolumePhase,
 )
 from virtplane.drivers.base import (
     DiskAttachment,
@@ -231,31 +231,10 @@ class MigrationCoordinator:
         return self._vm_locks.setdefault(name, asyncio.Lock())
 
     async def _driver(self, host_name: str) -> tuple[Host | None, HypervisorDriver | None, str]:
-        host = self.ctx.store.find(Host, host_name)
-        if host is None:
-            return None, None, f"host {host_name} does not exist"
-        try:
-            return host, await self.ctx.hosts.get(host.spec.uri), ""
-        except HostUnreachable as exc:
-            return host, None, f"host {host_name} is unreachable: {exc}"
+        return await host_driver(self.ctx, host_name)
 
     def _disks(self, vm: VirtualMachine) -> tuple[list[DiskAttachment], str]:
-        disks = []
-        for disk in vm.spec.disks:
-            volume = self.ctx.cache.volume(disk.volume)
-            if volume is None or volume.status.phase is not VolumePhase.READY:
-                return [], f"volume {disk.volume} is not ready"
-            pool = self.ctx.cache.pool(volume.spec.pool)
-            disks.append(
-                DiskAttachment(
-                    path=volume.status.path,
-                    boot_order=disk.boot_order,
-                    shared=pool is not None and pool.spec.kind is PoolKind.SHARED,
-                    volume=volume.metadata.name,
-                    size_gib=volume.spec.size_gib,
-                )
-            )
-        return disks, ""
+        return vm_disks(self.ctx.cache, vm)
 
     # ------------------------------------------------------------------ begin
 

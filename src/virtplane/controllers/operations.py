@@ -35,6 +35,31 @@ OperationHandler = Callable[[VirtualMachineOperation, VirtualMachine], Awaitable
 POLL_S = 2.0
 
 
+def finish_operation(
+    ctx: ControllerContext,
+    op: VirtualMachineOperation,
+    phase: OperationPhase,
+    reason: str,
+    message: str,
+    *,
+    vm_event_prefix: str = "Operation",
+) -> None:
+    """End an operation with a reason, and say so on the operation and on its VM."""
+    op.status.phase = phase
+    op.status.reason = reason
+    op.status.message = message
+    op.status.finished_at = ctx.now()
+    ctx.write(op)
+    warning = phase is not OperationPhase.COMPLETED
+    ctx.event(op, phase.value, message, warning=warning)
+    ctx.event(
+        ("VirtualMachine", op.spec.vm),
+        f"{vm_event_prefix}{phase.value}",
+        f"{op.spec.type.value} {op.metadata.name}: {message}",
+        warning=warning,
+    )
+
+
 def _order(op: VirtualMachineOperation) -> tuple[datetime | None, str]:
     return (op.metadata.created_at, op.metadata.name)
 
@@ -88,19 +113,7 @@ class OperationReconciler:
         self.handlers[kind] = handler
 
     def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
-        op.status.phase = phase
-        op.status.reason = reason
-        op.status.message = message
-        op.status.finished_at = self.ctx.now()
-        self.ctx.write(op)
-        warning = phase is not OperationPhase.COMPLETED
-        self.ctx.event(op, phase.value, message, warning=warning)
-        self.ctx.event(
-            ("VirtualMachine", op.spec.vm),
-            f"Operation{phase.value}",
-            f"{op.spec.type.value} {op.metadata.name}: {message}",
-            warning=warning,
-        )
+        finish_operation(self.ctx, op, phase, reason, message)
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.storage import pool_driver, pool_ref
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.intents import (
@@ -91,19 +92,7 @@ class RestoreHandler:
         return op
 
     def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
-        op.status.phase = phase
-        op.status.reason = reason
-        op.status.message = message
-        op.status.finished_at = self.ctx.now()
-        self.ctx.write(op)
-        warning = phase is not OperationPhase.COMPLETED
-        self.ctx.event(op, phase.value, message, warning=warning)
-        self.ctx.event(
-            ("VirtualMachine", op.spec.vm),
-            f"Restore{phase.value}",
-            f"{op.metadata.name}: {message}",
-            warning=warning,
-        )
+        finish_operation(self.ctx, op, phase, reason, message, vm_event_prefix="Restore")
 
     def _vm_write(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
         written = self.ctx.store.mutate(VirtualMachine, name, change)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.lookup import host_driver, vm_disks
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
@@ -24,11 +25,9 @@ from virtplane.domain.resources import (
     ExitReason,
     Host,
     HostConnection,
-    PoolKind,
     VirtualMachine,
     VirtualMachineStatus,
     VMPhase,
-    VolumePhase,
 )
 from virtplane.drivers.base import (
     DiskAttachment,
@@ -76,37 +75,10 @@ class VMReconciler:
     # ------------------------------------------------------------------ helpers
 
     def _disks(self, vm: VirtualMachine) -> tuple[list[DiskAttachment], str]:
-        """The VM's disks as the driver needs them, or a reason they are not ready."""
-        disks = []
-        ordered = sorted(enumerate(vm.spec.disks), key=lambda p: p[1].boot_order or 1000 + p[0])
-        for _, disk in ordered:
-            volume = self.ctx.cache.volume(disk.volume)
-            if volume is None:
-                return [], f"volume {disk.volume} does not exist"
-            if volume.status.phase is not VolumePhase.READY:
-                return [], f"volume {disk.volume} is {volume.status.phase.value}"
-            pool = self.ctx.cache.pool(volume.spec.pool)
-            disks.append(
-                DiskAttachment(
-                    path=volume.status.path,
-                    boot_order=disk.boot_order,
-                    shared=pool is not None and pool.spec.kind is PoolKind.SHARED,
-                    volume=volume.metadata.name,
-                    size_gib=volume.spec.size_gib,
-                )
-            )
-        return disks, ""
+        return vm_disks(self.ctx.cache, vm)
 
     async def _driver(self, host_name: str | None) -> tuple[Host | None, HypervisorDriver | None, str]:
-        if not host_name:
-            return None, None, ""
-        host = self.ctx.cache.host(host_name) or self.ctx.store.find(Host, host_name)
-        if host is None:
-            return None, None, f"host {host_name} does not exist"
-        try:
-            return host, await self.ctx.hosts.get(host.spec.uri), ""
-        except HostUnreachable as exc:
-            return host, None, f"host {host_name} is unreachable: {exc}"
+        return await host_driver(self.ctx, host_name)
 
     def _place(self, vm: VirtualMachine) -> tuple[str | None, str]:
         view = vm_view(self.ctx.cache, vm)

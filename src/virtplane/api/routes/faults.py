@@ -12,21 +12,12 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.domain.resources import Host, Name, VirtualMachine
 from virtplane.drivers.base import domain_name
+from virtplane.drivers.sim import FaultKind, SimFaultError
 
 router = APIRouter(tags=["Host"])
 
-FAULT_KINDS = (
-    "guest-shutdown",
-    "guest-reset",
-    "crash",
-    "fail-start",
-    "fail-migration",
-    "stall-migration",
-    "host-down",
-    "host-up",
-    "disconnect",
-    "reconnect",
-)
+# the simulator's own list: one place for the fault kinds
+FAULT_KINDS = tuple(kind.value for kind in FaultKind)
 VM_FAULTS = frozenset({"guest-shutdown", "guest-reset", "crash"})
 
 
@@ -59,8 +50,6 @@ async def inject_fault(
         domain = domain_name(vm.metadata.uid)
     elif body.kind in VM_FAULTS:
         raise ApiError(422, "Invalid", f"fault {body.kind} needs a vm")
-    from virtplane.drivers.sim import FaultKind, SimFaultError
-
     try:
         ctx.sim.inject(
             host.spec.uri.removeprefix("sim://").split("?")[0], FaultKind(body.kind), domain, body.count

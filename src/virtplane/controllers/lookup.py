@@ -1,0 +1,47 @@
+"""Reads several controllers share: a host's driver, a VM's disks as the driver needs them."""
+
+from __future__ import annotations
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.domain.resources import Host, PoolKind, VirtualMachine, VolumePhase
+from virtplane.drivers.base import DiskAttachment, HypervisorDriver
+from virtplane.drivers.errors import HostUnreachable
+from virtplane.runtime.cache import Cache
+
+
+async def host_driver(
+    ctx: ControllerContext, host_name: str | None
+) -> tuple[Host | None, HypervisorDriver | None, str]:
+    """(host, connected driver, problem): the driver is None when the host is unknown or away."""
+    if not host_name:
+        return None, None, ""
+    host = ctx.cache.host(host_name) or ctx.store.find(Host, host_name)
+    if host is None:
+        return None, None, f"host {host_name} does not exist"
+    try:
+        return host, await ctx.hosts.get(host.spec.uri), ""
+    except HostUnreachable as exc:
+        return host, None, f"host {host_name} is unreachable: {exc}"
+
+
+def vm_disks(cache: Cache, vm: VirtualMachine) -> tuple[list[DiskAttachment], str]:
+    """The VM's disks in boot order, or the reason they are not ready."""
+    disks = []
+    ordered = sorted(enumerate(vm.spec.disks), key=lambda p: p[1].boot_order or 1000 + p[0])
+    for _, disk in ordered:
+        volume = cache.volume(disk.volume)
+        if volume is None:
+            return [], f"volume {disk.volume} does not exist"
+        if volume.status.phase is not VolumePhase.READY:
+            return [], f"volume {disk.volume} is {volume.status.phase.value}"
+        pool = cache.pool(volume.spec.pool)
+        disks.append(
+            DiskAttachment(
+                path=volume.status.path,
+                boot_order=disk.boot_order,
+                shared=pool is not None and pool.spec.kind is PoolKind.SHARED,
+                volume=volume.metadata.name,
+                size_gib=volume.spec.size_gib,
+            )
+        )
+    return disks, ""
