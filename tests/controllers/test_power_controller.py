@@ -18,7 +18,14 @@ from tests.controllers.helpers import (
     wait_settled,
 )
 from virtplane.bootstrap import ControlPlane
-from virtplane.domain.resources import ExitReason, OperationPhase, OperationType, RunPolicy
+from virtplane.domain.resources import (
+    ExitReason,
+    Host,
+    OperationPhase,
+    OperationType,
+    RunPolicy,
+    VirtualMachine,
+)
 
 ON = RunPolicy.ALWAYS_ON
 OFF = RunPolicy.ALWAYS_OFF
@@ -264,3 +271,41 @@ async def test_a_settled_vm_is_left_alone_after_stop_and_restart(plane: ControlP
     before = _vm_reconciles(plane)
     await asyncio.sleep(1.0)
     assert _vm_reconciles(plane) - before <= 3, "an idle VM is not reconciled over and over"
+
+
+async def test_host_down_then_fenced_recovers_vms_elsewhere(plane: ControlPlane) -> None:
+    """§3 'host down (after fencing, shared storage only)': start elsewhere / stay Stopped / start elsewhere."""
+    add_host(plane, "h1")
+    add_vm(plane, "on", ON, placement={"host_affinity": ["h1"]})
+    add_vm(plane, "aousm", AOUSM, placement={"host_affinity": ["h1"]})
+    add_vm(plane, "manual", MANUAL, placement={"host_affinity": ["h1"]})
+    await wait_op(plane, operate(plane, "manual", OperationType.START))
+    for name in ("on", "aousm", "manual"):
+        await wait_settled(plane, name, "Running")
+    add_host(plane, "h2")
+    for name in ("on", "aousm", "manual"):  # free to move now
+        plane.store.mutate(VirtualMachine, name, lambda v: setattr(v.spec.placement, "host_affinity", []))
+    plane.sim.inject("h1", "host-down")
+    await asyncio.sleep(0.3)
+    assert vm(plane, "on").status.host == "h1", "an unreachable host is never guessed at"
+    plane.store.mutate(Host, "h1", lambda h: setattr(h.spec, "fenced", True))
+    for name in ("on", "aousm"):
+        await eventually(lambda name=name: vm(plane, name).status.host == "h2")  # type: ignore[misc]
+        await wait_settled(plane, name, "Running")
+    manual = await wait_settled(plane, "manual", "Stopped")
+    assert manual.status.last_exit is ExitReason.HOST_FAILURE
+    plane.sim.inject("h1", "host-up")
+    removed = await eventually(
+        lambda: [
+            e.message
+            for e in plane.store.list_events(kind="Host", name="h1")
+            if e.reason == "StaleDomainRemoved"
+        ]
+    )
+    assert len(removed) == 3, "the domains of the VMs released from the fenced host are removed from it"
+    assert vm(plane, "on").status.host == "h2"
+    from virtplane.drivers.base import domain_name
+
+    state = plane.sim.snapshot_state()
+    for name in ("on", "aousm"):
+        assert state.active_hosts(domain_name(vm(plane, name).metadata.uid)) == ["h2"], "never on two hosts"

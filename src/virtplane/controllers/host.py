@@ -12,6 +12,7 @@ from datetime import timedelta
 from virtplane.controllers.context import ControllerContext
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
 from virtplane.domain.resources import Allocation, Capacity, Host, HostConnection, VMPhase
+from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import DriverError
 from virtplane.reconcile.types import Request, Result
 
@@ -36,6 +37,8 @@ class HostReconciler:
         try:
             driver = await ctx.hosts.get(host.spec.uri)
             facts = await driver.host_facts()
+            if host.spec.fenced:
+                await self._remove_stale_domains(host, driver)
             status.connection = HostConnection.UP
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.message = ""
@@ -83,3 +86,19 @@ class HostReconciler:
             host.status = status
             ctx.write(host)
         return Result(requeue_after=requeue)
+
+    async def _remove_stale_domains(self, host: Host, driver: HypervisorDriver) -> None:
+        """A fenced host that comes back must not run VMs that were recovered elsewhere meanwhile."""
+        for info in await driver.list_domains():
+            vm_name = self.ctx.cache.vm_by_uid(info.vm_uid)
+            vm = self.ctx.cache.vm(vm_name) if vm_name else None
+            if vm is not None and vm.status.host == host.metadata.name:
+                continue
+            await driver.destroy(info.name)
+            await driver.undefine(info.name)
+            self.ctx.event(
+                host,
+                "StaleDomainRemoved",
+                f"removed domain {info.name} (VM {vm_name or 'unknown'} lives elsewhere since the fence)",
+                warning=True,
+            )

@@ -132,6 +132,22 @@ class VMReconciler:
             status.conditions = set_condition(
                 status.conditions, VMCondition.HOST_REACHABLE, False, "HostUnreachable", host_problem, now=now
             )
+            if host is not None and host.spec.fenced and local_pool_hosts(ctx.cache, vm) is None:
+                # The admin confirmed the host is off: what ran there died with it (§3, host down).
+                # Released from the host, the run policy decides: start elsewhere, or stay stopped.
+                was_live = status.phase not in (VMPhase.STOPPED,)
+                status.host = None
+                if was_live:
+                    status.last_exit = ExitReason.HOST_FAILURE
+                    status.last_exit_at = now
+                status.phase = VMPhase.STOPPED
+                ctx.event(
+                    vm,
+                    "HostFenced",
+                    f"host {host.metadata.name} is fenced: the VM is released from it",
+                    warning=True,
+                )
+                return await self._finish(vm, status, annotations, 0.01)
             if host is not None:  # the host exists but cannot be reached: wait, never guess
                 return await self._finish(vm, status, annotations, POLL_UNREACHABLE_S)
         else:

@@ -153,6 +153,11 @@ class HostSpec(Strict):
     cluster: Name = "default"
     capacity: Capacity | None = Field(default=None, description="Overrides what the hypervisor reports.")
     enabled: bool = Field(default=True, description="False disables the host (no new VMs).")
+    fenced: bool = Field(
+        default=False,
+        description="Set by an admin once the host is known to be powered off (fenced): its VMs on "
+        "shared storage are recovered on other hosts as after a host failure. Unset it when the host is back.",
+    )
 
 
 class HostStatus(BaseModel):
