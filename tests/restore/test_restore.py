@@ -312,3 +312,18 @@ async def test_a_vm_restored_stopped_reports_stopped_not_pending(plane: ControlP
         phases.add(vm(plane, "a").status.phase.value)
         await asyncio.sleep(0.02)
     assert phases == {"Stopped"}
+
+
+async def test_deleting_a_snapshot_deletes_its_disk_snapshots(plane: ControlPlane) -> None:
+    from virtplane.controllers.storage import pool_ref
+    from virtplane.drivers.errors import NotFound as DriverNotFound
+
+    await make_vm(plane, AOUSM)
+    await wait_settled(plane, "a", "Running")
+    snap = await snapshot(plane, "a")
+    handle = snap.status.disk_snapshots[0].handle
+    plane.store.delete(VirtualMachineSnapshot, snap.metadata.name)
+    await eventually(lambda: plane.store.find(VirtualMachineSnapshot, snap.metadata.name) is None)
+    pool = plane.store.get(StoragePool, "shared")
+    with pytest.raises(DriverNotFound):
+        await plane.sim.driver("sim://h1").revert_volume(pool_ref(pool), "a-root", handle)
