@@ -70,14 +70,10 @@ def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
     if kind is OperationType.START:
         return intents.with_(start=True, stop=None, stop_by_system=False)
     if kind is OperationType.STOP:
-        mode = (
-            StopMode.FORCE
-            if force or (intents.stop is StopMode.FORCE and not intents.stop_by_system)
-            else StopMode.GRACEFUL
-        )
-        return intents.with_(
-            start=False, restart=None, stop=StopMode.FORCE if force else mode, stop_by_system=False
-        )
+        # a later unforced Stop does not soften a forced one the user already asked for
+        keep_forced = intents.stop is StopMode.FORCE and not intents.stop_by_system
+        stop = StopMode.FORCE if force or keep_forced else StopMode.GRACEFUL
+        return intents.with_(start=False, restart=None, stop=stop, stop_by_system=False)
     if kind is OperationType.RESTART:
         if intents.restart is RestartStage.STARTING:
             return intents
