@@ -37,6 +37,7 @@ from typing import Any
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_disks
+from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.scheduling import host_views, pool_driver_name, vm_view
 from virtplane.controllers.storage import pool_ref
 from virtplane.controllers.vm import build_domain_spec
@@ -643,20 +644,7 @@ class MigrationOperations:
         self.coordinator = coordinator
 
     def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
-        ctx = self.ctx
-        op.status.phase = phase
-        op.status.reason = reason
-        op.status.message = message
-        op.status.finished_at = ctx.now()
-        ctx.write(op)
-        warning = phase is not OperationPhase.COMPLETED
-        ctx.event(op, phase.value, message, warning=warning)
-        ctx.event(
-            ("VirtualMachine", op.spec.vm),
-            f"Operation{phase.value}",
-            f"{op.spec.type.value} {op.metadata.name}: {message}",
-            warning=warning,
-        )
+        finish_operation(self.ctx, op, phase, reason, message)
 
     def _save(self, op: VirtualMachineOperation, progress: _OpProgress, message: str) -> None:
         new = progress.dump()
