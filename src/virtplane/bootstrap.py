@@ -140,6 +140,8 @@ class ControlPlane:
             sim=sim,
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
+            controllers=self.controllers_status,
+            catch_up=self.feed.catch_up,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._lead_tasks: list[asyncio.Task[None]] = []
@@ -170,6 +172,17 @@ class ControlPlane:
         self.controllers = {
             kind: Controller(kind, reconciler, workers=workers, metrics=self._metrics, timeout_s=120.0)
             for kind, (reconciler, workers) in self._reconcilers.items()
+        }
+
+    def controllers_status(self) -> dict[str, Any]:
+        """For /healthz: does this process reconcile (single, leader), or follow another replica?"""
+        if self.elector is None:
+            return {"role": "single" if self.started else "stopped", "replica": None, "leader": None}
+        leading = self.elector.is_leader and bool(self.controllers)
+        return {
+            "role": "leader" if leading else "follower",
+            "replica": self.elector.holder_id,
+            "leader": self.elector.holder_id if leading else self.elector.leader(),
         }
 
     # ------------------------------------------------------------------ wiring events to keys
