@@ -59,6 +59,7 @@ class ControlPlaneOptions:
     replica_id: str | None = None
     lease_s: float = 15.0
     renew_every_s: float = 5.0
+    feed_poll_s: float = 1.0  # how often the change feed looks for other replicas' writes
 
 
 def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
@@ -111,7 +112,7 @@ class ControlPlane:
         self.sim = sim
         self.settings = Settings(store)
         self.cache = Cache(store)
-        self.feed = ChangeFeed(store)
+        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
         self.registry = CollectorRegistry()
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
         self.ctx = ControllerContext(store, self.cache, self.hosts, self.settings, enqueue=self.enqueue)
