@@ -59,6 +59,7 @@ class ControlPlaneOptions:
     replica_id: str | None = None
     lease_s: float = 15.0
     renew_every_s: float = 5.0
+    feed_poll_s: float = 1.0  # how often the change feed looks for other replicas' writes
 
 
 def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
@@ -111,7 +112,7 @@ class ControlPlane:
         self.sim = sim
         self.settings = Settings(store)
         self.cache = Cache(store)
-        self.feed = ChangeFeed(store)
+        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
         self.registry = CollectorRegistry()
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
         self.ctx = ControllerContext(store, self.cache, self.hosts, self.settings, enqueue=self.enqueue)
@@ -140,6 +141,8 @@ class ControlPlane:
             sim=sim,
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
+            controllers=self.controllers_status,
+            catch_up=self.feed.catch_up,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._lead_tasks: list[asyncio.Task[None]] = []
@@ -170,6 +173,17 @@ class ControlPlane:
         self.controllers = {
             kind: Controller(kind, reconciler, workers=workers, metrics=self._metrics, timeout_s=120.0)
             for kind, (reconciler, workers) in self._reconcilers.items()
+        }
+
+    def controllers_status(self) -> dict[str, Any]:
+        """For /healthz: does this process reconcile (single, leader), or follow another replica?"""
+        if self.elector is None:
+            return {"role": "single" if self.started else "stopped", "replica": None, "leader": None}
+        leading = self.elector.is_leader and bool(self.controllers)
+        return {
+            "role": "leader" if leading else "follower",
+            "replica": self.elector.holder_id,
+            "leader": self.elector.holder_id if leading else self.elector.leader(),
         }
 
     # ------------------------------------------------------------------ wiring events to keys

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.logs import configure as configure_logging
+from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.store.store import Store, sqlite_url
 
 log = logging.getLogger("virtplane.server")
@@ -35,6 +37,11 @@ class ServeOptions:
     log_format: str = "text"
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
+    lease_s: float = 15.0
+
+
+class ServeRefused(Exception):
+    """The server cannot start (its directory is taken, its port is busy); nothing was started."""
 
 
 def admin_token(store: Store, data_dir: Path) -> str:
@@ -111,14 +118,63 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
         store,
         sim=sim,
         driver_factory=sim_factory(plane_ref, sim),
-        options=ControlPlaneOptions(console_dir=str(console_dir)),
+        options=ControlPlaneOptions(
+            console_dir=str(console_dir), lease_s=options.lease_s, renew_every_s=options.lease_s / 3
+        ),
     )
     plane_ref.append(plane)
     return plane, token, db_url
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The bound, listening socket for the API, or ServeRefused."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ServeRefused(f"cannot listen on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ServeRefused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
 def run_server(options: ServeOptions) -> None:
+    """Serve until interrupted. In this order, so that a refusal starts nothing: take the data
+    directory, bind the port, then build the store, the controllers and the app."""
     configure_logging(options.log_level, options.log_format)
+    locks = [DataDirLock(d) for d in store_directories(options)]
+    try:
+        for lock in locks:
+            try:
+                lock.acquire()
+            except DataDirBusy as exc:
+                raise ServeRefused(str(exc)) from None
+        sock = listen(options.host, options.port)
+        _serve(options, sock)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def store_directories(options: ServeOptions) -> list[Path]:
+    """The directories one server must own: the data directory, and a SQLite store's own if elsewhere."""
+    directories = [options.data_dir.resolve()]
+    url = options.db_url
+    if url is not None and url.startswith("sqlite:///") and url.removeprefix("sqlite:///"):
+        parent = Path(url.removeprefix("sqlite:///").split("?")[0]).resolve().parent
+        if parent not in directories:
+            directories.append(parent)
+    return directories
+
+
+def _serve(options: ServeOptions, sock: socket.socket) -> None:
     plane, token, db_url = build(options)
     url = f"http://{options.host}:{options.port}"
     console = Console(stderr=True)
@@ -127,10 +183,9 @@ def run_server(options: ServeOptions) -> None:
     console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}")
     print(f"VIRTPLANE_URL={url}", flush=True)
     print(f"VIRTPLANE_TOKEN={token}", flush=True)
-    uvicorn.run(
+    config = uvicorn.Config(
         plane.app(),
-        host=options.host,
-        port=options.port,
         log_level=options.log_level.lower(),
         log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
     )
+    uvicorn.Server(config).run(sockets=[sock])

@@ -22,9 +22,16 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(
-        self, data_dir: Path, *, demo: bool = False, boot_s: float = 0.05, shutdown_s: float = 0.05
+        self,
+        data_dir: Path,
+        *,
+        demo: bool = False,
+        boot_s: float = 0.05,
+        shutdown_s: float = 0.05,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.extra_args = list(extra_args or [])
         self.demo = demo
         self.boot_s = boot_s
         self.shutdown_s = shutdown_s
@@ -52,6 +59,7 @@ class ServerProcess:
         ]  # fmt: skip
         if self.demo:
             args.append("--demo")
+        args += self.extra_args
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -454,9 +454,13 @@ def test_maintenance_power_state_restarts_a_vm_stopped_by_the_system() -> None:
     assert off.action is NONE
 
 
-def test_a_migrating_vm_is_never_torn_down() -> None:
-    decision = decide(inputs(MANUAL, "migrating", intents=Intents(stop=StopMode.FORCE)))
-    assert decision.action is NONE and decision.phase is VMPhase.MIGRATING
+@pytest.mark.parametrize("state", ["migrating", "incoming"])
+@pytest.mark.parametrize("policy", [MANUAL, ON, OFF, AOUSM])
+def test_a_vm_in_flight_is_never_torn_down_nor_started(state: str, policy: RunPolicy) -> None:
+    """Leaving (migrating) or arriving (incoming), a live migration owns the domain."""
+    for intents in (Intents(stop=StopMode.FORCE), Intents(start=True), Intents()):
+        decision = decide(inputs(policy, state, intents=intents))
+        assert decision.action is NONE and decision.phase is VMPhase.MIGRATING, (policy, intents)
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,74 @@ async def test_only_the_lease_holder_reconciles_and_the_other_takes_over() -> No
             await first.stop()
             first_store.close()
             second_store.close()
+
+
+async def test_a_follower_plans_maintenance_from_current_data_not_its_trailing_copy() -> None:
+    """A plan asked of a follower just after the leader enabled a host sees that host.
+
+    The follower's copy follows the leader's writes by a poll (made an hour here, so that
+    only the catch-up on request can bring the copy up to date)."""
+    import httpx
+
+    from virtplane.api.app import create_app
+
+    with schema_url() as url:
+        first_store, second_store = Store(url), Store(url)
+        first_store.migrate()
+        sim = SimCloud(boot_seconds=0.0, shutdown_seconds=0.0)
+        first = replica(first_store, sim, "replica-1")
+        ref: list[ControlPlane] = []
+        second = ControlPlane(
+            second_store,
+            sim=sim,
+            driver_factory=sim_factory(ref, sim),
+            options=ControlPlaneOptions(
+                workers=2, replica_id="replica-2", lease_s=1.5, renew_every_s=0.3, feed_poll_s=3600
+            ),
+        )
+        ref.append(second)
+        token = first_store.create_token("admin", "admin")
+        try:
+            await first.start()
+            await eventually(lambda: first.elector is not None and first.elector.is_leader)
+            for name, enabled in (("h1", True), ("h2", False)):
+                first_store.create(
+                    Host(
+                        metadata=Metadata(name=name),
+                        spec=HostSpec(
+                            uri=f"sim://{name}", capacity=Capacity(vcpus=8, memory_mib=8192), enabled=enabled
+                        ),
+                    )
+                )
+            add_vm(first_store, "a")
+            await eventually(lambda: phase(first_store, "a") == "Running")
+            await second.start()
+            assert second.controllers_status()["role"] == "follower"
+            assert second.controllers_status()["leader"] == "replica-1"
+
+            h2 = first_store.get(Host, "h2")
+            h2.spec.enabled = True
+            first_store.update(h2)
+            await eventually(lambda: first_store.get(Host, "h2").status.resource_state.value == "Enabled")
+            on = first_store.get(VirtualMachine, "a").status.host
+            app = create_app(second.api_context)
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://follower",
+                headers={"Authorization": f"Bearer {token}"},
+            ) as client:
+                response = await client.post(f"/v1/hosts/{on}/maintenance", json={"dry_run": True})
+                health = (await client.get("/healthz")).json()
+            assert response.status_code == 200, response.text
+            items = response.json()["plan"]["items"]
+            assert [(i["vm"], i["action"]) for i in items] == [("a", "Migrate")], items
+            assert health["controllers"] == {
+                "role": "follower",
+                "replica": "replica-2",
+                "leader": "replica-1",
+            }
+        finally:
+            await second.stop()
+            await first.stop()
+            first_store.close()
+            second_store.close()

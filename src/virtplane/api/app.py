@@ -65,7 +65,12 @@ def create_app(
 
     @app.get("/healthz", tags=["Health"], operation_id="healthz", summary="Liveness and store reachability")
     def healthz() -> dict[str, Any]:
-        return {"status": "ok", "revision": ctx.store.revision(), "version": __version__}
+        return {
+            "status": "ok",
+            "revision": ctx.store.revision(),
+            "version": __version__,
+            "controllers": ctx.controllers(),
+        }
 
     if registry is not None:
         metrics_registry = registry

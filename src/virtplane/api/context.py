@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,3 +39,7 @@ class ApiContext:
     admission: Admission = field(default_factory=AllowAll)
     sim: Any = None  # virtplane.drivers.sim.SimCloud when the simulator runs in this process
     maintenance: Any = None  # the host maintenance service, when wired
+    controllers: Callable[[], dict[str, Any]] = field(default=lambda: {"role": "none"})
+    """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
+    catch_up: Callable[[], Awaitable[None]] | None = None
+    """Brings the in-memory cache up to the store's current revision (on the event loop)."""

@@ -131,30 +131,44 @@ def serve(
             "--sim-shutdown-seconds", min=0.0, help="How long a simulated guest takes to power off."
         ),
     ] = 0.5,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            "--leader-lease-seconds",
+            min=1.0,
+            help="With PostgreSQL replicas: how long the leader's lease lasts; another replica takes "
+            "over this long after the leader died.",
+        ),
+    ] = 15.0,
 ) -> None:
     """Run the control plane: API, controllers and dashboard, until interrupted.
 
-    The admin token is printed at start and kept in DATA_DIR/admin.token.
+    The admin token is printed at start and kept in DATA_DIR/admin.token. One server per data
+    directory: a second one on the same directory exits at once.
     """
     try:
         # Imported here: the server pulls in FastAPI, SQLAlchemy and uvicorn, which the
         # client commands do not need.
-        from virtplane.server import ServeOptions, run_server
+        from virtplane.server import ServeOptions, ServeRefused, run_server
     except ImportError as error:
         raise CliError("ServerUnavailable", f"the virtplane server cannot be loaded: {error}") from error
-    run_server(
-        ServeOptions(
-            data_dir=data_dir,
-            host=host,
-            port=port,
-            db_url=db,
-            demo=demo,
-            log_level=log_level.value,
-            log_format=log_format,
-            sim_boot_seconds=sim_boot_seconds,
-            sim_shutdown_seconds=sim_shutdown_seconds,
+    try:
+        run_server(
+            ServeOptions(
+                data_dir=data_dir,
+                host=host,
+                port=port,
+                db_url=db,
+                demo=demo,
+                log_level=log_level.value,
+                log_format=log_format,
+                sim_boot_seconds=sim_boot_seconds,
+                sim_shutdown_seconds=sim_shutdown_seconds,
+                lease_s=lease_seconds,
+            )
         )
-    )
+    except ServeRefused as refused:
+        raise CliError("ServeRefused", str(refused)) from None
 
 
 resources.register(app)

@@ -37,6 +37,7 @@ from typing import Any
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_disks
+from virtplane.controllers.migration_outcome import LIVE, Outcome, Side, locate
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.scheduling import host_views, pool_driver_name, vm_view
 from virtplane.controllers.storage import pool_ref
@@ -62,10 +63,8 @@ from virtplane.domain.resources import (
 )
 from virtplane.drivers.base import (
     DiskAttachment,
-    DomainState,
     HypervisorDriver,
     MigrationJob,
-    MigrationPhase,
     MigrationRequest,
     domain_name,
 )
@@ -80,7 +79,6 @@ KIND = "Migration"
 POLL_S = 1.0
 POLL_UNREACHABLE_S = 5.0
 MIGRATABLE_PHASES = frozenset({VMPhase.RUNNING, VMPhase.PAUSED, VMPhase.DEGRADED})
-_LIVE = frozenset({DomainState.RUNNING, DomainState.PAUSED, DomainState.STARTING, DomainState.MIGRATING})
 
 
 def maintenance_tag(host: str) -> str:
@@ -368,48 +366,62 @@ class MigrationCoordinator:
             return None
         watch = self._watches.setdefault(name, _Watch(progress_at=ctx.now()))
         dname = domain_name(vm.metadata.uid)
-        _, src, src_problem = await self._driver(intent.source)
+        src_host, src, _ = await self._driver(intent.source)
         dst_host, dst, _ = await self._driver(intent.target)
         target_uri = dst_host.spec.uri if dst_host else ""
         job: MigrationJob | None = None
-        try:
-            if src is not None:
+        source, target = await self._observe(src_host, src, dname), await self._observe(dst_host, dst, dname)
+        if source.reachable and src is not None:
+            try:
                 job = await src.migration_job(dname)
-        except HostUnreachable as exc:
-            src_problem = str(exc)
-        if job is not None and job.target_uri != target_uri:
-            job = None  # a job of an earlier attempt
+            except HostUnreachable:
+                source = Side(reachable=False)
+        if job is not None and job.target_uri and job.target_uri != target_uri:
+            job = None  # a job of an earlier attempt, to another target
         watch.job = job
-        if job is not None and job.phase is MigrationPhase.RUNNING:
-            assert src is not None
+        where = locate(job, source, target)
+        if where.outcome is Outcome.RUNNING:
+            assert src is not None and job is not None
             return await self._running(vm, intent, job, watch, src, dname)
-        if job is not None and job.phase is MigrationPhase.COMPLETED:
-            return await self._finalise(vm, intent, src)
-        try:
-            on_target = await dst.get_info(dname) if dst is not None else None
-            on_source = await src.get_info(dname) if src is not None else None
-        except HostUnreachable:
+        if where.outcome is Outcome.ARRIVED:
+            return await self._finalise(vm, intent, src if source.reachable else None)
+        if where.outcome is Outcome.UNKNOWN:
+            # never guess: until the hosts say where the VM runs, nothing is defined, started or
+            # undefined for it anywhere (the intent stands, so the VM controller keeps off too)
+            self._waiting(vm, intent, where.why)
             return Result(requeue_after=POLL_UNREACHABLE_S)
-        if (
-            on_target is not None
-            and on_target.state in _LIVE
-            and (on_source is None or on_source.state not in _LIVE)
-        ):
-            return await self._finalise(vm, intent, src)
-        if src is None and not self._overdue(vm, intent):
-            # the source cannot be asked; the target does not have it: wait, never guess
-            log.info("migration of %s: %s", name, src_problem)
-            return Result(requeue_after=POLL_UNREACHABLE_S)
-        if job is not None:
-            error = f"{job.phase.value}: {job.error or 'no reason given'}"
-        elif src is None:
-            error = f"the source is unreachable ({src_problem}) and the domain is not on the target"
-        else:
-            error = "no migration job on the source and the domain is not on the target (control plane restarted?)"
-        if watch.abort_reason:
-            error = f"aborted: {watch.abort_reason}"
+        error = f"aborted: {watch.abort_reason}" if watch.abort_reason else where.why
         self._fail(name, intent, error)
         return None
+
+    async def _observe(self, host: Host | None, driver: HypervisorDriver | None, dname: str) -> Side:
+        """What ``host`` says about the domain; a fenced host is known to run nothing."""
+        if driver is None:
+            fenced = host is not None and host.spec.fenced
+            return Side(reachable=fenced)
+        try:
+            return Side(reachable=True, info=await driver.get_info(dname))
+        except HostUnreachable:
+            return Side(reachable=False)
+
+    def _waiting(self, vm: VirtualMachine, intent: MigrationIntent, why: str) -> None:
+        message = f"waiting to learn where the VM runs: {why}"
+        current = get_condition(vm.status.conditions, VMCondition.MIGRATION)
+        if current is not None and current.message == message:
+            return
+        log.info("migration of %s to %s: %s", vm.metadata.name, intent.target, message)
+
+        def note(current: VirtualMachine) -> None:
+            current.status.conditions = set_condition(
+                current.status.conditions,
+                VMCondition.MIGRATION,
+                ConditionStatus.UNKNOWN,
+                "LocationUnknown",
+                message,
+                now=self.ctx.now(),
+            )
+
+        self._write_vm(vm.metadata.name, note)
 
     def _overdue(self, vm: VirtualMachine, intent: MigrationIntent) -> bool:
         per_gib = self.ctx.settings.get_int("migration.completion_timeout_per_gib_s")
@@ -477,7 +489,7 @@ class MigrationCoordinator:
             dname = domain_name(vm.metadata.uid)
             try:
                 leftover = await src.get_info(dname)
-                if leftover is not None and leftover.state not in _LIVE:
+                if leftover is not None and leftover.state not in LIVE:
                     await src.undefine(dname)
             except DriverError as exc:
                 log.info("could not remove the source definition of %s: %s", dname, exc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
@@ -60,8 +60,12 @@ def finish_operation(
     )
 
 
-def _order(op: VirtualMachineOperation) -> tuple[datetime | None, str]:
-    return (op.metadata.created_at, op.metadata.name)
+_NOT_CREATED_YET = datetime.max.replace(tzinfo=UTC)
+
+
+def _order(op: VirtualMachineOperation) -> tuple[datetime, str]:
+    """Creation order; one that admission is looking at, not stored yet, comes after all others."""
+    return (op.metadata.created_at or _NOT_CREATED_YET, op.metadata.name)
 
 
 def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_disks
+from virtplane.controllers.migration_outcome import LIVE
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
@@ -158,6 +159,19 @@ class VMReconciler:
         try:
             if driver is not None:
                 info = await driver.get_info(dname)
+                if info is not None and info.migrated_away:
+                    # It left this host by live migration though no migration is recorded: find
+                    # where it runs before anything could start a second copy here.
+                    found, unasked = await self._find_elsewhere(vm, dname)
+                    if found is not None:
+                        status.host = found
+                        ctx.event(vm, "Located", f"the domain runs on {found}, not {vm.status.host}")
+                        return await self._finish(vm, status, annotations, 0.01)
+                    if unasked:
+                        status.message = f"it left {vm.status.host} by migration; cannot ask {unasked}"
+                        return await self._finish(vm, status, annotations, POLL_UNREACHABLE_S)
+                    await driver.undefine(dname)
+                    info = None
                 # The domain is (re)created where it is missing: this is where a restore's
                 # power-state intent gets consumed, after the domain exists again.
                 if info is None and not disk_problem and not intents.held_by:
@@ -283,6 +297,25 @@ class VMReconciler:
             pass
         await self._persist(vm, status, vm.metadata.annotations)
         return Result(requeue_after=POLL_TRANSITION_S)
+
+    async def _find_elsewhere(self, vm: VirtualMachine, dname: str) -> tuple[str | None, str]:
+        """The other host where the VM's domain is live, asking every host (a rare path), and
+        the hosts that could not be asked ("" when all answered)."""
+        unasked = []
+        for host in self.ctx.cache.hosts():
+            if host.metadata.name == vm.status.host:
+                continue
+            _, driver, _ = await self._driver(host.metadata.name)
+            try:
+                info = await driver.get_info(dname) if driver is not None else None
+            except DriverError:
+                driver = None
+            if driver is None:
+                if not host.spec.fenced:
+                    unasked.append(host.metadata.name)
+            elif info is not None and info.state in LIVE:
+                return host.metadata.name, ""
+        return None, ", ".join(sorted(unasked))
 
     async def _migrating(self, vm: VirtualMachine, migration: MigrationIntent) -> Result:
         """A migration is in flight: its controller owns the domain and finalises status.host."""

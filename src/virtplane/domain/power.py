@@ -22,8 +22,11 @@ SHUTTING_DOWN = "shutting-down"
 SHUTOFF = "shutoff"
 CRASHED = "crashed"
 MIGRATING = "migrating"
+INCOMING = "incoming"  # arriving here by live migration
 
-ACTIVE_STATES = frozenset({RUNNING, STARTING, PAUSED, SHUTTING_DOWN, MIGRATING})
+ACTIVE_STATES = frozenset({RUNNING, STARTING, PAUSED, SHUTTING_DOWN, MIGRATING, INCOMING})
+IN_FLIGHT_STATES = frozenset({MIGRATING, INCOMING})
+"""A live migration owns the domain: nothing stops or starts it until the migration ends."""
 
 
 class PowerAction(StrEnum):
@@ -110,6 +113,7 @@ def _active_phase(state: str) -> VMPhase:
         PAUSED: VMPhase.PAUSED,
         SHUTTING_DOWN: VMPhase.STOPPING,
         MIGRATING: VMPhase.MIGRATING,
+        INCOMING: VMPhase.MIGRATING,
     }[state]
 
 
@@ -118,7 +122,7 @@ def _stop(
 ) -> PowerDecision:
     state = inputs.domain_state
     assert state in ACTIVE_STATES
-    if state == MIGRATING:
+    if state in IN_FLIGHT_STATES:
         # never tear down a VM in flight; the migration ends first (it may be aborted)
         return PowerDecision(
             PowerAction.NONE, intents, last_exit, VMPhase.MIGRATING, "WaitingForMigration", why
@@ -155,7 +159,7 @@ def decide(inputs: PowerInputs) -> PowerDecision:
     policy = inputs.run_policy
     state = inputs.domain_state
     active = state in ACTIVE_STATES
-    running = state in (RUNNING, PAUSED, MIGRATING)
+    running = state in (RUNNING, PAUSED, MIGRATING, INCOMING)
     last_exit = _record_exit(inputs)
 
     # 1. An explicit stop (user Stop, or a stop asked by restore/maintenance) is carried out

@@ -38,6 +38,7 @@ class DomainState(StrEnum):
     SHUTOFF = "shutoff"
     CRASHED = "crashed"
     MIGRATING = "migrating"  # outgoing live migration in progress (still running here)
+    INCOMING = "incoming"  # arriving by live migration: defined here, not running here yet
 
 
 class Capability(StrEnum):
@@ -81,6 +82,7 @@ class DomainInfo:
     exit_reason: ExitReason | None = None  # why it last stopped (shutoff/crashed only)
     cpu: int = 0
     memory_mib: int = 0
+    migrated_away: bool = False  # off here because it live-migrated to another host
 
 
 class DomainEventType(StrEnum):
@@ -236,9 +238,17 @@ class HypervisorDriver(Protocol):
     async def migrate(self, request: MigrationRequest) -> None:
         """Start a live migration and return; progress comes from ``migration_job``."""
 
-    async def migration_job(self, name: str) -> MigrationJob | None: ...
+    async def migration_job(self, name: str) -> MigrationJob | None:
+        """The outgoing migration of ``name`` from this host, as the hypervisor reports it.
 
-    async def abort_migration(self, name: str) -> None: ...
+        A migration belongs to the hypervisors once started and goes on without the process
+        that started it, so this asks the hypervisor, not the driver's memory: after a restart
+        of the control plane a migration still running is reported RUNNING (its
+        ``target_uri`` may then be ""). None when no migration of the domain is known here.
+        """
+
+    async def abort_migration(self, name: str) -> None:
+        """Abort the outgoing migration of ``name``, also one started by an earlier process."""
 
 
 __all__ = [

@@ -60,6 +60,7 @@ class LeaderElector:
         # wrote runs out. None while it holds no lease.
         self._act_until: datetime | None = None
         self._leading = False  # on_start was called and on_stop not yet
+        self._said_following = False  # the log said this replica follows (said once per change)
         self._stop = asyncio.Event()
         self.attempts = 0
         """How many acquire/renew attempts have finished (succeeded, refused or failed)."""
@@ -70,6 +71,13 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """True while this replica holds the lease and may still act on it."""
         return self._act_until is not None and self._clock() < self._act_until
+
+    def leader(self) -> str | None:
+        """Who holds the lease now, as the store says (None: nobody)."""
+        lease = self.store.lease(self.name)
+        if lease is None or lease[1] < self._clock():
+            return None
+        return lease[0]
 
     def _seconds_left(self) -> float:
         if self._act_until is None:
@@ -118,10 +126,19 @@ class LeaderElector:
                 await self._attempt()
                 if self.is_leader and not self._leading:
                     self._leading = True
+                    self._said_following = False
                     log.info("%s: %s is now the leader", self.name, self.holder_id)
                     await _call(on_start)
                 elif not self.is_leader and self._leading:
                     await self._step_down(on_stop, "lost the lease")
+                if not self.is_leader and not self._said_following and self.attempts:
+                    self._said_following = True
+                    log.info(
+                        "%s: %s is a follower and reconciles nothing; the leader is %s",
+                        self.name,
+                        self.holder_id,
+                        await asyncio.to_thread(self.leader),
+                    )
                 await self._pause()
         finally:
             if self._leading:

@@ -64,6 +64,18 @@ class ChangeFeed:
         finally:
             self._store.remove_listener(self._on_commit)
 
+    async def catch_up(self) -> None:
+        """Deliver now everything the store has committed so far, without waiting for a wake-up.
+
+        A reader that must not answer from a stale copy (the API's admission checks, a plan
+        asked from a follower replica whose copy follows the leader by a poll) calls this
+        first: everything any client could have read before this call is then delivered.
+        """
+        if self._loop is None:
+            return  # not running: nothing to deliver to
+        if self.revision < self._store.revision():
+            self.pump()
+
     def pump(self) -> int:
         """Read and deliver what is new; returns how many changes were delivered."""
         delivered = 0

@@ -37,7 +37,11 @@ def _service(request: Request) -> MaintenanceService:
     return ctx.maintenance
 
 
-def _call(fn: Any, *args: Any) -> dict[str, Any]:
+async def _call(request: Request, fn: Any, *args: Any) -> dict[str, Any]:
+    ctx: ApiContext = request.app.state.ctx
+    if ctx.catch_up is not None:
+        # plan from current data: on a follower the cache trails the leader's writes by a poll
+        await ctx.catch_up()
     try:
         result: dict[str, Any] = fn(*args)
     except MaintenanceRefused as exc:
@@ -59,7 +63,7 @@ async def request_maintenance(
     body: MaintenanceRequest = Body(default_factory=MaintenanceRequest),
     principal: Principal = Depends(require(Role.ADMIN)),
 ) -> dict[str, Any]:
-    return _call(_service(request).request, name, body.strategy, body.dry_run, principal.name)
+    return await _call(request, _service(request).request, name, body.strategy, body.dry_run, principal.name)
 
 
 @router.get(
@@ -68,7 +72,7 @@ async def request_maintenance(
 async def get_maintenance(
     name: str, request: Request, _: Principal = Depends(require(Role.VIEWER))
 ) -> dict[str, Any]:
-    return _call(_service(request).show, name)
+    return await _call(request, _service(request).show, name)
 
 
 @router.delete(
@@ -79,4 +83,4 @@ async def get_maintenance(
 async def cancel_maintenance(
     name: str, request: Request, principal: Principal = Depends(require(Role.ADMIN))
 ) -> dict[str, Any]:
-    return _call(_service(request).cancel, name, principal.name)
+    return await _call(request, _service(request).cancel, name, principal.name)

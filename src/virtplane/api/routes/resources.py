@@ -5,8 +5,10 @@ controllers and is never taken from a request. Annotations under the system pref
 (``virtplane.io/``) hold durable intents: a request can neither set nor drop them.
 """
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from anyio import from_thread
 from fastapi import APIRouter, Body, Depends, Request, Response
 
 from virtplane.api.auth import Principal, Role, require
@@ -20,9 +22,29 @@ PATCH_ATTEMPTS = 10
 """A merge patch without a resource_version is re-applied to a fresh read this often on a conflict."""
 
 
+T = TypeVar("T")
+
+
 def _ctx(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.ctx
     return ctx
+
+
+def admit(ctx: ApiContext, check: Callable[..., T], *args: Any) -> T:
+    """Run an admission check on the event loop, against a cache caught up with the store.
+
+    Called from the thread a sync route runs in. On the loop, the check never races the
+    cache's updates (which happen there too); caught up first, it sees at least every write
+    a client could have read before sending this request (read-your-writes, also on a
+    follower replica).
+    """
+
+    async def on_loop() -> T:
+        if ctx.catch_up is not None:
+            await ctx.catch_up()
+        return check(*args)
+
+    return from_thread.run(on_loop)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -78,7 +100,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         new: Resource = body
         if ctx.store.find(cls, new.metadata.name) is not None:
             raise AlreadyExists(kind, new.metadata.name)
-        obj = ctx.admission.on_create(_user_writable(new, None))
+        obj = admit(ctx, ctx.admission.on_create, _user_writable(new, None))
         created = ctx.store.create(obj)
         ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
         response.status_code = 201
@@ -95,7 +117,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         check = obj.metadata.resource_version != 0
         if not check:
             new.metadata.resource_version = current.metadata.resource_version
-        new = ctx.admission.on_update(current, new)
+        new = admit(ctx, ctx.admission.on_update, current, new)
         updated = ctx.store.update(new, check_version=True)
         if updated.metadata.resource_version != current.metadata.resource_version:
             ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
@@ -139,7 +161,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
     def delete_object(name: str, request: Request, principal: Principal = write) -> Any:
         ctx = _ctx(request)
         current = ctx.store.get(cls, name)
-        ctx.admission.on_delete(current)
+        admit(ctx, ctx.admission.on_delete, current)
         gone = ctx.store.delete(cls, name)
         ctx.store.record_event(kind, name, "Deleted" if gone else "DeletionRequested", f"by {principal.name}")
         return {

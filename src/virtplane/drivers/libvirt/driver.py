@@ -57,7 +57,7 @@ from virtplane.drivers.libvirt.domain_xml import (
     stop_request_xml,
 )
 from virtplane.drivers.libvirt.events import MappedEvent, map_lifecycle, map_state, reboot_event
-from virtplane.drivers.libvirt.migration import MigrationTracker, migration_parameters
+from virtplane.drivers.libvirt.migration import MigrationTracker, is_incoming, live_job, migration_parameters
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -431,19 +431,24 @@ class LibvirtDriver:
 
     async def migration_job(self, name: str) -> MigrationJob | None:
         def job(conn: Any) -> MigrationJob | None:
-            dom = self._lookup(conn, name, missing_ok=True) if self._migrations.running(name) else None
-            return self._migrations.job(name, dom)
+            dom = self._lookup(conn, name, missing_ok=True)
+            if self._migrations.running(name):
+                return self._migrations.job(name, dom)
+            # one started by an earlier process or another replica, which the hypervisor still runs
+            live = live_job(dom) if dom is not None and dom.isActive() else None
+            return live or self._migrations.job(name, None)
 
         return await self._call(job)
 
     async def abort_migration(self, name: str) -> None:
         def abort(conn: Any) -> None:
             lv = _libvirt.load()
-            if not self._migrations.request_abort(name):
-                return
             dom = self._lookup(conn, name, missing_ok=True)
             if dom is None:
                 return
+            ours = self._migrations.request_abort(name)
+            if not ours and (not dom.isActive() or live_job(dom) is None):
+                return  # no migration runs
             try:
                 dom.abortJob()
             except lv.libvirtError as exc:
@@ -539,6 +544,9 @@ class LibvirtDriver:
             ours, exit_reason = DomainState.PAUSED, None  # stopped only for the instant of a memory save
         elif ours in (DomainState.RUNNING, DomainState.PAUSED) and self._migrations.running(name):
             ours = DomainState.MIGRATING
+        elif ours is DomainState.PAUSED and is_incoming(dom, state, reason):
+            ours = DomainState.INCOMING
+        migrated_away = state == lv.VIR_DOMAIN_SHUTOFF and reason == lv.VIR_DOMAIN_SHUTOFF_MIGRATED
         _state, max_memory_kib, _memory, vcpus, _cpu_time = dom.info()
         return DomainInfo(
             name=name,
@@ -547,6 +555,7 @@ class LibvirtDriver:
             exit_reason=exit_reason,
             cpu=int(vcpus),
             memory_mib=int(max_memory_kib) // 1024,
+            migrated_away=migrated_away,
         )
 
     def _memory_dir(self, conn: Any) -> str:

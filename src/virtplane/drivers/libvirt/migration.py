@@ -5,6 +5,14 @@ and ``migrate()`` returns at once. Progress is read from the domain's job
 statistics while it runs; the outcome (completed, failed, aborted) is kept
 until the next migration of the same domain so a controller that polls late
 still sees it.
+
+The migrations are peer-to-peer: the source daemon drives them, and goes on when
+the client that asked dies (seen with libvirt 9.0: a client SIGKILLed at 17 % of
+a migration, the daemon finished it and the guest kept running on the target).
+So a migration this process did not start, or started before a restart, is read
+from the domain's job on the source (``live_job``), and the target shows the
+arriving domain as paused (reason "migration") and not yet persistent
+(``is_incoming``).
 """
 
 from __future__ import annotations
@@ -137,14 +145,29 @@ class MigrationTracker:
             entry.thread.join(timeout)
 
 
-def _job_stats(dom: Any) -> dict[str, Any] | None:
+def live_job(dom: Any, target_uri: str = "") -> MigrationJob | None:
+    """The outgoing migration the hypervisor is running for ``dom`` now, whoever started it."""
     lv = _libvirt.load()
     try:
         stats = dom.jobStats(0)
     except lv.libvirtError:
-        return None  # the job just ended, or the domain left
+        return None  # no job, or a hypervisor (the test driver) without job statistics
     if stats.get("type", lv.VIR_DOMAIN_JOB_NONE) == lv.VIR_DOMAIN_JOB_NONE:
         return None
+    if stats.get("operation") != lv.VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT:
+        return None
+    return MigrationJob(dom.name(), target_uri, MigrationPhase.RUNNING, **_stats_fields(stats))
+
+
+def is_incoming(dom: Any, state: int, reason: int) -> bool:
+    """Whether ``dom`` is arriving here by live migration (paused for it, transient until it ends)."""
+    lv = _libvirt.load()
+    return (
+        state == lv.VIR_DOMAIN_PAUSED and reason == lv.VIR_DOMAIN_PAUSED_MIGRATION and not dom.isPersistent()
+    )
+
+
+def _stats_fields(stats: dict[str, Any]) -> dict[str, Any]:
     return {
         "data_total_mib": stats.get("data_total", 0) / MIB,
         "data_processed_mib": stats.get("data_processed", 0) / MIB,
@@ -153,4 +176,15 @@ def _job_stats(dom: Any) -> dict[str, Any] | None:
     }
 
 
-__all__ = ["MigrationTracker", "migration_parameters"]
+def _job_stats(dom: Any) -> dict[str, Any] | None:
+    lv = _libvirt.load()
+    try:
+        stats = dom.jobStats(0)
+    except lv.libvirtError:
+        return None  # the job just ended, or the domain left
+    if stats.get("type", lv.VIR_DOMAIN_JOB_NONE) == lv.VIR_DOMAIN_JOB_NONE:
+        return None
+    return _stats_fields(stats)
+
+
+__all__ = ["MigrationTracker", "is_incoming", "live_job", "migration_parameters"]
