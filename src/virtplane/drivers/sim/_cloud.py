@@ -41,8 +41,8 @@ class SimCloud:
     Timers run on the asyncio loop that calls the drivers, so every call
     (driver methods, ``inject``) must come from that loop's thread, inside the
     running loop (an ``async def`` route, not a sync one run in a thread pool).
-    ``clock`` stamps ``fault_log`` entries and the end times of boots and shutdowns
-    kept in the state file (default: wall time).
+    ``clock`` stamps ``fault_log`` entries, and the end times of boots and shutdowns and
+    the times of migration ticks kept in the state file (default: wall time).
 
     ``state_path`` (a SQLite file, created if missing) makes the world durable, like
     real hypervisors that keep running while the control plane crashes: every change
