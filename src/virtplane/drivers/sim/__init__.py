@@ -81,7 +81,7 @@ a bad request (unknown domain or target, domain not running) raises. Disks the
 target would not see (a local disk that is not copied, a shared pool the target has
 not ensured) fail the job at once too; paths that are not simulator volumes are
 trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
-queryable (on source and target) until its next migration.
+queryable (on source and target) until its next migration (across a restart, see below).
 
 Restarts (``SimCloud(..., state_path=PATH)``)
 ---------------------------------------------
@@ -98,12 +98,25 @@ boot time is up is RUNNING, a SHUTTING_DOWN one is SHUTOFF (STOPPED_BY_SYSTEM), 
 start made to fail is SHUTOFF (START_FAILED) once its failure time is up; one whose time
 is not up resumes for the time left on the first driver call or ``inject`` inside a
 running loop (or ``await cloud.resume()``), with the usual events. Nothing is sent for
-what finished while nobody ran: no connection was open. A migration in flight is
-aborted by the restart, the safe outcome: the domain is RUNNING (or PAUSED) on the
-source, the target holds nothing, and ``migration_job`` returns None, as libvirt's
-does once its client is gone. ``fault_log`` and the timing arguments of the
-constructor are not stored. ``close()`` commits and closes the file; it is optional.
-Without ``state_path`` nothing is written.
+what finished while nobody ran: no connection was open.
+
+A migration in flight goes on without the process that started it, as libvirt carries
+a migration on without its client. Every tick stores the job (progress, disks to copy,
+injected fault, room held on the target) with the wall-clock time of the tick; on load
+the job advances through the time since, tick by tick (one tick per ``migration_tick_s``
+of wall time, each worth ``migration_tick_s * time_scale`` simulated seconds, as in a
+running process), without events, and is then either switched over (the domain RUNNING, or PAUSED, on the target and gone from the source,
+its disks landed, as a completed migration leaves it), FAILED at an injected fault,
+stalled, or running: then it resumes with its timer like a boot. ``migration_job`` on
+the source (or the target) returns it, ``abort_migration`` aborts it, and its room on
+the target stays held. A completed job is not kept across a restart, nor one that
+completed while nobody ran: as with libvirt, no job is left once the source domain is
+gone (the control plane reads the outcome from the target's domain); a failed or aborted
+job stays queryable until the domain's next migration. A migration whose source or
+target is down on load fails, as when a host goes down. ``fault_log`` and the timing
+arguments of the constructor are not stored (pass the same ones again: they set how far
+a migration got while nobody ran). ``close()`` commits and closes the file; it is
+optional. Without ``state_path`` nothing is written.
 """
 
 from ._cloud import SimCloud

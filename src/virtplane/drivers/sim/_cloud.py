@@ -41,8 +41,8 @@ class SimCloud:
     Timers run on the asyncio loop that calls the drivers, so every call
     (driver methods, ``inject``) must come from that loop's thread, inside the
     running loop (an ``async def`` route, not a sync one run in a thread pool).
-    ``clock`` stamps ``fault_log`` entries and the end times of boots and shutdowns
-    kept in the state file (default: wall time).
+    ``clock`` stamps ``fault_log`` entries, and the end times of boots and shutdowns and
+    the times of migration ticks kept in the state file (default: wall time).
 
     ``state_path`` (a SQLite file, created if missing) makes the world durable, like
     real hypervisors that keep running while the control plane crashes: every change
@@ -57,10 +57,11 @@ class SimCloud:
       open); the control plane sees them in ``list_domains``/``get_info``. A transition
       whose time is not up yet resumes for the time left on the first driver call or
       ``inject`` made inside a running loop, or on ``await cloud.resume()``.
-    - a migration in flight is gone: its job is not kept (``migration_job`` returns
-      None, as libvirt's does after the client restarts) and the domain is where it was,
-      on the source, RUNNING (or PAUSED if it was paused); the target holds nothing.
-      This is the safe outcome: the VM keeps running where it was.
+    - a migration in flight went on, as libvirt's goes on without its client: it advanced
+      by the ticks that fit in the time since its last one, and is switched over (the
+      domain on the target, gone from the source, no job left), failed at an injected
+      fault, stalled, or still running, resuming with its timer like a boot. Its job is
+      queryable and abortable and its room on the target stays held.
     - hosts (capacity, down or disconnected), domains with definition, live config,
       exit reason, memory marker, pools, volumes with content, volume snapshots, saved
       memory, armed faults with their counts and dirty rates are as they were.
@@ -116,6 +117,7 @@ class SimCloud:
     def _load(self, journal: SimJournal) -> None:
         for host in journal.load_hosts(self):
             self._hosts[host.name] = host
+        self.migrations.load(journal.load_migrations(self))
         for owner, domain in journal.load_domains():
             found = self._hosts.get(owner)
             if found is None:
@@ -129,8 +131,8 @@ class SimCloud:
             if domain.live is not None:
                 host.used_vcpus += domain.live.cpu
                 host.used_memory_mib += domain.live.memory_mib
-            if domain.state is DomainState.MIGRATING:
-                # the job died with the process: the domain stays on the source
+            if domain.state is DomainState.MIGRATING and not self.migrations.running_from(host, domain.name):
+                # a file written before migrations were stored: the job is gone, the domain stays
                 domain.state = domain.state_before_migration or DomainState.RUNNING
                 domain.state_before_migration = None
                 host.changed(domain)
@@ -142,9 +144,9 @@ class SimCloud:
         self.resume_transitions()
 
     def resume_transitions(self) -> None:
-        """Finish loaded boots and shutdowns whose time is up; inside a running loop, give
-        the others timers for the time they have left."""
-        if not self._unresumed:
+        """Finish loaded boots, shutdowns and migrations as far as their time is up; inside a
+        running loop, give the others timers for the time they have left."""
+        if not (self._unresumed or self.migrations.unresumed):
             return
         try:
             asyncio.get_running_loop()
@@ -157,9 +159,10 @@ class SimCloud:
             for host, domain in self._unresumed
             if not host.resume_transition(domain, now, can_wait=can_wait)
         ]
+        self.migrations.resume(now, can_wait=can_wait)
 
     async def resume(self) -> None:
-        """Resume loaded boots and shutdowns now (any driver call does it too)."""
+        """Resume loaded boots, shutdowns and migrations now (any driver call does it too)."""
         with self.transaction:
             self.resume_transitions()
 

@@ -10,6 +10,10 @@ iterating until it is aborted (the control plane's timeouts decide that).
 Time advances in ticks of ``cloud.migration_tick_s`` loop seconds, each worth
 ``migration_tick_s * time_scale`` simulated seconds, so tests can run a
 many-gigabyte migration in a few milliseconds.
+
+With a state file a migration outlives the process, as libvirt's outlives its client:
+every tick stores its progress and the wall-clock time (``cloud.clock``) of the tick,
+and the next process replays the ticks that fell in the gap before it resumes the timer.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class Migration:
         self.stalled = False
         self.reserved = (0, 0)  # vcpus, MiB held on the target
         self.timer: asyncio.TimerHandle | None = None
+        self.progressed_at = 0.0  # cloud.clock() of the last tick (of the start before the first)
 
     @property
     def remaining_mib(self) -> float:
@@ -153,6 +158,12 @@ class MigrationEngine:
     def __init__(self, cloud: SimCloud) -> None:
         self._cloud = cloud
         self._jobs: dict[str, Migration] = {}
+        # running migrations loaded from the state file that still wait for a timer
+        self._unresumed: list[Migration] = []
+
+    def latest(self, domain: str) -> Migration | None:
+        """The last job of ``domain``, whatever its phase."""
+        return self._jobs.get(domain)
 
     # ------------------------------------------------------------------ driver entry points
 
@@ -183,6 +194,8 @@ class MigrationEngine:
             fault=None,
         )
         self._jobs[domain.name] = migration
+        migration.progressed_at = self._cloud.clock()
+        self._changed(migration)
         refusal = self._target_refusal(
             migration, live.cpu, live.memory_mib, tuple(d.path for d in live.disks)
         )
@@ -227,7 +240,68 @@ class MigrationEngine:
             if migration.phase is MigrationPhase.RUNNING and host in (migration.source, migration.target):
                 self._finish(migration, MigrationPhase.FAILED, f"{error}: {host.uri}")
 
+    # ------------------------------------------------------------------ after a restart
+
+    def load(self, migrations: list[Migration]) -> None:
+        """Take over the jobs a previous process stored; the running ones hold their room on
+        the target again and wait for ``resume``."""
+        for migration in migrations:
+            self._jobs[migration.domain] = migration
+            if migration.phase is MigrationPhase.RUNNING:
+                cpu, memory = migration.reserved
+                migration.target.reserved_vcpus += cpu
+                migration.target.reserved_memory_mib += memory
+                self._unresumed.append(migration)
+
+    def running_from(self, source: SimHost, name: str) -> bool:
+        migration = self._jobs.get(name)
+        return (
+            migration is not None and migration.source is source and migration.phase is MigrationPhase.RUNNING
+        )
+
+    def resume(self, now: float, *, can_wait: bool) -> None:
+        """Advance loaded migrations by the ticks that fell between their last tick and ``now``;
+        inside a running loop (``can_wait``), give those still running their timers."""
+        self._unresumed = [m for m in self._unresumed if not self._catch_up(m, now, can_wait=can_wait)]
+
+    @property
+    def unresumed(self) -> bool:
+        return bool(self._unresumed)
+
+    def _catch_up(self, migration: Migration, now: float, *, can_wait: bool) -> bool:
+        """False while the migration still needs a timer, which needs a running loop."""
+        if migration.phase is not MigrationPhase.RUNNING or migration.timer is not None:
+            return True
+        source_domain = migration.source.domains.get(migration.domain)
+        if source_domain is None or source_domain.state is not DomainState.MIGRATING:
+            self._finish(migration, MigrationPhase.FAILED, "the domain left the source during migration")
+            return True
+        down = next((h for h in (migration.source, migration.target) if not h.up), None)
+        if down is not None:
+            self._finish(migration, MigrationPhase.FAILED, f"host went down: {down.uri}")
+            return True
+        if migration.stalled:
+            return True
+        tick_s = self._cloud.migration_tick_s
+        # whole ticks only: the part of a tick left over counts towards the next one
+        while now - migration.progressed_at >= tick_s:
+            migration.progressed_at += tick_s
+            if not self._step(migration):
+                if migration.job().phase is MigrationPhase.COMPLETED:
+                    # it ended unseen: as with libvirt, no job is left once the source domain is gone
+                    self._jobs.pop(migration.domain, None)
+                return True
+        if not can_wait:
+            return False
+        self._schedule(migration, delay=migration.progressed_at + tick_s - now)
+        return True
+
     # ------------------------------------------------------------------ internals
+
+    def _changed(self, migration: Migration) -> None:
+        journal = self._cloud.journal
+        if journal is not None:
+            journal.mark_migration(migration.domain)
 
     def _disks_to_copy(self, source: SimHost, request: MigrationRequest) -> tuple[DiskCopy, ...]:
         sizes_from_spec = {d.path: d.size_gib for d in request.spec.disks} if request.spec else {}
@@ -278,18 +352,23 @@ class MigrationEngine:
             current.append(DiskCopy(disk.path, disk.pool, disk.volume, disk.size_gib, content))
         return tuple(current)
 
-    def _schedule(self, migration: Migration) -> None:
+    def _schedule(self, migration: Migration, delay: float | None = None) -> None:
         loop = asyncio.get_running_loop()
-        migration.timer = loop.call_later(self._cloud.migration_tick_s, self._tick, migration)
+        delay = self._cloud.migration_tick_s if delay is None else delay
+        migration.timer = loop.call_later(delay, self._tick, migration)
 
     def _tick(self, migration: Migration) -> None:
         with self._cloud.transaction:
-            self._advance(migration)
+            migration.timer = None
+            migration.progressed_at = self._cloud.clock()
+            if self._step(migration):
+                self._schedule(migration)
 
-    def _advance(self, migration: Migration) -> None:
-        migration.timer = None
+    def _step(self, migration: Migration) -> bool:
+        """One tick of progress; True while the migration needs more ticks."""
         if migration.phase is not MigrationPhase.RUNNING:
-            return
+            return False
+        self._changed(migration)
         source_domain = migration.source.domains.get(migration.domain)
         paused = source_domain is not None and source_domain.state_before_migration is DomainState.PAUSED
         dirty_rate = 0.0 if paused else self._cloud.dirty_rate(migration.domain)
@@ -297,13 +376,14 @@ class MigrationEngine:
         converged = migration.advance(seconds, dirty_rate)
         if converged:
             self._switch_over(migration)
-        elif migration.at_fault_point():
+            return False
+        if migration.at_fault_point():
             if migration.fault is InjectedFault.FAIL:
                 self._finish(migration, MigrationPhase.FAILED, "migration failed half way (injected fault)")
             else:
                 migration.stalled = True  # no more ticks: no progress until aborted
-        else:
-            self._schedule(migration)
+            return False
+        return True
 
     def _release(self, migration: Migration) -> None:
         cpu, memory = migration.reserved
@@ -319,6 +399,7 @@ class MigrationEngine:
         self._release(migration)
         migration.phase = phase
         migration.error = error
+        self._changed(migration)
         domain = migration.source.domains.get(migration.domain)
         if domain is not None and domain.state is DomainState.MIGRATING:
             domain.state = domain.state_before_migration or DomainState.RUNNING
@@ -350,6 +431,7 @@ class MigrationEngine:
         run_state = domain.state_before_migration or DomainState.RUNNING
         source.remove(domain)
         migration.phase = MigrationPhase.COMPLETED
+        self._changed(migration)
         source.emit(DomainEventType.MIGRATED, domain, detail=f"to {target.uri}")
         arrived = target.define(domain.spec)
         target.power_on(arrived, run_state, live)

@@ -11,7 +11,8 @@ with one row per entity:
   boot count, the wall-clock time ``due`` at which a boot or shutdown in progress ends,
   whether that boot is an injected failure, and the state before a migration;
 - ``pools``, ``volumes`` (with content), ``volume_snapshots``, ``saved_memory``,
-  ``dirty_rates``; ``meta`` holds the schema version.
+  ``dirty_rates``; ``meta`` holds the schema version;
+- ``migrations``: the migration jobs, with their progress (see ``_persist_migrations``).
 
 Write path: the simulator's modules *mark* what they change (``mark_*``) and the
 outermost entry point that caused the change (a driver call, a ``SimCloud`` method,
@@ -19,8 +20,9 @@ a timer callback) writes the current state of every marked entity, and only thos
 in one transaction before it returns. A change spanning entities (a migration's
 switch-over moves a domain between hosts and lands its disks) is therefore atomic.
 
-Not stored: migration jobs (a migration in flight dies with the process, see
-``SimCloud``), ``fault_log``, and the constructor's timing arguments.
+Not stored: completed migration jobs (their source domain is gone), ``fault_log``, and
+the constructor's timing arguments. A migration in flight goes on in the next process
+(see ``SimCloud``), as libvirt carries one on without its client.
 """
 
 from __future__ import annotations
@@ -35,14 +37,17 @@ from typing import TYPE_CHECKING, Any
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState
 
+from . import _persist_migrations
 from ._model import FaultKind, SimDomain
 
 if TYPE_CHECKING:
     from ._cloud import SimCloud
     from ._host import SimHost
+    from ._migration import Migration
     from ._storage import SavedVolume, SimPool
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added the ``migrations`` table; a file of version 1 is upgraded by creating it."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -177,10 +182,12 @@ class SimJournal:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA busy_timeout=5000")
-        self._conn.executescript(_SCHEMA)
+        self._conn.executescript(_SCHEMA + _persist_migrations.SCHEMA)
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if row is None:
-            self._conn.execute("INSERT INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        if row is None or row[0] == "1":
+            self._conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
         elif row[0] != str(SCHEMA_VERSION):
             self._conn.close()
             raise ValueError(f"{path}: simulator state schema {row[0]}, this version reads {SCHEMA_VERSION}")
@@ -194,6 +201,7 @@ class SimJournal:
         self._snapshots: set[str] = set()
         self._memories: set[str] = set()
         self._dirty_rates: set[str] = set()
+        self._migrations: set[str] = set()
 
     def close(self) -> None:
         self._conn.close()
@@ -226,17 +234,25 @@ class SimJournal:
     def mark_dirty_rate(self, domain: str) -> None:
         self._dirty_rates.add(domain)
 
+    def mark_migration(self, domain: str) -> None:
+        self._migrations.add(domain)
+
+    @property
+    def _marks(self) -> tuple[set[Any], ...]:
+        return (
+            self._hosts,
+            self._domains,
+            self._pools,
+            self._volumes,
+            self._snapshots,
+            self._memories,
+            self._dirty_rates,
+            self._migrations,
+        )
+
     @property
     def pending(self) -> bool:
-        return bool(
-            self._hosts
-            or self._domains
-            or self._pools
-            or self._volumes
-            or self._snapshots
-            or self._memories
-            or self._dirty_rates
-        )
+        return any(self._marks)
 
     # ------------------------------------------------------------------ write
 
@@ -252,6 +268,11 @@ class SimJournal:
             *self._snapshot_rows(cloud),
             *self._memory_rows(cloud),
             *self._dirty_rate_rows(cloud),
+            *self._split(
+                _persist_migrations.UPSERT,
+                _persist_migrations.DELETE,
+                (((d,), _persist_migrations.row(cloud, d)) for d in sorted(self._migrations)),
+            ),
         ]
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
@@ -266,15 +287,7 @@ class SimJournal:
             raise  # the marks stay: the next flush writes them again
         self.rows_written += sum(len(rows) for _, rows in batches)
         self.commits += 1
-        for marks in (
-            self._hosts,
-            self._domains,
-            self._pools,
-            self._volumes,
-            self._snapshots,
-            self._memories,
-            self._dirty_rates,
-        ):
+        for marks in self._marks:
             marks.clear()
 
     @staticmethod
@@ -496,3 +509,6 @@ class SimJournal:
 
     def load_dirty_rates(self) -> dict[str, float]:
         return {domain: float(rate) for domain, rate in self._rows("SELECT domain, mib_s FROM dirty_rates")}
+
+    def load_migrations(self, cloud: SimCloud) -> list[Migration]:
+        return _persist_migrations.load(cloud, self._rows(_persist_migrations.SELECT))

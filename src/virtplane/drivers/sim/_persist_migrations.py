@@ -1,0 +1,158 @@
+"""The ``migrations`` table of the state file: the migration jobs of ``SimCloud``, one row per domain.
+
+A row holds what a migration needs to go on in another process: source and target,
+bandwidth, memory, the disks to copy, the injected fault, the progress so far (the
+fields ``Migration.advance`` works on), the room it holds on the target, and the
+wall-clock time (``cloud.clock``) of its last tick, from which a later process counts
+the ticks that passed while none ran. Every tick rewrites the row, in the tick's own
+transaction, so that progress stored and time stored always belong together.
+
+A failed or aborted job keeps its row until the domain's next migration, as it stays
+queryable in memory; a completed one loses it: its source domain is gone, and libvirt
+keeps no job of a domain that left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from virtplane.drivers.base import MigrationPhase
+
+from ._migration import DiskCopy, InjectedFault, Migration
+
+if TYPE_CHECKING:
+    from ._cloud import SimCloud
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS migrations (
+    domain TEXT PRIMARY KEY,
+    vm_uid TEXT NOT NULL,
+    source TEXT NOT NULL,
+    target TEXT NOT NULL,
+    bandwidth_mib_s REAL NOT NULL,
+    memory_mib REAL NOT NULL,
+    disks TEXT NOT NULL,
+    fault TEXT,
+    phase TEXT NOT NULL,
+    error TEXT NOT NULL,
+    processed_mib REAL NOT NULL,
+    disk_remaining_mib REAL NOT NULL,
+    iteration INTEGER NOT NULL,
+    iteration_remaining_mib REAL NOT NULL,
+    iteration_seconds REAL NOT NULL,
+    stalled INTEGER NOT NULL,
+    reserved_vcpus INTEGER NOT NULL,
+    reserved_memory_mib INTEGER NOT NULL,
+    progressed_at REAL NOT NULL
+);
+"""
+
+_COLUMNS = (
+    "domain",
+    "vm_uid",
+    "source",
+    "target",
+    "bandwidth_mib_s",
+    "memory_mib",
+    "disks",
+    "fault",
+    "phase",
+    "error",
+    "processed_mib",
+    "disk_remaining_mib",
+    "iteration",
+    "iteration_remaining_mib",
+    "iteration_seconds",
+    "stalled",
+    "reserved_vcpus",
+    "reserved_memory_mib",
+    "progressed_at",
+)
+
+UPSERT = (
+    f"INSERT INTO migrations ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+    f"ON CONFLICT (domain) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _COLUMNS[1:])}"
+)
+DELETE = "DELETE FROM migrations WHERE domain = ?"
+SELECT = f"SELECT {', '.join(_COLUMNS)} FROM migrations ORDER BY rowid"
+
+
+def row(cloud: SimCloud, domain: str) -> tuple[Any, ...] | None:
+    """The row of ``domain``'s job, or None when it has none to keep."""
+    migration = cloud.migrations.latest(domain)
+    if migration is None or migration.phase is MigrationPhase.COMPLETED:
+        return None
+    return (
+        migration.domain,
+        migration.vm_uid,
+        migration.source.name,
+        migration.target.name,
+        migration.bandwidth_mib_s,
+        migration.memory_mib,
+        json.dumps([dataclasses.asdict(disk) for disk in migration.disks]),
+        None if migration.fault is None else str(migration.fault),
+        str(migration.phase),
+        migration.error,
+        migration.processed_mib,
+        migration.disk_remaining_mib,
+        migration.iteration,
+        migration.iteration_remaining_mib,
+        migration.iteration_seconds,
+        int(migration.stalled),
+        *migration.reserved,
+        migration.progressed_at,
+    )
+
+
+def load(cloud: SimCloud, rows: Iterable[tuple[Any, ...]]) -> list[Migration]:
+    """Rebuild the jobs of the rows (those between hosts that still exist)."""
+    migrations = []
+    for (
+        domain,
+        vm_uid,
+        source_name,
+        target_name,
+        bandwidth,
+        memory,
+        disks,
+        fault,
+        phase,
+        error,
+        processed,
+        disk_remaining,
+        iteration,
+        iteration_remaining,
+        iteration_seconds,
+        stalled,
+        reserved_vcpus,
+        reserved_memory,
+        progressed_at,
+    ) in rows:
+        source, target = cloud.host_named(source_name), cloud.host_named(target_name)
+        if source is None or target is None:
+            continue
+        migration = Migration(
+            domain=domain,
+            vm_uid=vm_uid,
+            source=source,
+            target=target,
+            bandwidth_mib_s=bandwidth,
+            memory_mib=memory,
+            disks=tuple(DiskCopy(**disk) for disk in json.loads(disks)),
+            fault=None if fault is None else InjectedFault(fault),
+        )
+        migration.phase = MigrationPhase(phase)
+        migration.error = error
+        migration.processed_mib = processed
+        migration.disk_remaining_mib = disk_remaining
+        migration.iteration = iteration
+        migration.iteration_remaining_mib = iteration_remaining
+        migration.iteration_seconds = iteration_seconds
+        migration.stalled = bool(stalled)
+        migration.reserved = (reserved_vcpus, reserved_memory)
+        migration.progressed_at = progressed_at
+        migrations.append(migration)
+    return migrations
