@@ -142,10 +142,15 @@ async def test_definition_carries_metadata_and_console_log(node_uri: Callable[[s
     driver = await connected(node_uri("h"), events, console_dir="/var/log/virtplane")
     try:
         kernel, initrd = await library_file(driver, "vmlinuz"), await library_file(driver, "initrd.gz")
-        spec = make_spec("meta", vm_name="Web <1> & co", kernel=kernel, initrd=initrd, cmdline="console=ttyS0")
+        spec = make_spec(
+            "meta", vm_name="Web <1> & co", kernel=kernel, initrd=initrd, cmdline="console=ttyS0"
+        )
         await driver.ensure_defined(spec)
         xml = driver._connection.get().lookupByName(spec.name).XMLDesc(0)
-        assert "<kernel>/srv/library/vmlinuz</kernel>" in xml and "<initrd>/srv/library/initrd.gz</initrd>" in xml
+        assert (
+            "<kernel>/srv/library/vmlinuz</kernel>" in xml
+            and "<initrd>/srv/library/initrd.gz</initrd>" in xml
+        )
         assert "<title>Web &lt;1&gt; &amp; co</title>" in xml
         assert "/var/log/virtplane/virtplane-meta.log" in xml
         assert "https://virtplane.io/xmlns/libvirt/instance/1" in xml

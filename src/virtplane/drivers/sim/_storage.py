@@ -160,7 +160,9 @@ class SimStorage:
         try:
             found = self._volume(host, image.pool, image.file)
         except NotFound:
-            raise NotFound(f"image file {image.file} in library pool {image.pool.name} does not exist") from None
+            raise NotFound(
+                f"image file {image.file} in library pool {image.pool.name} does not exist"
+            ) from None
         size = found.size_gib * GIB
         return ImageInfo(size_bytes=size, virtual_size_bytes=size, format=image.format), found
 
