@@ -7,7 +7,7 @@ VMs of every run policy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from virtplane.domain.resources import (
     Capacity,
@@ -33,6 +33,9 @@ from virtplane.domain.resources import (
 )
 from virtplane.store.errors import AlreadyExists
 from virtplane.store.store import Store
+
+if TYPE_CHECKING:
+    from virtplane.drivers.sim import SimCloud
 
 CLUSTER = "demo"
 HOSTS = ("host-1", "host-2", "host-3")
@@ -122,7 +125,7 @@ def seed(store: Store) -> int:
     return created
 
 
-def stock_library(sim: Any) -> None:
+def stock_library(sim: SimCloud) -> None:
     """Put the demo library's files on the simulated hosts' shared library pool."""
     for file, _, content, size_gib in LIBRARY_FILES.values():
         sim.put_image_file(LIBRARY, file, content, size_gib=size_gib)
