@@ -409,7 +409,7 @@ async def test_drain_with_migration_strategy_moves_shared_and_local_guests_live(
     local = await qplane.add_volume("lo-root", pool="local-a")
     write_marker(shared.status.path, ord("S"))
     local_on_a = qplane.local_file("a", "lo-root")
-    assert local.status.path == f"{LOCAL_IMAGES}/lo-root" and local_on_a.exists()
+    assert local.status.path == f"{LOCAL_IMAGES}/{volume_file(local)}" and local_on_a.exists()
     write_marker(local_on_a, ord("L"))
     qplane.add_vm("sh", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, "sh-root")
     qplane.add_vm("lo", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, "lo-root")
