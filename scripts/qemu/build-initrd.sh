@@ -10,6 +10,9 @@
 #   - kernel argument vp.poweroff=N: powers itself off after N ticks (guest shutdown test)
 #   - kernel argument vp.dirty=N: keeps rewriting N MiB of RAM (migration that
 #     does not converge under a low bandwidth limit)
+#   - kernel argument vp.probe=IP:PORT: tries a TCP connection from the guest's first NIC
+#     (10.0.2.15/24 via 10.0.2.2, QEMU's user network) and prints "PROBE connected",
+#     "PROBE failed" or "PROBE no-nic"
 set -euo pipefail
 tree=${1:?unpacked kernel package}; out=${2:?output initrd.gz}
 kver=$(ls "$tree/lib/modules" | head -1)
@@ -20,7 +23,7 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods,etc/acpi/PWRF}
 cp /bin/busybox "$root/bin/busybox"
 # Load order matters: virtio core first, then the PCI transport, then block; evdev+button for ACPI.
-modules="virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk evdev button"
+modules="virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk failover net_failover virtio_net evdev button"
 for mod in $modules; do
   file=$(find "$moddir" -name "$mod.ko*" | head -1)
   [ -n "$file" ] || { echo "module $mod not found in $moddir" >&2; exit 1; }
@@ -56,11 +59,13 @@ acpid -c /etc/acpi -l /tmp/acpid.log
 reboot_after=0
 poweroff_after=0
 dirty_mib=0
+probe=""
 for arg in $(cat /proc/cmdline); do
   case $arg in
     vp.reboot=*) reboot_after=${arg#vp.reboot=} ;;
     vp.poweroff=*) poweroff_after=${arg#vp.poweroff=} ;;
     vp.dirty=*) dirty_mib=${arg#vp.dirty=} ;;
+    vp.probe=*) probe=${arg#vp.probe=} ;;
   esac
 done
 echo "GUEST-UP uptime=$(cut -d' ' -f1 /proc/uptime) disks=$(ls /sys/block | tr '\n' ',')"
@@ -71,6 +76,18 @@ if [ "$dirty_mib" -gt 0 ]; then
   mkdir -p /dirty
   mount -t tmpfs -o size=$((dirty_mib + 8))m tmpfs /dirty
   (while :; do dd if=/dev/urandom of=/dirty/pages bs=1M count="$dirty_mib" conv=notrunc 2>/dev/null; done) &
+fi
+if [ -n "$probe" ]; then
+  if [ -e /sys/class/net/eth0 ]; then
+    ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2
+    if echo "probe from the guest" | nc -w 5 "${probe%:*}" "${probe##*:}"; then
+      echo "PROBE connected"
+    else
+      echo "PROBE failed"
+    fi
+  else
+    echo "PROBE no-nic"
+  fi
 fi
 tick=0
 while :; do

@@ -8,21 +8,28 @@ from __future__ import annotations
 
 from virtplane.api.errors import ApiError
 from virtplane.controllers.operations import active_before
+from virtplane.controllers.storage import pool_ref
+from virtplane.domain.images import paths_overlap
 from virtplane.domain.intents import read_intents
 from virtplane.domain.operations import admit
 from virtplane.domain.resources import (
     Host,
+    Image,
+    ImageKind,
+    ImagePhase,
+    PoolContent,
     Resource,
     StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
     VirtualMachineSnapshot,
     Volume,
+    VolumePhase,
 )
 from virtplane.runtime.cache import Cache
 from virtplane.store.store import Store
 
-IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot)
+IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, Image)
 
 
 class Admission:
@@ -35,9 +42,78 @@ class Admission:
             self._admit_operation(obj)
         elif isinstance(obj, VirtualMachineSnapshot) and self.store.find(VirtualMachine, obj.spec.vm) is None:
             raise ApiError(422, "VMNotFound", f"VM {obj.spec.vm} does not exist")
-        elif isinstance(obj, Volume) and self.store.find(StoragePool, obj.spec.pool) is None:
-            raise ApiError(422, "PoolNotFound", f"storage pool {obj.spec.pool} does not exist")
+        elif isinstance(obj, Volume):
+            self._admit_volume(obj)
+        elif isinstance(obj, VirtualMachine):
+            self._admit_boot(obj)
+        elif isinstance(obj, Image):
+            self._library(obj.spec.pool)
+        elif isinstance(obj, StoragePool):
+            self._admit_pool(obj)
         return obj
+
+    # -- the image library (DESIGN.md §8: operators name images, never paths on a host)
+
+    def _library(self, name: str) -> StoragePool:
+        pool = self.store.find(StoragePool, name)
+        if pool is None:
+            raise ApiError(422, "PoolNotFound", f"storage pool {name} does not exist")
+        if pool.spec.content is not PoolContent.IMAGES:
+            raise ApiError(
+                422,
+                "NotAnImageLibrary",
+                f"storage pool {name} is not an image library (spec.content: images)",
+            )
+        return pool
+
+    def _image(self, name: str, kind: ImageKind, field: str) -> None:
+        image = self.store.find(Image, name)
+        if image is None:
+            raise ApiError(422, "ImageNotFound", f"{field}: image {name} does not exist")
+        if image.spec.kind is not kind:
+            raise ApiError(
+                422,
+                "WrongImageKind",
+                f"{field}: image {name} is a {image.spec.kind.value} image; this needs a {kind.value} image",
+            )
+        if image.status.phase is not ImagePhase.READY:
+            raise ApiError(
+                422, "ImageNotReady", f"{field}: image {name} is {image.status.phase.value}, not Ready"
+            )
+
+    def _admit_volume(self, volume: Volume) -> None:
+        pool = self.store.find(StoragePool, volume.spec.pool)
+        if pool is None:
+            raise ApiError(422, "PoolNotFound", f"storage pool {volume.spec.pool} does not exist")
+        if pool.spec.content is PoolContent.IMAGES:
+            raise ApiError(
+                422,
+                "PoolIsImageLibrary",
+                f"storage pool {pool.metadata.name} is an image library, not for volumes",
+            )
+        if volume.spec.source and volume.spec.source.image:
+            self._image(volume.spec.source.image, ImageKind.DISK, "spec.source.image")
+
+    def _admit_boot(self, vm: VirtualMachine) -> None:
+        if vm.spec.boot is not None:
+            self._image(vm.spec.boot.kernel, ImageKind.KERNEL, "spec.boot.kernel")
+            if vm.spec.boot.initrd:
+                self._image(vm.spec.boot.initrd, ImageKind.INITRD, "spec.boot.initrd")
+
+    def _admit_pool(self, pool: StoragePool) -> None:
+        """A library never shares its directory with a volume pool: volume deletion never reaches it."""
+        mine = pool_ref(pool)
+        for other in self.store.list_objects(StoragePool):
+            if other.spec.content is pool.spec.content or other.metadata.name == pool.metadata.name:
+                continue
+            theirs = pool_ref(other)
+            if mine.name == theirs.name or paths_overlap(mine.path, theirs.path):
+                raise ApiError(
+                    422,
+                    "PoolOverlap",
+                    f"storage pool {pool.metadata.name} would share its directory with pool "
+                    f"{other.metadata.name}: image libraries and volume pools must not overlap",
+                )
 
     def _admit_operation(self, op: VirtualMachineOperation) -> None:
         vm = self.store.find(VirtualMachine, op.spec.vm)
@@ -58,6 +134,20 @@ class Admission:
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]
             raise ApiError(422, "Immutable", f"the spec of a {current.KIND} cannot change; create a new one")
+        if isinstance(current, StoragePool) and isinstance(new, StoragePool):
+            if current.spec.content is not new.spec.content:
+                raise ApiError(422, "Immutable", "spec.content of a storage pool cannot change")
+            if pool_ref(current) != pool_ref(new):
+                self._admit_pool(new)
+        elif isinstance(current, Volume) and isinstance(new, Volume):
+            if (current.spec.pool, current.spec.source) != (new.spec.pool, new.spec.source):
+                self._admit_volume(new)
+        elif (
+            isinstance(current, VirtualMachine)
+            and isinstance(new, VirtualMachine)
+            and current.spec.boot != new.spec.boot
+        ):
+            self._admit_boot(new)
         return new
 
     def on_delete(self, current: Resource) -> None:
@@ -76,6 +166,23 @@ class Admission:
                 raise ApiError(
                     409, "PoolInUse", f"pool {name} still holds {len(volumes)} volume(s), e.g. {volumes[0]}"
                 )
+            images = [i.metadata.name for i in self.cache.images() if i.spec.pool == name]
+            if images:
+                raise ApiError(
+                    409, "PoolInUse", f"pool {name} still holds {len(images)} image(s), e.g. {images[0]}"
+                )
+        elif isinstance(current, Image):
+            users = sorted(
+                vm.metadata.name
+                for vm in self.cache.vms()
+                if vm.spec.boot is not None and name in (vm.spec.boot.kernel, vm.spec.boot.initrd)
+            ) + sorted(
+                v.metadata.name
+                for v in self.cache.volumes()
+                if v.spec.source and v.spec.source.image == name and v.status.phase is not VolumePhase.READY
+            )
+            if users:
+                raise ApiError(409, "ImageInUse", f"image {name} is used by {', '.join(users)}")
         elif isinstance(current, Host):
             vms = self.cache.vms_on_host(name)
             if vms:

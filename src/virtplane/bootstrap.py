@@ -25,6 +25,7 @@ from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
+from virtplane.controllers.images import ImageReconciler
 from virtplane.controllers.maintenance import MaintenanceReconciler, MaintenanceService, wake_on_change
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
 from virtplane.controllers.migration import MigrationCoordinator, MigrationOperations
@@ -122,6 +123,7 @@ class ControlPlane:
         self._add("VirtualMachine", VMReconciler(self.ctx, console_dir=self.options.console_dir), metrics)
         self._add("Host", HostReconciler(self.ctx), metrics, workers=4)
         self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
+        self._add("Image", ImageReconciler(self.ctx), metrics, workers=2)
         self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
         self.operations = OperationReconciler(self.ctx)
         self.operations.register(OperationType.RESTORE, RestoreHandler(self.ctx))
@@ -202,6 +204,11 @@ class ControlPlane:
         elif kind == "StoragePool":
             for volume_name in self.cache.volumes_in_pool(name):
                 self.enqueue("Volume", volume_name)
+            for image in self.cache.images():
+                if image.spec.pool == name:
+                    self.enqueue("Image", image.metadata.name)
+        elif kind == "Image":
+            self._wake_image_users(name)
         elif kind == "Host":
             old_host = old if isinstance(old, Host) else None
             new_host = new if isinstance(new, Host) else None
@@ -218,6 +225,8 @@ class ControlPlane:
             if changed:
                 for pool in self.cache.pools():
                     self.enqueue("StoragePool", pool.metadata.name)
+                for image in self.cache.images():
+                    self.enqueue("Image", image.metadata.name)
                 for vm in self.cache.vms_on_host(name):
                     self.enqueue("VirtualMachine", vm.metadata.name)
             freed = old_host is not None and (
@@ -244,6 +253,16 @@ class ControlPlane:
                     self.enqueue("Host", new.status.host)
         for wake_kind, wake_name in wake_on_change(self.cache, kind, old, new):
             self.enqueue(wake_kind, wake_name)
+
+    def _wake_image_users(self, image: str) -> None:
+        """Volumes waiting to be copied from ``image`` and VMs that boot from it."""
+        for volume in self.cache.volumes():
+            if volume.spec.source and volume.spec.source.image == image:
+                self.enqueue("Volume", volume.metadata.name)
+        for vm in self.cache.vms():
+            boot = vm.spec.boot
+            if boot is not None and image in (boot.kernel, boot.initrd):
+                self.enqueue("VirtualMachine", vm.metadata.name)
 
     def _on_driver_event(self, event: DomainEvent) -> None:
         if event.type in (DomainEventType.HOST_DOWN, DomainEventType.HOST_UP):
@@ -297,6 +316,7 @@ class ControlPlane:
         for kind in (
             "Host",
             "StoragePool",
+            "Image",
             "Volume",
             "VirtualMachine",
             "VirtualMachineSnapshot",

@@ -1,17 +1,25 @@
-"""The demo world: three simulated hosts, shared and local storage, VMs of every run policy.
+"""The demo world: three simulated hosts, shared and local storage, an image library,
+VMs of every run policy.
 
-``seed`` adds only what is missing, so restarting ``serve --demo`` keeps the data.
+``seed`` adds only what is missing, so restarting ``serve --demo`` keeps the data;
+``stock_library`` places the library's files on the simulated hosts, as an admin would.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from virtplane.domain.resources import (
     Capacity,
     Disk,
     Host,
     HostSpec,
+    Image,
+    ImageKind,
+    ImageSpec,
     Metadata,
     Placement,
+    PoolContent,
     PoolKind,
     Resource,
     RunPolicy,
@@ -20,13 +28,23 @@ from virtplane.domain.resources import (
     VirtualMachine,
     VirtualMachineSpec,
     Volume,
+    VolumeSource,
     VolumeSpec,
 )
 from virtplane.store.errors import AlreadyExists
 from virtplane.store.store import Store
 
+if TYPE_CHECKING:
+    from virtplane.drivers.sim import SimCloud
+
 CLUSTER = "demo"
 HOSTS = ("host-1", "host-2", "host-3")
+LIBRARY = "images"
+LIBRARY_FILES = {  # image name: (file, kind, content, GiB)
+    "debian-12": ("debian-12-generic-amd64.qcow2", ImageKind.DISK, "Debian 12 (demo image)", 2),
+    "vmlinuz-6-1": ("vmlinuz-6.1.0-amd64", ImageKind.KERNEL, "Linux 6.1 kernel (demo)", 1),
+    "initrd-6-1": ("initrd.img-6.1.0-amd64", ImageKind.INITRD, "Linux 6.1 initrd (demo)", 1),
+}
 
 
 def demo_objects() -> list[Resource]:
@@ -52,6 +70,18 @@ def demo_objects() -> list[Resource]:
             spec=StoragePoolSpec(kind=PoolKind.SHARED, cluster=CLUSTER, capacity_gib=4000),
         )
     )
+    objects.append(
+        StoragePool(
+            metadata=Metadata(name=LIBRARY),
+            spec=StoragePoolSpec(
+                kind=PoolKind.SHARED, cluster=CLUSTER, capacity_gib=100, content=PoolContent.IMAGES
+            ),
+        )
+    )
+    for image, (file, kind, _, _) in LIBRARY_FILES.items():
+        objects.append(
+            Image(metadata=Metadata(name=image), spec=ImageSpec(pool=LIBRARY, file=file, kind=kind))
+        )
     vms = [
         ("web-1", RunPolicy.ALWAYS_ON, "shared", 2, 2048, "web"),
         ("web-2", RunPolicy.ALWAYS_ON, "shared", 2, 2048, "web"),
@@ -61,8 +91,11 @@ def demo_objects() -> list[Resource]:
         ("archive-1", RunPolicy.ALWAYS_OFF, "shared", 1, 512, None),
     ]
     for name, policy, pool, cpu, memory, group in vms:
+        source = VolumeSource(image="debian-12") if group == "web" else None
         objects.append(
-            Volume(metadata=Metadata(name=f"{name}-root"), spec=VolumeSpec(pool=pool, size_gib=20))
+            Volume(
+                metadata=Metadata(name=f"{name}-root"), spec=VolumeSpec(pool=pool, size_gib=20, source=source)
+            )
         )
         objects.append(
             VirtualMachine(
@@ -90,3 +123,9 @@ def seed(store: Store) -> int:
         except AlreadyExists:
             pass
     return created
+
+
+def stock_library(sim: SimCloud) -> None:
+    """Put the demo library's files on the simulated hosts' shared library pool."""
+    for file, _, content, size_gib in LIBRARY_FILES.values():
+        sim.put_image_file(LIBRARY, file, content, size_gib=size_gib)

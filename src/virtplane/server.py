@@ -111,6 +111,10 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
         shutdown_seconds=options.sim_shutdown_seconds,
         state_path=options.data_dir / "sim.db",
     )
+    if options.demo:
+        from virtplane.demo import stock_library
+
+        stock_library(sim)
     plane_ref: list[ControlPlane] = []
     console_dir = options.data_dir / "consoles"
     console_dir.mkdir(exist_ok=True)

@@ -102,6 +102,7 @@ def test_every_kind_has_a_unique_plural() -> None:
     assert set(KIND_BY_PLURAL) == {
         "hosts",
         "storagepools",
+        "images",
         "volumes",
         "vms",
         "snapshots",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from virtplane.drivers.base import DiskAttachment, DomainSpec, domain_name
+from virtplane.drivers.base import DiskAttachment, DomainSpec, ImageRef, PoolRef, domain_name
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt.domain_xml import (
     INSTANCE_NS,
@@ -26,6 +26,9 @@ from virtplane.drivers.libvirt.domain_xml import (
 )
 
 HOSTILE = "a'b\"c<d>e&f]]><!--x--><![CDATA[y]]>\n\x00\x07\ud800tail"
+LIBRARY = PoolRef(name="library", path="/srv/library", shared=True)
+KERNEL = ImageRef(LIBRARY, "vmlinuz")
+INITRD = ImageRef(LIBRARY, "initrd.gz")
 
 
 def spec(**overrides: object) -> DomainSpec:
@@ -86,15 +89,30 @@ def test_disks_keep_their_order_targets_and_boot_order() -> None:
 def test_direct_kernel_boot() -> None:
     root = ET.fromstring(
         build_domain_xml(
-            spec(kernel="/boot/vmlinuz", initrd="/boot/initrd.gz", cmdline="console=ttyS0 x=<1>"),
+            spec(kernel=KERNEL, initrd=INITRD, cmdline="console=ttyS0 x=<1>"),
             XmlOptions(),
+            kernel_path="/srv/library/vmlinuz",
+            initrd_path="/srv/library/initrd.gz",
         )
     )
-    assert root.findtext("os/kernel") == "/boot/vmlinuz"
-    assert root.findtext("os/initrd") == "/boot/initrd.gz"
+    assert root.findtext("os/kernel") == "/srv/library/vmlinuz"
+    assert root.findtext("os/initrd") == "/srv/library/initrd.gz"
     assert root.findtext("os/cmdline") == "console=ttyS0 x=<1>"
     assert root.find("os/kernel") is not None
     assert ET.fromstring(build_domain_xml(spec(), XmlOptions())).find("os/kernel") is None
+
+
+def test_boot_files_are_only_written_as_the_driver_resolved_them() -> None:
+    with pytest.raises(PermanentError, match="resolved"):
+        build_domain_xml(spec(kernel=KERNEL), XmlOptions())  # an image with no checked path
+    with pytest.raises(PermanentError, match="resolved"):
+        build_domain_xml(spec(), XmlOptions(), kernel_path="/etc/shadow")  # a path with no image
+
+
+def test_there_is_no_user_mode_nic() -> None:
+    """QEMU's user network maps its gateway to the host's 127.0.0.1 (docs/decisions.md)."""
+    for options in (XmlOptions(), XmlOptions(domain_type="kvm")):
+        assert ET.fromstring(build_domain_xml(spec(), options)).find("devices/interface") is None
 
 
 def test_domain_type_is_configurable_and_the_test_profile_is_minimal() -> None:
@@ -106,8 +124,8 @@ def test_domain_type_is_configurable_and_the_test_profile_is_minimal() -> None:
 
 
 def test_hostile_user_values_are_escaped_and_round_trip() -> None:
-    hostile = spec(vm_name=HOSTILE, vm_uid=HOSTILE, cmdline=HOSTILE, kernel="/k")
-    text = build_domain_xml(hostile, XmlOptions(), console_log="/tmp/a'b\"<c>&.log")
+    hostile = spec(vm_name=HOSTILE, vm_uid=HOSTILE, cmdline=HOSTILE, kernel=KERNEL)
+    text = build_domain_xml(hostile, XmlOptions(), console_log="/tmp/a'b\"<c>&.log", kernel_path="/k")
     root = ET.fromstring(text)  # well-formed whatever the input
     assert "<evil" not in text and "<!--x-->" not in text
     assert root.findtext("title") == "a'b\"c<d>e&f]]><!--x--><![CDATA[y]]> \ufffd\ufffd\ufffdtail"
@@ -136,7 +154,7 @@ def test_any_vm_name_gives_well_formed_xml(name: str) -> None:
         {"name": ""},
         {"cpu": 0},
         {"memory_mib": 1},
-        {"initrd": "/i"},
+        {"initrd": INITRD},
         {"disks": (DiskAttachment(path="relative.qcow2"),)},
         {"disks": (DiskAttachment(path="/x", format="vmdk'"),)},
     ],

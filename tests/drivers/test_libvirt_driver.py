@@ -16,10 +16,11 @@ from virtplane.drivers.base import (
     DomainSpec,
     DomainState,
     HypervisorDriver,
+    ImageRef,
     PoolRef,
     domain_name,
 )
-from virtplane.drivers.errors import NotFound, PermanentError, Unsupported
+from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, Unsupported
 
 from .conftest import wait_for
 
@@ -38,6 +39,19 @@ def make_spec(uid: str, **overrides: Any) -> DomainSpec:
     }
     fields.update(overrides)
     return DomainSpec(**fields)
+
+
+LIBRARY = PoolRef(name="library", path="/srv/library", shared=True)
+
+
+async def library_file(driver: LibvirtDriver, file: str, fmt: str = "raw") -> ImageRef:
+    """A file an admin placed in the library (the test driver keeps it in memory)."""
+    from virtplane.drivers.libvirt.domain_xml import volume_xml
+
+    await driver.ensure_pool(LIBRARY)
+    pool = driver._connection.get().storagePoolLookupByName(LIBRARY.name)
+    pool.createXML(volume_xml(file, 1024 * 1024, fmt), 0)
+    return ImageRef(LIBRARY, file, fmt)
 
 
 async def connected(uri: str, events: list[DomainEvent] | None = None, **kwargs: Any) -> LibvirtDriver:
@@ -127,9 +141,16 @@ async def test_definition_carries_metadata_and_console_log(node_uri: Callable[[s
     events: list[DomainEvent] = []
     driver = await connected(node_uri("h"), events, console_dir="/var/log/virtplane")
     try:
-        spec = make_spec("meta", vm_name="Web <1> & co", kernel="/k", initrd="/i", cmdline="console=ttyS0")
+        kernel, initrd = await library_file(driver, "vmlinuz"), await library_file(driver, "initrd.gz")
+        spec = make_spec(
+            "meta", vm_name="Web <1> & co", kernel=kernel, initrd=initrd, cmdline="console=ttyS0"
+        )
         await driver.ensure_defined(spec)
         xml = driver._connection.get().lookupByName(spec.name).XMLDesc(0)
+        assert (
+            "<kernel>/srv/library/vmlinuz</kernel>" in xml
+            and "<initrd>/srv/library/initrd.gz</initrd>" in xml
+        )
         assert "<title>Web &lt;1&gt; &amp; co</title>" in xml
         assert "/var/log/virtplane/virtplane-meta.log" in xml
         assert "https://virtplane.io/xmlns/libvirt/instance/1" in xml
@@ -163,10 +184,17 @@ async def test_storage_rules(node_uri: Callable[[str], str]) -> None:
             await driver.resize_volume(pool, "v", 2)
         with pytest.raises(NotFound):
             await driver.snapshot_volume(pool, "missing", "s")
-        clone = await driver.create_volume(pool, "from-image", 1, source_path=first.path)
-        assert clone.path == "/srv/p/from-image"
-        with pytest.raises(Unsupported):
-            await driver.create_volume(pool, "from-url", 1, source_path="https://example.invalid/x.qcow2")
+        image = await library_file(driver, "base.qcow2", "qcow2")
+        assert (await driver.inspect_image(image)).format == "qcow2"
+        # (libvirt's test driver clones only within one pool; tests/qemu copy images for real)
+        with pytest.raises(ImageRefused, match="is qcow2, not raw"):
+            await driver.create_volume(pool, "wrong-format", 1, ImageRef(LIBRARY, "base.qcow2", "raw"))
+        with pytest.raises(NotFound):
+            await driver.create_volume(pool, "from-nothing", 1, ImageRef(LIBRARY, "missing.qcow2", "qcow2"))
+        for escape in ("../p/v", "/srv/p/v", "sub/x"):
+            with pytest.raises(PermanentError):
+                await driver.inspect_image(ImageRef(LIBRARY, escape, "qcow2"))
+        assert await driver.get_info("virtplane-none") is None
     finally:
         await driver.close()
 

@@ -24,6 +24,7 @@ from virtplane.drivers.base import (
     DomainSpec,
     DomainState,
     HypervisorDriver,
+    ImageRef,
     MigrationJob,
     MigrationPhase,
     MigrationRequest,
@@ -515,13 +516,17 @@ async def test_pool_capacity_is_enforced(h1: SimDriver) -> None:
     assert (await h1.create_volume(LOCAL, "b", 30)).size_gib == 30  # a re-run of the same create
 
 
-async def test_volume_from_a_source(cloud: SimCloud, h1: SimDriver) -> None:
+async def test_volume_from_a_library_image(cloud: SimCloud, h1: SimDriver) -> None:
+    library = PoolRef(name="library", path="library", shared=True)
+    cloud.put_image_file("library", "cirros.qcow2", "golden", size_gib=3)
+    await h1.ensure_pool(library)
     await h1.ensure_pool(SHARED)
-    base = await h1.create_volume(SHARED, "base", 1, source_path="/images/cirros.qcow2")
-    assert cloud.read_volume(base.path) == "image:/images/cirros.qcow2"
-    cloud.write_volume(base.path, "golden")
-    clone = await h1.create_volume(SHARED, "clone", 2, source_path=base.path)
-    assert cloud.read_volume(clone.path) == "golden"
+    image = ImageRef(library, "cirros.qcow2", "qcow2")
+    assert (await h1.inspect_image(image)).size_bytes == 3 * 1024**3
+    clone = await h1.create_volume(SHARED, "clone", 2, image)
+    assert cloud.read_volume(clone.path) == "golden" and clone.size_gib == 3  # at least the image's size
+    with pytest.raises(NotFound):
+        await h1.create_volume(SHARED, "other", 2, ImageRef(library, "missing.qcow2", "qcow2"))
 
 
 async def test_snapshot_and_revert_restore_content(cloud: SimCloud, h1: SimDriver) -> None:

@@ -2,8 +2,8 @@
 
 Routes are enumerated from /openapi.json, so a new route is covered the day it is added.
 Write rules (DESIGN.md §8, README): viewer reads only; operator writes vms, volumes,
-snapshots and operations; hosts, storagepools, settings, tokens, faults and maintenance
-are admin's. Bodies are ``{}``: authorization is decided before the body is validated,
+snapshots and operations; hosts, storagepools, images, settings, tokens, faults and
+maintenance are admin's. Bodies are ``{}``: authorization is decided before the body is validated,
 so a role that may write gets a 4xx other than 401/403 (or a 2xx), one that may not a 403.
 """
 
@@ -23,7 +23,7 @@ from virtplane.api.context import ApiContext
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
-ADMIN_ONLY = frozenset({"hosts", "storagepools", "settings", "tokens", "faults", "maintenance"})
+ADMIN_ONLY = frozenset({"hosts", "storagepools", "images", "settings", "tokens", "faults", "maintenance"})
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),
@@ -183,6 +183,9 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("PUT", "/v1/settings/{key}") == "admin"
     assert _needs("POST", "/v1/tokens") == "admin"
     assert _needs("DELETE", "/v1/storagepools/{name}") == "admin"
+    assert _needs("POST", "/v1/images") == "admin"  # the image library (issue 11)
+    assert _needs("PATCH", "/v1/images/{name}") == "admin"
+    assert _needs("GET", "/v1/images/{name}") == "viewer"
     assert _needs("GET", "/v1/hosts/{name}/maintenance") == "viewer"
 
 

@@ -4,7 +4,9 @@ Prerequisites come from ``scripts/qemu/setup.sh`` (run it as root first; CI
 does). Without them these tests skip, unless VIRTPLANE_QEMU_REQUIRED=1 makes
 that an error. Each daemon has its own mount namespace, host UUID and socket
 (``scripts/qemu/libvirt-host.sh``); ``BASE/shared`` is seen by both (shared
-storage), ``/var/lib/libvirt/images`` is each host's own (local storage).
+storage), ``/var/lib/libvirt/images`` is each host's own (local storage), and
+``BASE/library`` is the image library (the guest's kernel and initrd), seen by
+both daemons and by the control plane at the same path.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from virtplane.drivers.base import DiskAttachment, DomainSpec, PoolRef, domain_name
+from virtplane.drivers.base import DiskAttachment, DomainSpec, ImageRef, PoolRef, domain_name
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "qemu"
@@ -30,6 +32,7 @@ CACHE = Path(os.environ.get("VIRTPLANE_QEMU_DIR", REPO / ".work" / "qemu"))
 KERNEL = CACHE / "guest" / "vmlinuz"
 INITRD = CACHE / "guest" / "initrd.gz"
 LOCAL_IMAGES = "/var/lib/libvirt/images"
+KERNEL_FILE, INITRD_FILE = "vmlinuz", "initrd.gz"  # in the rig's image library
 T = TypeVar("T")
 
 
@@ -61,6 +64,7 @@ class Rig:
     console_dir: Path
     shared_pool: PoolRef
     local_pool: PoolRef
+    library_pool: PoolRef
 
     def start_host(self, name: str) -> QemuHost:
         host_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.base}/{name}"))
@@ -94,6 +98,9 @@ def rig() -> Iterator[Rig]:
     console_dir = base / "console"
     console_dir.mkdir()
     (base / "shared").mkdir()
+    (base / "library").mkdir()
+    shutil.copyfile(KERNEL, base / "library" / KERNEL_FILE)
+    shutil.copyfile(INITRD, base / "library" / INITRD_FILE)
     placeholder = {name: QemuHost(name, "") for name in ("a", "b")}
     rig = Rig(
         base=base,
@@ -101,6 +108,7 @@ def rig() -> Iterator[Rig]:
         console_dir=console_dir,
         shared_pool=PoolRef(name="shared", path=str(base / "shared"), shared=True),
         local_pool=PoolRef(name="local", path=LOCAL_IMAGES),
+        library_pool=PoolRef(name="library", path=str(base / "library"), shared=True),
     )
     caps_cache = CACHE / "qemu-caps"
     try:
@@ -141,6 +149,7 @@ async def drivers(rig: Rig) -> AsyncIterator[dict[str, Any]]:
         await driver.connect()
         await driver.ensure_pool(rig.shared_pool)
         await driver.ensure_pool(rig.local_pool)
+        await driver.ensure_pool(rig.library_pool)
         connected[name] = driver
     yield connected
     for driver in connected.values():
@@ -151,8 +160,10 @@ async def drivers(rig: Rig) -> AsyncIterator[dict[str, Any]]:
 
 
 def guest_spec(
-    uid: str, disks: tuple[DiskAttachment, ...] = (), *, memory_mib: int = 192, cmdline: str = ""
+    rig: Rig, uid: str, disks: tuple[DiskAttachment, ...] = (), *, memory_mib: int = 192, cmdline: str = ""
 ) -> DomainSpec:
+    """The test guest, booted from the kernel and initrd in the rig's image library."""
+    library = rig.library_pool
     return DomainSpec(
         name=domain_name(uid),
         vm_name=f"guest {uid}",
@@ -160,8 +171,8 @@ def guest_spec(
         cpu=1,
         memory_mib=memory_mib,
         disks=disks,
-        kernel=str(KERNEL),
-        initrd=str(INITRD),
+        kernel=ImageRef(library, KERNEL_FILE),
+        initrd=ImageRef(library, INITRD_FILE),
         cmdline=f"console=ttyS0 panic=-1 quiet {cmdline}".strip(),
     )
 

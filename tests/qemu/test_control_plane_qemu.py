@@ -27,6 +27,7 @@ import pytest
 
 from tests.conftest import eventually
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+from virtplane.controllers.storage import volume_file
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import read_intents, read_migration
 from virtplane.domain.resources import (
@@ -36,9 +37,13 @@ from virtplane.domain.resources import (
     Host,
     HostConnection,
     HostSpec,
+    Image,
+    ImageKind,
+    ImageSpec,
     Metadata,
     OperationPhase,
     OperationType,
+    PoolContent,
     PoolKind,
     RestoreMode,
     RestoreSpec,
@@ -60,7 +65,7 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import DomainInfo, DomainState, domain_name
 from virtplane.store.store import Store
 
-from .conftest import INITRD, KERNEL, LOCAL_IMAGES, Rig, console_shows
+from .conftest import INITRD_FILE, KERNEL_FILE, LOCAL_IMAGES, Rig, console_shows
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
 
@@ -132,8 +137,8 @@ class QemuPlane:
         return self.store.get(Volume, name)
 
     def local_file(self, host: str, volume: str) -> Path:
-        """Where a host's /var/lib/libvirt/images/<volume> is, seen from this process."""
-        return self.rig.base / "hosts" / host / "lib" / "images" / volume
+        """Where a host's local file of ``volume`` is, seen from this process."""
+        return self.rig.base / "hosts" / host / "lib" / "images" / volume_file(self.store.get(Volume, volume))
 
     def add_vm(self, name: str, policy: RunPolicy, volume: str) -> VirtualMachine:
         return self.store.create(
@@ -145,7 +150,9 @@ class QemuPlane:
                     memory_mib=192,
                     disks=[Disk(volume=volume, boot_order=1)],
                     termination_grace_period_s=20,
-                    boot=Boot(kernel=str(KERNEL), initrd=str(INITRD), cmdline="console=ttyS0 panic=-1 quiet"),
+                    boot=Boot(
+                        kernel="guest-kernel", initrd="guest-initrd", cmdline="console=ttyS0 panic=-1 quiet"
+                    ),
                 ),
             )
         )
@@ -225,8 +232,8 @@ class QemuPlane:
                 await self.drivers["a"].delete_volume_snapshot(disk.handle)
         for volume in self.store.list_objects(Volume):
             for driver in self.drivers.values():
-                await driver.delete_volume(self.rig.shared_pool, volume.metadata.name)
-                await driver.delete_volume(self.rig.local_pool, volume.metadata.name)
+                await driver.delete_volume(self.rig.shared_pool, volume_file(volume))
+                await driver.delete_volume(self.rig.local_pool, volume_file(volume))
 
 
 def write_marker(path: str | Path, byte: int) -> None:
@@ -252,6 +259,29 @@ def disk0(byte: int) -> str:
     return "DISK0: " + chr(byte) * 16
 
 
+def add_guest_images(store: Store, rig: Rig) -> None:
+    """The rig's image library and the guest's kernel and initrd in it, as an admin adds them."""
+    store.create(
+        StoragePool(
+            metadata=Metadata(name="library"),
+            spec=StoragePoolSpec(
+                kind=PoolKind.SHARED,
+                cluster="default",
+                path=rig.library_pool.path,
+                capacity_gib=10,
+                content=PoolContent.IMAGES,
+            ),
+        )
+    )
+    for name, file, kind in (
+        ("guest-kernel", KERNEL_FILE, ImageKind.KERNEL),
+        ("guest-initrd", INITRD_FILE, ImageKind.INITRD),
+    ):
+        store.create(
+            Image(metadata=Metadata(name=name), spec=ImageSpec(pool="library", file=file, kind=kind))
+        )
+
+
 @pytest.fixture
 async def qplane(store: Store, rig: Rig, drivers: dict[str, Any]) -> AsyncIterator[QemuPlane]:
     """A control plane managing the rig's two daemons (Host a, b), a shared and a local pool each."""
@@ -267,6 +297,7 @@ async def qplane(store: Store, rig: Rig, drivers: dict[str, Any]) -> AsyncIterat
             ),
         )
     )
+    add_guest_images(store, rig)
     await plane.start()
     try:
         yield result
@@ -378,7 +409,7 @@ async def test_drain_with_migration_strategy_moves_shared_and_local_guests_live(
     local = await qplane.add_volume("lo-root", pool="local-a")
     write_marker(shared.status.path, ord("S"))
     local_on_a = qplane.local_file("a", "lo-root")
-    assert local.status.path == f"{LOCAL_IMAGES}/lo-root" and local_on_a.exists()
+    assert local.status.path == f"{LOCAL_IMAGES}/{volume_file(local)}" and local_on_a.exists()
     write_marker(local_on_a, ord("L"))
     qplane.add_vm("sh", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, "sh-root")
     qplane.add_vm("lo", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, "lo-root")

@@ -29,7 +29,7 @@ import pytest
 from tests.crash.server import ServerProcess
 from tests.postgres.pg import fresh_schema, pg_url_or_skip
 
-from .conftest import INITRD, KERNEL, Rig
+from .conftest import INITRD_FILE, KERNEL_FILE, Rig
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
 
@@ -156,6 +156,32 @@ def seed(c: httpx.Client, rig: Rig) -> None:
             },
         )
     )
+    ok(
+        c.post(
+            "/v1/storagepools",
+            json={
+                "metadata": {"name": "library"},
+                "spec": {
+                    "kind": "shared",
+                    "cluster": "default",
+                    "path": rig.library_pool.path,
+                    "capacity_gib": 10,
+                    "content": "images",
+                },
+            },
+        )
+    )
+    for name, file, kind in (
+        ("guest-kernel", KERNEL_FILE, "Kernel"),
+        ("guest-initrd", INITRD_FILE, "Initrd"),
+    ):
+        ok(
+            c.post(
+                "/v1/images",
+                json={"metadata": {"name": name}, "spec": {"pool": "library", "file": file, "kind": kind}},
+            )
+        )
+        wait(lambda name=name: ok(c.get(f"/v1/images/{name}"))["status"]["phase"] == "Ready", f"image {name}")
     ok(c.patch("/v1/settings/migration.bandwidth_mib_s", json={"spec": {"value": str(BANDWIDTH_MIB_S)}}))
     ok(
         c.post(
@@ -165,7 +191,7 @@ def seed(c: httpx.Client, rig: Rig) -> None:
     ok(c.post("/v1/vms", json={"metadata": {"name": "fo"}, "spec": {
         "run_policy": "AlwaysOn", "cpu": 1, "memory_mib": 256, "termination_grace_period_s": 20,
         "disks": [{"volume": "fo-root", "boot_order": 1}],
-        "boot": {"kernel": str(KERNEL), "initrd": str(INITRD), "cmdline": "console=ttyS0 panic=-1 quiet dirty=32"},
+        "boot": {"kernel": "guest-kernel", "initrd": "guest-initrd", "cmdline": "console=ttyS0 panic=-1 quiet dirty=32"},
     }}))  # fmt: skip
 
 

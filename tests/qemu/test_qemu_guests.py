@@ -20,6 +20,7 @@ from virtplane.drivers.base import (
     DomainEventType,
     DomainInfo,
     DomainState,
+    ImageRef,
     MigrationJob,
     MigrationPhase,
     MigrationRequest,
@@ -61,7 +62,7 @@ async def test_boot_graceful_shutdown_and_destroy(rig: Rig, drivers: dict[str, A
     a = drivers["a"]
     events: list[DomainEvent] = []
     a.set_event_sink(events.append)
-    spec = guest_spec("life")
+    spec = guest_spec(rig, "life")
     await a.ensure_defined(spec)
     await a.start(spec.name)
     await console_shows(rig, spec.name, "GUEST-UP")
@@ -85,8 +86,8 @@ async def test_guest_reset_and_guest_power_off_are_their_own_events(
     a = drivers["a"]
     events: list[DomainEvent] = []
     a.set_event_sink(events.append)
-    resetting = guest_spec("resetting", cmdline="vp.reboot=1")
-    leaving = guest_spec("leaving", cmdline="vp.poweroff=1")
+    resetting = guest_spec(rig, "resetting", cmdline="vp.reboot=1")
+    leaving = guest_spec(rig, "leaving", cmdline="vp.poweroff=1")
     for spec in (resetting, leaving):
         await a.ensure_defined(spec)
         await a.start(spec.name)
@@ -113,7 +114,7 @@ async def test_disk_snapshot_of_a_running_guest_and_revert(rig: Rig, drivers: di
     a = drivers["a"]
     vol = await a.create_volume(rig.shared_pool, "snap-root.qcow2", 1)
     fill_disk(vol.path, ord("A"))
-    spec = guest_spec("snap", (DiskAttachment(path=vol.path, boot_order=1, shared=True),))
+    spec = guest_spec(rig, "snap", (DiskAttachment(path=vol.path, boot_order=1, shared=True),))
     await a.ensure_defined(spec)
     await a.start(spec.name)
     await console_shows(rig, spec.name, "DISK0: AAAAAAAAAAAAAAAA")
@@ -136,7 +137,7 @@ async def test_disk_snapshot_of_a_running_guest_and_revert(rig: Rig, drivers: di
 
 async def test_memory_snapshot_resumes_where_it_was(rig: Rig, drivers: dict[str, Any]) -> None:
     a = drivers["a"]
-    spec = guest_spec("memsnap")
+    spec = guest_spec(rig, "memsnap")
     await a.ensure_defined(spec)
     await a.start(spec.name)
     await console_shows(rig, spec.name, "TICK 2")
@@ -155,11 +156,12 @@ async def migrate_and_check(
 ) -> None:
     a, b = drivers["a"], drivers["b"]
     pool = rig.shared_pool if pool_name == "shared" else rig.local_pool
-    # Marked in the shared pool (which this process sees), then copied by libvirt where it belongs.
-    image = await a.create_volume(rig.shared_pool, f"{uid}-image.qcow2", 1)
+    # An image marked in the library (which this process sees), copied by libvirt where it belongs.
+    image = await a.create_volume(rig.library_pool, f"{uid}-image.qcow2", 1)
     fill_disk(image.path, ord("M"))
-    vol = image if pool is rig.shared_pool else await a.create_volume(pool, f"{uid}.qcow2", 1, image.path)
-    spec = guest_spec(uid, (DiskAttachment(path=vol.path, boot_order=1, shared=not copy),))
+    source = ImageRef(rig.library_pool, f"{uid}-image.qcow2", "qcow2")
+    vol = await a.create_volume(pool, f"{uid}.qcow2", 1, source)
+    spec = guest_spec(rig, uid, (DiskAttachment(path=vol.path, boot_order=1, shared=not copy),))
     events: list[DomainEvent] = []
     a.set_event_sink(events.append)
     await a.ensure_defined(spec)
@@ -185,7 +187,7 @@ async def migrate_and_check(
     await b.undefine(spec.name)
     await b.delete_volume(pool, f"{uid}.qcow2")
     await a.delete_volume(pool, f"{uid}.qcow2")
-    await a.delete_volume(rig.shared_pool, f"{uid}-image.qcow2")
+    await a.delete_volume(rig.library_pool, f"{uid}-image.qcow2")
 
 
 async def test_live_migration_with_shared_storage(rig: Rig, drivers: dict[str, Any]) -> None:
@@ -200,7 +202,7 @@ async def test_migration_aborted_half_way_leaves_the_guest_running_at_the_source
     rig: Rig, drivers: dict[str, Any]
 ) -> None:
     a, b = drivers["a"], drivers["b"]
-    spec = guest_spec("mig-abort", memory_mib=256, cmdline="vp.dirty=64")
+    spec = guest_spec(rig, "mig-abort", memory_mib=256, cmdline="vp.dirty=64")
     await a.ensure_defined(spec)
     await a.start(spec.name)
     await console_shows(rig, spec.name, "TICK 1")

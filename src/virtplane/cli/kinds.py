@@ -25,6 +25,7 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo(
         "StoragePool", "storagepools", "storagepool", ("pool", "pools", "storagepool", "storagepools", "sp")
     ),
+    KindInfo("Image", "images", "image", ("img", "imgs", "image", "images")),
     KindInfo("Volume", "volumes", "volume", ("vol", "vols", "volume", "volumes")),
     KindInfo("VirtualMachine", "vms", "vm", ("vm", "vms", "virtualmachine", "virtualmachines")),
     KindInfo(

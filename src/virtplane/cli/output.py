@@ -204,9 +204,20 @@ _COLUMNS: dict[str, list[Column]] = {
     "StoragePool": [
         Column("NAME", _name),
         Column("KIND", lambda p: dig(p, "spec.kind")),
+        Column("CONTENT", lambda p: dig(p, "spec.content", "volumes")),
         Column("SCOPE", _pool_scope),
         Column("USED/CAPACITY", _capacity_gib),
         Column("REACHABLE", lambda p: dig(p, "status.reachable_hosts"), wide_only=True),
+        Column("AGE", _age),
+    ],
+    "Image": [
+        Column("NAME", _name),
+        Column("KIND", lambda i: dig(i, "spec.kind")),
+        Column("POOL", lambda i: dig(i, "spec.pool")),
+        Column("FILE", lambda i: dig(i, "spec.file")),
+        Column("PHASE", lambda i: dig(i, "status.phase"), colour=True),
+        Column("HOSTS", lambda i: dig(i, "status.hosts"), wide_only=True),
+        Column("MESSAGE", lambda i: dig(i, "status.message"), wide_only=True),
         Column("AGE", _age),
     ],
     "Volume": [

@@ -1,10 +1,11 @@
-"""Reads several controllers share: a host's driver, a VM's disks as the driver needs them."""
+"""Reads several controllers share: a host's driver, a VM's disks and boot files as the driver needs them."""
 
 from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.domain.resources import Host, PoolKind, VirtualMachine, VolumePhase
-from virtplane.drivers.base import DiskAttachment, HypervisorDriver
+from virtplane.controllers.storage import image_ref
+from virtplane.domain.resources import Host, ImageKind, PoolKind, VirtualMachine, VolumePhase
+from virtplane.drivers.base import DiskAttachment, HypervisorDriver, ImageRef
 from virtplane.drivers.errors import HostUnreachable
 from virtplane.runtime.cache import Cache
 
@@ -45,3 +46,19 @@ def vm_disks(cache: Cache, vm: VirtualMachine) -> tuple[list[DiskAttachment], st
             )
         )
     return disks, ""
+
+
+BootImages = tuple[ImageRef | None, ImageRef | None]
+"""(kernel, initrd) of a VM's direct kernel boot."""
+
+
+def vm_boot(cache: Cache, vm: VirtualMachine) -> tuple[BootImages, str]:
+    """The library files of the VM's kernel and initrd, or the reason they cannot be used."""
+    boot = vm.spec.boot
+    if boot is None:
+        return (None, None), ""
+    kernel, problem = image_ref(cache, boot.kernel, ImageKind.KERNEL)
+    initrd = None
+    if not problem and boot.initrd:
+        initrd, problem = image_ref(cache, boot.initrd, ImageKind.INITRD)
+    return ((kernel, initrd), "") if not problem else ((None, None), problem)

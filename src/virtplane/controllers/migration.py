@@ -36,11 +36,11 @@ from datetime import datetime
 from typing import Any
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.lookup import host_driver, vm_disks
+from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
 from virtplane.controllers.migration_outcome import LIVE, Outcome, Side, locate
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.scheduling import host_views, pool_driver_name, vm_view
-from virtplane.controllers.storage import pool_ref
+from virtplane.controllers.storage import pool_ref, volume_file
 from virtplane.controllers.vm import build_domain_spec
 from virtplane.domain.conditions import VMCondition, get_condition, set_condition
 from virtplane.domain.host_states import accepts_vms
@@ -313,7 +313,7 @@ class MigrationCoordinator:
                 target_uri=target_host.spec.uri,
                 copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
                 bandwidth_mib_s=bandwidth or None,
-                spec=build_domain_spec(vm, disks),
+                spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
             )
             try:
                 await src_driver.migrate(request)
@@ -554,7 +554,7 @@ class MigrationCoordinator:
             if source_pool is None or src is None:
                 continue
             try:
-                await src.delete_volume(pool_ref(source_pool), volume.metadata.name)
+                await src.delete_volume(pool_ref(source_pool), volume_file(volume))
             except DriverError as exc:
                 ctx.event(
                     vm,

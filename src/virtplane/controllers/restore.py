@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.operations import finish_operation
-from virtplane.controllers.storage import pool_driver, pool_ref
+from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.intents import (
     PowerState,
@@ -272,7 +272,7 @@ class RestoreHandler:
             if driver is None:
                 raise RestoreFailed("PoolUnreachable", f"no connected host sees pool {pool.metadata.name}")
             try:
-                await driver.revert_volume(pool_ref(pool), volume.metadata.name, disk.handle)
+                await driver.revert_volume(pool_ref(pool), volume_file(volume), disk.handle)
             except DriverError as exc:
                 if op.spec.restore.mode is RestoreMode.STRICT:
                     raise RestoreFailed("RevertFailed", f"volume {disk.volume}: {exc}") from exc

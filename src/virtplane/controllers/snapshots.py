@@ -12,7 +12,7 @@ import contextlib
 import logging
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.storage import pool_driver, pool_ref
+from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.domain.intents import strip_system
 from virtplane.domain.resources import (
     CapturedVM,
@@ -112,7 +112,7 @@ class SnapshotReconciler:
                 if driver is None:
                     return Result(requeue_after=2.0)
                 handle = await driver.snapshot_volume(
-                    pool_ref(pool), volume.metadata.name, snapshot_id(snap, disk.volume)
+                    pool_ref(pool), volume_file(volume), snapshot_id(snap, disk.volume)
                 )
                 snap.status.disk_snapshots.append(
                     DiskSnapshot(volume=disk.volume, handle=handle, size_gib=volume.spec.size_gib)

@@ -1,4 +1,9 @@
-"""Storage pools and volumes: made to exist on the hosts that see them."""
+"""Storage pools and volumes: made to exist on the hosts that see them.
+
+A volume's file is named after the Volume's uid (``domain.images.owned_volume_file``):
+virtplane creates it, finds it again after a crash between the create and the status
+write, and deletes only it; a file of another name in the pool is never touched.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,21 @@ import logging
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.scheduling import pool_driver_name, pool_hosts
-from virtplane.domain.resources import HostConnection, PoolKind, StoragePool, Volume, VolumePhase
-from virtplane.drivers.base import HypervisorDriver, PoolRef
+from virtplane.domain.images import owned_volume_file
+from virtplane.domain.resources import (
+    HostConnection,
+    ImageKind,
+    ImagePhase,
+    PoolContent,
+    PoolKind,
+    StoragePool,
+    Volume,
+    VolumePhase,
+)
+from virtplane.drivers.base import HypervisorDriver, ImageRef, PoolRef
 from virtplane.drivers.errors import DriverError, HostUnreachable, PermanentError
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 
 log = logging.getLogger("virtplane.controllers.storage")
 
@@ -27,15 +43,43 @@ def pool_ref(pool: StoragePool) -> PoolRef:
     )
 
 
-async def pool_driver(ctx: ControllerContext, pool: StoragePool) -> HypervisorDriver | None:
-    """A connected driver of some host that sees ``pool``, or None."""
-    for host_name in sorted(pool_hosts(ctx.cache, pool)):
+def volume_file(volume: Volume) -> str:
+    """The file of ``volume`` in its pool: the one recorded when it was made, else the uid's."""
+    return volume.status.file or owned_volume_file(volume.metadata.uid)
+
+
+def image_ref(cache: Cache, name: str, kind: ImageKind) -> tuple[ImageRef | None, str]:
+    """The library file the Image ``name`` names, if it is of ``kind`` and Ready; else why not."""
+    image = cache.image(name)
+    if image is None:
+        return None, f"image {name} does not exist"
+    if image.spec.kind is not kind:
+        return None, f"image {name} is a {image.spec.kind.value} image, not a {kind.value} image"
+    if image.status.phase is not ImagePhase.READY:
+        why = f": {image.status.message}" if image.status.message else ""
+        return None, f"image {name} is {image.status.phase.value}{why}"
+    pool = cache.pool(image.spec.pool)
+    if pool is None or pool.spec.content is not PoolContent.IMAGES:
+        return None, f"image {name}: library pool {image.spec.pool} does not exist"
+    return ImageRef(pool_ref(pool), image.spec.file, image.spec.effective_format.value), ""
+
+
+async def pool_driver(
+    ctx: ControllerContext, pool: StoragePool, *, also: StoragePool | None = None
+) -> HypervisorDriver | None:
+    """A connected driver of some host that sees ``pool`` (and ``also``, when given), or None."""
+    hosts = pool_hosts(ctx.cache, pool)
+    if also is not None:
+        hosts &= pool_hosts(ctx.cache, also)
+    for host_name in sorted(hosts):
         host = ctx.cache.host(host_name)
         if host is None or host.status.connection is not HostConnection.UP:
             continue
         try:
             driver = await ctx.hosts.get(host.spec.uri)
             await driver.ensure_pool(pool_ref(pool))
+            if also is not None:
+                await driver.ensure_pool(pool_ref(also))
             return driver
         except HostUnreachable:
             continue
@@ -84,17 +128,7 @@ class VolumeReconciler:
             return None
         pool = ctx.cache.pool(volume.spec.pool) or ctx.store.find(StoragePool, volume.spec.pool)
         if volume.metadata.deletion_requested_at is not None:
-            if pool is not None and volume.status.path:
-                driver = await pool_driver(ctx, pool)
-                if driver is None:
-                    return Result(requeue_after=5.0)
-                await driver.delete_volume(pool_ref(pool), volume.metadata.name)
-            if FINALIZER in volume.metadata.finalizers:
-                volume.metadata.finalizers.remove(FINALIZER)
-                volume = ctx.write(volume)
-            if not volume.metadata.finalizers:
-                ctx.store.delete(Volume, volume.metadata.name)
-            return None
+            return await self._delete(volume, pool)
         if FINALIZER not in volume.metadata.finalizers:
             volume.metadata.finalizers.append(FINALIZER)
             volume = ctx.write(volume)
@@ -102,29 +136,60 @@ class VolumeReconciler:
             return None
         if pool is None:
             return self._fail(volume, VolumePhase.PENDING, f"pool {volume.spec.pool} does not exist", 5.0)
-        driver = await pool_driver(ctx, pool)
-        if driver is None:
+        if pool.spec.content is PoolContent.IMAGES:
             return self._fail(
-                volume, VolumePhase.PENDING, f"no connected host sees pool {pool.metadata.name}", 5.0
+                volume,
+                VolumePhase.FAILED,
+                f"pool {pool.metadata.name} is an image library, not for volumes",
+                60.0,
             )
-        source = volume.spec.source.image if volume.spec.source else None
+        source, image_pool = None, None
+        if volume.spec.source and volume.spec.source.image and volume.status.phase is not VolumePhase.READY:
+            source, problem = image_ref(ctx.cache, volume.spec.source.image, ImageKind.DISK)
+            image = ctx.cache.image(volume.spec.source.image)
+            image_pool = ctx.cache.pool(image.spec.pool) if image else None
+            if source is None or image_pool is None:
+                return self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+        driver = await pool_driver(ctx, pool, also=image_pool)
+        if driver is None:
+            where = f" and image library {image_pool.metadata.name}" if image_pool else ""
+            return self._fail(
+                volume, VolumePhase.PENDING, f"no connected host sees pool {pool.metadata.name}{where}", 5.0
+            )
+        file = volume_file(volume)
         try:
             if volume.status.phase is VolumePhase.READY:
-                info = await driver.resize_volume(pool_ref(pool), volume.metadata.name, volume.spec.size_gib)
+                info = await driver.resize_volume(pool_ref(pool), file, volume.spec.size_gib)
             else:
-                info = await driver.create_volume(
-                    pool_ref(pool), volume.metadata.name, volume.spec.size_gib, source
-                )
+                info = await driver.create_volume(pool_ref(pool), file, volume.spec.size_gib, source)
         except PermanentError as exc:
             return self._fail(volume, VolumePhase.FAILED, str(exc), 60.0)
         except DriverError as exc:
             return self._fail(volume, VolumePhase.PENDING, str(exc), 5.0)
         volume.status.phase = VolumePhase.READY
         volume.status.path = info.path
+        volume.status.file = file
         volume.status.size_gib = info.size_gib
         volume.status.message = ""
         ctx.write(volume)
         ctx.event(volume, "Ready", f"created at {info.path}")
+        return None
+
+    async def _delete(self, volume: Volume, pool: StoragePool | None) -> Result | None:
+        ctx = self.ctx
+        if pool is not None and pool.spec.content is PoolContent.VOLUMES:
+            # Also without a recorded path: a crash may have come between the create and the
+            # status write, and the file's name (the uid's) says it is ours.
+            driver = await pool_driver(ctx, pool)
+            if driver is not None:
+                await driver.delete_volume(pool_ref(pool), volume_file(volume))
+            elif volume.status.path:
+                return Result(requeue_after=5.0)
+        if FINALIZER in volume.metadata.finalizers:
+            volume.metadata.finalizers.remove(FINALIZER)
+            volume = ctx.write(volume)
+        if not volume.metadata.finalizers:
+            ctx.store.delete(Volume, volume.metadata.name)
         return None
 
     def _fail(self, volume: Volume, phase: VolumePhase, message: str, retry: float) -> Result:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.lookup import host_driver, vm_disks
+from virtplane.controllers.lookup import BootImages, host_driver, vm_boot, vm_disks
 from virtplane.controllers.migration_outcome import LIVE
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
 from virtplane.crashpoints import crashpoint
@@ -38,7 +38,7 @@ from virtplane.drivers.base import (
     HypervisorDriver,
     domain_name,
 )
-from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound, PermanentError
+from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound, PermanentError
 from virtplane.reconcile.types import Request, Result
 
 log = logging.getLogger("virtplane.controllers.vm")
@@ -50,7 +50,10 @@ POLL_UNSCHEDULABLE_S = 10.0
 
 
 def build_domain_spec(
-    vm: VirtualMachine, disks: list[DiskAttachment], console_dir: str | None = None
+    vm: VirtualMachine,
+    disks: list[DiskAttachment],
+    console_dir: str | None = None,
+    boot_images: BootImages = (None, None),
 ) -> DomainSpec:
     boot = vm.spec.boot
     name = domain_name(vm.metadata.uid)
@@ -61,8 +64,8 @@ def build_domain_spec(
         cpu=vm.spec.cpu,
         memory_mib=vm.spec.memory_mib,
         disks=tuple(disks),
-        kernel=boot.kernel if boot else None,
-        initrd=boot.initrd if boot else None,
+        kernel=boot_images[0],
+        initrd=boot_images[1],
         cmdline=boot.cmdline if boot else "",
         console_log=f"{console_dir}/{name}.log" if console_dir else None,
     )
@@ -76,7 +79,12 @@ class VMReconciler:
     # ------------------------------------------------------------------ helpers
 
     def _disks(self, vm: VirtualMachine) -> tuple[list[DiskAttachment], str]:
-        return vm_disks(self.ctx.cache, vm)
+        """The VM's disks, or why it cannot be defined (its disks or boot images are not ready)."""
+        disks, problem = vm_disks(self.ctx.cache, vm)
+        return disks, problem or vm_boot(self.ctx.cache, vm)[1]
+
+    def _spec(self, vm: VirtualMachine, disks: list[DiskAttachment]) -> DomainSpec:
+        return build_domain_spec(vm, disks, self.console_dir, vm_boot(self.ctx.cache, vm)[0])
 
     async def _driver(self, host_name: str | None) -> tuple[Host | None, HypervisorDriver | None, str]:
         return await host_driver(self.ctx, host_name)
@@ -175,7 +183,7 @@ class VMReconciler:
                 # The domain is (re)created where it is missing: this is where a restore's
                 # power-state intent gets consumed, after the domain exists again.
                 if info is None and not disk_problem and not intents.held_by:
-                    await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+                    await driver.ensure_defined(self._spec(vm, disks))
                     crashpoint("vm.domain-recreated")
                     info = await driver.get_info(dname)
                 elif (
@@ -184,12 +192,17 @@ class VMReconciler:
                     and not disk_problem
                     and vm.metadata.generation != status.observed_generation
                 ):
-                    await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+                    await driver.ensure_defined(self._spec(vm, disks))
         except HostUnreachable as exc:
             status.conditions = set_condition(
                 status.conditions, VMCondition.HOST_REACHABLE, False, "HostUnreachable", str(exc), now=now
             )
             return await self._finish(vm, status, annotations, POLL_UNREACHABLE_S)
+        except (ImageRefused, NotFound) as exc:  # a boot image the host does not have, or refuses
+            status.conditions = set_condition(
+                status.conditions, VMCondition.DISKS_READY, False, "ImageRefused", str(exc), now=now
+            )
+            return await self._finish(vm, status, annotations, POLL_UNSCHEDULABLE_S)
 
         if (info is not None and info.state is DomainState.SHUTOFF) or (info is None and driver is None):
             status.observed_generation = vm.metadata.generation
@@ -373,7 +386,7 @@ class VMReconciler:
         cap = ctx.settings.get_float("vm.start.backoff_cap_s")
         attempts = st.start_failures + 1
         try:
-            await driver.ensure_defined(build_domain_spec(vm, disks, self.console_dir))
+            await driver.ensure_defined(self._spec(vm, disks))
             st.start_failures = attempts
             st.next_start_at = now + timedelta(seconds=start_retry_delay(attempts, base, cap))
             vm = await self._persist(vm, st, vm.metadata.annotations)

@@ -15,6 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from virtplane.domain.images import check_image_file
+
 API_VERSION = "virtplane.io/v1"
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -185,8 +187,20 @@ class PoolKind(StrEnum):
     SHARED = "shared"
 
 
+class PoolContent(StrEnum):
+    """What a pool holds: VM volumes (virtplane's own files) or an image library (an admin's files)."""
+
+    VOLUMES = "volumes"
+    IMAGES = "images"
+
+
 class StoragePoolSpec(Strict):
     kind: PoolKind
+    content: PoolContent = Field(
+        default=PoolContent.VOLUMES,
+        description="volumes: VM disks that virtplane creates; images: an image library whose files an "
+        "admin places and names with Image resources. Cannot change once the pool exists.",
+    )
     host: Name | None = Field(default=None, description="The host of a local pool.")
     hosts: list[Name] = Field(default_factory=list, description="Hosts that see a shared pool.")
     cluster: Name | None = Field(default=None, description="All hosts of this cluster see the shared pool.")
@@ -237,7 +251,7 @@ class StoragePool(Resource):
 
 
 class VolumeSource(Strict):
-    image: str | None = Field(default=None, max_length=4096, description="Path or URL of an image to copy.")
+    image: Name | None = Field(default=None, description="The name of an Image (kind Disk) to copy.")
     snapshot: Name | None = Field(default=None, description="A VirtualMachineSnapshot to copy a disk from.")
 
 
@@ -256,6 +270,7 @@ class VolumePhase(StrEnum):
 class VolumeStatus(BaseModel):
     phase: VolumePhase = VolumePhase.PENDING
     path: str = ""
+    file: str = Field(default="", description="The file virtplane created for this volume in its pool.")
     size_gib: int = 0
     attached_vm: str | None = None
     message: str = ""
@@ -266,6 +281,65 @@ class Volume(Resource):
     PLURAL: ClassVar[str] = "volumes"
     spec: VolumeSpec
     status: VolumeStatus = Field(default_factory=VolumeStatus)
+
+
+# --------------------------------------------------------------------------- Image
+
+
+class ImageKind(StrEnum):
+    DISK = "Disk"
+    KERNEL = "Kernel"
+    INITRD = "Initrd"
+
+
+class ImageFormat(StrEnum):
+    QCOW2 = "qcow2"
+    RAW = "raw"
+
+
+class ImageSpec(Strict):
+    pool: Name = Field(description="A StoragePool with content: images (an image library).")
+    file: Annotated[str, AfterValidator(check_image_file)] = Field(
+        description="The file's name inside the library pool: a plain name, never a path."
+    )
+    kind: ImageKind
+    format: ImageFormat | None = Field(
+        default=None, description="Disk images: qcow2 (the default) or raw. Kernels and initrds are raw."
+    )
+
+    @model_validator(mode="after")
+    def _check_format(self) -> ImageSpec:
+        if self.kind is not ImageKind.DISK and self.format is ImageFormat.QCOW2:
+            raise ValueError("kernels and initrds are raw files: leave spec.format out or set raw")
+        return self
+
+    @property
+    def effective_format(self) -> ImageFormat:
+        if self.format is not None:
+            return self.format
+        return ImageFormat.QCOW2 if self.kind is ImageKind.DISK else ImageFormat.RAW
+
+
+class ImagePhase(StrEnum):
+    PENDING = "Pending"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class ImageStatus(BaseModel):
+    phase: ImagePhase = ImagePhase.PENDING
+    size_bytes: int = 0
+    virtual_size_gib: int = Field(default=0, description="Disk images: the smallest volume they fit.")
+    hosts: list[str] = Field(default_factory=list, description="Hosts where the file was checked and found.")
+    message: str = ""
+    observed_generation: int = 0
+
+
+class Image(Resource):
+    KIND: ClassVar[str] = "Image"
+    PLURAL: ClassVar[str] = "images"
+    spec: ImageSpec
+    status: ImageStatus = Field(default_factory=ImageStatus)
 
 
 # --------------------------------------------------------------------------- VirtualMachine
@@ -316,10 +390,10 @@ class Placement(Strict):
 
 
 class Boot(Strict):
-    """Direct kernel boot (libvirt): paths on the hypervisor host."""
+    """Direct kernel boot: the kernel and initrd are Images from the image library, by name."""
 
-    kernel: str = Field(min_length=1, max_length=4096)
-    initrd: str | None = Field(default=None, max_length=4096)
+    kernel: Name = Field(description="The name of an Image of kind Kernel.")
+    initrd: Name | None = Field(default=None, description="The name of an Image of kind Initrd.")
     cmdline: str = Field(default="", max_length=4096)
 
 
@@ -602,6 +676,7 @@ class Event(BaseModel):
 KINDS: tuple[type[Resource], ...] = (
     Host,
     StoragePool,
+    Image,
     Volume,
     VirtualMachine,
     VirtualMachineSnapshot,

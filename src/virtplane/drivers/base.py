@@ -61,6 +61,30 @@ class DiskAttachment:
 
 
 @dataclass(frozen=True)
+class PoolRef:
+    name: str
+    path: str  # directory on the host (dir pools), or the sim's pool name
+    shared: bool = False
+    capacity_gib: int = 0
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A file in an image library pool, by name: the driver resolves and checks it before each use."""
+
+    pool: PoolRef
+    file: str
+    format: str = "raw"  # what the file must be: qcow2 or raw (kernels and initrds are raw)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    size_bytes: int
+    virtual_size_bytes: int
+    format: str
+
+
+@dataclass(frozen=True)
 class DomainSpec:
     name: str  # domain_name(vm_uid)
     vm_name: str
@@ -68,8 +92,8 @@ class DomainSpec:
     cpu: int
     memory_mib: int
     disks: tuple[DiskAttachment, ...] = ()
-    kernel: str | None = None
-    initrd: str | None = None
+    kernel: ImageRef | None = None
+    initrd: ImageRef | None = None
     cmdline: str = ""
     console_log: str | None = None
 
@@ -119,14 +143,6 @@ class HostFacts:
     hostname: str
     vcpus: int
     memory_mib: int
-
-
-@dataclass(frozen=True)
-class PoolRef:
-    name: str
-    path: str  # directory on the host (dir pools), or the sim's pool name
-    shared: bool = False
-    capacity_gib: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,9 +226,16 @@ class HypervisorDriver(Protocol):
     # -- storage (directory pools, qcow2 volumes)
     async def ensure_pool(self, pool: PoolRef) -> None: ...
 
+    async def inspect_image(self, image: ImageRef) -> ImageInfo:
+        """Check a library file: a regular file of the expected format inside its pool (no link
+        leading out of it, no device, no backing file). ``ImageRefused`` or ``NotFound`` otherwise,
+        with messages that name nothing outside the library."""
+
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source_path: str | None = None
-    ) -> VolumeInfo: ...
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
+    ) -> VolumeInfo:
+        """A new volume, or the one of that name from an earlier, interrupted call; ``source`` is
+        checked again (as ``inspect_image``) right before it is copied."""
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
 
@@ -263,6 +286,8 @@ __all__ = [
     "EventSink",
     "HostFacts",
     "HypervisorDriver",
+    "ImageInfo",
+    "ImageRef",
     "MigrationJob",
     "MigrationPhase",
     "MigrationRequest",

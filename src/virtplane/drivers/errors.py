@@ -4,7 +4,8 @@ DriverError
  ├── TransientError   retry later (connection lost, host busy, timeout)
  │    └── HostUnreachable   the host connection is away
  ├── PermanentError   retrying the same call will not help (bad spec, unsupported)
- │    └── Unsupported       the driver lacks the capability
+ │    ├── Unsupported       the driver lacks the capability
+ │    └── ImageRefused      a library file is not a usable image (a link out, a device, ...)
  └── NotFound         the domain, volume or snapshot does not exist
 """
 
@@ -31,6 +32,10 @@ class Unsupported(PermanentError):
     pass
 
 
+class ImageRefused(PermanentError):
+    """Its message names only the library pool and file, never where a link leads."""
+
+
 class NotFound(DriverError):
     pass
 
@@ -38,6 +43,7 @@ class NotFound(DriverError):
 __all__ = [
     "DriverError",
     "HostUnreachable",
+    "ImageRefused",
     "NotFound",
     "PermanentError",
     "TransientError",

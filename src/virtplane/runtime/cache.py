@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from virtplane.domain.resources import (
     KIND_BY_NAME,
     Host,
+    Image,
     Resource,
     StoragePool,
     VirtualMachine,
@@ -147,6 +148,13 @@ class Cache:
     def pool(self, name: str) -> StoragePool | None:
         obj = self._objects["StoragePool"].get(name)
         return obj if isinstance(obj, StoragePool) else None
+
+    def image(self, name: str) -> Image | None:
+        obj = self._objects["Image"].get(name)
+        return obj if isinstance(obj, Image) else None
+
+    def images(self) -> list[Image]:
+        return [o for o in self._objects["Image"].values() if isinstance(o, Image)]
 
     def volume(self, name: str) -> Volume | None:
         obj = self._objects["Volume"].get(name)

@@ -224,6 +224,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
 WRITE_ROLES: dict[str, Role] = {
     "Host": Role.ADMIN,
     "StoragePool": Role.ADMIN,
+    "Image": Role.ADMIN,
     "Volume": Role.OPERATOR,
     "VirtualMachine": Role.OPERATOR,
     "VirtualMachineSnapshot": Role.OPERATOR,

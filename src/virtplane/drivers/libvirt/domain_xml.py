@@ -107,7 +107,7 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return element
 
 
-def validate_spec(spec: DomainSpec) -> None:
+def validate_spec(spec: DomainSpec, kernel_path: str | None = None, initrd_path: str | None = None) -> None:
     if not _DOMAIN_NAME.match(spec.name):
         raise PermanentError(f"domain name {spec.name!r} is not a safe libvirt domain name")
     if spec.cpu < 1:
@@ -116,6 +116,8 @@ def validate_spec(spec: DomainSpec) -> None:
         raise PermanentError(f"a domain needs at least 16 MiB of memory, got {spec.memory_mib}")
     if (spec.initrd or spec.cmdline) and not spec.kernel:
         raise PermanentError("an initrd or kernel command line needs a kernel")
+    if bool(spec.kernel) != bool(kernel_path) or bool(spec.initrd) != bool(initrd_path):
+        raise PermanentError("the kernel and initrd images must be resolved by the driver before use")
     for disk in spec.disks:
         if disk.format not in _DISK_FORMATS:
             raise PermanentError(f"disk format {disk.format!r} is not one of {sorted(_DISK_FORMATS)}")
@@ -123,9 +125,16 @@ def validate_spec(spec: DomainSpec) -> None:
             raise PermanentError(f"disk path {disk.path!r} is not absolute")
 
 
-def build_domain_xml(spec: DomainSpec, options: XmlOptions, console_log: str | None = None) -> str:
-    """The persistent definition of ``spec``'s domain."""
-    validate_spec(spec)
+def build_domain_xml(
+    spec: DomainSpec,
+    options: XmlOptions,
+    console_log: str | None = None,
+    *,
+    kernel_path: str | None = None,
+    initrd_path: str | None = None,
+) -> str:
+    """The persistent definition of ``spec``'s domain; the boot files' paths come checked from the driver."""
+    validate_spec(spec, kernel_path, initrd_path)
     domain = ET.Element("domain", {"type": options.domain_type})
     _sub(domain, "name", spec.name)
     _sub(domain, "uuid", domain_uuid(spec.vm_uid))
@@ -149,10 +158,10 @@ def build_domain_xml(spec: DomainSpec, options: XmlOptions, console_log: str | N
     if options.machine:
         type_attrs["machine"] = options.machine
     _sub(os_element, "type", "hvm", **type_attrs)
-    if spec.kernel:
-        _sub(os_element, "kernel", spec.kernel)
-        if spec.initrd:
-            _sub(os_element, "initrd", spec.initrd)
+    if kernel_path:
+        _sub(os_element, "kernel", kernel_path)
+        if initrd_path:
+            _sub(os_element, "initrd", initrd_path)
         if spec.cmdline:
             _sub(os_element, "cmdline", spec.cmdline)
 
@@ -182,11 +191,8 @@ def build_domain_xml(spec: DomainSpec, options: XmlOptions, console_log: str | N
     _sub(serial, "target", port="0")
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port="0")
-    # User-mode networking needs no host bridge and survives migration.
-    if options.domain_type != "test":
-        interface = _sub(devices, "interface", type="user")
-        _sub(interface, "mac", address=mac_address(spec.vm_uid))
-        _sub(interface, "model", type="virtio")
+    # No NIC: QEMU's user-mode network maps its gateway to the host's 127.0.0.1, where the
+    # control plane listens (docs/decisions.md); guests get networks with the bridge networks.
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
         _sub(devices, "panic", model="isa")

@@ -37,13 +37,15 @@ from virtplane.drivers.base import (
     DomainState,
     EventSink,
     HostFacts,
+    ImageInfo,
+    ImageRef,
     MigrationJob,
     MigrationRequest,
     PoolRef,
     VolumeInfo,
 )
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError, Unsupported
-from virtplane.drivers.libvirt import _libvirt, storage
+from virtplane.drivers.libvirt import _libvirt, images, storage
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain_xml import (
     STOP_NS,
@@ -200,11 +202,11 @@ class LibvirtDriver:
 
     async def ensure_defined(self, spec: DomainSpec) -> None:
         console_log = self._console_log(spec)
-        xml = build_domain_xml(spec, self._xml_options, console_log)
         digest = spec_digest(spec, self._xml_options, console_log)
 
         def define(conn: Any) -> None:
             lv = _libvirt.load()
+            xml = self._domain_xml(conn, spec)  # checks the boot files even when nothing changed
             dom = self._lookup(conn, spec.name, missing_ok=True)
             stop_requested = False
             if dom is not None:
@@ -322,13 +324,22 @@ class LibvirtDriver:
     async def ensure_pool(self, pool: PoolRef) -> None:
         await self._call(lambda conn: storage.ensure_pool(conn, pool))
 
+    async def inspect_image(self, image: ImageRef) -> ImageInfo:
+        return await self._call(lambda conn: images.check_image(conn, image, local_view=self._local_view)[1])
+
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source_path: str | None = None
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
     ) -> VolumeInfo:
         can_resize = Capability.VOLUME_RESIZE in self.capabilities
-        return await self._call(
-            lambda conn: storage.create_volume(conn, pool, name, size_gib, source_path, can_resize=can_resize)
-        )
+
+        def create(conn: Any) -> VolumeInfo:
+            vol, capacity = None, 0
+            if source is not None:
+                vol, info = images.check_image(conn, source, local_view=self._local_view)
+                capacity = info.virtual_size_bytes
+            return storage.create_volume(conn, pool, name, size_gib, vol, capacity, can_resize=can_resize)
+
+        return await self._call(create)
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
         await self._call(lambda conn: storage.delete_volume(conn, pool, name))
@@ -392,13 +403,9 @@ class LibvirtDriver:
 
     async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
         await self.ensure_defined(spec)
-        dxml = (
-            None
-            if self._is_test_driver
-            else build_domain_xml(spec, self._xml_options, self._console_log(spec))
-        )
 
         def restore(conn: Any) -> None:
+            dxml = None if self._is_test_driver else self._domain_xml(conn, spec)
             dom = self._lookup(conn, spec.name)
             if dom.isActive():
                 raise PermanentError(f"domain {spec.name} is running; stop it before restoring memory")
@@ -458,6 +465,18 @@ class LibvirtDriver:
         await self._call(abort)
 
     # ------------------------------------------------------------------ internals
+
+    @property
+    def _local_view(self) -> bool:
+        """Whether library files are checked on this machine's filesystem too (see ``images``)."""
+        return not self._is_test_driver
+
+    def _domain_xml(self, conn: Any, spec: DomainSpec) -> str:
+        kernel = images.image_path(conn, spec.kernel, local_view=self._local_view)
+        initrd = images.image_path(conn, spec.initrd, local_view=self._local_view)
+        return build_domain_xml(
+            spec, self._xml_options, self._console_log(spec), kernel_path=kernel, initrd_path=initrd
+        )
 
     def _require(self, capability: Capability) -> None:
         if capability not in self.capabilities:

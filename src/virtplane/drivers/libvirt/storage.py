@@ -20,7 +20,6 @@ All functions block and take an open virConnect.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -28,7 +27,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from virtplane.drivers.base import PoolRef, VolumeInfo
-from virtplane.drivers.errors import NotFound, PermanentError, Unsupported
+from virtplane.drivers.errors import NotFound, PermanentError
 from virtplane.drivers.libvirt import _libvirt
 from virtplane.drivers.libvirt.domain_xml import backup_xml, dir_pool_xml, parse_domain_xml, volume_xml
 
@@ -135,24 +134,17 @@ def _clone(pool: Any, name: str, source: Any, capacity_bytes: int, *, can_resize
     return vol
 
 
-def _source_volume(conn: Any, path: str) -> tuple[Any, Any | None]:
-    """The volume at ``path``, and a transient pool we opened to reach it (to destroy after use)."""
-    vol = volume_by_path(conn, path)
-    if vol is not None:
-        return vol, None
-    directory = os.path.dirname(path)
-    name = "virtplane-src-" + hashlib.sha256(directory.encode()).hexdigest()[:12]
-    pool = conn.storagePoolCreateXML(dir_pool_xml(name, directory), 0)
-    vol = lookup_volume(pool, os.path.basename(path))
-    if vol is None:
-        pool.destroy()
-        raise NotFound(f"source image {path!r} does not exist on the host")
-    return vol, pool
-
-
 def create_volume(
-    conn: Any, ref: PoolRef, name: str, size_gib: int, source_path: str | None, *, can_resize: bool
+    conn: Any,
+    ref: PoolRef,
+    name: str,
+    size_gib: int,
+    source: Any | None,
+    source_capacity: int = 0,
+    *,
+    can_resize: bool,
 ) -> VolumeInfo:
+    """``source``: a library volume the caller has just checked (``images.check_image``)."""
     check_name("volume name", name)
     if size_gib < 1:
         raise PermanentError(f"volume size must be at least 1 GiB, got {size_gib}")
@@ -160,17 +152,10 @@ def create_volume(
     existing = lookup_volume(pool, name)
     if existing is not None:
         return volume_info(existing)  # idempotent: created by an earlier, interrupted call
-    if source_path is None:
+    if source is None:
         return volume_info(pool.createXML(volume_xml(name, size_gib * GIB), 0))
-    if "://" in source_path:
-        raise Unsupported(f"image URLs are not supported by the libvirt driver: {source_path!r}")
-    source, transient_pool = _source_volume(conn, source_path)
-    try:
-        capacity = max(size_gib * GIB, int(source.info()[1]))
-        return volume_info(_clone(pool, name, source, capacity, can_resize=can_resize))
-    finally:
-        if transient_pool is not None:
-            transient_pool.destroy()
+    capacity = max(size_gib * GIB, source_capacity)
+    return volume_info(_clone(pool, name, source, capacity, can_resize=can_resize))
 
 
 def delete_volume(conn: Any, ref: PoolRef, name: str) -> None:

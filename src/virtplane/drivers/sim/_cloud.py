@@ -28,7 +28,7 @@ from ._model import (
     host_name,
 )
 from ._persist import SimJournal
-from ._storage import SimStorage
+from ._storage import SHARED, SimStorage
 
 logger = logging.getLogger(__name__)
 
@@ -300,6 +300,13 @@ class SimCloud:
         """Set a volume's content (what the guest wrote). ``host`` picks among same-path local volumes."""
         with self.transaction:
             self.storage.write_content(path, host_name(host) if host else None, content)
+
+    def put_image_file(
+        self, pool: str, file: str, content: str, *, host: str | None = None, size_gib: int = 1
+    ) -> None:
+        """Place a file in a library pool, as an admin copies one onto a host (``host``: a local pool)."""
+        with self.transaction:
+            self.storage.put_image_file(host_name(host) if host else SHARED, pool, file, content, size_gib)
 
     def read_volume(self, path: str, *, host: str | None = None) -> str:
         return self.storage.resolve(path, host_name(host) if host else None).content

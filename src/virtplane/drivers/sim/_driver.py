@@ -13,6 +13,8 @@ from virtplane.drivers.base import (
     DomainState,
     EventSink,
     HostFacts,
+    ImageInfo,
+    ImageRef,
     MigrationJob,
     MigrationRequest,
     PoolRef,
@@ -155,10 +157,14 @@ class SimDriver:
         self._cloud.storage.ensure_pool(self._host().name, pool)
 
     @_entry_point
+    async def inspect_image(self, image: ImageRef) -> ImageInfo:
+        return self._cloud.storage.inspect_image(self._host().name, image)[0]
+
+    @_entry_point
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source_path: str | None = None
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
     ) -> VolumeInfo:
-        return self._cloud.storage.create_volume(self._host().name, pool, name, size_gib, source_path)
+        return self._cloud.storage.create_volume(self._host().name, pool, name, size_gib, source)
 
     @_entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from virtplane.domain.resources import ExitReason
-from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState
+from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState, ImageRef, PoolRef
 
 from . import _persist_migrations
 from ._model import FaultKind, SimDomain
@@ -146,10 +146,17 @@ def spec_to_json(spec: DomainSpec) -> str:
     return json.dumps(dataclasses.asdict(spec), separators=(",", ":"))
 
 
+def _image_from_json(data: Any) -> ImageRef | None:
+    if not isinstance(data, dict):
+        return None  # a path from before images came from the library: not kept
+    return ImageRef(pool=PoolRef(**data["pool"]), file=data["file"], format=data.get("format", "raw"))
+
+
 def spec_from_json(text: str) -> DomainSpec:
     data = json.loads(text)
     disks = tuple(DiskAttachment(**disk) for disk in data.pop("disks", ()))
-    return DomainSpec(**data, disks=disks)
+    kernel, initrd = _image_from_json(data.pop("kernel", None)), _image_from_json(data.pop("initrd", None))
+    return DomainSpec(**data, disks=disks, kernel=kernel, initrd=initrd)
 
 
 def armed_faults(host: SimHost) -> dict[FaultKind, dict[str | None, int]]:

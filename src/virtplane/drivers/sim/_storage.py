@@ -1,7 +1,9 @@
 """Simulated storage: pools, volumes with string content, volume snapshots.
 
 A shared pool is one object seen by every host that ensured it; a local pool
-exists once per host. Volume paths are ``sim://POOL/VOLUME`` on every host, as
+exists once per host. An image library is a pool whose files an admin placed
+(``SimCloud.put_image_file``); the simulator has no links or devices, so a file
+that is there is a regular one. Volume paths are ``sim://POOL/VOLUME`` on every host, as
 a directory pool's file path is the same on every host; a local volume is told
 apart by the host that asks. Volumes are fully allocated: their size counts
 against the pool's capacity (a pool with capacity 0 is unbounded).
@@ -13,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from virtplane.drivers.base import PoolRef, VolumeInfo
+from virtplane.drivers.base import ImageInfo, ImageRef, PoolRef, VolumeInfo
 from virtplane.drivers.errors import NotFound, PermanentError, TransientError
 
 from ._model import URI_SCHEME, SimFaultError
@@ -26,6 +28,7 @@ SHARED = ""
 """The host part of a shared pool's key."""
 
 VOLUME_SNAPSHOT_SCHEME = "sim-snap://"
+GIB = 1024**3
 
 
 @dataclass(eq=False)
@@ -144,8 +147,27 @@ class SimStorage:
 
     # ------------------------------------------------------------------ volumes
 
+    def put_image_file(self, owner: str, pool_name: str, file: str, content: str, size_gib: int) -> None:
+        """An admin's file in a library pool (``owner``: SHARED or the host of a local pool)."""
+        pool = self._pools.get((owner, pool_name))
+        if pool is None:
+            pool = self._pools[(owner, pool_name)] = SimPool(pool_name, owner == SHARED, 0, owner=owner)
+            self._changed(pool)
+        pool.volumes[file] = SimVolume(file, volume_path(pool_name, file), size_gib, content)
+        self._changed(pool, file)
+
+    def inspect_image(self, host: str, image: ImageRef) -> tuple[ImageInfo, SimVolume]:
+        try:
+            found = self._volume(host, image.pool, image.file)
+        except NotFound:
+            raise NotFound(
+                f"image file {image.file} in library pool {image.pool.name} does not exist"
+            ) from None
+        size = found.size_gib * GIB
+        return ImageInfo(size_bytes=size, virtual_size_bytes=size, format=image.format), found
+
     def create_volume(
-        self, host: str, ref: PoolRef, name: str, size_gib: int, source_path: str | None
+        self, host: str, ref: PoolRef, name: str, size_gib: int, source: ImageRef | None
     ) -> VolumeInfo:
         pool = self.pool(host, ref)
         existing = pool.volumes.get(name)
@@ -157,11 +179,12 @@ class SimStorage:
             return existing.info()  # a re-run of the same create
         if size_gib < 1:
             raise PermanentError(f"volume {name}: size must be at least 1 GiB")
-        pool.check_room(size_gib, f"volume {name}")
         content = ""
-        if source_path:
-            source = self.locate_local(host, source_path)
-            content = source[1].content if source else f"image:{source_path}"
+        if source is not None:  # the volume is at least as big as the image, as with libvirt
+            info, image = self.inspect_image(host, source)
+            size_gib = max(size_gib, -(-info.virtual_size_bytes // GIB))
+            content = image.content
+        pool.check_room(size_gib, f"volume {name}")
         volume = pool.volumes[name] = SimVolume(name, volume_path(ref.name, name), size_gib, content)
         self._changed(pool, name)
         return volume.info()

@@ -1,0 +1,99 @@
+"""Images: each library file an admin names is checked on the hosts that see its pool.
+
+An Image is Ready once a connected host found its file acceptable and none refused
+it (``HypervisorDriver.inspect_image``: a regular file inside the library, of the
+expected format, with no backing file); Failed when a host refused it or it is
+missing. It is checked again periodically, and drivers check it again right before
+each use. Status messages carry the driver's words, which name only the library.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.scheduling import pool_hosts
+from virtplane.controllers.storage import pool_ref
+from virtplane.domain.resources import (
+    HostConnection,
+    Image,
+    ImagePhase,
+    ImageStatus,
+    PoolContent,
+    StoragePool,
+)
+from virtplane.drivers.base import ImageRef
+from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
+from virtplane.reconcile.types import Request, Result
+
+log = logging.getLogger("virtplane.controllers.images")
+
+GIB = 1024**3
+RECHECK_READY_S = 300.0
+RECHECK_FAILED_S = 30.0
+RECHECK_PENDING_S = 5.0
+
+
+class ImageReconciler:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+
+    async def __call__(self, req: Request) -> Result | None:
+        ctx = self.ctx
+        image = ctx.store.find(Image, req.name)
+        if image is None:
+            return None
+        status, retry = await self._check(image)
+        status.observed_generation = image.metadata.generation
+        if status != image.status:
+            became = status.phase is not image.status.phase
+            image.status = status
+            ctx.write(image)
+            if became:
+                ctx.event(
+                    image, status.phase.value, status.message, warning=status.phase is ImagePhase.FAILED
+                )
+        return Result(requeue_after=retry)
+
+    async def _check(self, image: Image) -> tuple[ImageStatus, float]:
+        ctx = self.ctx
+        pool = ctx.cache.pool(image.spec.pool) or ctx.store.find(StoragePool, image.spec.pool)
+        if pool is None:
+            return _status(
+                ImagePhase.PENDING, f"library pool {image.spec.pool} does not exist"
+            ), RECHECK_PENDING_S
+        if pool.spec.content is not PoolContent.IMAGES:
+            return _status(
+                ImagePhase.FAILED, f"pool {pool.metadata.name} is not an image library (spec.content: images)"
+            ), RECHECK_FAILED_S
+        ref = ImageRef(pool_ref(pool), image.spec.file, image.spec.effective_format.value)
+        found: list[str] = []
+        size = virtual = 0
+        for host_name in sorted(pool_hosts(ctx.cache, pool)):
+            host = ctx.cache.host(host_name)
+            if host is None or host.status.connection is not HostConnection.UP:
+                continue
+            try:
+                driver = await ctx.hosts.get(host.spec.uri)
+                await driver.ensure_pool(ref.pool)
+                info = await driver.inspect_image(ref)
+            except (ImageRefused, NotFound, PermanentError) as exc:
+                return _status(ImagePhase.FAILED, f"on host {host_name}: {exc}"), RECHECK_FAILED_S
+            except TransientError as exc:
+                log.info("image %s not checked on %s: %s", image.metadata.name, host_name, exc)
+                continue
+            found.append(host_name)
+            size, virtual = info.size_bytes, info.virtual_size_bytes
+        if not found:
+            return _status(
+                ImagePhase.PENDING, f"no connected host sees library pool {pool.metadata.name}"
+            ), RECHECK_PENDING_S
+        status = _status(ImagePhase.READY, "")
+        status.hosts = found
+        status.size_bytes = size
+        status.virtual_size_gib = -(-virtual // GIB)
+        return status, RECHECK_READY_S
+
+
+def _status(phase: ImagePhase, message: str) -> ImageStatus:
+    return ImageStatus(phase=phase, message=message)
