@@ -216,8 +216,13 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def cleanup(rig: Rig, domain: str) -> None:
+def cleanup(rig: Rig, domain: str, volume_file: str) -> None:
+    """Remove the test's domain from both daemons and its volume's file from the shared pool."""
     import libvirt
+
+    if volume_file:
+        with contextlib.suppress(OSError):
+            (Path(rig.shared_pool.path) / volume_file).unlink()
 
     for host in rig.hosts.values():
         conn = libvirt.open(host.uri)
@@ -231,13 +236,14 @@ def cleanup(rig: Rig, domain: str) -> None:
 
 def test_sigkill_mid_migration_the_restarted_server_lets_it_finish(rig: Rig, server: ServerProcess) -> None:
     server.start()
-    domain = ""
+    domain = volume_file = ""
     with recording(rig) as recorder:
         try:
             with server.client() as c:
                 seed(c, rig)
                 running = wait(lambda: (v := vm(c))["status"]["phase"] == "Running" and v, "VM running")
                 domain, source = f"virtplane-{running['metadata']['uid']}", running["status"]["host"]
+                volume_file = ok(c.get("/v1/volumes/fo-root"))["status"]["file"]
                 wait(lambda: "TICK 1" in console(server.data_dir, running["metadata"]["uid"]), "guest up")
                 ok(
                     c.post(
@@ -262,7 +268,7 @@ def test_sigkill_mid_migration_the_restarted_server_lets_it_finish(rig: Rig, ser
         finally:
             server.kill()
             if domain:
-                cleanup(rig, domain)
+                cleanup(rig, domain, volume_file)
 
 
 def test_leader_killed_mid_drain_the_new_leader_finishes_it(rig: Rig, tmp_path: Path) -> None:
@@ -271,7 +277,7 @@ def test_leader_killed_mid_drain_the_new_leader_finishes_it(rig: Rig, tmp_path: 
         extra = ["--db", url, "--leader-lease-seconds", "3"]
         first = ServerProcess(tmp_path / "first", extra_args=extra)
         second = ServerProcess(tmp_path / "second", extra_args=extra)
-        domain = ""
+        domain = volume_file = ""
         with recording(rig) as recorder:
             try:
                 first.start()
@@ -285,6 +291,7 @@ def test_leader_killed_mid_drain_the_new_leader_finishes_it(rig: Rig, tmp_path: 
                     seed(c, rig)
                     running = wait(lambda: (v := vm(c))["status"]["phase"] == "Running" and v, "VM running")
                     domain, source = f"virtplane-{running['metadata']['uid']}", running["status"]["host"]
+                    volume_file = ok(c.get("/v1/volumes/fo-root"))["status"]["file"]
                     wait(lambda: "TICK 1" in console(first.data_dir, running["metadata"]["uid"]), "guest up")
                     ok(c.post(f"/v1/hosts/{source}/maintenance", json={"strategy": "Migration"}))
                 wait(lambda: source_migrating(rig, source, domain), "migration under way")
@@ -309,4 +316,4 @@ def test_leader_killed_mid_drain_the_new_leader_finishes_it(rig: Rig, tmp_path: 
                 first.kill()
                 second.kill()
                 if domain:
-                    cleanup(rig, domain)
+                    cleanup(rig, domain, volume_file)
