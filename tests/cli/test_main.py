@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -25,6 +26,11 @@ class RecordedServeOptions:
     log_format: str = "text"
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
+    lease_s: float = 15.0
+
+
+class RecordedServeRefused(Exception):
+    pass
 
 
 @pytest.fixture
@@ -34,6 +40,7 @@ def fake_server_module(monkeypatch: pytest.MonkeyPatch) -> list[RecordedServeOpt
     module = types.ModuleType("virtplane.server")
     module.ServeOptions = RecordedServeOptions  # type: ignore[attr-defined]
     module.run_server = calls.append  # type: ignore[attr-defined]
+    module.ServeRefused = RecordedServeRefused  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "virtplane.server", module)
     return calls
 
@@ -57,7 +64,7 @@ def test_serve_defaults(fake_server_module: list[RecordedServeOptions]) -> None:
 def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions], tmp_path: Path) -> None:
     args = ["serve", "--demo", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--port", "9000"]
     args += ["--db", "postgresql+psycopg://db/virtplane", "--log-level", "DEBUG"]
-    args += ["--sim-boot-seconds", "0.1", "--sim-shutdown-seconds", "0.2"]
+    args += ["--sim-boot-seconds", "0.1", "--sim-shutdown-seconds", "0.2", "--leader-lease-seconds", "6"]
 
     result = CliRunner().invoke(app, args)
 
@@ -72,8 +79,19 @@ def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions
             log_level="debug",
             sim_boot_seconds=0.1,
             sim_shutdown_seconds=0.2,
+            lease_s=6.0,
         )
     ]
+
+
+def test_serve_refused_is_an_error_with_exit_status_1(tmp_path: Path) -> None:
+    """The real server refuses a data directory another process serves, before anything starts."""
+    from virtplane.runtime.datadir import DataDirLock
+
+    with DataDirLock(tmp_path):
+        result = CliRunner().invoke(app, ["serve", "--data-dir", str(tmp_path), "--port", "1"])
+    assert result.exit_code == 1
+    assert f"another virtplane (pid {os.getpid()}) is serving {tmp_path}" in result.output
 
 
 def test_serve_rejects_a_bad_port(fake_server_module: list[RecordedServeOptions]) -> None:
