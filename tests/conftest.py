@@ -28,13 +28,23 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def make_plane(store: Store, *, boot_seconds: float = 0.02, shutdown_seconds: float = 0.02) -> ControlPlane:
-    sim = SimCloud(boot_seconds=boot_seconds, shutdown_seconds=shutdown_seconds)
+def make_plane(
+    store: Store, *, sim: SimCloud | None = None, boot_seconds: float = 0.02, shutdown_seconds: float = 0.02
+) -> ControlPlane:
+    """A control plane on simulated hosts whose reconciles are recorded (``tests.reconciles``)."""
+    from tests.reconciles import ReconcileLog  # it imports this module
+
+    sim = sim or SimCloud(boot_seconds=boot_seconds, shutdown_seconds=shutdown_seconds)
+    log = ReconcileLog()
     ref: list[ControlPlane] = []
     plane = ControlPlane(
-        store, sim=sim, driver_factory=sim_factory(ref, sim), options=ControlPlaneOptions(workers=4)
+        store,
+        sim=sim,
+        driver_factory=sim_factory(ref, sim),
+        options=ControlPlaneOptions(workers=4, wrap_reconciler=log.wrap),
     )
     ref.append(plane)
+    log.attach(plane)
     return plane
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
-from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+from tests.conftest import eventually, make_plane
+from virtplane.bootstrap import ControlPlane
 from virtplane.domain.intents import read_intents, read_migration
 from virtplane.domain.resources import (
     Capacity,
@@ -34,7 +34,6 @@ from virtplane.domain.resources import (
 )
 from virtplane.drivers.base import DomainState, domain_name
 from virtplane.drivers.sim import SimCloud
-from virtplane.server import sim_factory
 from virtplane.store.store import Store
 
 SHARED = "shared"
@@ -173,11 +172,7 @@ class Cluster:
 async def cluster(store: Store) -> AsyncIterator[Cluster]:
     """A running control plane on simulated hosts: 10 ms boots, a 1 GiB migration in ~0.1 s."""
     sim = SimCloud(boot_seconds=0.01, shutdown_seconds=0.01, time_scale=10.0, migration_tick_s=0.01)
-    ref: list[ControlPlane] = []
-    plane = ControlPlane(
-        store, sim=sim, driver_factory=sim_factory(ref, sim), options=ControlPlaneOptions(workers=4)
-    )
-    ref.append(plane)
+    plane = make_plane(store, sim=sim)
     result = Cluster(plane, sim)
     plane.settings.set("vm.start.backoff_base_s", 0.02)
     plane.settings.set("vm.start.backoff_cap_s", 0.2)
