@@ -147,3 +147,30 @@ async def test_always_off_vm_stopped_by_maintenance_stays_off_after_cancel(clust
         lambda: read_intents(cluster.vm("l").metadata.annotations).maintenance_power_state is None
     )
     assert cluster.vm("l").status.phase is VMPhase.STOPPED and cluster.runs_on("l") == []
+
+
+@pytest.mark.parametrize("value", ["Error", "Migration", "ForceStop", "Stop"])
+async def test_without_a_strategy_the_setting_drives_the_drain(cluster: Cluster, value: str) -> None:
+    """``host.maintenance.local.storage.strategy`` decides for a request that names no strategy."""
+    await seeded(cluster)
+    cluster.plane.settings.set("host.maintenance.local.storage.strategy", value)
+    view = cluster.request("h1")
+    assert view["strategy"] == value and view["requested_strategy"] is None
+    await eventually(lambda: cluster.state("h1") in ("Maintenance", "ErrorInMaintenance"), timeout=15)
+    m = cluster.maintenance("h1")
+    assert m.status.strategy is not None and m.status.strategy.value == value, m.status.message
+    if value == "Error":
+        assert cluster.state("h1") == "ErrorInMaintenance" and m.status.blocking == ["l"]
+        assert cluster.settled("l", "h1"), "nothing was touched"
+        return
+    assert cluster.state("h1") == "Maintenance", m.status.message
+    if value == "Migration":
+        target = cluster.vm("l").status.host
+        assert target in ("h2", "h3")
+        assert cluster.store.get(Volume, "l-disk").spec.pool == f"{target}-local"
+        return
+    assert cluster.vm("l").status.phase is VMPhase.STOPPED and cluster.runs_on("l") == []
+    mode = StopMode.FORCE if value == "ForceStop" else StopMode.GRACEFUL
+    stops = [e.message for e in cluster.store.list_events(kind="VirtualMachine", name="l")
+             if e.reason == "MaintenanceStop"]  # fmt: skip
+    assert stops and all(mode.value in m for m in stops), stops
