@@ -15,6 +15,7 @@ many-gigabyte migration in a few milliseconds.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError, TransientError
 
-from ._model import SimDomain
+from ._model import MigrationTransition, SimDomain
 
 if TYPE_CHECKING:
     from ._cloud import SimCloud
@@ -150,9 +151,13 @@ class Migration:
 class MigrationEngine:
     """Runs the cloud's migrations; at most one job per domain is kept (the latest)."""
 
+    RECORD_LIMIT = 100_000
+    """Transitions kept in ``record`` (the oldest go first): ample for any test, bounded for a demo."""
+
     def __init__(self, cloud: SimCloud) -> None:
         self._cloud = cloud
         self._jobs: dict[str, Migration] = {}
+        self.record: deque[MigrationTransition] = deque(maxlen=self.RECORD_LIMIT)
 
     # ------------------------------------------------------------------ driver entry points
 
@@ -183,6 +188,7 @@ class MigrationEngine:
             fault=None,
         )
         self._jobs[domain.name] = migration
+        self._note(migration, None)
         refusal = self._target_refusal(
             migration, live.cpu, live.memory_mib, tuple(d.path for d in live.disks)
         )
@@ -305,6 +311,13 @@ class MigrationEngine:
         else:
             self._schedule(migration)
 
+    def _note(self, migration: Migration, outcome: MigrationPhase | None) -> None:
+        self.record.append(
+            MigrationTransition(
+                self._cloud.clock(), migration.domain, migration.source.name, migration.target.name, outcome
+            )
+        )
+
     def _release(self, migration: Migration) -> None:
         cpu, memory = migration.reserved
         migration.target.reserved_vcpus -= cpu
@@ -319,6 +332,7 @@ class MigrationEngine:
         self._release(migration)
         migration.phase = phase
         migration.error = error
+        self._note(migration, phase)
         domain = migration.source.domains.get(migration.domain)
         if domain is not None and domain.state is DomainState.MIGRATING:
             domain.state = domain.state_before_migration or DomainState.RUNNING
@@ -350,6 +364,7 @@ class MigrationEngine:
         run_state = domain.state_before_migration or DomainState.RUNNING
         source.remove(domain)
         migration.phase = MigrationPhase.COMPLETED
+        self._note(migration, MigrationPhase.COMPLETED)
         source.emit(DomainEventType.MIGRATED, domain, detail=f"to {target.uri}")
         arrived = target.define(domain.spec)
         target.power_on(arrived, run_state, live)
