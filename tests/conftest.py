@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,24 @@ from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.drivers.sim import SimCloud
 from virtplane.server import sim_factory
 from virtplane.store.store import Store, sqlite_url
+
+FULL_RUN = os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1"
+"""Set by ``bin/test`` once the system packages are in: a missing part is then a failure, not a skip."""
+
+
+def libvirt_or_skip() -> Any:
+    """The ``libvirt`` module; without libvirt-python the test skips, or fails in a full run."""
+    try:
+        import libvirt
+    except ImportError as exc:
+        why = (
+            "libvirt-python is not installed (pip install libvirt-python==VERSION of the system "
+            f"libvirt, `pkg-config --modversion libvirt`; scripts/qemu/setup.sh does it): {exc}"
+        )
+        if FULL_RUN:
+            pytest.fail(why)
+        pytest.skip(why, allow_module_level=True)
+    return libvirt
 
 
 @pytest.fixture
@@ -75,17 +95,26 @@ class LiveServer:
     tokens: dict[str, str]
     plane: ControlPlane
     store: Store
+    loop: asyncio.AbstractEventLoop
 
     def client(self, role: str | None = "admin", **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=10.0, **kwargs)
 
+    def reconciled(self, name: str, kind: str = "VirtualMachine", timeout: float = 10.0) -> Any:
+        """From the test's thread: a reconcile of ``kind/name`` started after this call has
+        finished (``tests.reconciles``); returns its outcome."""
+        from tests.reconciles import reconciled
 
-@pytest.fixture
-def live_server(store: Store) -> Iterator[LiveServer]:
+        future = asyncio.run_coroutine_threadsafe(reconciled(self.plane, name, kind, timeout), self.loop)
+        return future.result(timeout + 5)
+
+
+@contextmanager
+def serving(store: Store, plane: ControlPlane | None = None, name: str = "test") -> Iterator[LiveServer]:
     """The real app under uvicorn on a free port, in a thread, with tokens for every role."""
-    tokens = {role: store.create_token(f"test-{role}", role) for role in ("admin", "operator", "viewer")}
-    plane = make_plane(store)
+    tokens = {role: store.create_token(f"{name}-{role}", role) for role in ("admin", "operator", "viewer")}
+    plane = plane or make_plane(store)
     config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -93,9 +122,21 @@ def live_server(store: Store) -> Iterator[LiveServer]:
     deadline = time.monotonic() + 10
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test server did not start")
+            raise RuntimeError(f"the {name} server did not start")
         time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield LiveServer(url=f"http://127.0.0.1:{port}", tokens=tokens, plane=plane, store=store)
-    server.should_exit = True
-    thread.join(timeout=10)
+    listener = server.servers[0]
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        yield LiveServer(
+            url=f"http://127.0.0.1:{port}", tokens=tokens, plane=plane, store=store, loop=listener.get_loop()
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_server(store: Store) -> Iterator[LiveServer]:
+    """The real app under uvicorn on a free port, in a thread, with tokens for every role."""
+    with serving(store) as server:
+        yield server

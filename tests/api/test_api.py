@@ -116,15 +116,16 @@ def test_operator_manages_vms_but_not_hosts_or_settings(live_server: LiveServer)
         )
 
 
-def _wait_settled(client: httpx.Client, name: str) -> None:
-    """Until the VM controller has taken the VM in (finalizer, phase), its writes race ours."""
+def _wait_settled(live_server: LiveServer, client: httpx.Client, name: str) -> None:
+    """Until the VM controller has taken the VM in (finalizer, phase), its writes race ours;
+    a reconcile started after that changes nothing more."""
     import time
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         vm = client.get(f"/v1/vms/{name}").json()
         if vm["metadata"]["finalizers"] and vm["status"]["phase"] == "Stopped":
-            time.sleep(0.2)
+            live_server.reconciled(name)
             return
         time.sleep(0.02)
     raise AssertionError(f"VM {name} did not settle")
@@ -133,7 +134,7 @@ def _wait_settled(client: httpx.Client, name: str) -> None:
 def test_stale_write_is_409_and_keeps_the_winner(live_server: LiveServer) -> None:
     with live_server.client("admin") as client:
         client.post("/v1/vms", json=MANIFESTS["vms"])
-        _wait_settled(client, "vm9")
+        _wait_settled(live_server, client, "vm9")
         first = client.get("/v1/vms/vm9").json()
         second = client.get("/v1/vms/vm9").json()
         first["spec"]["cpu"] = 3
@@ -270,13 +271,11 @@ def test_token_creation_is_admin_only(live_server: LiveServer) -> None:
 
 
 def test_prometheus_metrics(live_server: LiveServer) -> None:
-    import time
-
     with live_server.client("admin") as client:
         client.post(
             "/v1/hosts", json={"kind": "Host", "metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
         )
-        time.sleep(0.3)
+        live_server.reconciled("h1", kind="Host")
         text = httpx.get(f"{live_server.url}/metrics").text
     assert 'workqueue_depth{controller="VirtualMachine"}' in text
     successes = [
