@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import eventually, libvirt_or_skip
 from tests.controllers.helpers import add_host, operate, phase_history, vm, wait_op, wait_settled
 from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
@@ -171,9 +171,7 @@ def host_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     """The restore matrix runs on the simulator and on libvirt's own test hypervisor."""
     if request.param == "sim":
         return None
-    pytest.importorskip(
-        "libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)"
-    )
+    libvirt_or_skip()
     from tests.drivers.conftest import write_node_xml
 
     return write_node_xml(tmp_path / "h1.xml", cpus=16, memory_mib=32768)
