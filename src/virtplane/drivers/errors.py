@@ -4,7 +4,8 @@ DriverError
  ├── TransientError   retry later (connection lost, host busy, timeout)
  │    └── HostUnreachable   the host connection is away
  ├── PermanentError   retrying the same call will not help (bad spec, unsupported)
- │    └── Unsupported       the driver lacks the capability
+ │    ├── Unsupported       the driver lacks the capability
+ │    └── DriverUnavailable the driver cannot load here (a library is missing on this machine)
  └── NotFound         the domain, volume or snapshot does not exist
 """
 
@@ -31,12 +32,17 @@ class Unsupported(PermanentError):
     pass
 
 
+class DriverUnavailable(PermanentError):
+    """The driver cannot load on the control plane's machine; its message says how to install it."""
+
+
 class NotFound(DriverError):
     pass
 
 
 __all__ = [
     "DriverError",
+    "DriverUnavailable",
     "HostUnreachable",
     "NotFound",
     "PermanentError",
