@@ -89,6 +89,18 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: 
     raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
 
 
+def eventually_sync(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """``eventually`` for a test's own thread, while the server runs in another."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+
+
 @dataclass
 class LiveServer:
     url: str
@@ -100,6 +112,14 @@ class LiveServer:
     def client(self, role: str | None = "admin", **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=10.0, **kwargs)
+
+    def in_loop(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` run on the server's event loop (where the simulator must be called)."""
+
+        async def call() -> Any:
+            return function(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
 
     def reconciled(self, name: str, kind: str = "VirtualMachine", timeout: float = 10.0) -> Any:
         """From the test's thread: a reconcile of ``kind/name`` started after this call has

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, eventually_sync
 
 MANIFESTS: dict[str, dict[str, Any]] = {
     "hosts": {"kind": "Host", "metadata": {"name": "h9"}, "spec": {"uri": "sim://h9", "cluster": "c1"}},
@@ -284,3 +284,30 @@ def test_prometheus_metrics(live_server: LiveServer) -> None:
         if line.startswith('reconcile_total{controller="Host",result="requeue_after"}')
     ]
     assert successes and float(successes[0].split()[-1]) >= 1, "the host was reconciled and counted"
+
+
+def test_a_fault_aimed_at_a_vm_goes_to_its_host_and_a_wrong_host_is_a_clear_409(
+    live_server: LiveServer,
+) -> None:
+    with live_server.client("admin") as client:
+        for name in ("h1", "h2"):
+            client.post(
+                "/v1/hosts",
+                json={"kind": "Host", "metadata": {"name": name}, "spec": {"uri": f"sim://{name}"}},
+            )
+        vm = {"kind": "VirtualMachine", "metadata": {"name": "web"}, "spec": {"run_policy": "AlwaysOn"}}
+        client.post("/v1/vms", json=vm)
+        placed = eventually_sync(lambda: client.get("/v1/vms/web").json()["status"]["host"])
+        other = "h2" if placed == "h1" else "h1"
+
+        wrong = client.post(f"/v1/hosts/{other}/faults", json={"kind": "crash", "vm": "web"})
+        assert wrong.status_code == 409 and wrong.json()["reason"] == "WrongHost"
+        assert f"runs on {placed}, not {other}" in wrong.json()["message"]
+
+        hit = client.post("/v1/vms/web/faults", json={"kind": "crash"})
+        assert hit.status_code == 200 and hit.json()["host"] == placed, hit.text
+        host_fault = client.post("/v1/vms/web/faults", json={"kind": "host-down"})
+        assert host_fault.status_code == 422 and host_fault.json()["reason"] == "Invalid"
+        client.post("/v1/vms", json={**vm, "metadata": {"name": "off"}, "spec": {"run_policy": "AlwaysOff"}})
+        nowhere = client.post("/v1/vms/off/faults", json={"kind": "crash"})
+        assert nowhere.status_code == 409 and nowhere.json()["reason"] == "NotPlaced"
