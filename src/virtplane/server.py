@@ -124,7 +124,8 @@ def run_server(options: ServeOptions) -> None:
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
     console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
-    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)  # one line to paste
+    # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
+    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)
     print(f"VIRTPLANE_URL={url}", flush=True)
     print(f"VIRTPLANE_TOKEN={token}", flush=True)
     uvicorn.run(
