@@ -149,6 +149,20 @@ async def test_pause_and_resume(harness: Harness) -> None:
     await state_of(harness.driver, spec.name, DomainState.RUNNING)
 
 
+async def test_a_paused_guest_does_not_hear_a_graceful_shutdown_and_destroy_stops_it(
+    harness: Harness,
+) -> None:
+    """The caller's grace period runs out and it destroys the domain, as for any guest that ignores ACPI."""
+    spec = await running(harness, "vm-deaf")
+    await harness.driver.pause(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.PAUSED)
+    await harness.driver.shutdown(spec.name)
+    await state_of(harness.driver, spec.name, DomainState.PAUSED)
+    await harness.driver.destroy(spec.name)
+    info = await state_of(harness.driver, spec.name, DomainState.SHUTOFF)
+    assert info.exit_reason is ExitReason.STOPPED_BY_SYSTEM
+
+
 async def test_undefine_refuses_a_running_domain_and_tolerates_a_missing_one(harness: Harness) -> None:
     spec = await running(harness)
     with pytest.raises(PermanentError):
