@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import eventually
 from tests.maintenance.conftest import Cluster
 from virtplane.domain.intents import PowerState, StopMode, read_intents
-from virtplane.domain.resources import LiveMigrationPolicy, RunPolicy, VMPhase, Volume
+from virtplane.domain.resources import LiveMigrationPolicy, RunPolicy, VirtualMachine, VMPhase, Volume
 
 
 async def seeded(cluster: Cluster) -> None:
@@ -82,11 +82,14 @@ async def test_strategy_migration_moves_local_disks_with_the_vm(cluster: Cluster
     assert cluster.vm("off").status.phase is VMPhase.STOPPED and cluster.vm("off").status.host == "h1"
 
 
+@pytest.mark.parametrize("policy", [RunPolicy.ALWAYS_ON, RunPolicy.MANUAL])
 @pytest.mark.parametrize(("strategy", "mode"), [("ForceStop", StopMode.FORCE), ("Stop", StopMode.GRACEFUL)])
 async def test_stop_strategies_stop_local_vms_and_cancel_starts_them_again(
-    cluster: Cluster, strategy: str, mode: StopMode
+    cluster: Cluster, strategy: str, mode: StopMode, policy: RunPolicy
 ) -> None:
+    """Under Manual only the maintenance's intent starts the VM again: its policy would not."""
     await seeded(cluster)
+    cluster.store.mutate(VirtualMachine, "l", lambda v: setattr(v.spec, "run_policy", policy))
     off_version = cluster.vm("off").metadata.resource_version
     cluster.request("h1", strategy)
     await cluster.wait_state("h1", "Maintenance")
@@ -137,8 +140,6 @@ async def test_always_off_vm_stopped_by_maintenance_stays_off_after_cancel(clust
 
     def to_always_off(vm: object) -> None:
         vm.spec.run_policy = RunPolicy.ALWAYS_OFF  # type: ignore[attr-defined]
-
-    from virtplane.domain.resources import VirtualMachine
 
     cluster.store.mutate(VirtualMachine, "l", to_always_off)
     cluster.cancel("h1")
