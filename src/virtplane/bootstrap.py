@@ -61,6 +61,8 @@ class ControlPlaneOptions:
     lease_s: float = 15.0
     renew_every_s: float = 5.0
     feed_poll_s: float = 1.0  # how often the change feed looks for other replicas' writes
+    # Wraps every reconciler (kind, reconciler) -> reconciler; tests record reconciles with it.
+    wrap_reconciler: Callable[[str, Reconciler], Reconciler] | None = None
 
 
 def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
@@ -168,7 +170,10 @@ class ControlPlane:
         self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
     ) -> None:
         self._metrics = metrics
-        self._reconcilers[kind] = (requeue_on_conflict(reconciler), workers or self.options.workers)
+        reconciler = requeue_on_conflict(reconciler)
+        if self.options.wrap_reconciler is not None:
+            reconciler = self.options.wrap_reconciler(kind, reconciler)
+        self._reconcilers[kind] = (reconciler, workers or self.options.workers)
 
     def _build_controllers(self) -> None:
         """Fresh controllers (a Controller runs once) around the same reconcilers."""

@@ -10,10 +10,11 @@ import logging
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
 from virtplane.domain.resources import Allocation, Capacity, Host, HostConnection, VMPhase
 from virtplane.drivers.base import HypervisorDriver
-from virtplane.drivers.errors import DriverError
+from virtplane.drivers.errors import DriverError, DriverUnavailable
 from virtplane.reconcile.types import Request, Result
 
 log = logging.getLogger("virtplane.controllers.host")
@@ -42,6 +43,7 @@ class HostReconciler:
             status.connection = HostConnection.UP
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.message = ""
+            status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
         except DriverError as exc:
             await ctx.hosts.drop(host.spec.uri)
@@ -49,6 +51,16 @@ class HostReconciler:
                 HostConnection.DISCONNECTED if was is HostConnection.UP else HostConnection.DOWN
             )
             status.message = f"cannot reach {host.spec.uri}: {exc}"
+            if isinstance(exc, DriverUnavailable):  # nothing is wrong with the host: say what to install
+                status.message = str(exc)
+                status.conditions = set_condition(
+                    status.conditions,
+                    HostCondition.DRIVER_LOADED,
+                    False,
+                    "DriverNotInstalled",
+                    str(exc),
+                    now=now,
+                )
             requeue = RETRY_CONNECT_S
         if status.connection != was:
             ctx.event(

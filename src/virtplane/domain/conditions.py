@@ -19,6 +19,10 @@ class VMCondition(StrEnum):
     MIGRATION = "Migration"
 
 
+class HostCondition(StrEnum):
+    DRIVER_LOADED = "DriverLoaded"  # False: the host's driver cannot load on the control plane
+
+
 def set_condition(
     conditions: list[Condition],
     type: str,

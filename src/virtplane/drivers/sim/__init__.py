@@ -82,6 +82,8 @@ target would not see (a local disk that is not copied, a shared pool the target 
 not ensured) fail the job at once too; paths that are not simulator volumes are
 trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
 queryable (on source and target) until its next migration (across a restart, see below).
+``SimCloud.migration_record()``
+lists every start and end in order, so tests can check concurrency limits at every instant.
 
 Restarts (``SimCloud(..., state_path=PATH)``)
 ---------------------------------------------
@@ -122,13 +124,14 @@ optional. Without ``state_path`` nothing is written.
 from ._cloud import SimCloud
 from ._driver import SIM_CAPABILITIES, SimDriver
 from ._migration import CONVERGENCE_MIB
-from ._model import FaultKind, FaultRecord, SimFaultError, SimHostState, SimState
+from ._model import FaultKind, FaultRecord, MigrationTransition, SimFaultError, SimHostState, SimState
 
 __all__ = [
     "CONVERGENCE_MIB",
     "SIM_CAPABILITIES",
     "FaultKind",
     "FaultRecord",
+    "MigrationTransition",
     "SimCloud",
     "SimDriver",
     "SimFaultError",
