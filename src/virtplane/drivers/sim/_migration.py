@@ -164,11 +164,11 @@ class MigrationEngine:
         self._jobs: dict[str, Migration] = {}
         # running migrations loaded from the state file that still wait for a timer
         self._unresumed: list[Migration] = []
+        self.record: deque[MigrationTransition] = deque(maxlen=self.RECORD_LIMIT)
 
     def latest(self, domain: str) -> Migration | None:
         """The last job of ``domain``, whatever its phase."""
         return self._jobs.get(domain)
-        self.record: deque[MigrationTransition] = deque(maxlen=self.RECORD_LIMIT)
 
     # ------------------------------------------------------------------ driver entry points
 
