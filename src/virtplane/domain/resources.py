@@ -559,6 +559,12 @@ class HostMaintenance(Resource):
 
 class SettingSpec(Strict):
     value: Any = None
+    clusters: dict[Name, Any] = Field(
+        default_factory=dict, description="Cluster -> value, for settings of scope host."
+    )
+    hosts: dict[Name, Any] = Field(
+        default_factory=dict, description="Host -> value, for settings of scope host."
+    )
 
 
 class SettingStatus(BaseModel):
