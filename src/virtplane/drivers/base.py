@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from virtplane.domain.resources import ExitReason
+from virtplane.domain.resources import Capability, ExitReason
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -38,15 +38,6 @@ class DomainState(StrEnum):
     SHUTOFF = "shutoff"
     CRASHED = "crashed"
     MIGRATING = "migrating"  # outgoing live migration in progress (still running here)
-
-
-class Capability(StrEnum):
-    LIVE_MIGRATION = "live-migration"
-    BLOCK_MIGRATION = "block-migration"
-    MEMORY_SNAPSHOT = "memory-snapshot"
-    DISK_SNAPSHOT = "disk-snapshot"
-    VOLUME_RESIZE = "volume-resize"
-    FAULT_INJECTION = "fault-injection"
 
 
 @dataclass(frozen=True)
