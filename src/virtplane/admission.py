@@ -7,6 +7,7 @@ since the world may change between the two.
 from __future__ import annotations
 
 from virtplane.api.errors import ApiError
+from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.operations import active_before
 from virtplane.domain.intents import read_intents
 from virtplane.domain.operations import admit
@@ -37,7 +38,27 @@ class Admission:
             raise ApiError(422, "VMNotFound", f"VM {obj.spec.vm} does not exist")
         elif isinstance(obj, Volume) and self.store.find(StoragePool, obj.spec.pool) is None:
             raise ApiError(422, "PoolNotFound", f"storage pool {obj.spec.pool} does not exist")
+        elif isinstance(obj, VirtualMachine):
+            self._admit_disks(obj, set())
         return obj
+
+    def _admit_disks(self, vm: VirtualMachine, already: set[str]) -> None:
+        """A volume is a disk of one VM at a time: refuse one that another live VM holds or lists.
+
+        Two writes may still race past this check; the Volume controller then attaches the
+        volume to one of them and the other waits (controllers.attachments)."""
+        for disk in vm.spec.disks:
+            if disk.volume in already:
+                continue
+            volume = self.store.find(Volume, disk.volume)
+            holder = volume.status.attached_vm if volume else None
+            owner = attached_elsewhere(self.cache, disk.volume, vm.metadata.name, holder)
+            if owner is not None:
+                raise ApiError(
+                    409,
+                    "VolumeAttached",
+                    f"volume {disk.volume} is attached to VM {owner}; a volume is a disk of one VM at a time",
+                )
 
     def _admit_operation(self, op: VirtualMachineOperation) -> None:
         vm = self.store.find(VirtualMachine, op.spec.vm)
@@ -58,6 +79,8 @@ class Admission:
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]
             raise ApiError(422, "Immutable", f"the spec of a {current.KIND} cannot change; create a new one")
+        if isinstance(current, VirtualMachine) and isinstance(new, VirtualMachine):
+            self._admit_disks(new, {d.volume for d in current.spec.disks})
         return new
 
     def on_delete(self, current: Resource) -> None:

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from virtplane.admission import Admission
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
+from virtplane.controllers import attachments
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.maintenance import MaintenanceReconciler, MaintenanceService, wake_on_change
@@ -235,6 +236,8 @@ class ControlPlane:
                 ):
                     self.enqueue("Host", new.status.host)
         for wake_kind, wake_name in wake_on_change(self.cache, kind, old, new):
+            self.enqueue(wake_kind, wake_name)
+        for wake_kind, wake_name in attachments.wake_on_change(kind, old, new):
             self.enqueue(wake_kind, wake_name)
 
     def _on_driver_event(self, event: DomainEvent) -> None:

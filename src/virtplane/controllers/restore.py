@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.storage import pool_driver, pool_ref
@@ -127,9 +128,17 @@ class RestoreHandler:
         missing: list[str] = []
         for disk in snap.status.disk_snapshots:
             volume = self.ctx.store.find(Volume, disk.volume)
+            owner = self._attached_elsewhere(volume, vm.metadata.name)
             if volume is None or self.ctx.store.find(StoragePool, volume.spec.pool) is None:
                 missing.append(disk.volume)
                 report[f"volume/{disk.volume}"] = "missing: skipped" if not strict else "missing"
+            elif owner is not None:
+                if strict:
+                    raise RestoreFailed(
+                        "VolumeAttached",
+                        f"Strict restore: volume {disk.volume} is attached to VM {owner} now",
+                    )
+                report[f"volume/{disk.volume}"] = f"attached to VM {owner}: skipped"
             else:
                 report[f"volume/{disk.volume}"] = f"revert to snapshot {snap.metadata.name}"
         captured = snap.status.captured
@@ -220,7 +229,7 @@ class RestoreHandler:
 
             vm = self._vm_write(vm.metadata.name, overwrite)
             crashpoint("restore.overwritten")
-            note = f"; skipped missing disk(s): {', '.join(skipped)}" if skipped else ""
+            note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
             op = self._set_step(op, "ExitMaintenance", f"VM restored from {snap.metadata.name}{note}")
 
         if op.status.step == "ExitMaintenance":
@@ -268,6 +277,15 @@ class RestoreHandler:
                     )
                 skipped.append(disk.volume)
                 continue
+            owner = self._attached_elsewhere(volume, op.spec.vm)
+            if owner is not None:  # never revert (or take) the disk of another VM
+                if op.spec.restore.mode is RestoreMode.STRICT:
+                    raise RestoreFailed(
+                        "VolumeAttached",
+                        f"volume {disk.volume} is attached to VM {owner}; Strict restore stops",
+                    )
+                skipped.append(disk.volume)
+                continue
             driver = await pool_driver(self.ctx, pool)
             if driver is None:
                 raise RestoreFailed("PoolUnreachable", f"no connected host sees pool {pool.metadata.name}")
@@ -278,6 +296,11 @@ class RestoreHandler:
                     raise RestoreFailed("RevertFailed", f"volume {disk.volume}: {exc}") from exc
                 skipped.append(disk.volume)
         return skipped
+
+    def _attached_elsewhere(self, volume: Volume | None, vm: str) -> str | None:
+        if volume is None:
+            return None
+        return attached_elsewhere(self.ctx.cache, volume.metadata.name, vm, volume.status.attached_vm)
 
     def _exit_maintenance(self, name: str, me: str) -> VirtualMachine:
         def leave(current: VirtualMachine) -> None:
