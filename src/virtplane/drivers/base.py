@@ -207,8 +207,6 @@ class HypervisorDriver(Protocol):
 
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo: ...
 
-    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo: ...
-
     # -- snapshots the control plane owns (not libvirt snapshot metadata, so domains stay migratable)
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
         """Save the volume's current content; returns a handle for revert/delete."""

@@ -337,9 +337,6 @@ class LibvirtDriver:
         self._require(Capability.VOLUME_RESIZE)
         return await self._call(lambda conn: storage.resize_volume(conn, pool, name, size_gib))
 
-    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
-        return await self._call(lambda conn: storage.copy_volume(conn, src, src_name, dst, dst_name))
-
     # ------------------------------------------------------------------ snapshots
 
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
