@@ -198,6 +198,7 @@ class RestoreHandler:
                         stop_by_system=True,
                         start=False,
                         restart=None,
+                        resume_from_memory=None,
                     ),
                 )
 
@@ -226,6 +227,15 @@ class RestoreHandler:
                 current.spec.disks = [d for d in current.spec.disks if d.volume not in skipped]
                 current.metadata.labels = dict(captured.labels)
                 current.metadata.annotations = {**strip_system(captured.annotations), **system}
+                # A VM that was Running resumes the snapshot's memory, if it has any, when it
+                # starts again (controllers.memory_resume); one that was Stopped boots cold later.
+                intents = read_intents(current.metadata.annotations)
+                resume = snap.metadata.name if snap.status.memory_handle else None
+                if intents.restore_power_state is not PowerState.RUNNING:
+                    resume = None
+                current.metadata.annotations = write_intents(
+                    current.metadata.annotations, intents.with_(resume_from_memory=resume)
+                )
 
             vm = self._vm_write(vm.metadata.name, overwrite)
             crashpoint("restore.overwritten")

@@ -219,7 +219,8 @@ class HypervisorDriver(Protocol):
         """Save a running domain's memory state (the domain keeps running); returns a handle."""
 
     async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
-        """Start the domain from saved memory (after its disks were reverted)."""
+        """Start the domain from saved memory (after its disks were reverted), running even if it
+        was saved paused; raises when the image cannot be used here (missing, other CPU)."""
 
     # -- live migration
     async def migrate(self, request: MigrationRequest) -> None:

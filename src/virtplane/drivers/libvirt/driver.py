@@ -396,13 +396,16 @@ class LibvirtDriver:
         )
 
         def restore(conn: Any) -> None:
+            lv = _libvirt.load()
             dom = self._lookup(conn, spec.name)
             if dom.isActive():
                 raise PermanentError(f"domain {spec.name} is running; stop it before restoring memory")
             with self._lock:
                 self._stop_requested.discard(spec.name)
             self._set_stop_mark(dom, False)
-            conn.restoreFlags(handle, dxml, 0)
+            # Running, also when the image was saved from a guest paused for the snapshot (the
+            # test driver takes no flags and always resumes running).
+            conn.restoreFlags(handle, dxml, 0 if self._is_test_driver else lv.VIR_DOMAIN_SAVE_RUNNING)
 
         await self._call(restore)
 
