@@ -8,26 +8,14 @@ from its node description (2 cores here), the simulator from its own host.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_json
 
 RATIO = "/v1/settings/host.cpu_allocation_ratio"
-
-
-def _wait(client: httpx.Client, path: str, accept: Any, timeout: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = client.get(path).json()
-        if accept(body):
-            return body
-        assert time.monotonic() < deadline, f"{path} never got there: {body}"
-        time.sleep(0.02)
 
 
 def _vm(client: httpx.Client, name: str) -> None:
@@ -56,16 +44,16 @@ def test_a_2_core_libvirt_host_takes_two_guests_at_ratio_1_and_more_when_the_rat
         assert admin.patch(f"{RATIO}?host=h1", json={"spec": {"value": 1}}).status_code == 200
         host = {"metadata": {"name": "h1"}, "spec": {"uri": uri, "cluster": "c1"}}
         assert admin.post("/v1/hosts", json=host).status_code == 201
-        status = _wait(admin, "/v1/hosts/h1", lambda h: h["status"]["connection"] == "Up")["status"]
+        status = wait_json(admin, "/v1/hosts/h1", lambda h: h["status"]["connection"] == "Up")["status"]
         assert status["capacity"]["vcpus"] == 2
         assert status["allocation_ratios"] == {"cpu": 1.0, "memory": 1.0}
         assert status["allocatable"] == {"vcpus": 2, "memory_mib": 16384}
 
         for name in ("a", "b"):
             _vm(admin, name)
-            _wait(admin, f"/v1/vms/{name}", lambda v: v["status"]["phase"] == "Running")
+            wait_json(admin, f"/v1/vms/{name}", lambda v: v["status"]["phase"] == "Running")
         _vm(admin, "c")
-        third = _wait(
+        third = wait_json(
             admin,
             "/v1/vms/c",
             lambda v: (
@@ -82,8 +70,8 @@ def test_a_2_core_libvirt_host_takes_two_guests_at_ratio_1_and_more_when_the_rat
         assert admin.get("/v1/settings/host.cpu_allocation_ratio").json()["spec"]["clusters"] == {"c1": 3.0}
         # Without it the cluster's applies: room for the third, which starts.
         assert admin.delete(f"{RATIO}?host=h1").status_code == 200
-        _wait(admin, "/v1/hosts/h1", lambda h: h["status"]["allocatable"]["vcpus"] == 6)
-        _wait(admin, "/v1/vms/c", lambda v: v["status"]["phase"] == "Running")
+        wait_json(admin, "/v1/hosts/h1", lambda h: h["status"]["allocatable"]["vcpus"] == 6)
+        wait_json(admin, "/v1/vms/c", lambda v: v["status"]["phase"] == "Running")
         assert admin.get("/v1/hosts/h1").json()["status"]["allocated"]["vcpus"] == 3
 
 
@@ -96,14 +84,14 @@ def test_by_default_a_host_offers_four_vcpus_per_core_and_the_simulator_runs_the
             "spec": {"uri": "sim://s1", "capacity": {"vcpus": 2, "memory_mib": 8192}},
         }
         assert admin.post("/v1/hosts", json=host).status_code == 201
-        status = _wait(admin, "/v1/hosts/s1", lambda h: h["status"]["connection"] == "Up")["status"]
+        status = wait_json(admin, "/v1/hosts/s1", lambda h: h["status"]["connection"] == "Up")["status"]
         assert status["allocation_ratios"] == {"cpu": 4.0, "memory": 1.0}
         assert status["allocatable"] == {"vcpus": 8, "memory_mib": 8192}
         for n in range(9):
             _vm(admin, f"v{n}")
         for n in range(8):  # the 2-vCPU simulated host runs all eight, as a real one would
-            _wait(admin, f"/v1/vms/v{n}", lambda v: v["status"]["phase"] == "Running")
-        ninth = _wait(
+            wait_json(admin, f"/v1/vms/v{n}", lambda v: v["status"]["phase"] == "Running")
+        ninth = wait_json(
             admin, "/v1/vms/v8", lambda v: v["status"]["conditions"] and v["status"]["phase"] == "Pending"
         )
         assert "not enough vCPUs: 0 free, 1 needed" in str(ninth["status"]["conditions"])

@@ -6,12 +6,9 @@ volume content) says what really ran.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-import httpx
-
-from tests.conftest import LiveServer, eventually
+from tests.conftest import LiveServer, eventually, wait_json
 from tests.controllers.helpers import add_host, vm, wait_op
 from tests.restore.test_restore import restore, snapshot
 from virtplane.bootstrap import ControlPlane
@@ -35,16 +32,6 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import domain_name
 
 
-def _wait(client: httpx.Client, path: str, accept: Any, timeout: float = 10.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = client.get(path).json()
-        if accept(body):
-            return body
-        assert time.monotonic() < deadline, f"{path} never got there: {body}"
-        time.sleep(0.02)
-
-
 def _vm_doc(name: str, *volumes: str) -> dict[str, Any]:
     disks = [{"volume": v} for v in volumes]
     return {"metadata": {"name": name}, "spec": {"run_policy": "AlwaysOn", "disks": disks}}
@@ -66,7 +53,7 @@ def test_the_api_refuses_a_second_vm_on_an_attached_volume_and_deletion_releases
             assert admin.post("/v1/volumes", json=volume).status_code == 201
     with live_server.client("operator") as op:
         assert op.post("/v1/vms", json=_vm_doc("a", "data")).status_code == 201
-        _wait(op, "/v1/vms/a", lambda v: v["status"]["phase"] == "Running")
+        wait_json(op, "/v1/vms/a", lambda v: v["status"]["phase"] == "Running")
         assert op.get("/v1/volumes/data").json()["status"]["attached_vm"] == "a"
 
         second = op.post("/v1/vms", json=_vm_doc("b", "other", "data"))
@@ -83,10 +70,10 @@ def test_the_api_refuses_a_second_vm_on_an_attached_volume_and_deletion_releases
         assert op.patch("/v1/vms/a", json={"metadata": {"labels": {"x": "1"}}}).status_code == 200
 
         assert op.delete("/v1/vms/a").status_code in (200, 202)
-        _wait(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] is None)
+        wait_json(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] is None)
         assert op.get("/v1/vms/a").status_code == 404, "released only once the VM is gone"
         assert op.patch("/v1/vms/b", json={"spec": {"disks": [{"volume": "data"}]}}).status_code == 200
-        _wait(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] == "b")
+        wait_json(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] == "b")
         # b no longer lists "other", but its running domain was defined with it: still b's
         assert op.get("/v1/volumes/other").json()["status"]["attached_vm"] == "b"
         events = op.get("/v1/events", params={"kind": "Volume", "name": "data"}).json()["items"]

@@ -8,27 +8,15 @@ Over the live API, with the hosts' drivers as the host controller recorded them.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_json
 from tests.drivers.conftest import write_node_xml
 
 pytest.importorskip("libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)")
-
-
-def _wait(client: httpx.Client, path: str, accept: Any, timeout: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = client.get(path).json()
-        if accept(body):
-            return body
-        assert time.monotonic() < deadline, f"{path} never got there: {body}"
-        time.sleep(0.02)
 
 
 def _seed(admin: httpx.Client, hosts: dict[str, str], vm_host: str) -> None:
@@ -42,13 +30,13 @@ def _seed(admin: httpx.Client, hosts: dict[str, str], vm_host: str) -> None:
     )
     volume = {"metadata": {"name": "app-disk"}, "spec": {"pool": "shared", "size_gib": 1}}
     assert admin.post("/v1/volumes", json=volume).status_code == 201
-    _wait(admin, "/v1/volumes/app-disk", lambda v: v["status"]["phase"] == "Ready")
+    wait_json(admin, "/v1/volumes/app-disk", lambda v: v["status"]["phase"] == "Ready")
     vm = {"metadata": {"name": "app"}, "spec": {"disks": [{"volume": "app-disk", "boot_order": 1}]}}
     assert admin.post("/v1/vms", json=vm).status_code == 201
-    _wait(admin, "/v1/vms/app", lambda v: v["status"]["phase"] == "Running")
+    wait_json(admin, "/v1/vms/app", lambda v: v["status"]["phase"] == "Running")
     for name in hosts:
         admin.patch(f"/v1/hosts/{name}", json={"spec": {"enabled": True}})
-        _wait(admin, f"/v1/hosts/{name}", lambda h: h["status"]["resource_state"] == "Enabled")
+        wait_json(admin, f"/v1/hosts/{name}", lambda h: h["status"]["resource_state"] == "Enabled")
 
 
 def test_a_test_driver_host_cannot_be_drained_live_and_the_plan_says_so(
@@ -76,7 +64,7 @@ def test_a_test_driver_host_cannot_be_drained_live_and_the_plan_says_so(
 
         started = admin.post("/v1/hosts/a/maintenance", json={"strategy": "Migration"})
         assert started.status_code == 200, started.text
-        shown = _wait(admin, "/v1/hosts/a/maintenance", lambda m: m["phase"] == "Failed")
+        shown = wait_json(admin, "/v1/hosts/a/maintenance", lambda m: m["phase"] == "Failed")
         assert shown["host_state"] == "ErrorInMaintenance" and shown["blocking"] == ["app"]
         vm = admin.get("/v1/vms/app").json()
         assert (vm["status"]["phase"], vm["status"]["host"]) == ("Running", "a")

@@ -13,17 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import eventually
 from tests.qemu import test_control_plane_qemu as control_plane
 from tests.qemu.test_control_plane_qemu import QemuPlane
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.resources import (
-    Metadata,
     OperationType,
     RunPolicy,
-    SnapshotPhase,
-    VirtualMachineSnapshot,
-    VirtualMachineSnapshotSpec,
     VMPhase,
 )
 
@@ -52,30 +47,10 @@ async def _running_guest(qplane: QemuPlane, name: str) -> str:
     return dname
 
 
-async def _snapshot_with_memory(qplane: QemuPlane, vm: str) -> VirtualMachineSnapshot:
-    name = f"{vm}-mem"
-    qplane.store.create(
-        VirtualMachineSnapshot(
-            metadata=Metadata(name=name), spec=VirtualMachineSnapshotSpec(vm=vm, with_memory=True)
-        )
-    )
-    await eventually(
-        lambda: (
-            qplane.store.get(VirtualMachineSnapshot, name).status.phase
-            in (SnapshotPhase.READY, SnapshotPhase.FAILED)
-        ),
-        timeout=LIMIT_S,
-    )
-    snap = qplane.store.get(VirtualMachineSnapshot, name)
-    assert snap.status.phase is SnapshotPhase.READY, snap.status.message
-    assert snap.status.memory_handle
-    return snap
-
-
 async def test_a_restored_running_guest_goes_on_counting_from_the_snapshot(qplane: QemuPlane) -> None:
     dname = await _running_guest(qplane, "mem")
     before = ticks(qplane.console("mem"))[-1]
-    snap = await _snapshot_with_memory(qplane, "mem")
+    snap = await qplane.snapshot("mem", with_memory=True)
     at_snapshot = ticks(qplane.console("mem"))[-1]  # the guest was frozen while it was taken
     # it goes on counting well past the snapshot before the restore
     await console_shows(qplane.rig, dname, f"TICK {at_snapshot + 4}", limit_s=LIMIT_S)
@@ -99,7 +74,7 @@ async def test_a_restored_running_guest_goes_on_counting_from_the_snapshot(qplan
 
 async def test_without_its_memory_image_the_guest_boots_cold_and_says_why(qplane: QemuPlane) -> None:
     dname = await _running_guest(qplane, "cold")
-    snap = await _snapshot_with_memory(qplane, "cold")
+    snap = await qplane.snapshot("cold", with_memory=True)
     handle = snap.status.memory_handle
     assert handle is not None and handle.startswith("/var/lib/libvirt/")
     image = qplane.rig.base / "hosts" / "a" / "lib" / Path(handle).relative_to("/var/lib/libvirt")
