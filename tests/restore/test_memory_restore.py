@@ -107,6 +107,10 @@ async def test_an_image_that_cannot_be_used_boots_cold_and_says_why(plane: Contr
     assert condition.message.startswith("booted cold: the hypervisor could not use the saved memory: ")
     assert "does not exist" in condition.message
 
+    plain = await snapshot(plane, "a")  # no memory: the next restore boots cold, saying nothing
+    await restored(plane, plain.metadata.name, "Running")
+    assert memory_condition(plane) is None, "an earlier restore's outcome does not linger"
+
 
 async def test_a_best_effort_restore_that_skipped_a_disk_boots_cold(plane: ControlPlane) -> None:
     await make_vm(plane, AOUSM)

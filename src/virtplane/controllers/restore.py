@@ -26,6 +26,7 @@ from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.storage import pool_driver, pool_ref
 from virtplane.crashpoints import crashpoint
+from virtplane.domain.conditions import VMCondition, remove_condition
 from virtplane.domain.intents import (
     PowerState,
     StopMode,
@@ -235,6 +236,10 @@ class RestoreHandler:
                     resume = None
                 current.metadata.annotations = write_intents(
                     current.metadata.annotations, intents.with_(resume_from_memory=resume)
+                )
+                # how an earlier restore's start went no longer applies
+                current.status.conditions = remove_condition(
+                    current.status.conditions, VMCondition.MEMORY_RESTORED
                 )
 
             vm = self._vm_write(vm.metadata.name, overwrite)
