@@ -101,6 +101,17 @@ def eventually_sync(check: Callable[[], Any], timeout: float = 10.0, interval: f
     raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
 
 
+def wait_json(client: httpx.Client, path: str, accept: Callable[[Any], Any], timeout: float = 15.0) -> Any:
+    """GET ``path`` until ``accept`` holds for its JSON body; fail with the last body after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(path).json()
+        if accept(body):
+            return body
+        assert time.monotonic() < deadline, f"{path} never got there: {body}"
+        time.sleep(0.02)
+
+
 @dataclass
 class LiveServer:
     url: str

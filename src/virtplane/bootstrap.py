@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from virtplane.admission import Admission
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
+from virtplane.controllers import attachments
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
@@ -238,10 +239,16 @@ class ControlPlane:
                 new_host.status.allocated.vcpus < old_host.status.allocated.vcpus
                 or new_host.status.allocated.memory_mib < old_host.status.allocated.memory_mib
                 or new_host.status.capacity != old_host.status.capacity
+                or new_host.status.allocatable != old_host.status.allocatable
             )
             if changed or freed:  # VMs waiting for a host may fit now
                 for vm_name in self.cache.unscheduled_vms():
                     self.enqueue("VirtualMachine", vm_name)
+        elif kind == "Setting":
+            # allocation ratios apply per host: the hosts record the new ones (and placement with them)
+            self.settings.invalidate()
+            for host_name in self.cache.names("Host"):
+                self.enqueue("Host", host_name)
         elif kind == "VirtualMachineOperation" and obj is not None:
             self.enqueue("VirtualMachine", getattr(obj.spec, "vm", ""))  # type: ignore[attr-defined]
         elif kind == "VirtualMachine" and isinstance(obj, VirtualMachine):
@@ -257,6 +264,8 @@ class ControlPlane:
                 ):
                     self.enqueue("Host", new.status.host)
         for wake_kind, wake_name in wake_on_change(self.cache, kind, old, new):
+            self.enqueue(wake_kind, wake_name)
+        for wake_kind, wake_name in attachments.wake_on_change(kind, old, new):
             self.enqueue(wake_kind, wake_name)
 
     def _wake_image_users(self, image: str) -> None:

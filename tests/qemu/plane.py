@@ -207,10 +207,12 @@ class QemuPlane:
             vm, OperationType.RESTORE, restore=RestoreSpec(snapshot=snapshot, mode=RestoreMode.STRICT)
         )
 
-    async def snapshot(self, vm: str) -> VirtualMachineSnapshot:
+    async def snapshot(self, vm: str, *, with_memory: bool = False) -> VirtualMachineSnapshot:
         name = f"{vm}-snap-{next(_ids)}"
         self.store.create(
-            VirtualMachineSnapshot(metadata=Metadata(name=name), spec=VirtualMachineSnapshotSpec(vm=vm))
+            VirtualMachineSnapshot(
+                metadata=Metadata(name=name), spec=VirtualMachineSnapshotSpec(vm=vm, with_memory=with_memory)
+            )
         )
         await eventually(
             lambda: (

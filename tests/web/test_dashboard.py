@@ -117,7 +117,9 @@ def test_hosts_vms_and_operations_show_what_the_api_reports(page: Page, live_ser
             row = page.locator(f'#hosts tr[data-name="{name}"]')
             expect(row.locator("td.state")).to_have_text("Enabled")
             expect(row.locator("td.connection")).to_have_text("Up")
-            expect(row.locator("td.cpu")).to_contain_text("/ 16")
+            offered = client.get(f"/v1/hosts/{name}").json()["status"]["allocatable"]["vcpus"]
+            assert offered == 64, "16 vCPUs at the default cpu_allocation_ratio 4.0"
+            expect(row.locator("td.cpu")).to_contain_text(f"/ {offered}")
         allocated = sum(h["status"]["allocated"]["vms"] for h in client.get("/v1/hosts").json()["items"])
         assert allocated == 2
         expect(page.locator('#vm-counts [data-value="Running"] .count-n')).to_have_text("2")

@@ -17,6 +17,7 @@ class VMCondition(StrEnum):
     HOST_REACHABLE = "HostReachable"
     RESTART_REQUIRED = "RestartRequired"
     MIGRATION = "Migration"
+    MEMORY_RESTORED = "MemoryRestored"
 
 
 class HostCondition(StrEnum):

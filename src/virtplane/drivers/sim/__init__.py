@@ -38,10 +38,12 @@ shutoff/crashed reason.
 Events go to the sink of the host's driver, synchronously on the loop thread, and
 only while that driver is connected.
 
-Capacity (vcpus and memory of live domains plus incoming migrations) is checked on
-start, restore and migration: ``PermanentError`` when the domain could never fit the
-host, ``TransientError`` when the host is full right now (so the control plane's
-start retry keeps going). Pools follow the same rule.
+Capacity is the host's memory, as on a real hypervisor: the memory of live domains
+plus incoming migrations is checked on start, restore and migration: ``PermanentError``
+when the domain could never fit the host, ``TransientError`` when the host is full
+right now (so the control plane's start retry keeps going). vCPUs are counted but
+never refused (a real host runs more vCPUs than it has cores, only slower); how many
+it takes is the control plane's allocation ratio. Pools follow the same rule.
 
 Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
 --------------------------------------------------------------
