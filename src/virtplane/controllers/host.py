@@ -15,6 +15,7 @@ from datetime import timedelta
 from virtplane.controllers.context import ControllerContext
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
+from virtplane.domain.phases import ALLOCATED_PHASES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
     Allocatable,
@@ -24,7 +25,6 @@ from virtplane.domain.resources import (
     Host,
     HostConnection,
     HostStatus,
-    VMPhase,
 )
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import DriverError, DriverUnavailable
@@ -89,7 +89,7 @@ class HostReconciler:
 
         used_cpu = used_mem = count = 0
         for vm in ctx.cache.vms_on_host(host.metadata.name):
-            if vm.status.phase is VMPhase.STOPPED:
+            if vm.status.phase not in ALLOCATED_PHASES:
                 continue
             used_cpu += vm.spec.cpu
             used_mem += vm.spec.memory_mib

@@ -33,7 +33,6 @@ from typing import Any
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.migration import (
-    MIGRATABLE_PHASES,
     MigrationCoordinator,
     Refused,
     Started,
@@ -53,6 +52,7 @@ from virtplane.domain.intents import (
     write_intents,
 )
 from virtplane.domain.maintenance_plan import Plan, PlanAction, PlanItem, PlanVM, Strategy, plan_maintenance
+from virtplane.domain.phases import LIVE_PHASES, MIGRATABLE_PHASES
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
@@ -66,7 +66,6 @@ from virtplane.domain.resources import (
     MaintenanceVMProgress,
     Metadata,
     VirtualMachine,
-    VMPhase,
 )
 from virtplane.reconcile.types import Request, Result
 
@@ -74,10 +73,6 @@ log = logging.getLogger("virtplane.controllers.maintenance")
 
 POLL_S = 1.0
 HOST_CONDITION = "Maintenance"
-RUNNING_PHASES = frozenset(
-    {VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PAUSED, VMPhase.MIGRATING, VMPhase.DEGRADED, VMPhase.STOPPING}
-)
-"""Phases in which a VM still has a live domain on its host."""
 ACTIVE_PHASES = frozenset(
     {
         MaintenancePhase.DRAINING,
@@ -109,7 +104,7 @@ def plan_vm(ctx: ControllerContext, vm: VirtualMachine) -> PlanVM:
     view = vm_view(ctx.cache, vm)
     return PlanVM(
         vm=view,
-        running=vm.status.phase in RUNNING_PHASES,
+        running=vm.status.phase in LIVE_PHASES,
         has_local_disks=bool(view.local_disks_gib),
         migratable=vm.spec.live_migration_policy is LiveMigrationPolicy.ALLOWED,
     )
@@ -485,7 +480,7 @@ class MaintenanceReconciler:
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
         stored = next((i for i in m.status.plan if i.vm == vm.metadata.name), None)
         if stored is not None and not (
-            stored.action == PlanAction.LEAVE.value and vm.status.phase in RUNNING_PHASES
+            stored.action == PlanAction.LEAVE.value and vm.status.phase in LIVE_PHASES
         ):
             return PlanItem(stored.vm, PlanAction(stored.action), stored.target, stored.reason)
         # a VM that came (or started) after the plan was made gets a plan of its own
@@ -515,7 +510,7 @@ class MaintenanceReconciler:
                 found.in_flight.append(vm_name)
                 found.running.append(vm_name)
                 continue
-            if vm.status.phase not in RUNNING_PHASES:
+            if vm.status.phase not in LIVE_PHASES:
                 if intents.held_by == tag:
                     progress.state, progress.message = (
                         "Stopped",

@@ -37,7 +37,7 @@ from typing import Any
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
-from virtplane.controllers.migration_outcome import LIVE, Outcome, Side, locate
+from virtplane.controllers.migration_outcome import Outcome, Side, locate
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.scheduling import host_views, pool_driver_name, vm_view
 from virtplane.controllers.storage import pool_ref, volume_file
@@ -45,6 +45,7 @@ from virtplane.controllers.vm import build_domain_spec
 from virtplane.domain.conditions import VMCondition, get_condition, set_condition
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
+from virtplane.domain.phases import LIVE_STATES, MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
 from virtplane.domain.resources import (
     ConditionStatus,
@@ -58,7 +59,6 @@ from virtplane.domain.resources import (
     StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
-    VMPhase,
     Volume,
 )
 from virtplane.drivers.base import (
@@ -78,7 +78,6 @@ KIND = "Migration"
 
 POLL_S = 1.0
 POLL_UNREACHABLE_S = 5.0
-MIGRATABLE_PHASES = frozenset({VMPhase.RUNNING, VMPhase.PAUSED, VMPhase.DEGRADED})
 
 
 def maintenance_tag(host: str) -> str:
@@ -490,7 +489,7 @@ class MigrationCoordinator:
             dname = domain_name(vm.metadata.uid)
             try:
                 leftover = await src.get_info(dname)
-                if leftover is not None and leftover.state not in LIVE:
+                if leftover is not None and leftover.state not in LIVE_STATES:
                     await src.undefine(dname)
             except DriverError as exc:
                 log.info("could not remove the source definition of %s: %s", dname, exc)

@@ -35,6 +35,7 @@ from virtplane.domain.intents import (
     strip_system,
     write_intents,
 )
+from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
     OperationPhase,
     RestoreMode,
@@ -52,11 +53,6 @@ from virtplane.reconcile.types import Result
 
 log = logging.getLogger("virtplane.controllers.restore")
 
-# Phases that count as "was running" (§4: Running, Starting or Pending; a paused or
-# migrating guest is live too).
-RUNNING_PHASES = frozenset(
-    {VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PENDING, VMPhase.PAUSED, VMPhase.MIGRATING}
-)
 POLL_S = 0.5
 
 
@@ -153,7 +149,7 @@ class RestoreHandler:
         if strip_system(vm.metadata.annotations) != strip_system(captured.annotations):
             changes.append("annotations replaced")
         report[f"vm/{vm.metadata.name}"] = "; ".join(changes) if changes else "spec unchanged"
-        before = "Running" if vm.status.phase in RUNNING_PHASES else "Stopped"
+        before = "Running" if vm.status.phase in RESTORE_RUNNING_PHASES else "Stopped"
         report["power_state"] = f"{before} (kept as before the restore)"
         if missing and strict:
             raise RestoreFailed(
@@ -184,7 +180,7 @@ class RestoreHandler:
             if intents.held_by and intents.held_by != me:
                 raise RestoreFailed("VMInMaintenance", f"the VM is held by {intents.held_by}")
             # EnterMaintenance: the power state before the restore, the hold and a system stop, in ONE write.
-            was = PowerState.RUNNING if vm.status.phase in RUNNING_PHASES else PowerState.STOPPED
+            was = PowerState.RUNNING if vm.status.phase in RESTORE_RUNNING_PHASES else PowerState.STOPPED
 
             def enter(current: VirtualMachine) -> None:
                 now = read_intents(current.metadata.annotations)
@@ -210,7 +206,7 @@ class RestoreHandler:
 
         if op.status.step in ("", "SnapshotReady", "Validate", "EnterMaintenance"):
             op = self._set_step(op, "EnterMaintenance", "waiting for the VM to stop")
-            if intents.stop is not None or vm.status.phase not in (VMPhase.STOPPED,):
+            if intents.stop is not None or vm.status.phase is not VMPhase.STOPPED:
                 return Result(requeue_after=POLL_S)  # the VM controller stops it (graceful, then forced)
             await self._remove_domain(vm)
             op = self._set_step(op, "ProcessRestore", "reverting disks and the VM from the snapshot")

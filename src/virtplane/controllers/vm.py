@@ -15,12 +15,12 @@ from datetime import timedelta
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import BootImages, host_driver, vm_boot, vm_disks
 from virtplane.controllers.memory_resume import start_domain
-from virtplane.controllers.migration_outcome import LIVE
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_intents
+from virtplane.domain.phases import LIVE_STATES, UP_PHASES, DomainState
 from virtplane.domain.placement import choose_host, explain
 from virtplane.domain.power import PowerAction, PowerInputs, decide, start_retry_delay
 from virtplane.domain.resources import (
@@ -35,7 +35,6 @@ from virtplane.drivers.base import (
     DiskAttachment,
     DomainInfo,
     DomainSpec,
-    DomainState,
     HypervisorDriver,
     domain_name,
 )
@@ -217,8 +216,7 @@ class VMReconciler:
             last_exit=status.last_exit,
             intents=intents,
             held=bool(intents.held_by),
-            was_running=status.phase
-            in (VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PAUSED, VMPhase.MIGRATING),
+            was_running=status.phase in UP_PHASES,
             grace_expired=stopping_since is not None and now - stopping_since >= grace,
             start_backoff=status.next_start_at is not None and now < status.next_start_at,
         )
@@ -327,7 +325,7 @@ class VMReconciler:
             if driver is None:
                 if not host.spec.fenced:
                     unasked.append(host.metadata.name)
-            elif info is not None and info.state in LIVE:
+            elif info is not None and info.state in LIVE_STATES:
                 return host.metadata.name, ""
         return None, ", ".join(sorted(unasked))
 

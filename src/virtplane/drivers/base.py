@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
 from virtplane.domain.resources import Capability, ExitReason
 
 DOMAIN_PREFIX = "virtplane-"
@@ -28,17 +29,6 @@ DOMAIN_PREFIX = "virtplane-"
 def domain_name(vm_uid: str) -> str:
     """Deterministic libvirt domain name for a VM: derived from its uid, never its user-chosen name."""
     return f"{DOMAIN_PREFIX}{vm_uid}"
-
-
-class DomainState(StrEnum):
-    STARTING = "starting"  # booting (the sim models it; libvirt goes straight to running)
-    RUNNING = "running"
-    PAUSED = "paused"
-    SHUTTING_DOWN = "shutting-down"
-    SHUTOFF = "shutoff"
-    CRASHED = "crashed"
-    MIGRATING = "migrating"  # outgoing live migration in progress (still running here)
-    INCOMING = "incoming"  # arriving by live migration: defined here, not running here yet
 
 
 @dataclass(frozen=True)
