@@ -51,8 +51,34 @@ from virtplane.domain.intents import (
     read_migration,
     write_intents,
 )
-from virtplane.domain.maintenance_plan import Plan, PlanAction, PlanItem, PlanVM, Strategy, plan_maintenance
+from virtplane.domain.maintenance_plan import Plan, PlanItem, PlanVM, Strategy, plan_maintenance
 from virtplane.domain.phases import LIVE_PHASES, MIGRATABLE_PHASES
+from virtplane.domain.placement import why_no_target
+from virtplane.domain.progress import (
+    RETRIED_AFRESH,
+    SETTLED_RETURNS,
+    STUCK,
+    Began,
+    Blocked,
+    InFlight,
+    Left,
+    MoveEvent,
+    MoveProgress,
+    NoSlot,
+    NoTarget,
+    NotReady,
+    NotReturned,
+    PlanAction,
+    ProgressState,
+    ReturnBegan,
+    Returned,
+    StopAsked,
+    StoppedHere,
+    TargetRefused,
+    advance,
+    observed,
+    retrying,
+)
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
@@ -81,7 +107,6 @@ ACTIVE_PHASES = frozenset(
         MaintenancePhase.CANCELLING,
     }
 )
-_UNFINISHED = frozenset({"Pending", "WaitingForSlot", "Migrating", "Retrying", "Stopping", "Returning"})
 
 
 class MaintenanceRefused(Exception):
@@ -122,15 +147,24 @@ def compute_plan(
 
 def _items(plan: Plan) -> list[MaintenancePlanItem]:
     return [
-        MaintenancePlanItem(vm=i.vm, action=i.action.value, target=i.target, reason=i.reason)
-        for i in plan.items
+        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason) for i in plan.items
     ]
+
+
+def progress_of(m: HostMaintenance, vm: str) -> MoveProgress:
+    stored = m.status.progress.get(vm)
+    return MoveProgress.of(stored.model_dump() if stored is not None else None)
+
+
+def record(m: HostMaintenance, vm: str, progress: MoveProgress) -> MoveProgress:
+    m.status.progress[vm] = MaintenanceVMProgress.model_validate(progress.as_dict())
+    return progress
 
 
 def view(maintenance: HostMaintenance, host: Host | None) -> dict[str, Any]:
     """The maintenance as the API shows it (the CLI reads ``plan.items`` and ``progress``)."""
     status = maintenance.status
-    blocked = [i.vm for i in status.plan if i.action == PlanAction.BLOCKED.value]
+    blocked = [i.vm for i in status.plan if i.action is PlanAction.BLOCKED]
     return {
         "host": maintenance.spec.host,
         "phase": status.phase.value,
@@ -389,9 +423,7 @@ class MaintenanceReconciler:
         m.status.finished_at = None
         m.status.started_at = m.status.started_at or ctx.now()
         # a retry starts the VMs that failed or were blocked afresh
-        m.status.progress = {
-            vm: p for vm, p in m.status.progress.items() if p.state not in ("Failed", "Blocked", "Retrying")
-        }
+        m.status.progress = {vm: p for vm, p in m.status.progress.items() if p.state not in RETRIED_AFRESH}
         m.status.message = f"plan: {len(plan.items)} VM(s), strategy {strategy.value}"
         m = self._save(m)
         self._transition(name, HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
@@ -408,11 +440,7 @@ class MaintenanceReconciler:
     def _blocked(self, m: HostMaintenance, host: str, why: dict[str, str], *, touched: bool) -> None:
         ctx = self.ctx
         for vm, reason in why.items():
-            progress = m.status.progress.get(vm) or MaintenanceVMProgress()
-            if progress.state != "Failed":
-                progress.state = "Blocked"
-            progress.message = progress.message or reason
-            m.status.progress[vm] = progress
+            record(m, vm, advance(progress_of(m, vm), Blocked(reason)))
         m.status.blocking = sorted(why)
         m.status.phase = MaintenancePhase.FAILED
         m.status.finished_at = ctx.now()
@@ -433,62 +461,49 @@ class MaintenanceReconciler:
 
     # ------------------------------------------------------------------ draining
 
-    def _observe(self, m: HostMaintenance, vm: VirtualMachine) -> MaintenanceVMProgress:
+    def _advance(self, m: HostMaintenance, vm: str, event: MoveEvent) -> MoveProgress:
+        max_attempts = self.ctx.settings.get_int("migration.max_attempts")
+        return record(m, vm, advance(progress_of(m, vm), event, max_attempts=max_attempts))
+
+    def _observe(self, m: HostMaintenance, vm: VirtualMachine) -> MoveProgress:
         """Bring the VM's progress up to date with the VM itself (intent, host, condition)."""
         name = vm.metadata.name
         host = m.spec.host
-        progress = m.status.progress.get(name) or MaintenanceVMProgress()
+        before = progress_of(m, name)
         intent = read_migration(vm.metadata.annotations)
+        flight = None
         if intent is not None and intent.requested_by == maintenance_tag(host):
-            progress.state = "Returning" if intent.target == host else "Migrating"
-            progress.target = intent.target
-            progress.attempts = max(progress.attempts, intent.attempt)
-            if intent.target not in progress.tried and intent.target != host:
-                progress.tried.append(intent.target)
-            progress.progress_pct = self.coordinator.progress_pct(name)
-            progress.message = ""
-        elif progress.state == "Migrating" and progress.target:
-            if vm.status.host == progress.target:
-                progress.state, progress.progress_pct, progress.message = "Migrated", 100.0, ""
-                m.status.migrated_vms[name] = progress.target
-                self.ctx.event(("Host", host), "VMMigrated", f"{name} moved to {progress.target}")
+            pct = self.coordinator.progress_pct(name)
+            flight = InFlight(intent.target, intent.attempt, pct, returning=intent.target == host)
+        max_attempts = self.ctx.settings.get_int("migration.max_attempts")
+        after = observed(before, flight, vm.status.host, failure_message(vm), max_attempts=max_attempts)
+        if after.state is not before.state and flight is None:
+            if after.state is ProgressState.MIGRATED and after.target:
+                m.status.migrated_vms[name] = after.target
+                self.ctx.event(("Host", host), "VMMigrated", f"{name} moved to {after.target}")
             else:
-                error = failure_message(vm)
-                max_attempts = self.ctx.settings.get_int("migration.max_attempts")
-                progress.progress_pct = 0.0
-                if progress.attempts >= max_attempts:
-                    progress.state = "Failed"
-                    progress.message = f"{error}; {progress.attempts} attempt(s) used, the VM keeps running on {vm.status.host}"
-                else:
-                    progress.state = "Retrying"
-                    progress.message = f"{error}; retrying on another host"
-                self.ctx.event(
-                    ("Host", host), "VMMigrationFailed", f"{name}: {progress.message}", warning=True
-                )
-        m.status.progress[name] = progress
-        return progress
+                self.ctx.event(("Host", host), "VMMigrationFailed", f"{name}: {after.message}", warning=True)
+        return record(m, name, after)
 
     def _departed(self, m: HostMaintenance) -> list[VirtualMachine]:
         """VMs whose migration off the host was under way and that are no longer on it."""
         result = []
         for vm_name, progress in m.status.progress.items():
             vm = self.ctx.cache.vm(vm_name)
-            if vm is not None and progress.state == "Migrating" and vm.status.host != m.spec.host:
+            if vm is not None and progress.state is ProgressState.MIGRATING and vm.status.host != m.spec.host:
                 result.append(vm)
         return result
 
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
         stored = next((i for i in m.status.plan if i.vm == vm.metadata.name), None)
-        if stored is not None and not (
-            stored.action == PlanAction.LEAVE.value and vm.status.phase in LIVE_PHASES
-        ):
-            return PlanItem(stored.vm, PlanAction(stored.action), stored.target, stored.reason)
+        if stored is not None and not (stored.action is PlanAction.LEAVE and vm.status.phase in LIVE_PHASES):
+            return PlanItem(stored.vm, stored.action, stored.target, stored.reason)
         # a VM that came (or started) after the plan was made gets a plan of its own
         item = compute_plan(
             self.ctx, m.spec.host, m.status.strategy or MaintenanceStrategy.ERROR, [vm]
         ).items[0]
         m.status.plan = [i for i in m.status.plan if i.vm != item.vm] + [
-            MaintenancePlanItem(vm=item.vm, action=item.action.value, target=item.target, reason=item.reason)
+            MaintenancePlanItem(vm=item.vm, action=item.action, target=item.target, reason=item.reason)
         ]
         return item
 
@@ -512,34 +527,26 @@ class MaintenanceReconciler:
                 continue
             if vm.status.phase not in LIVE_PHASES:
                 if intents.held_by == tag:
-                    progress.state, progress.message = (
-                        "Stopped",
-                        "stopped by maintenance; starts again on cancel",
-                    )
+                    self._advance(m, vm_name, StoppedHere())
                     if vm_name not in m.status.stopped_vms:
                         m.status.stopped_vms.append(vm_name)
-                elif progress.state == "Pending":
-                    progress.state, progress.message = "Left", "not running"
+                else:
+                    self._advance(m, vm_name, Left())
                 continue
             found.running.append(vm_name)
-            if progress.state in ("Failed", "Blocked"):
+            if progress.state in STUCK:
                 found.failed.append(vm_name)
                 continue
             item = self._plan_item(m, vm)
             if item.action in (PlanAction.STOP, PlanAction.FORCE_STOP):
-                self._stop(m, vm, item.action, progress)
+                self._stop(m, vm, item.action)
             elif item.action in (PlanAction.MIGRATE, PlanAction.MIGRATE_WITH_STORAGE):
-                await self._migrate(m, vm, item, progress)
-                if progress.state == "Failed":
+                if (await self._migrate(m, vm, item, progress)).state is ProgressState.FAILED:
                     found.failed.append(vm_name)
             elif item.action is PlanAction.BLOCKED:
-                progress.state, progress.message = "Blocked", item.reason
+                self._advance(m, vm_name, Blocked(item.reason))
                 found.failed.append(vm_name)
-        found.retrying = any(
-            p.state == "Retrying" or (p.attempts > 1 and p.state in _UNFINISHED)
-            for vm, p in m.status.progress.items()
-            if vm in found.running
-        )
+        found.retrying = any(retrying(progress_of(m, vm)) for vm in found.running)
         state = ctx.store.get(Host, name).status.resource_state
         if not found.running and not found.inbound:
             m.status.phase = MaintenancePhase.COMPLETED
@@ -575,9 +582,7 @@ class MaintenanceReconciler:
         self._save(m)
         return Result(requeue_after=POLL_S)
 
-    def _stop(
-        self, m: HostMaintenance, vm: VirtualMachine, action: PlanAction, progress: MaintenanceVMProgress
-    ) -> None:
+    def _stop(self, m: HostMaintenance, vm: VirtualMachine, action: PlanAction) -> None:
         """Record the VM's power intent on the VM, then let the VM controller stop it."""
         ctx = self.ctx
         tag = maintenance_tag(m.spec.host)
@@ -607,64 +612,37 @@ class MaintenanceReconciler:
             ctx.event(("Host", m.spec.host), "VMStopping", f"{vm.metadata.name}: {mode.value} stop")
         if vm.metadata.name not in m.status.stopped_vms:
             m.status.stopped_vms.append(vm.metadata.name)
-        progress.state = "Stopping"
-        progress.message = f"{mode.value} stop" + (
-            f", forced after {vm.spec.termination_grace_period_s}s" if mode is StopMode.GRACEFUL else ""
-        )
+        forced = f", forced after {vm.spec.termination_grace_period_s}s" if mode is StopMode.GRACEFUL else ""
+        self._advance(m, vm.metadata.name, StopAsked(f"{mode.value} stop{forced}"))
 
     async def _migrate(
-        self, m: HostMaintenance, vm: VirtualMachine, item: PlanItem, progress: MaintenanceVMProgress
-    ) -> None:
+        self, m: HostMaintenance, vm: VirtualMachine, item: PlanItem, progress: MoveProgress
+    ) -> MoveProgress:
         ctx = self.ctx
-        max_attempts = ctx.settings.get_int("migration.max_attempts")
+        name = vm.metadata.name
         if vm.status.phase not in MIGRATABLE_PHASES:
-            progress.state, progress.message = (
-                "Pending",
-                f"the VM is {vm.status.phase.value}; it moves once running",
+            return self._advance(
+                m, name, NotReady(f"the VM is {vm.status.phase.value}; it moves once running")
             )
-            return
         choice = self.coordinator.choose_target(vm, exclude=frozenset(progress.tried))
         target = choice.host
         if progress.attempts == 0 and item.target and item.target not in progress.tried:
             planned = self.coordinator.choose_target(vm, only=item.target)
             target = planned.host or target
         if target is None:
-            detail = (
-                "; ".join(f"{h}: {r}" for h, r in sorted(choice.reasons.items()))
-                or "there are no other hosts"
-            )
-            progress.state = "Failed"
-            progress.message = f"no target host: {detail}" + (
-                f" (after {progress.attempts} failed attempt(s))" if progress.attempts else ""
-            )
-            return
+            return self._advance(m, name, NoTarget(why_no_target(choice)))
         result = await self.coordinator.begin(
-            vm.metadata.name, target, requested_by=maintenance_tag(m.spec.host), attempt=progress.attempts + 1
+            name, target, requested_by=maintenance_tag(m.spec.host), attempt=progress.attempts + 1
         )
         if isinstance(result, Waiting):
-            progress.state, progress.message = "WaitingForSlot", result.message
-            return
-        progress.attempts += 1
-        progress.tried.append(target)
-        progress.target = target
+            return self._advance(m, name, NoSlot(result.message))
         if isinstance(result, Refused):
-            failed = progress.attempts >= max_attempts
-            progress.state = "Failed" if failed else "Retrying"
-            progress.message = result.message
-            ctx.event(
-                ("Host", m.spec.host),
-                "VMMigrationFailed",
-                f"{vm.metadata.name}: {result.message}",
-                warning=True,
-            )
-            return
+            ctx.event(("Host", m.spec.host), "VMMigrationFailed", f"{name}: {result.message}", warning=True)
+            return self._advance(m, name, TargetRefused(target, result.message))
         assert isinstance(result, Started)
-        progress.state, progress.message, progress.progress_pct = "Migrating", "", 0.0
-        ctx.event(
-            ("Host", m.spec.host),
-            "VMMigrating",
-            f"{vm.metadata.name} to {target} (attempt {progress.attempts})",
-        )
+        progress = self._advance(m, name, Began(target))
+        ctx.event(("Host", m.spec.host), "VMMigrating", f"{name} to {target} (attempt {progress.attempts})")
+        return progress
 
     # ------------------------------------------------------------------ cancel
 
@@ -728,39 +706,38 @@ class MaintenanceReconciler:
         name = host.metadata.name
         done = True
         for vm_name, went_to in sorted(m.status.migrated_vms.items()):
-            progress = m.status.progress.get(vm_name) or MaintenanceVMProgress()
-            if progress.state in ("Returned", "NotReturned"):
+            progress = progress_of(m, vm_name)
+            if progress.state in SETTLED_RETURNS:
                 continue
             vm = self.ctx.cache.vm(vm_name)
+            event: MoveEvent | None = None
             if vm is None:
-                progress.state, progress.message = "NotReturned", "the VM is gone"
+                event = NotReturned("the VM is gone")
             elif read_migration(vm.metadata.annotations) is not None:
                 done = False
             elif vm.status.host == name:
-                progress.state, progress.message = "Returned", f"back on {name}"
-            elif progress.state == "Returning":
-                progress.state, progress.message = "NotReturned", failure_message(vm)
+                event = Returned(name)
+            elif progress.state is ProgressState.RETURNING:
+                event = NotReturned(failure_message(vm))
             elif vm.status.host != went_to or vm.status.phase not in MIGRATABLE_PHASES:
-                progress.state = "NotReturned"
-                progress.message = f"the VM is {vm.status.phase.value} on {vm.status.host}; left where it is"
+                event = NotReturned(
+                    f"the VM is {vm.status.phase.value} on {vm.status.host}; left where it is"
+                )
             else:
                 choice = self.coordinator.choose_target(vm, only=name)
                 if choice.host is None:
-                    progress.state = "NotReturned"
-                    progress.message = f"no room to return: {choice.reasons.get(name, 'unknown')}"
+                    event = NotReturned(f"no room to return: {choice.reasons.get(name, 'unknown')}")
                 else:
                     result = await self.coordinator.begin(
                         vm_name, name, requested_by=maintenance_tag(name), attempt=1
                     )
                     if isinstance(result, Started):
-                        progress.state, progress.target, progress.message = "Returning", name, ""
-                        done = False
+                        event, done = ReturnBegan(name), False
                     elif isinstance(result, Waiting):
-                        progress.state, progress.message = "WaitingForSlot", result.message
-                        done = False
+                        event, done = NoSlot(result.message), False
                     else:
-                        progress.state, progress.message = "NotReturned", result.message
-            m.status.progress[vm_name] = progress
+                        event = NotReturned(result.message)
+            record(m, vm_name, advance(progress, event) if event is not None else progress)
         return done
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,7 +46,18 @@ from virtplane.domain.conditions import VMCondition, get_condition, set_conditio
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
 from virtplane.domain.phases import LIVE_STATES, MIGRATABLE_PHASES
-from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve, why_no_target
+from virtplane.domain.progress import (
+    Began,
+    InFlight,
+    MoveProgress,
+    NoSlot,
+    NoTarget,
+    ProgressState,
+    TargetRefused,
+    advance,
+    observed,
+)
 from virtplane.domain.resources import (
     ConditionStatus,
     Host,
@@ -611,37 +622,6 @@ def failure_message(vm: VirtualMachine) -> str:
 # --------------------------------------------------------------------------- Migrate / Evict
 
 
-@dataclass
-class _OpProgress:
-    state: str = "Pending"
-    target: str | None = None
-    attempts: int = 0
-    tried: list[str] = field(default_factory=list)
-    progress_pct: float = 0.0
-    message: str = ""
-
-    @classmethod
-    def of(cls, raw: dict[str, Any]) -> _OpProgress:
-        return cls(
-            state=str(raw.get("state", "Pending")),
-            target=raw.get("target"),
-            attempts=int(raw.get("attempts", 0)),
-            tried=[str(t) for t in raw.get("tried", [])],
-            progress_pct=float(raw.get("progress_pct", 0.0)),
-            message=str(raw.get("message", "")),
-        )
-
-    def dump(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "target": self.target,
-            "attempts": self.attempts,
-            "tried": list(self.tried),
-            "progress_pct": self.progress_pct,
-            "message": self.message,
-        }
-
-
 class MigrationOperations:
     """The handler of Migrate and Evict operations (registered on the operation controller).
 
@@ -658,49 +638,40 @@ class MigrationOperations:
     def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
         finish_operation(self.ctx, op, phase, reason, message)
 
-    def _save(self, op: VirtualMachineOperation, progress: _OpProgress, message: str) -> None:
-        new = progress.dump()
+    def _save(self, op: VirtualMachineOperation, progress: MoveProgress, message: str) -> None:
+        new = progress.as_dict()
         if op.status.progress != new or op.status.message != message:
             op.status.progress = new
             op.status.message = message
-            op.status.step = progress.state
+            op.status.step = progress.state.value
             self.ctx.write(op)
 
     async def __call__(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
         tag = operation_tag(op.metadata.name)
-        progress = _OpProgress.of(op.status.progress)
+        progress = MoveProgress.of(op.status.progress)
         intent = read_migration(vm.metadata.annotations)
-        if intent is not None:
-            if intent.requested_by == tag:
-                progress.state, progress.target = "Migrating", intent.target
-                progress.attempts = max(progress.attempts, intent.attempt)
-                if intent.target not in progress.tried:
-                    progress.tried.append(intent.target)
-                progress.progress_pct = self.coordinator.progress_pct(vm.metadata.name)
-                self._save(op, progress, f"migrating to {intent.target} (attempt {intent.attempt})")
-            else:
-                self._save(
-                    op, progress, f"waiting: another migration of the VM is under way ({intent.requested_by})"
-                )
+        if intent is not None and intent.requested_by != tag:
+            why = f"waiting: another migration of the VM is under way ({intent.requested_by})"
+            self._save(op, progress, why)
             return Result(requeue_after=POLL_S)
         explicit = op.spec.migrate.target_host if op.spec.migrate else None
         max_attempts = 1 if explicit else self.ctx.settings.get_int("migration.max_attempts")
-        if progress.state == "Migrating" and progress.target:
-            if vm.status.host == progress.target:
-                self._finish(
-                    op, OperationPhase.COMPLETED, "Migrated", f"VM {vm.metadata.name} is on {progress.target}"
-                )
-                return None
-            error = failure_message(vm)
-            if progress.attempts >= max_attempts:
-                self._finish(
-                    op,
-                    OperationPhase.FAILED,
-                    "MigrationFailed",
-                    f"{error}; the VM keeps running on {vm.status.host}",
-                )
-                return None
-            progress.state, progress.message = "Retrying", error
+        flight = None
+        if intent is not None:
+            pct = self.coordinator.progress_pct(vm.metadata.name)
+            flight = InFlight(intent.target, intent.attempt, pct)
+        progress = observed(progress, flight, vm.status.host, failure_message(vm), max_attempts=max_attempts)
+        if intent is not None:
+            self._save(op, progress, f"migrating to {intent.target} (attempt {intent.attempt})")
+            return Result(requeue_after=POLL_S)
+        if progress.state is ProgressState.MIGRATED:
+            self._finish(
+                op, OperationPhase.COMPLETED, "Migrated", f"VM {vm.metadata.name} is on {progress.target}"
+            )
+            return None
+        if progress.state is ProgressState.FAILED:
+            self._finish(op, OperationPhase.FAILED, "MigrationFailed", progress.message)
+            return None
         if vm.status.phase not in MIGRATABLE_PHASES:
             self._finish(
                 op,
@@ -719,29 +690,25 @@ class MigrationOperations:
             return None
         choice = self.coordinator.choose_target(vm, exclude=frozenset(progress.tried), only=explicit)
         if choice.host is None:
-            detail = (
-                "; ".join(f"{h}: {r}" for h, r in sorted(choice.reasons.items()))
-                or "there are no other hosts"
-            )
-            self._finish(op, OperationPhase.FAILED, "NoTarget", f"no target host: {detail}")
+            failed = advance(progress, NoTarget(why_no_target(choice)))
+            self._finish(op, OperationPhase.FAILED, "NoTarget", failed.message)
             return None
         result = await self.coordinator.begin(
             vm.metadata.name, choice.host, requested_by=tag, attempt=progress.attempts + 1
         )
         if isinstance(result, Waiting):
-            progress.state, progress.message = "WaitingForSlot", result.message
+            progress = advance(progress, NoSlot(result.message))
             self._save(op, progress, result.message)
             return Result(requeue_after=POLL_S)
-        progress.attempts += 1
-        progress.tried.append(choice.host)
-        progress.target = choice.host
         if isinstance(result, Refused):
-            if progress.attempts >= max_attempts:
-                self._finish(op, OperationPhase.FAILED, "MigrationFailed", result.message)
+            progress = advance(
+                progress, TargetRefused(choice.host, result.message), max_attempts=max_attempts
+            )
+            if progress.state is ProgressState.FAILED:
+                self._finish(op, OperationPhase.FAILED, "MigrationFailed", progress.message)
                 return None
-            progress.state, progress.message = "Retrying", result.message
             self._save(op, progress, result.message)
             return Result(requeue_after=0.0)
-        progress.state, progress.message, progress.progress_pct = "Migrating", "", 0.0
+        progress = advance(progress, Began(choice.host))
         self._save(op, progress, f"migrating to {choice.host} (attempt {progress.attempts})")
         return Result(requeue_after=POLL_S)

@@ -20,29 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
-from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement import HostView, VMView, choose_host, reserve, why_no_target
+from virtplane.domain.progress import PlanAction
+from virtplane.domain.resources import MaintenanceStrategy
 
 __all__ = ["Plan", "PlanAction", "PlanItem", "PlanVM", "Strategy", "plan_maintenance"]
 
 
-class Strategy(StrEnum):
-    """The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
-
-    ERROR = "Error"
-    MIGRATION = "Migration"
-    FORCE_STOP = "ForceStop"
-    STOP = "Stop"
-
-
-class PlanAction(StrEnum):
-    MIGRATE = "Migrate"
-    MIGRATE_WITH_STORAGE = "MigrateWithStorage"
-    STOP = "Stop"
-    FORCE_STOP = "ForceStop"
-    LEAVE = "Leave"
-    BLOCKED = "Blocked"
+Strategy = MaintenanceStrategy
+"""The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
 
 
 @dataclass(frozen=True)
@@ -89,15 +76,6 @@ class Plan:
         return not self.blocked
 
 
-def _no_target(choice: Choice) -> str:
-    if choice.blocked:
-        return f"cannot leave {choice.blocked}"
-    if not choice.reasons:
-        return "no target host: there are no other hosts"
-    details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
-    return f"no target host: {details}"
-
-
 def _why_not_live(planned: PlanVM) -> str:
     """Why a running VM can't simply be live-migrated, e.g. 'local storage'."""
     causes: list[str] = []
@@ -137,7 +115,7 @@ def plan_maintenance(
             migration=True,
         )
         if choice.host is None:
-            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, _no_target(choice))
+            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, why_no_target(choice))
         targets[choice.host] = reserve(targets[choice.host], planned.vm, copy_local_disks)
         return PlanItem(planned.vm.name, action, choice.host, reason)
 
