@@ -20,14 +20,13 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from virtplane.admission import Admission
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
 from virtplane.controllers import attachments
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
-from virtplane.controllers.maintenance import MaintenanceReconciler, MaintenanceService, wake_on_change
+from virtplane.controllers.maintenance import MaintenanceReconciler, wake_on_change
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
 from virtplane.controllers.migration import MigrationCoordinator, MigrationOperations
 from virtplane.controllers.operations import OperationReconciler
@@ -41,6 +40,8 @@ from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Reque
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
+from virtplane.services.admission import Admission
+from virtplane.services.maintenance import MaintenanceService
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings

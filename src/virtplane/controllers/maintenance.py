@@ -1,14 +1,12 @@
 """Host maintenance (DESIGN.md §5): plan, drain, hold, cancel.
 
-``MaintenanceService`` is what the API calls: it checks a request, computes the plan
-(``domain.maintenance_plan.plan_maintenance`` over the scheduling views) and writes the
-``HostMaintenance`` object, named after its host. A dry run only computes the plan.
-
-``MaintenanceReconciler`` owns the host's maintenance states; every move goes through
-``domain.host_states.next_state``:
+The API's requests go through ``services.maintenance``, which writes the ``HostMaintenance``
+spec (named after its host). ``MaintenanceReconciler`` writes its status and owns the host's
+maintenance states; every move goes through ``domain.host_states.next_state``:
 
 1. A new request (or a repeated one, which bumps ``spec.request``): AskMaintenance, the
-   plan is computed again and stored before anything moves. A plan with blocked VMs
+   plan (``domain.maintenance_plan.plan_maintenance`` over the scheduling views) is
+   computed again and stored before anything moves. A plan with blocked VMs
    (strategy Error, no target) touches nothing: the host goes to ErrorInMaintenance
    and ``status.blocking`` names the VMs.
 2. Draining: each running VM is live-migrated (with its local disks under strategy
@@ -51,11 +49,17 @@ from virtplane.domain.intents import (
     read_migration,
     write_intents,
 )
-from virtplane.domain.maintenance_plan import Plan, PlanItem, PlanVM, Strategy, plan_maintenance
+from virtplane.domain.maintenance_plan import (
+    Plan,
+    PlanItem,
+    PlanVM,
+    Strategy,
+    plan_maintenance,
+    restart_status,
+)
 from virtplane.domain.phases import LIVE_PHASES, MIGRATABLE_PHASES
 from virtplane.domain.placement import why_no_target
 from virtplane.domain.progress import (
-    RETRIED_AFRESH,
     SETTLED_RETURNS,
     STUCK,
     Began,
@@ -82,15 +86,12 @@ from virtplane.domain.progress import (
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
-    HostMaintenanceSpec,
-    HostMaintenanceStatus,
     HostResourceState,
     LiveMigrationPolicy,
     MaintenancePhase,
     MaintenancePlanItem,
     MaintenanceStrategy,
     MaintenanceVMProgress,
-    Metadata,
     VirtualMachine,
 )
 from virtplane.reconcile.types import Request, Result
@@ -99,27 +100,10 @@ log = logging.getLogger("virtplane.controllers.maintenance")
 
 POLL_S = 1.0
 HOST_CONDITION = "Maintenance"
-ACTIVE_PHASES = frozenset(
-    {
-        MaintenancePhase.DRAINING,
-        MaintenancePhase.COMPLETED,
-        MaintenancePhase.FAILED,
-        MaintenancePhase.CANCELLING,
-    }
-)
 
 
-class MaintenanceRefused(Exception):
-    """A request the maintenance service turns down; the API maps it to an HTTP error."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-
-def _strategy(ctx: ControllerContext, requested: MaintenanceStrategy | None) -> MaintenanceStrategy:
+def strategy_of(ctx: ControllerContext, requested: MaintenanceStrategy | None) -> MaintenanceStrategy:
+    """The requested strategy, else the setting host.maintenance.local.storage.strategy."""
     if requested is not None:
         return requested
     return MaintenanceStrategy(ctx.settings.get_str("host.maintenance.local.storage.strategy"))
@@ -145,12 +129,6 @@ def compute_plan(
     )
 
 
-def _items(plan: Plan) -> list[MaintenancePlanItem]:
-    return [
-        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason) for i in plan.items
-    ]
-
-
 def progress_of(m: HostMaintenance, vm: str) -> MoveProgress:
     stored = m.status.progress.get(vm)
     return MoveProgress.of(stored.model_dump() if stored is not None else None)
@@ -159,162 +137,6 @@ def progress_of(m: HostMaintenance, vm: str) -> MoveProgress:
 def record(m: HostMaintenance, vm: str, progress: MoveProgress) -> MoveProgress:
     m.status.progress[vm] = MaintenanceVMProgress.model_validate(progress.as_dict())
     return progress
-
-
-def view(maintenance: HostMaintenance, host: Host | None) -> dict[str, Any]:
-    """The maintenance as the API shows it (the CLI reads ``plan.items`` and ``progress``)."""
-    status = maintenance.status
-    blocked = [i.vm for i in status.plan if i.action is PlanAction.BLOCKED]
-    return {
-        "host": maintenance.spec.host,
-        "phase": status.phase.value,
-        "host_state": host.status.resource_state.value if host else None,
-        "strategy": (status.strategy or maintenance.spec.strategy or MaintenanceStrategy.ERROR).value,
-        "requested_strategy": maintenance.spec.strategy.value if maintenance.spec.strategy else None,
-        "dry_run": maintenance.spec.dry_run,
-        "cancel": maintenance.spec.cancel,
-        "plan": {
-            "feasible": not blocked,
-            "items": [i.model_dump(mode="json") for i in status.plan],
-        },
-        "progress": {vm: p.model_dump(mode="json") for vm, p in sorted(status.progress.items())},
-        "stopped_vms": list(status.stopped_vms),
-        "migrated_vms": dict(status.migrated_vms),
-        "blocking": list(status.blocking),
-        "message": status.message,
-        "started_at": status.started_at.isoformat() if status.started_at else None,
-        "finished_at": status.finished_at.isoformat() if status.finished_at else None,
-        "resource_version": maintenance.metadata.resource_version,
-    }
-
-
-# --------------------------------------------------------------------------- the API side
-
-
-class MaintenanceService:
-    """Requests from the API: plan, start (or retry), show and cancel a host's maintenance."""
-
-    def __init__(self, ctx: ControllerContext) -> None:
-        self.ctx = ctx
-
-    def _host(self, name: str) -> Host:
-        host = self.ctx.cache.host(name) or self.ctx.store.find(Host, name)
-        if host is None:
-            raise MaintenanceRefused(404, "NotFound", f"host {name} does not exist")
-        return host
-
-    def request(
-        self, host_name: str, strategy: MaintenanceStrategy | None, dry_run: bool, by: str
-    ) -> dict[str, Any]:
-        ctx = self.ctx
-        host = self._host(host_name)
-        state = host.status.resource_state
-        if state is HostResourceState.DISABLED:
-            raise MaintenanceRefused(
-                409,
-                "HostDisabled",
-                f"host {host_name} is Disabled: maintenance starts from Enabled; "
-                "enable it first (PATCH spec.enabled=true)",
-            )
-        current = ctx.store.find(HostMaintenance, host_name)
-        active = current is not None and current.status.phase in ACTIVE_PHASES
-        if active and current is not None and current.status.phase is MaintenancePhase.CANCELLING:
-            raise MaintenanceRefused(
-                409,
-                "MaintenanceCancelling",
-                f"the maintenance of {host_name} is being cancelled; ask again after",
-            )
-        effective = _strategy(ctx, strategy)
-        if dry_run:
-            plan = compute_plan(ctx, host_name, effective)
-            preview = HostMaintenance(
-                metadata=Metadata(name=host_name),
-                spec=HostMaintenanceSpec(host=host_name, strategy=strategy, dry_run=True),
-                status=HostMaintenanceStatus(
-                    phase=MaintenancePhase.PLANNED, strategy=effective, plan=_items(plan)
-                ),
-            )
-            preview.status.blocking = [i.vm for i in plan.blocked]
-            preview.status.message = "dry run: nothing was changed" + (
-                "" if plan.feasible else f"; blocked: {', '.join(preview.status.blocking)}"
-            )
-            return view(preview, host)
-        retry = state is HostResourceState.ERROR_IN_MAINTENANCE or (
-            current is not None and current.status.phase is MaintenancePhase.FAILED
-        )
-        if active and current is not None and not retry:
-            if strategy is not None and strategy != (current.spec.strategy or current.status.strategy):
-                raise MaintenanceRefused(
-                    409,
-                    "MaintenanceInProgress",
-                    f"host {host_name} is in {state.value} with strategy "
-                    f"{(current.status.strategy or effective).value}; cancel it to change the strategy",
-                )
-            return view(current, host)  # asking again while it runs is a no-op
-        plan = compute_plan(ctx, host_name, effective)
-        if current is None:
-            created = ctx.store.create(
-                HostMaintenance(
-                    metadata=Metadata(name=host_name),
-                    spec=HostMaintenanceSpec(host=host_name, strategy=strategy),
-                    status=HostMaintenanceStatus(
-                        phase=MaintenancePhase.DRAINING,
-                        strategy=effective,
-                        plan=_items(plan),
-                        started_at=ctx.now(),
-                    ),
-                )
-            )
-            ctx.cache.put(created)
-            ctx.event(("Host", host_name), "MaintenanceRequested", f"by {by}, strategy {effective.value}")
-            return view(created, host)
-
-        def ask(m: HostMaintenance) -> None:
-            m.spec.strategy = strategy
-            m.spec.cancel = False
-            m.spec.dry_run = False
-            m.spec.request += 1
-            if retry and m.status.phase is MaintenancePhase.FAILED:
-                m.status.plan = _items(plan)
-                m.status.strategy = effective
-                m.status.message = "retry requested"
-            else:  # a new maintenance after a cancelled one
-                m.status = HostMaintenanceStatus(
-                    phase=MaintenancePhase.DRAINING,
-                    strategy=effective,
-                    plan=_items(plan),
-                    started_at=ctx.now(),
-                    observed_generation=m.status.observed_generation,
-                )
-
-        written = ctx.store.mutate(HostMaintenance, host_name, ask)
-        ctx.cache.put(written)
-        what = "retry" if retry else "request"
-        ctx.event(("Host", host_name), "MaintenanceRequested", f"{what} by {by}, strategy {effective.value}")
-        return view(written, host)
-
-    def show(self, host_name: str) -> dict[str, Any]:
-        host = self._host(host_name)
-        current = self.ctx.store.find(HostMaintenance, host_name)
-        if current is None:
-            raise MaintenanceRefused(404, "NotInMaintenance", f"host {host_name} is not in maintenance")
-        return view(current, host)
-
-    def cancel(self, host_name: str, by: str) -> dict[str, Any]:
-        host = self._host(host_name)
-        current = self.ctx.store.find(HostMaintenance, host_name)
-        if current is None or current.status.phase is MaintenancePhase.CANCELLED:
-            raise MaintenanceRefused(404, "NotInMaintenance", f"host {host_name} is not in maintenance")
-        if current.spec.cancel:
-            return view(current, host)
-
-        def cancel(m: HostMaintenance) -> None:
-            m.spec.cancel = True
-
-        written = self.ctx.store.mutate(HostMaintenance, host_name, cancel)
-        self.ctx.cache.put(written)
-        self.ctx.event(("Host", host_name), "MaintenanceCancelRequested", f"by {by}")
-        return view(written, host)
 
 
 # --------------------------------------------------------------------------- the controller
@@ -384,7 +206,10 @@ class MaintenanceReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         m = self.ctx.store.find(HostMaintenance, req.name)
-        if m is None or m.spec.dry_run or m.status.phase is MaintenancePhase.CANCELLED:
+        if m is None or m.spec.dry_run:
+            return None
+        asked = m.status.observed_generation != m.metadata.generation and not m.spec.cancel
+        if m.status.phase is MaintenancePhase.CANCELLED and not asked:
             return None
         host = self.ctx.store.find(Host, m.spec.host)
         if host is None:
@@ -395,7 +220,7 @@ class MaintenanceReconciler:
             return None
         if m.spec.cancel:
             return await self._cancel(m, host)
-        if m.status.observed_generation != m.metadata.generation:
+        if asked:
             return self._start(m, host)
         if m.status.phase is MaintenancePhase.DRAINING:
             return await self._drain(m, host)
@@ -405,6 +230,9 @@ class MaintenanceReconciler:
         """A new or repeated request: AskMaintenance, plan again, stop here if the plan is blocked."""
         ctx = self.ctx
         name = host.metadata.name
+        strategy = strategy_of(ctx, m.spec.strategy)
+        plan = compute_plan(ctx, name, strategy)
+        m.status = restart_status(m.status, plan, ctx.now())
         m.status.observed_generation = m.metadata.generation
         try:
             next_state(host.status.resource_state, HostEvent.ASK_MAINTENANCE)
@@ -414,17 +242,6 @@ class MaintenanceReconciler:
             self._save(m)
             ctx.event(host, "MaintenanceRefused", str(exc), warning=True)
             return None
-        strategy = _strategy(ctx, m.spec.strategy)
-        plan = compute_plan(ctx, name, strategy)
-        m.status.phase = MaintenancePhase.DRAINING
-        m.status.strategy = strategy
-        m.status.plan = _items(plan)
-        m.status.blocking = []
-        m.status.finished_at = None
-        m.status.started_at = m.status.started_at or ctx.now()
-        # a retry starts the VMs that failed or were blocked afresh
-        m.status.progress = {vm: p for vm, p in m.status.progress.items() if p.state not in RETRIED_AFRESH}
-        m.status.message = f"plan: {len(plan.items)} VM(s), strategy {strategy.value}"
         m = self._save(m)
         self._transition(name, HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
         ctx.event(

@@ -39,7 +39,7 @@ from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
 from virtplane.controllers.migration_outcome import Outcome, Side, locate
 from virtplane.controllers.operations import finish_operation
-from virtplane.controllers.scheduling import host_views, pool_driver_name, vm_view
+from virtplane.controllers.scheduling import host_views, vm_view
 from virtplane.controllers.storage import pool_ref, volume_file
 from virtplane.controllers.vm import build_domain_spec
 from virtplane.domain.conditions import VMCondition, get_condition, set_condition
@@ -47,6 +47,7 @@ from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
 from virtplane.domain.phases import LIVE_STATES, MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve, why_no_target
+from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.progress import (
     Began,
     InFlight,

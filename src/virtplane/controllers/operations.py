@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
-from virtplane.domain.operations import ActiveOperation, admit
+from virtplane.domain.operations import active_before, admit
 from virtplane.domain.resources import (
     OperationPhase,
     OperationType,
@@ -60,14 +59,6 @@ def finish_operation(
     )
 
 
-_NOT_CREATED_YET = datetime.max.replace(tzinfo=UTC)
-
-
-def _order(op: VirtualMachineOperation) -> tuple[datetime, str]:
-    """Creation order; one that admission is looking at, not stored yet, comes after all others."""
-    return (op.metadata.created_at or _NOT_CREATED_YET, op.metadata.name)
-
-
 def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
     """The VM intents that carry ``op`` out (and replace what it supersedes)."""
     kind, force = op.spec.type, op.spec.force
@@ -83,25 +74,6 @@ def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
             return intents
         return intents.with_(restart=RestartStage.STOPPING_FORCE if force else RestartStage.STOPPING_GRACEFUL)
     return intents
-
-
-def active_before(ops: list[VirtualMachineOperation], op: VirtualMachineOperation) -> list[ActiveOperation]:
-    """Active operations that come before ``op``: InProgress ones, and Pending ones created earlier."""
-    result = []
-    for other in ops:
-        if other.metadata.name == op.metadata.name or other.status.phase.finished:
-            continue
-        if other.status.phase is OperationPhase.PENDING and _order(other) > _order(op):
-            continue
-        result.append(
-            ActiveOperation(
-                other.metadata.name,
-                other.spec.type,
-                other.spec.force,
-                other.status.phase is OperationPhase.IN_PROGRESS,
-            )
-        )
-    return result
 
 
 class OperationReconciler:

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from virtplane.domain.phases import PLACED_PHASES
 from virtplane.domain.placement import HostView, VMView
+from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import HostConnection, PoolKind, StoragePool, VirtualMachine
 from virtplane.runtime.cache import Cache
 
 # Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES.
 GIB = 1
-
-
-def pool_driver_name(pool: StoragePool) -> str:
-    """The pool's name on the hypervisor; local pools with the same one are interchangeable targets."""
-    return pool.spec.driver_pool or pool.metadata.name
 
 
 def pool_hosts(cache: Cache, pool: StoragePool) -> set[str]:

@@ -11,8 +11,9 @@ import logging
 
 from virtplane.controllers.attachments import sync_attachment
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.scheduling import pool_driver_name, pool_hosts
+from virtplane.controllers.scheduling import pool_hosts
 from virtplane.domain.images import owned_volume_file
+from virtplane.domain.pools import pool_driver_name, pool_path
 from virtplane.domain.resources import (
     HostConnection,
     ImageKind,
@@ -31,14 +32,12 @@ from virtplane.runtime.cache import Cache
 log = logging.getLogger("virtplane.controllers.storage")
 
 FINALIZER = "virtplane.io/volume"
-DEFAULT_POOL_ROOT = "/var/lib/virtplane/pools"
 
 
 def pool_ref(pool: StoragePool) -> PoolRef:
-    name = pool_driver_name(pool)
     return PoolRef(
-        name=name,
-        path=pool.spec.path or f"{DEFAULT_POOL_ROOT}/{name}",
+        name=pool_driver_name(pool),
+        path=pool_path(pool),
         shared=pool.spec.kind is PoolKind.SHARED,
         capacity_gib=pool.spec.capacity_gib,
     )

@@ -20,12 +20,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from virtplane.domain.placement import HostView, VMView, choose_host, reserve, why_no_target
-from virtplane.domain.progress import PlanAction
-from virtplane.domain.resources import MaintenanceStrategy
+from virtplane.domain.progress import RETRIED_AFRESH, PlanAction
+from virtplane.domain.resources import (
+    HostMaintenanceStatus,
+    MaintenancePhase,
+    MaintenancePlanItem,
+    MaintenanceStrategy,
+)
 
-__all__ = ["Plan", "PlanAction", "PlanItem", "PlanVM", "Strategy", "plan_maintenance"]
+__all__ = [
+    "Plan",
+    "PlanAction",
+    "PlanItem",
+    "PlanVM",
+    "Strategy",
+    "plan_items",
+    "plan_maintenance",
+    "restart_status",
+]
 
 
 Strategy = MaintenanceStrategy
@@ -138,3 +153,28 @@ def plan_maintenance(
             else:
                 items.append(PlanItem(name, PlanAction.STOP, None, why))
     return Plan(host=host, strategy=strategy, items=tuple(items))
+
+
+def plan_items(plan: Plan) -> list[MaintenancePlanItem]:
+    """The plan as ``HostMaintenance.status.plan`` stores it."""
+    return [
+        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason) for i in plan.items
+    ]
+
+
+def restart_status(status: HostMaintenanceStatus, plan: Plan, now: datetime) -> HostMaintenanceStatus:
+    """The status a new or repeated request drains from: a retry of a failed drain keeps what it
+    did (the VMs that failed or were blocked start afresh); anything else starts over."""
+    if status.phase is MaintenancePhase.FAILED:
+        new = status.model_copy(deep=True)
+        new.progress = {vm: p for vm, p in new.progress.items() if p.state not in RETRIED_AFRESH}
+    else:
+        new = HostMaintenanceStatus(observed_generation=status.observed_generation)
+    new.phase = MaintenancePhase.DRAINING
+    new.strategy = plan.strategy
+    new.plan = plan_items(plan)
+    new.blocking = []
+    new.finished_at = None
+    new.started_at = new.started_at or now
+    new.message = f"plan: {len(plan.items)} VM(s), strategy {plan.strategy.value}"
+    return new
