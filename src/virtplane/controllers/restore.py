@@ -1,4 +1,5 @@
-"""Restore from a snapshot, in the resumable steps of DESIGN.md §4.
+"""Restore from a snapshot, in the resumable steps of DESIGN.md §4 (``domain.restore``
+names them, in order):
 
 1. SnapshotReady / Validate (DryRun stops here with a per-resource report)
 2. EnterMaintenance: ONE write puts ``restore-power-state`` (Running or Stopped), the
@@ -47,6 +48,7 @@ from virtplane.domain.resources import (
     VMPhase,
     Volume,
 )
+from virtplane.domain.restore import RestoreStep, not_past
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable
 from virtplane.reconcile.types import Result
@@ -81,9 +83,11 @@ class RestoreHandler:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _set_step(self, op: VirtualMachineOperation, step: str, message: str) -> VirtualMachineOperation:
+    def _set_step(
+        self, op: VirtualMachineOperation, step: RestoreStep, message: str
+    ) -> VirtualMachineOperation:
         if op.status.step != step or op.status.message != message:
-            op.status.step = step
+            op.status.step = step.value
             op.status.message = message
             op = self.ctx.write(op)
             self.ctx.event(op, step, message)
@@ -163,11 +167,12 @@ class RestoreHandler:
         intents = read_intents(vm.metadata.annotations)
         me = holder(op)
         entered = intents.held_by == me
+        step = RestoreStep(op.status.step)
 
-        if not entered and op.status.step in ("", "SnapshotReady", "Validate"):
+        if not entered and not_past(step, RestoreStep.VALIDATE):
             snap = self._snapshot(op)
             op = self._set_step(
-                op, "Validate", f"snapshot {snap.metadata.name} is ready; checking disks and names"
+                op, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
             )
             report = self._validate(op, vm, snap)
             if mode is RestoreMode.DRY_RUN:  # stops here, changes nothing
@@ -201,17 +206,22 @@ class RestoreHandler:
 
             vm = self._vm_write(vm.metadata.name, enter)
             crashpoint("restore.entered-maintenance")
-            op = self._set_step(op, "EnterMaintenance", f"recorded power state {was.value}; stopping the VM")
+            op = self._set_step(
+                op, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
+            )
             return Result(requeue_after=POLL_S)
 
-        if op.status.step in ("", "SnapshotReady", "Validate", "EnterMaintenance"):
-            op = self._set_step(op, "EnterMaintenance", "waiting for the VM to stop")
+        if not_past(step, RestoreStep.ENTER_MAINTENANCE):
+            op = self._set_step(op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
             if intents.stop is not None or vm.status.phase is not VMPhase.STOPPED:
                 return Result(requeue_after=POLL_S)  # the VM controller stops it (graceful, then forced)
             await self._remove_domain(vm)
-            op = self._set_step(op, "ProcessRestore", "reverting disks and the VM from the snapshot")
+            op = self._set_step(
+                op, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot"
+            )
+            step = RestoreStep.PROCESS_RESTORE
 
-        if op.status.step == "ProcessRestore":
+        if step is RestoreStep.PROCESS_RESTORE:
             snap = self._snapshot(op)
             skipped = await self._revert_disks(op, snap)
             captured = snap.status.captured
@@ -241,15 +251,19 @@ class RestoreHandler:
             vm = self._vm_write(vm.metadata.name, overwrite)
             crashpoint("restore.overwritten")
             note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
-            op = self._set_step(op, "ExitMaintenance", f"VM restored from {snap.metadata.name}{note}")
+            op = self._set_step(
+                op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
+            )
+            step = RestoreStep.EXIT_MAINTENANCE
 
-        if op.status.step == "ExitMaintenance":
+        if step is RestoreStep.EXIT_MAINTENANCE:
             vm = self._exit_maintenance(vm.metadata.name, me)
             op = self._set_step(
-                op, "RestorePowerState", f"{op.status.message}; bringing back its power state"
+                op, RestoreStep.RESTORE_POWER_STATE, f"{op.status.message}; bringing back its power state"
             )
+            step = RestoreStep.RESTORE_POWER_STATE
 
-        if op.status.step == "RestorePowerState":
+        if step is RestoreStep.RESTORE_POWER_STATE:
             intents = read_intents(vm.metadata.annotations)
             if intents.restore_power_state is not None:
                 return Result(requeue_after=POLL_S)  # consumed where the VM controller recreates the domain
