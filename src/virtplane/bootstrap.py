@@ -28,7 +28,7 @@ from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
 from virtplane.controllers.maintenance import MaintenanceReconciler, wake_on_change
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
-from virtplane.controllers.migration import MigrationCoordinator, MigrationOperations
+from virtplane.controllers.migration import MigrationCoordinator, MigrationFollower, MigrationOperations
 from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
@@ -134,7 +134,7 @@ class ControlPlane:
         self._add("VirtualMachineOperation", self.operations, metrics, workers=4)
         self._add("VirtualMachineSnapshot", SnapshotReconciler(self.ctx), metrics, workers=2)
         self.migrations = MigrationCoordinator(self.ctx)
-        self._add(MIGRATION_KIND, self.migrations, metrics, workers=4)
+        self._add(MIGRATION_KIND, MigrationFollower(self.ctx, self.migrations), metrics, workers=4)
         migrate = MigrationOperations(self.ctx, self.migrations)
         self.operations.register(OperationType.MIGRATE, migrate)
         self.operations.register(OperationType.EVICT, migrate)
