@@ -12,9 +12,10 @@ from virtplane.controllers.context import ControllerContext
 from virtplane.domain import attachments
 from virtplane.domain.attachments import VolumeUser, holder, users_of
 from virtplane.domain.resources import Resource, VirtualMachine, Volume
+from virtplane.reconcile.types import Request
 from virtplane.runtime.cache import Cache
 
-__all__ = ["attached_elsewhere", "sync_attachment", "wake_on_change"]
+__all__ = ["attached_elsewhere", "sync_attachment", "volumes_of_vm"]
 
 
 def _users(cache: Cache, volume: str, current: str | None) -> list[VolumeUser]:
@@ -43,10 +44,9 @@ def sync_attachment(ctx: ControllerContext, volume: Volume) -> Volume:
     return written
 
 
-def wake_on_change(kind: str, old: Resource | None, new: Resource | None) -> list[tuple[str, str]]:
-    """The volumes to look at again after a VM changed in a way that can move an attachment."""
-    if kind != "VirtualMachine":
-        return []
+def volumes_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """The volumes to look at again after a VM changed in a way that can move an attachment
+    (a watch of the Volume controller)."""
     before = old if isinstance(old, VirtualMachine) else None
     after = new if isinstance(new, VirtualMachine) else None
 
@@ -62,4 +62,4 @@ def wake_on_change(kind: str, old: Resource | None, new: Resource | None) -> lis
     if facts(before) == facts(after):
         return []
     volumes = {d.volume for vm in (before, after) if vm is not None for d in vm.spec.disks}
-    return [("Volume", name) for name in sorted(volumes)]
+    return [Request(Volume.KIND, name) for name in sorted(volumes)]

@@ -24,10 +24,8 @@ class ControllerContext:
     settings: Settings
     now: Callable[[], datetime] = field(default=utcnow)
     enqueue: Callable[[str, str], None] = field(default=lambda kind, name: None)
-    """Wake another controller: (kind, name); wired by bootstrap."""
-
-    def requeue_vm(self, name: str) -> None:
-        self.enqueue("VirtualMachine", name)
+    """Wake another controller: (kind, name); wired by bootstrap. A write needs none: the
+    watches (``controllers.watch``) map every change of the cache to whom it concerns."""
 
     def event(
         self, obj: Resource | tuple[str, str], reason: str, message: str, warning: bool = False

@@ -14,16 +14,19 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.resources import (
     OperationPhase,
     OperationType,
+    Resource,
     VirtualMachine,
     VirtualMachineOperation,
     VMPhase,
 )
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 from virtplane.store.errors import NotFound
 
 log = logging.getLogger("virtplane.controllers.operations")
@@ -144,8 +147,7 @@ class OperationReconciler:
         op.status.started_at = ctx.now()
         op.status.message = f"{op.spec.type.value} under way"
         ctx.write(op)
-        ctx.event(op, "InProgress", op.status.message)
-        ctx.requeue_vm(vm.metadata.name)
+        ctx.event(op, "InProgress", op.status.message)  # the VM looks again: vm_watches
         return Result(requeue_after=0.0 if op.spec.type in self.handlers else POLL_S)
 
     def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
@@ -195,3 +197,21 @@ class OperationReconciler:
             op.status.message = message
             self.ctx.write(op)
         return Result(requeue_after=POLL_S)
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _operations_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """The VM changed: its operations under way see whether it did what they asked."""
+    return [
+        Request(VirtualMachineOperation.KIND, op.metadata.name)
+        for op in cache.operations_of(name_of(old, new))
+        if not op.status.phase.finished
+    ]
+
+
+WATCHES = (
+    itself(VirtualMachineOperation.KIND),
+    Watch(VirtualMachine.KIND, _operations_of_vm),
+)

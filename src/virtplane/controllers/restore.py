@@ -98,8 +98,7 @@ class RestoreHandler:
 
     def _vm_write(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
         written = self.ctx.store.mutate(VirtualMachine, name, change)
-        self.ctx.cache.put(written)
-        self.ctx.requeue_vm(name)
+        self.ctx.cache.put(written)  # the VM controller looks again: its watch on the VM
         return written
 
     # ------------------------------------------------------------------ steps

@@ -13,6 +13,7 @@ import logging
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
+from virtplane.controllers.watch import itself
 from virtplane.domain.intents import strip_system
 from virtplane.domain.phases import LIVE_PHASES
 from virtplane.domain.resources import (
@@ -180,3 +181,7 @@ class SnapshotReconciler:
                 f"snapshot {snap.metadata.name} and its disk data removed",
             )
         return None
+
+
+WATCHES = (itself(VirtualMachineSnapshot.KIND),)
+"""A snapshot is looked at when it changes, and on resync: nothing else wakes it."""

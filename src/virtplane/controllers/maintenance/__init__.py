@@ -27,6 +27,6 @@ and the host's state moves), ``drain`` (1-3), ``cancel`` (4), ``reconciler`` (th
 """
 
 from virtplane.controllers.maintenance.plan import compute_plan, strategy_of
-from virtplane.controllers.maintenance.reconciler import MaintenanceReconciler, wake_on_change
+from virtplane.controllers.maintenance.reconciler import WATCHES, MaintenanceReconciler
 
-__all__ = ["MaintenanceReconciler", "compute_plan", "strategy_of", "wake_on_change"]
+__all__ = ["WATCHES", "MaintenanceReconciler", "compute_plan", "strategy_of"]

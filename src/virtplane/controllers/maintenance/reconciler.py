@@ -3,15 +3,16 @@ dispatches to the cancel, a new request, or the drain under way."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.maintenance.cancel import Cancel
 from virtplane.controllers.maintenance.drain import Drain
 from virtplane.controllers.migration import MigrationCoordinator
+from virtplane.controllers.migration.flights import migration_ended
+from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.intents import read_migration
-from virtplane.domain.resources import Host, HostMaintenance, MaintenancePhase, VirtualMachine
+from virtplane.domain.resources import Host, HostMaintenance, MaintenancePhase, Resource, VirtualMachine
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 
 
 class MaintenanceReconciler:
@@ -43,24 +44,39 @@ class MaintenanceReconciler:
         return None
 
 
-def wake_on_change(cache: Any, kind: str, old: Any, new: Any) -> list[tuple[str, str]]:
-    """Keys to look at again after a cache change: migrations in flight, maintenances of hosts
-    a VM left, reached or moves between, and every maintenance when a host changed (room,
-    state or connection of a target)."""
-    keys: list[tuple[str, str]] = []
+# --------------------------------------------------------------------------- watches
+
+
+def _maintenances_of_its_hosts(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A VM left, reached or moves between hosts: their maintenances look again."""
+    hosts: set[str] = set()
+    for vm in (old, new):
+        if not isinstance(vm, VirtualMachine):
+            continue
+        if vm.status.host:
+            hosts.add(vm.status.host)
+        intent = read_migration(vm.metadata.annotations)
+        if intent is not None:
+            hosts |= {intent.source, intent.target}
     maintenances = set(cache.names(HostMaintenance.KIND))
-    if kind == "VirtualMachine":
-        hosts: set[str] = set()
-        for vm in (old, new):
-            if not isinstance(vm, VirtualMachine):
-                continue
-            if vm.status.host:
-                hosts.add(vm.status.host)
-            intent = read_migration(vm.metadata.annotations)
-            if intent is not None:
-                keys.append(("Migration", vm.metadata.name))
-                hosts |= {intent.source, intent.target}
-        keys += [(HostMaintenance.KIND, h) for h in sorted(hosts & maintenances)]
-    elif kind == "Host":
-        keys += [(HostMaintenance.KIND, m) for m in sorted(maintenances)]
-    return keys
+    return [Request(HostMaintenance.KIND, h) for h in sorted(hosts & maintenances)]
+
+
+def _every_maintenance(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    return [Request(HostMaintenance.KIND, m) for m in sorted(cache.names(HostMaintenance.KIND))]
+
+
+def _every_maintenance_when_a_slot_frees(
+    cache: Cache, old: Resource | None, new: Resource | None
+) -> list[Request]:
+    """A migration ended: a drain waiting for a slot may go on."""
+    return _every_maintenance(cache, old, new) if migration_ended(old, new) is not None else []
+
+
+WATCHES = (
+    itself(HostMaintenance.KIND),
+    Watch(VirtualMachine.KIND, _maintenances_of_its_hosts),
+    Watch(VirtualMachine.KIND, _every_maintenance_when_a_slot_frees),
+    # any host change: a target's room, state or connection, or the host itself
+    Watch(Host.KIND, _every_maintenance),
+)

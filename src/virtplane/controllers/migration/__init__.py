@@ -13,11 +13,15 @@ from virtplane.controllers.migration.flights import (
     maintenance_tag,
     operation_tag,
 )
+from virtplane.controllers.migration.follower import WATCHES as FOLLOWER_WATCHES
 from virtplane.controllers.migration.follower import MigrationFollower
+from virtplane.controllers.migration.operations import WATCHES as OPERATION_WATCHES
 from virtplane.controllers.migration.operations import MigrationOperations
 
 __all__ = [
+    "FOLLOWER_WATCHES",
     "KIND",
+    "OPERATION_WATCHES",
     "MigrationCoordinator",
     "MigrationFollower",
     "MigrationOperations",

@@ -45,13 +45,10 @@ from virtplane.domain.resources import (
     ConditionStatus,
     Host,
     HostConnection,
-    HostMaintenance,
     LiveMigrationPolicy,
-    OperationType,
     PoolKind,
     StoragePool,
     VirtualMachine,
-    VirtualMachineOperation,
 )
 from virtplane.drivers.base import (
     MigrationJob,
@@ -216,8 +213,7 @@ class MigrationCoordinator:
                 return Refused(f"migration to {target} refused: {exc}", attempted=True)
         finally:
             lock.release()
-        ctx.enqueue(KIND, vm_name)
-        return Started(intent)
+        return Started(intent)  # the follower took the intent's write as its cue (its watch)
 
     def _set_intent(self, vm: VirtualMachine, intent: MigrationIntent) -> None:
         if read_migration(vm.metadata.annotations) is not None:
@@ -262,20 +258,4 @@ class MigrationCoordinator:
             "MigrationFailed",
             f"attempt {intent.attempt} to {intent.target} failed, the VM stays on {intent.source}: {error}",
             warning=True,
-        )
-        self.wake(intent)
-
-    def wake(self, intent: MigrationIntent) -> None:
-        """A slot is free: the requester and everyone who may be waiting for a slot look again."""
-        for maintenance in self.ctx.cache.names(HostMaintenance.KIND):
-            self.ctx.enqueue(HostMaintenance.KIND, maintenance)
-        for vm in self.ctx.cache.vms():
-            for op in self.ctx.cache.operations_of(vm.metadata.name):
-                if (
-                    op.spec.type in (OperationType.MIGRATE, OperationType.EVICT)
-                    and not op.status.phase.finished
-                ):
-                    self.ctx.enqueue(VirtualMachineOperation.KIND, op.metadata.name)
-        kind, _, owner = intent.requested_by.partition("/")
-        if kind == "operation":
-            self.ctx.enqueue(VirtualMachineOperation.KIND, owner)
+        )  # its slot is free: who waits for one looks again (the watches on the intent's end)

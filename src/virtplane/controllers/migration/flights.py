@@ -26,7 +26,9 @@ __all__ = [
     "failure_message",
     "in_flight",
     "maintenance_tag",
+    "migration_ended",
     "operation_tag",
+    "requesting_operation",
     "slot_refusal",
 ]
 
@@ -37,6 +39,12 @@ def maintenance_tag(host: str) -> str:
 
 def operation_tag(operation: str) -> str:
     return f"operation/{operation}"
+
+
+def requesting_operation(requested_by: str) -> str | None:
+    """The operation an intent's ``requested_by`` names (None: maintenance asked)."""
+    kind, _, owner = requested_by.partition("/")
+    return owner if kind == "operation" else None
 
 
 # --------------------------------------------------------------------------- outcomes of begin
@@ -92,6 +100,14 @@ def in_flight(vms: list[VirtualMachine]) -> list[tuple[VirtualMachine, Migration
         if intent is not None:
             result.append((vm, intent))
     return result
+
+
+def migration_ended(old: object, new: object) -> MigrationIntent | None:
+    """The intent of a migration that ended with this change of a VM (finished, failed, or the
+    VM went): its slot is free."""
+    before = read_migration(old.metadata.annotations) if isinstance(old, VirtualMachine) else None
+    after = read_migration(new.metadata.annotations) if isinstance(new, VirtualMachine) else None
+    return before if before is not None and after is None else None
 
 
 def slot_refusal(

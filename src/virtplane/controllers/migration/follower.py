@@ -20,11 +20,16 @@ import logging
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver
-from virtplane.controllers.migration.coordinator import MigrationCoordinator
-from virtplane.controllers.migration.flights import FlightState, completion_deadline_s
+from virtplane.controllers.migration.coordinator import KIND, MigrationCoordinator
+from virtplane.controllers.migration.flights import (
+    FlightState,
+    completion_deadline_s,
+    requesting_operation,
+)
 from virtplane.controllers.migration_outcome import Outcome, Side, locate
 from virtplane.controllers.scheduling import vm_view
 from virtplane.controllers.storage import pool_ref, volume_file
+from virtplane.controllers.watch import Watch, name_of
 from virtplane.domain.conditions import VMCondition, get_condition, set_condition
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
 from virtplane.domain.phases import LIVE_STATES
@@ -33,6 +38,7 @@ from virtplane.domain.resources import (
     ConditionStatus,
     Host,
     PoolKind,
+    Resource,
     VirtualMachine,
     VirtualMachineOperation,
     Volume,
@@ -40,6 +46,7 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import HypervisorDriver, MigrationJob, domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 
 log = logging.getLogger("virtplane.controllers.migration")
 
@@ -140,8 +147,8 @@ class MigrationFollower:
         intents = read_intents(vm.metadata.annotations)
         if intents.stop is not None or intents.restart is not None:
             return "a stop or restart of the VM was asked"
-        kind, _, owner = intent.requested_by.partition("/")
-        if kind == "operation":
+        owner = requesting_operation(intent.requested_by)
+        if owner is not None:
             op = ctx.store.find(VirtualMachineOperation, owner)
             if op is None or op.status.phase.finished:
                 return f"operation {owner} is {'gone' if op is None else op.status.phase.value}"
@@ -218,8 +225,7 @@ class MigrationFollower:
         ctx.event(("Host", intent.source), "VMMigratedOut", f"VM {vm.metadata.name} left for {intent.target}")
         ctx.event(
             ("Host", intent.target), "VMMigratedIn", f"VM {vm.metadata.name} arrived from {intent.source}"
-        )
-        self.coordinator.wake(intent)
+        )  # its slot is free: who waits for one looks again (the watches on the intent's end)
         return None
 
     async def _move_volumes(
@@ -275,3 +281,18 @@ class MigrationFollower:
                     f"could not delete the copy of {volume.metadata.name} on {intent.source}: {exc}",
                     warning=True,
                 )
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _vm_with_intent(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A VM that carries a migration intent, or just lost one (followed once more, to forget it)."""
+    vms = [vm for vm in (old, new) if isinstance(vm, VirtualMachine)]
+    if not any(read_migration(vm.metadata.annotations) is not None for vm in vms):
+        return []
+    return [Request(KIND, name_of(old, new))]
+
+
+WATCHES = (Watch(VirtualMachine.KIND, _vm_with_intent),)
+"""The follower's keys are VM names; it has no objects of its own."""

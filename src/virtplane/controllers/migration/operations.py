@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.migration.coordinator import MigrationCoordinator
-from virtplane.controllers.migration.flights import Refused, Waiting, failure_message, operation_tag
+from virtplane.controllers.migration.flights import (
+    Refused,
+    Waiting,
+    failure_message,
+    migration_ended,
+    operation_tag,
+    requesting_operation,
+)
 from virtplane.controllers.operations import finish_operation
+from virtplane.controllers.watch import Watch
 from virtplane.domain.intents import read_migration
 from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import why_no_target
@@ -23,10 +31,13 @@ from virtplane.domain.progress import (
 from virtplane.domain.resources import (
     LiveMigrationPolicy,
     OperationPhase,
+    OperationType,
+    Resource,
     VirtualMachine,
     VirtualMachineOperation,
 )
-from virtplane.reconcile.types import Result
+from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 
 POLL_S = 1.0
 
@@ -121,3 +132,28 @@ class MigrationOperations:
         progress = advance(progress, Began(choice.host))
         self._save(op, progress, f"migrating to {choice.host} (attempt {progress.attempts})")
         return Result(requeue_after=POLL_S)
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _moves_waiting_for_a_slot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A migration ended, so a slot is free: its requester and every Migrate or Evict under way
+    (any of them may wait for that slot) look again."""
+    ended = migration_ended(old, new)
+    if ended is None:
+        return []
+    requests = [
+        Request(VirtualMachineOperation.KIND, op.metadata.name)
+        for vm in cache.vms()
+        for op in cache.operations_of(vm.metadata.name)
+        if op.spec.type in (OperationType.MIGRATE, OperationType.EVICT) and not op.status.phase.finished
+    ]
+    owner = requesting_operation(ended.requested_by)
+    if owner is not None:
+        requests.append(Request(VirtualMachineOperation.KIND, owner))
+    return requests
+
+
+WATCHES = (Watch(VirtualMachine.KIND, _moves_waiting_for_a_slot),)
+"""The operation controller's watches for the Migrate and Evict handler (it registers them)."""
