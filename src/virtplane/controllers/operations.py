@@ -155,7 +155,7 @@ class OperationReconciler:
                     current.metadata.annotations, intents_for(op, read_intents(current.metadata.annotations))
                 )
 
-            ctx.cache.put(ctx.store.mutate(VirtualMachine, vm.metadata.name, apply))
+            ctx.mutate(VirtualMachine, vm.metadata.name, apply)
         for name in admission.supersede:
             try:
                 other = ctx.store.get(VirtualMachineOperation, name)
