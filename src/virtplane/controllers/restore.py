@@ -235,7 +235,7 @@ class RestoreHandler:
                 current.metadata.labels = dict(captured.labels)
                 current.metadata.annotations = {**strip_system(captured.annotations), **system}
                 # A VM that was Running resumes the snapshot's memory, if it has any, when it
-                # starts again (controllers.memory_resume); one that was Stopped boots cold later.
+                # starts again (controllers.vm.memory); one that was Stopped boots cold later.
                 intents = read_intents(current.metadata.annotations)
                 resume = snap.metadata.name if snap.status.memory_handle else None
                 if intents.restore_power_state is not PowerState.RUNNING:
