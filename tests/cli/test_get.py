@@ -50,7 +50,8 @@ def test_get_hosts_shows_state_capacity_and_allocation(invoke: Invoke, fleet: Li
     assert result.exit_code == 0, result.output
     header, row = _table_rows(result.stdout)
     assert header[:8] == ["NAME", "STATE", "CONNECTION", "CLUSTER", "VMS", "CPU", "MEM", "URI"]
-    assert row[:8] == ["node-1", "Enabled", "Up", "east", "1", "2/16", "2Gi/32Gi", "sim://node-1"]
+    # allocated / allocatable: 16 cores x the default vCPU allocation ratio 4.0; memory 1.0
+    assert row[:8] == ["node-1", "Enabled", "Up", "east", "1", "2/64", "2Gi/32Gi", "sim://node-1"]
 
 
 def test_json_output_is_exactly_what_the_server_sent(invoke: Invoke, fleet: LiveServer) -> None:

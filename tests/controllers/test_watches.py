@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from virtplane.controllers import host, images, maintenance, migration, operations, snapshots, storage
-from virtplane.controllers import vm_watches as vm
+from virtplane.controllers.vm import watches as vm
 from virtplane.controllers.watch import Watch, requests_for
 from virtplane.domain.intents import MigrationIntent, write_migration
 from virtplane.domain.resources import (

@@ -87,7 +87,7 @@ class HostReconciler:
                 f"Connection{status.connection.value}",
                 status.message or f"connected to {host.spec.uri}",
                 warning=status.connection is not HostConnection.UP,
-            )  # the VMs on it look again (a reconnect may show domains that changed): vm_watches
+            )  # the VMs on it look again (a reconnect may show domains that changed): vm.watches
 
         used_cpu = used_mem = count = 0
         for vm in ctx.cache.vms_on_host(host.metadata.name):

@@ -28,6 +28,7 @@ __all__ = [
     "MIGRATABLE_PHASES",
     "PLACED_PHASES",
     "RESTORE_RUNNING_PHASES",
+    "TRANSITION_PHASES",
     "UP_PHASES",
     "UP_STATES",
     "DomainState",
@@ -83,6 +84,11 @@ host and records it as Running."""
 UP_PHASES = LIVE_PHASES - {VMPhase.STOPPING}
 """Up and not on its way down: a domain that disappears from under such a VM vanished (one
 that was Stopping was being stopped)."""
+
+TRANSITION_PHASES = frozenset({VMPhase.STARTING, VMPhase.STOPPING, VMPhase.MIGRATING})
+"""On the way to another phase (booting, stopping, moving): the VM controller looks again
+soon, as no event may say when it got there. The settled live phases (Running, Paused,
+Degraded) of ``LIVE_PHASES`` wait for an event or the resync."""
 
 RESTORE_RUNNING_PHASES = UP_PHASES | {VMPhase.PENDING}
 """A restore records the power state Running for these (DESIGN.md §4: Running, Starting or

@@ -76,8 +76,7 @@ class Cancel(Tracker):
                     current.metadata.annotations, intents.with_(held_by=None)
                 )
 
-            written = ctx.store.mutate(VirtualMachine, vm.metadata.name, release)
-            ctx.cache.put(written)
+            written = ctx.mutate(VirtualMachine, vm.metadata.name, release)
             ctx.event(written, "MaintenanceReleased", f"the maintenance of {host} ended; the VM starts again")
 
     async def _return_vms(self, m: HostMaintenance, host: Host) -> bool:

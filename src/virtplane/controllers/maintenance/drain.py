@@ -213,8 +213,7 @@ class Drain(Tracker):
                     ),
                 )
 
-            written = ctx.store.mutate(VirtualMachine, vm.metadata.name, hold)
-            ctx.cache.put(written)
+            written = ctx.mutate(VirtualMachine, vm.metadata.name, hold)
             ctx.event(
                 written,
                 "MaintenanceStop",

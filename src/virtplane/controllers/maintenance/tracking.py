@@ -62,8 +62,7 @@ class Tracker:
                 now=ctx.now(),
             )
 
-        written = ctx.store.mutate(Host, host_name, change)
-        ctx.cache.put(written)
+        written = ctx.mutate(Host, host_name, change)
         if after != before:
             ctx.event(
                 written,

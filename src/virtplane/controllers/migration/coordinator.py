@@ -229,9 +229,7 @@ class MigrationCoordinator:
         )
 
     def write_vm(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
-        written = self.ctx.store.mutate(VirtualMachine, name, change)
-        self.ctx.cache.put(written)
-        return written
+        return self.ctx.mutate(VirtualMachine, name, change)
 
     def local_pools_of(self, host: str) -> list[StoragePool]:
         return [p for p in self.ctx.cache.pools() if p.spec.kind is PoolKind.LOCAL and p.spec.host == host]

@@ -260,7 +260,9 @@ class MigrationFollower:
                 def repoint(current: Volume, to: str = target_pool.metadata.name) -> None:
                     current.spec.pool = to
 
-                ctx.cache.put(ctx.store.mutate(Volume, volume.metadata.name, repoint))
+                ctx.mutate_spec(
+                    Volume, volume.metadata.name, repoint, why="its disk was copied to the target"
+                )
                 ctx.event(volume, "Moved", f"copied to pool {target_pool.metadata.name} on {intent.target}")
             source_pool = next(
                 (

@@ -10,7 +10,7 @@ record a stop request in the domain's persistent metadata (and in memory), and
 one we shut down is STOPPED_BY_SYSTEM, also after the control plane restarts.
 
 Memory snapshots are libvirt save images in ``state_dir`` on the host (a
-directory pool named ``virtplane-state``); point ``state_dir`` at a shared
+directory pool named by ``state_pool_name``); point ``state_dir`` at a shared
 directory to restore them on another host.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -66,6 +67,20 @@ T = TypeVar("T")
 
 STATE_POOL = "virtplane-state"
 DEFAULT_STATE_DIR = "/var/lib/libvirt/virtplane/state"
+
+
+def state_pool_name(state_dir: str) -> str:
+    """The libvirt pool holding memory images in ``state_dir``.
+
+    A pool's name fixes its path, so two drivers with different state
+    directories on one libvirt daemon need different names; the default
+    directory keeps the plain name.
+    """
+    if os.path.normpath(state_dir) == DEFAULT_STATE_DIR:
+        return STATE_POOL
+    digest = hashlib.sha256(os.path.normpath(state_dir).encode()).hexdigest()[:12]
+    return f"{STATE_POOL}-{digest}"
+
 
 _ALL_CAPABILITIES = frozenset(
     {
@@ -594,7 +609,8 @@ class LibvirtDriver:
         return storage.pool_path(self._state_pool(conn))
 
     def _state_pool(self, conn: Any) -> Any:
-        return storage.ensure_pool(conn, PoolRef(name=STATE_POOL, path=self._state_dir or DEFAULT_STATE_DIR))
+        state_dir = self._state_dir or DEFAULT_STATE_DIR
+        return storage.ensure_pool(conn, PoolRef(name=state_pool_name(state_dir), path=state_dir))
 
     # -- events (called on libvirt's event loop thread)
 
@@ -653,4 +669,4 @@ class LibvirtDriver:
             )
 
 
-__all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "LibvirtDriver"]
+__all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "LibvirtDriver", "state_pool_name"]

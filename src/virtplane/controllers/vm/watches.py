@@ -1,5 +1,5 @@
-"""The VM controller's watches (its reconciler is ``controllers.vm``): the changes of other
-objects that make a VM look again (``controllers.watch``)."""
+"""The VM controller's watches: the changes of other objects that make a VM look again
+(``controllers.watch``)."""
 
 from __future__ import annotations
 
