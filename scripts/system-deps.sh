@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the full test suite needs (as root), in one apt run:
 # libvirt + QEMU (real-guest tests), PostgreSQL (the multi-replica store), Chromium
-# (the dashboard test), Prometheus (promtool and a real server for the alert rules). Then
-# prepares the QEMU guest (scripts/qemu/setup.sh).
+# (the dashboard test), Prometheus (promtool and a real server for the alert rules), systemd
+# (systemd-analyze for the units in deploy/). Then prepares the QEMU guest (scripts/qemu/setup.sh).
 # Idempotent and quick when everything is there. Skips what it cannot do (not root,
 # no apt) and says so; the tests that need a missing part skip with a reason.
 set -euo pipefail
@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 pkgs="libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 libvirt-clients qemu-utils
       libvirt-dev pkg-config gcc python3-dev busybox-static cpio
-      postgresql chromium prometheus"
+      postgresql chromium prometheus systemd"
 missing=""
 for pkg in $pkgs; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
