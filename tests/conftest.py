@@ -16,7 +16,7 @@ import uvicorn
 
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.drivers.sim import SimCloud
-from virtplane.server import sim_factory
+from virtplane.server import ApiServer, sim_factory
 from virtplane.store.store import Store, sqlite_url
 
 
@@ -77,7 +77,7 @@ def live_server(store: Store) -> Iterator[LiveServer]:
     tokens = {role: store.create_token(f"test-{role}", role) for role in ("admin", "operator", "viewer")}
     plane = make_plane(store)
     config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = ApiServer(config, plane.api_context.streams)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from tests.conftest import LiveServer, make_plane
+from virtplane.server import ApiServer
 from virtplane.store.store import Store, sqlite_url
 
 
@@ -69,7 +70,7 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServ
     tokens = {role: store.create_token(f"fuzz-{role}", role) for role in ("admin", "operator", "viewer")}
     plane = make_plane(store)
     config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = ApiServer(config, plane.api_context.streams)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -162,11 +162,17 @@ def _event_query(kind: str | None, name: str | None) -> Select[Any]:
 
 
 def events_before(
-    store: Store, *, before: int | None, limit: int, kind: str | None = None, name: str | None = None
+    store: Store,
+    *,
+    before: int | None,
+    limit: int,
+    after: int = 0,
+    kind: str | None = None,
+    name: str | None = None,
 ) -> tuple[list[Event], bool]:
-    """The newest ``limit`` events with an id below ``before`` (None: all), oldest first; and
-    whether older ones remain."""
-    query = _event_query(kind, name)
+    """The newest ``limit`` events with an id below ``before`` (None: all) and above ``after``,
+    oldest first; and whether older ones remain."""
+    query = _event_query(kind, name).where(schema.events.c.id > after)
     if before is not None:
         query = query.where(schema.events.c.id < before)
     query = query.order_by(schema.events.c.id.desc()).limit(limit + 1)
