@@ -16,9 +16,12 @@ the last revision it saw; one that fell behind compaction gets 410 Expired and l
 Objects are sent as they are when the change is read, not as they were at the revision
 of the change (the store keeps no old bodies): several quick writes to one object may
 arrive as one event with the newest state, never one older than the change. A DELETED
-object has only kind, name and the revision of the deletion. With a selector, objects
-that do not match are left out; one this stream sent before and that no longer matches
-is sent as DELETED.
+object has only kind, name and the revision of the deletion.
+
+With a selector, changes to objects that do not match are left out, and an object this
+stream sent that no longer matches is sent as DELETED. A deleted object can no longer be
+matched, so its deletion is sent unless this stream saw it not matching: a client that
+listed first may hold it (clients ignore deletions of objects they do not have).
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ class _ObjectReader:
         self.store, self.cls, self.labels, self.fields, self.batch = store, cls, labels, fields, batch
         self.sent: dict[str, int] = {}  # name -> resource_version last sent, while it may repeat
         self.matched: set[str] = set()  # names this stream sent as matching (for DELETED on leaving)
+        self.unmatched: set[str] = set()  # names this stream saw not matching (no DELETED for them)
         self.selective = bool(labels or fields)
 
     def read(self, after: int) -> _Read:
@@ -160,9 +164,10 @@ class _ObjectReader:
         deletions = [c for c in group if c.op == "deleted"]
         lines: list[bytes] = []
         if deletions:
-            if name in self.matched or not self.selective:
+            if name not in self.unmatched:
                 lines.append(_tombstone(kind, name, deletions[-1].revision))
             self.matched.discard(name)
+            self.unmatched.discard(name)
             self.sent.pop(name, None)
             if group[-1].op == "deleted":
                 return lines
@@ -174,6 +179,7 @@ class _ObjectReader:
             return lines  # this state was sent already, for an earlier change
         self.sent[name] = version
         if not current.matches:
+            self.unmatched.add(name)
             if name in self.matched:
                 self.matched.discard(name)
                 lines.append(_tombstone(kind, name, version))
@@ -182,6 +188,7 @@ class _ObjectReader:
         event = "ADDED" if any(c.op == "added" for c in since_deletion) else "MODIFIED"
         if self.selective:
             self.matched.add(name)
+            self.unmatched.discard(name)
         lines.append(_line(event, obj.model_dump_json()))
         return lines
 
