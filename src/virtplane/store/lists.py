@@ -30,6 +30,7 @@ __all__ = [
     "kind_changes",
     "last_event_id",
     "list_page",
+    "matching_names",
 ]
 
 _objects = schema.objects
@@ -112,6 +113,17 @@ def list_page(
     more = len(rows) > limit
     rows = rows[:limit]
     return Page([row.body for row in rows], rows[-1].name if more and rows else None)
+
+
+def matching_names(store: Store, kind: str, *, labels: Selector, fields: Selector) -> list[str]:
+    """The names of every object of ``kind`` that matches, in name order (for actions on a selection)."""
+    query = (
+        select(_objects.c.name)
+        .where(_objects.c.kind == kind, *selection(kind, labels, fields))
+        .order_by(_objects.c.name)
+    )
+    with store.engine.connect() as connection:
+        return list(connection.execute(query).scalars())
 
 
 def current_objects(
