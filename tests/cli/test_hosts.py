@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from .conftest import FakeClock, Invoke, host
+from .conftest import Invoke, host
 from .fake_server import FakeServer
 
 
@@ -137,29 +137,3 @@ def test_events_filter_by_kind_and_name(invoke: Invoke, server: FakeServer) -> N
     assert result.exit_code == 0, result.output
     assert server.requests[-1].params == {"kind": "VirtualMachine", "name": "web-1", "limit": "5"}
     assert json.loads(result.stdout) == {"items": []}
-
-
-def test_events_follow_prints_only_new_events_until_interrupted(
-    invoke: Invoke, server: FakeServer, clock: FakeClock
-) -> None:
-    def event(event_id: int, reason: str) -> dict[str, object]:
-        return {"id": event_id, "time": "2024-05-01T12:00:0" + str(event_id) + "+00:00", "kind": "Host",
-                "name": "node-1", "type": "Normal", "reason": reason, "message": ""}  # fmt: skip
-
-    server.events.extend([event(1, "Connected"), event(2, "Enabled")])
-    original_sleep = clock.sleep
-
-    def sleep_and_add(seconds: float) -> None:
-        server.events.append(event(len(server.events) + 1, f"Tick{len(server.events) + 1}"))
-        original_sleep(seconds)
-
-    clock.sleep = sleep_and_add  # type: ignore[method-assign]
-    clock.interrupt_after = 3
-
-    result = invoke("events", "--follow")
-
-    assert result.exit_code == 0, result.output
-    reasons = [line.split()[2] for line in result.stdout.splitlines()]
-    assert reasons == ["Connected", "Enabled", "Tick3", "Tick4"]
-    assert [r.params.get("after_id") for r in server.requests] == [None, "2", "3"]
-    assert result.stdout.splitlines()[0].startswith("12:00:01  Normal")
