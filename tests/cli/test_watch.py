@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer
+from virtplane.cli.client import ApiClient, WatchExpired
 
 
 class Cli:
@@ -206,3 +207,40 @@ def test_vm_stop_with_a_selector_waits_for_every_vm(
         )  # fmt: skip
         assert started.returncode == 0, started.stderr
         assert "Start: 2 of 2 VM(s) completed" in started.stdout
+
+
+def test_the_client_watch_resumes_where_it_was_and_says_when_it_cannot(live_server: LiveServer) -> None:
+    streams = live_server.plane.api_context.streams
+
+    def ended() -> None:  # the server ended the stream; the client has not read that yet
+        deadline = time.monotonic() + 10
+        while len(streams):
+            assert time.monotonic() < deadline, "the stream did not end"
+            time.sleep(0.01)
+
+    with (
+        live_server.client("operator") as writer,
+        ApiClient(live_server.url, live_server.tokens["viewer"]) as api,
+    ):
+        start = writer.get("/v1/vms").json()["metadata"]["resource_version"]
+        changes = api.watch("vms", start, sleep=lambda _: None)
+        writer.post("/v1/vms", json=vm("a-1"))
+        assert next(changes)["object"]["metadata"]["name"] == "a-1"
+
+        streams.end_all()
+        ended()
+        writer.post("/v1/vms", json=vm("b-1"))
+        seen = [next(changes)]
+        while seen[-1]["object"]["metadata"]["name"] != "b-1":
+            seen.append(next(changes))
+        assert [e["type"] for e in seen if e["object"]["metadata"]["name"] == "b-1"] == ["ADDED"]
+        assert not [e for e in seen if e["type"] == "ADDED" and e["object"]["metadata"]["name"] == "a-1"]
+
+        streams.end_all()
+        ended()
+        writer.post("/v1/vms", json=vm("c-1"))
+        writer.post("/v1/vms", json=vm("c-2"))
+        live_server.store.compact_changes(keep_last=1)
+        with pytest.raises(WatchExpired):
+            for _ in range(100):
+                next(changes)
