@@ -223,7 +223,7 @@ def test_the_client_watch_resumes_where_it_was_and_says_when_it_cannot(live_serv
         ApiClient(live_server.url, live_server.tokens["viewer"]) as api,
     ):
         start = writer.get("/v1/vms").json()["metadata"]["resource_version"]
-        changes = api.watch("vms", start, sleep=lambda _: None)
+        changes = api.watch("vms", start, sleep=lambda _: None, timeout_s=30)  # never hang
         writer.post("/v1/vms", json=vm("a-1"))
         assert next(changes)["object"]["metadata"]["name"] == "a-1"
 
