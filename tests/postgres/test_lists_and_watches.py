@@ -1,7 +1,8 @@
 """Lists and watches of the live API over PostgreSQL, with writes from another replica.
 
-A write by another replica commits no listener in this process: the watch finds it by
-its poll, and misses nothing between the list's revision and the stream.
+A write by another replica commits no listener in this process: the watch of a follower
+(which writes nothing itself) finds it by its poll, and misses nothing between the list's
+revision and the stream.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -31,6 +33,8 @@ def served() -> Iterator[tuple[str, str, Store, Store]]:
         store, other = Store(url), Store(url)
         store.migrate()
         token = store.create_token("viewer", "viewer")
+        # the other replica leads: this server is a follower, and nothing it runs writes here
+        assert other.try_acquire_lease("controllers", "the-other-replica", datetime.now(UTC), 3600)
         plane = make_plane(store)
         plane.api_context.watch.poll_s = 0.1
         server = ApiServer(
