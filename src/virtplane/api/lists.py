@@ -66,8 +66,11 @@ def encode_continue(kind: str, position: str | int, revision: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_continue(token: str, kind: str) -> tuple[Any, int]:
-    """(position after which the next page starts, revision of the first page); 422 if malformed."""
+def decode_continue(token: str, kind: str, position_type: type[str] | type[int]) -> tuple[Any, int]:
+    """(position after which the next page starts, revision of the first page); 422 if malformed.
+
+    The position is a name (str) for resources, an event id (int) for events.
+    """
 
     def invalid(problem: str, position: int | None = None) -> ApiError:
         where = "" if position is None else f" at position {position}"
@@ -87,12 +90,16 @@ def decode_continue(token: str, kind: str) -> tuple[Any, int]:
         raise invalid("not a token this server made") from None
     if not isinstance(decoded, dict) or set(decoded) != {"k", "a", "r"}:
         raise invalid("not a token this server made")
-    revision = decoded["r"]
-    if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
+    revision, position = decoded["r"], decoded["a"]
+    if not _is(revision, int) or revision < 0 or not _is(position, position_type):
         raise invalid("not a token this server made")
     if decoded["k"] != kind:
         raise invalid(f"the token continues a list of {decoded['k']}, not {kind}")
-    return decoded["a"], revision
+    return position, revision
+
+
+def _is(value: Any, kind: type[str] | type[int]) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)
 
 
 def _parsed(parameter: str, text: str, parse: Any) -> Selector:
@@ -136,9 +143,7 @@ def page_response(
 ) -> Response:
     """One page of ``cls``: from the start, or after the position ``token`` names."""
     if token:
-        after, revision = decode_continue(token, cls.KIND)
-        if not isinstance(after, str):
-            raise ApiError(422, "InvalidContinue", "continue token: not a token this server made")
+        after, revision = decode_continue(token, cls.KIND, str)
         require_resumable(store, revision)
     else:
         after, revision = "", store.revision()  # read first: every page is at least this new
