@@ -241,3 +241,12 @@ def test_sqlite_migration_indexes_the_labels_of_existing_objects(tmp_path: Path)
         )
     assert "ix_objects_status_host" in plan
     store.close()
+
+
+def test_a_long_field_value_never_fails_a_write(store: Store) -> None:
+    """The generated columns take any value the body has (status.host is not length-checked)."""
+    store.create(VirtualMachine(metadata=Metadata(name="far")))
+    current = store.get(VirtualMachine, "far")
+    current.status.host = "h" * 1000
+    store.update(current)
+    assert names(store, fields=f"status.host={'h' * 1000}") == ["far"]

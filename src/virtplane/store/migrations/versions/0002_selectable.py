@@ -81,12 +81,12 @@ def upgrade() -> None:
         if sqlite:
             # SQLite can add only VIRTUAL generated columns; their index stores the value
             op.execute(
-                f"ALTER TABLE objects ADD COLUMN {column} VARCHAR(255) "
+                f"ALTER TABLE objects ADD COLUMN {column} TEXT "
                 f"GENERATED ALWAYS AS (json_extract(body, '{sqlite_path}')) VIRTUAL"
             )
         else:
             op.execute(
-                f"ALTER TABLE objects ADD COLUMN {column} VARCHAR(255) "
+                f"ALTER TABLE objects ADD COLUMN {column} TEXT "
                 f"GENERATED ALWAYS AS ((body::jsonb) #>> '{pg_path}') STORED"
             )
         op.create_index(f"ix_objects_{column}", "objects", ["kind", column, "name"])
