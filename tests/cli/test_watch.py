@@ -133,6 +133,16 @@ def test_get_watch_prints_the_list_then_every_change(
     assert not any("db-" in line for line in cli.lines)
 
 
+def test_get_watch_with_a_timeout_ends_by_itself(live_server: LiveServer, clis: Callable[..., Cli]) -> None:
+    # for scripts and the README: a watch that stops after --watch-timeout seconds, exit 0
+    with live_server.client("operator") as client:
+        client.post("/v1/vms", json=vm("web-1", {"app": "web"}))
+    cli = clis(live_server, "viewer", "get", "vms", "-w", "--watch-timeout", "0.5")
+    status, lines = cli.finish(timeout=30)
+    assert status == 0, cli.stderr()
+    assert [line.split()[0] for line in lines] == ["NAME", "web-1"]
+
+
 def test_get_watch_as_json_prints_one_event_per_line(
     live_server: LiveServer, clis: Callable[..., Cli]
 ) -> None:

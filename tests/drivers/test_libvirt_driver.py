@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import (
     Capability,
@@ -24,9 +25,10 @@ from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, Uns
 
 from .conftest import wait_for
 
-libvirt = pytest.importorskip("libvirt")
+libvirt = libvirt_or_skip()
 
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
+from virtplane.drivers.libvirt.driver import state_pool_name  # noqa: E402
 
 
 def make_spec(uid: str, **overrides: Any) -> DomainSpec:
@@ -244,3 +246,21 @@ async def test_works_without_a_connection_only_as_far_as_it_should() -> None:
     with pytest.raises(HostUnreachable):
         await driver.list_domains()
     await driver.close()
+
+
+@pytest.mark.parametrize(
+    ("state_dir", "name"),
+    [
+        ("/var/lib/libvirt/virtplane/state", "virtplane-state"),
+        ("/var/lib/libvirt/virtplane/state/", "virtplane-state"),
+    ],
+)
+def test_the_default_state_dir_keeps_the_plain_pool_name(state_dir: str, name: str) -> None:
+    assert state_pool_name(state_dir) == name
+
+
+def test_two_state_dirs_on_one_daemon_get_two_pools() -> None:
+    # A pool's name fixes its path: a shared name made the second driver's memory images fail.
+    names = {state_pool_name(d) for d in ("/srv/a", "/srv/b", "/var/lib/libvirt/virtplane/state")}
+    assert len(names) == 3
+    assert state_pool_name("/srv/a") == state_pool_name("/srv/a/")

@@ -126,6 +126,10 @@ def get(
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="After the list, print every change (Ctrl-C stops).")
     ] = False,
+    watch_timeout: Annotated[
+        float | None,
+        typer.Option("--watch-timeout", min=0, help="With -w: stop watching after this many seconds."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Events only: how many.")] = 50,
 ) -> None:
     """List resources of a kind, or show one; with -w, keep printing what changes."""
@@ -150,7 +154,7 @@ def get(
     if not watch or output not in (OutputFormat.JSON, OutputFormat.YAML):
         print_resources(state.console, info, items, output)
     if watch:
-        watch_resources(state, info, items, revision, params, output)
+        watch_resources(state, info, items, revision, params, output, watch_timeout)
 
 
 def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dict[str, str | int]:

@@ -74,16 +74,20 @@ def watch_resources(
     revision: int,
     params: Params,
     output: OutputFormat,
+    timeout_s: float | None = None,
 ) -> None:
-    """After the list ``items`` (read at ``revision``) was printed: print every change until Ctrl-C."""
+    """After the list ``items`` (read at ``revision``) was printed: print every change until
+    Ctrl-C, or until ``timeout_s`` seconds have passed."""
     known = {str(dig(item, "metadata.name", "")) for item in items}
     if output in (OutputFormat.JSON, OutputFormat.YAML):
         for item in items:
             _print_change(state, info, {"type": "ADDED", "object": item}, output, set())
+    deadline = None if timeout_s is None else state.clock.monotonic() + timeout_s
     try:
-        while True:
+        while deadline is None or state.clock.monotonic() < deadline:
+            remaining = None if deadline is None else deadline - state.clock.monotonic()
             try:
-                for event in _changes(state, info.plural, revision, params):
+                for event in _changes(state, info.plural, revision, params, timeout_s=remaining):
                     _print_change(state, info, event, output, known)
             except WatchExpired:
                 state.err_console.print(

@@ -10,7 +10,7 @@ record a stop request in the domain's persistent metadata (and in memory), and
 one we shut down is STOPPED_BY_SYSTEM, also after the control plane restarts.
 
 Memory snapshots are libvirt save images in ``state_dir`` on the host (a
-directory pool named ``virtplane-state``); point ``state_dir`` at a shared
+directory pool named by ``state_pool_name``); point ``state_dir`` at a shared
 directory to restore them on another host.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -66,6 +67,20 @@ T = TypeVar("T")
 
 STATE_POOL = "virtplane-state"
 DEFAULT_STATE_DIR = "/var/lib/libvirt/virtplane/state"
+
+
+def state_pool_name(state_dir: str) -> str:
+    """The libvirt pool holding memory images in ``state_dir``.
+
+    A pool's name fixes its path, so two drivers with different state
+    directories on one libvirt daemon need different names; the default
+    directory keeps the plain name.
+    """
+    if os.path.normpath(state_dir) == DEFAULT_STATE_DIR:
+        return STATE_POOL
+    digest = hashlib.sha256(os.path.normpath(state_dir).encode()).hexdigest()[:12]
+    return f"{STATE_POOL}-{digest}"
+
 
 _ALL_CAPABILITIES = frozenset(
     {
@@ -241,6 +256,11 @@ class LibvirtDriver:
                 self._stop_requested.add(name)
             try:
                 self._set_stop_mark(dom, True)
+                if dom.state()[0] == lv.VIR_DOMAIN_PAUSED:
+                    # A paused guest cannot hear the button (libvirt refuses to press it, and
+                    # its test driver would power off at once): the caller's grace period runs
+                    # out and destroys it, as for any guest that ignores ACPI.
+                    return
                 if self._is_test_driver:
                     dom.shutdown()
                 else:
@@ -248,11 +268,11 @@ class LibvirtDriver:
             except lv.libvirtError as exc:
                 # The button is pressed again while a guest powers off: one that is being shut
                 # down (or is off) since isActive() gives "domain is not running", which is
-                # what was asked for.
+                # what was asked for; so does a guest paused meanwhile (see above).
                 if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID:
                     raise
                 state = dom.state()[0] if dom.isActive() else lv.VIR_DOMAIN_SHUTOFF
-                if state not in (lv.VIR_DOMAIN_SHUTDOWN, lv.VIR_DOMAIN_SHUTOFF):
+                if state not in (lv.VIR_DOMAIN_SHUTDOWN, lv.VIR_DOMAIN_SHUTOFF, lv.VIR_DOMAIN_PAUSED):
                     raise
 
         await self._call(shutdown)
@@ -348,9 +368,6 @@ class LibvirtDriver:
         self._require(Capability.VOLUME_RESIZE)
         return await self._call(lambda conn: storage.resize_volume(conn, pool, name, size_gib))
 
-    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
-        return await self._call(lambda conn: storage.copy_volume(conn, src, src_name, dst, dst_name))
-
     # ------------------------------------------------------------------ snapshots
 
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
@@ -405,6 +422,7 @@ class LibvirtDriver:
         await self.ensure_defined(spec)
 
         def restore(conn: Any) -> None:
+            lv = _libvirt.load()
             dxml = None if self._is_test_driver else self._domain_xml(conn, spec)
             dom = self._lookup(conn, spec.name)
             if dom.isActive():
@@ -412,7 +430,9 @@ class LibvirtDriver:
             with self._lock:
                 self._stop_requested.discard(spec.name)
             self._set_stop_mark(dom, False)
-            conn.restoreFlags(handle, dxml, 0)
+            # Running, also when the image was saved from a guest paused for the snapshot (the
+            # test driver takes no flags and always resumes running).
+            conn.restoreFlags(handle, dxml, 0 if self._is_test_driver else lv.VIR_DOMAIN_SAVE_RUNNING)
 
         await self._call(restore)
 
@@ -589,7 +609,8 @@ class LibvirtDriver:
         return storage.pool_path(self._state_pool(conn))
 
     def _state_pool(self, conn: Any) -> Any:
-        return storage.ensure_pool(conn, PoolRef(name=STATE_POOL, path=self._state_dir or DEFAULT_STATE_DIR))
+        state_dir = self._state_dir or DEFAULT_STATE_DIR
+        return storage.ensure_pool(conn, PoolRef(name=state_pool_name(state_dir), path=state_dir))
 
     # -- events (called on libvirt's event loop thread)
 
@@ -648,4 +669,4 @@ class LibvirtDriver:
             )
 
 
-__all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "LibvirtDriver"]
+__all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "LibvirtDriver", "state_pool_name"]

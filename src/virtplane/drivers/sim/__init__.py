@@ -38,10 +38,12 @@ shutoff/crashed reason.
 Events go to the sink of the host's driver, synchronously on the loop thread, and
 only while that driver is connected.
 
-Capacity (vcpus and memory of live domains plus incoming migrations) is checked on
-start, restore and migration: ``PermanentError`` when the domain could never fit the
-host, ``TransientError`` when the host is full right now (so the control plane's
-start retry keeps going). Pools follow the same rule.
+Capacity is the host's memory, as on a real hypervisor: the memory of live domains
+plus incoming migrations is checked on start, restore and migration: ``PermanentError``
+when the domain could never fit the host, ``TransientError`` when the host is full
+right now (so the control plane's start retry keeps going). vCPUs are counted but
+never refused (a real host runs more vCPUs than it has cores, only slower); how many
+it takes is the control plane's allocation ratio. Pools follow the same rule.
 
 Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
 --------------------------------------------------------------
@@ -82,6 +84,8 @@ target would not see (a local disk that is not copied, a shared pool the target 
 not ensured) fail the job at once too; paths that are not simulator volumes are
 trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
 queryable (on source and target) until its next migration (across a restart, see below).
+``SimCloud.migration_record()``
+lists every start and end in order, so tests can check concurrency limits at every instant.
 
 Restarts (``SimCloud(..., state_path=PATH)``)
 ---------------------------------------------
@@ -122,13 +126,14 @@ optional. Without ``state_path`` nothing is written.
 from ._cloud import SimCloud
 from ._driver import SIM_CAPABILITIES, SimDriver
 from ._migration import CONVERGENCE_MIB
-from ._model import FaultKind, FaultRecord, SimFaultError, SimHostState, SimState
+from ._model import FaultKind, FaultRecord, MigrationTransition, SimFaultError, SimHostState, SimState
 
 __all__ = [
     "CONVERGENCE_MIB",
     "SIM_CAPABILITIES",
     "FaultKind",
     "FaultRecord",
+    "MigrationTransition",
     "SimCloud",
     "SimDriver",
     "SimFaultError",

@@ -19,6 +19,7 @@ and the next process replays the ticks that fell in the gap before it resumes th
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError, TransientError
 
-from ._model import SimDomain
+from ._model import MigrationTransition, SimDomain
 
 if TYPE_CHECKING:
     from ._cloud import SimCloud
@@ -155,11 +156,15 @@ class Migration:
 class MigrationEngine:
     """Runs the cloud's migrations; at most one job per domain is kept (the latest)."""
 
+    RECORD_LIMIT = 100_000
+    """Transitions kept in ``record`` (the oldest go first): ample for any test, bounded for a demo."""
+
     def __init__(self, cloud: SimCloud) -> None:
         self._cloud = cloud
         self._jobs: dict[str, Migration] = {}
         # running migrations loaded from the state file that still wait for a timer
         self._unresumed: list[Migration] = []
+        self.record: deque[MigrationTransition] = deque(maxlen=self.RECORD_LIMIT)
 
     def latest(self, domain: str) -> Migration | None:
         """The last job of ``domain``, whatever its phase."""
@@ -196,6 +201,7 @@ class MigrationEngine:
         self._jobs[domain.name] = migration
         migration.progressed_at = self._cloud.clock()
         self._changed(migration)
+        self._note(migration, None)
         refusal = self._target_refusal(
             migration, live.cpu, live.memory_mib, tuple(d.path for d in live.disks)
         )
@@ -385,6 +391,13 @@ class MigrationEngine:
             return False
         return True
 
+    def _note(self, migration: Migration, outcome: MigrationPhase | None) -> None:
+        self.record.append(
+            MigrationTransition(
+                self._cloud.clock(), migration.domain, migration.source.name, migration.target.name, outcome
+            )
+        )
+
     def _release(self, migration: Migration) -> None:
         cpu, memory = migration.reserved
         migration.target.reserved_vcpus -= cpu
@@ -400,6 +413,7 @@ class MigrationEngine:
         migration.phase = phase
         migration.error = error
         self._changed(migration)
+        self._note(migration, phase)
         domain = migration.source.domains.get(migration.domain)
         if domain is not None and domain.state is DomainState.MIGRATING:
             domain.state = domain.state_before_migration or DomainState.RUNNING
@@ -432,6 +446,7 @@ class MigrationEngine:
         source.remove(domain)
         migration.phase = MigrationPhase.COMPLETED
         self._changed(migration)
+        self._note(migration, MigrationPhase.COMPLETED)
         source.emit(DomainEventType.MIGRATED, domain, detail=f"to {target.uri}")
         arrived = target.define(domain.spec)
         target.power_on(arrived, run_state, live)
