@@ -56,6 +56,7 @@ from virtplane.drivers.base import (
     domain_name,
 )
 from virtplane.drivers.errors import DriverError
+from virtplane.metrics import MigrationResult
 
 log = logging.getLogger("virtplane.controllers.migration")
 
@@ -251,6 +252,7 @@ class MigrationCoordinator:
 
         written = self.write_vm(name, clear)
         self.flights.pop(name, None)
+        ctx.metrics.migration_ended(MigrationResult.FAILED)
         ctx.event(
             written,
             "MigrationFailed",

@@ -45,6 +45,7 @@ from virtplane.domain.resources import (
 )
 from virtplane.drivers.base import HypervisorDriver, MigrationJob, domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound
+from virtplane.metrics import MigrationResult
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
 
@@ -219,6 +220,7 @@ class MigrationFollower:
 
         written = self.coordinator.write_vm(vm.metadata.name, finish)
         self.coordinator.flights.pop(vm.metadata.name, None)
+        ctx.metrics.migration_ended(MigrationResult.COMPLETED)
         ctx.event(
             written, "Migrated", f"now on {intent.target} (from {intent.source}, attempt {intent.attempt})"
         )
