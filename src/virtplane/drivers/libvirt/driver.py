@@ -28,7 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from virtplane.drivers.base import (
-    DOMAIN_PREFIX,
     Capability,
     DomainEvent,
     DomainEventType,
@@ -43,6 +42,7 @@ from virtplane.drivers.base import (
     MigrationRequest,
     PoolRef,
     VolumeInfo,
+    vm_uid_of,
 )
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError, Unsupported
 from virtplane.drivers.libvirt import _libvirt, images, storage
@@ -569,7 +569,7 @@ class LibvirtDriver:
         _state, max_memory_kib, _memory, vcpus, _cpu_time = dom.info()
         return DomainInfo(
             name=name,
-            vm_uid=name[len(DOMAIN_PREFIX) :] if name.startswith(DOMAIN_PREFIX) else "",
+            vm_uid=vm_uid_of(name),
             state=ours,
             exit_reason=exit_reason,
             cpu=int(vcpus),
@@ -621,8 +621,7 @@ class LibvirtDriver:
         sink = self._sink
         if sink is None:
             return
-        vm_uid = name[len(DOMAIN_PREFIX) :] if name.startswith(DOMAIN_PREFIX) else ""
-        sink(DomainEvent(self._uri, name, vm_uid, mapped.type, mapped.reason, mapped.detail))
+        sink(DomainEvent(self._uri, name, vm_uid_of(name), mapped.type, mapped.reason, mapped.detail))
 
     def _emit_host(self, event_type: DomainEventType, detail: str) -> None:
         sink = self._sink
@@ -635,12 +634,11 @@ class LibvirtDriver:
     def _migration_failed(self, job: MigrationJob) -> None:
         sink = self._sink
         if sink is not None:
-            vm_uid = job.domain[len(DOMAIN_PREFIX) :] if job.domain.startswith(DOMAIN_PREFIX) else ""
             sink(
                 DomainEvent(
                     self._uri,
                     job.domain,
-                    vm_uid,
+                    vm_uid_of(job.domain),
                     DomainEventType.MIGRATION_FAILED,
                     None,
                     job.error or job.phase,
