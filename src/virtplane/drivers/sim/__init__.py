@@ -121,8 +121,8 @@ optional. Without ``state_path`` nothing is written.
 
 from ._cloud import SimCloud
 from ._driver import SIM_CAPABILITIES, SimDriver
-from ._migration import CONVERGENCE_MIB
 from ._model import FaultKind, FaultRecord, SimFaultError, SimHostState, SimState
+from ._precopy import CONVERGENCE_MIB
 
 __all__ = [
     "CONVERGENCE_MIB",
