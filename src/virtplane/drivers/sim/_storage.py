@@ -95,9 +95,8 @@ class SimStorage:
     def __init__(self, changes: ChangeLog, disk_user: DiskUser) -> None:
         self._changes = changes
         self._disk_user = disk_user
-        self._pools: RecordMap[tuple[str, str], SimPool] = RecordMap(
-            changes, Entity.POOL
-        )  # (host or SHARED, name)
+        # by (host of a local pool or SHARED, pool name)
+        self._pools: RecordMap[tuple[str, str], SimPool] = RecordMap(changes, Entity.POOL)
         self._snapshots: RecordMap[str, SavedVolume] = RecordMap(changes, Entity.SNAPSHOT)
 
     # ------------------------------------------------------------------ the state file
