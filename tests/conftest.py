@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,24 @@ from virtplane.drivers.sim import SimCloud
 from virtplane.server import sim_factory
 from virtplane.store.store import Store, sqlite_url
 
+FULL_RUN = os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1"
+"""Set by ``bin/test`` once the system packages are in: a missing part is then a failure, not a skip."""
+
+
+def libvirt_or_skip() -> Any:
+    """The ``libvirt`` module; without libvirt-python the test skips, or fails in a full run."""
+    try:
+        import libvirt
+    except ImportError as exc:
+        why = (
+            "libvirt-python is not installed (pip install libvirt-python==VERSION of the system "
+            f"libvirt, `pkg-config --modversion libvirt`; scripts/qemu/setup.sh does it): {exc}"
+        )
+        if FULL_RUN:
+            pytest.fail(why)
+        pytest.skip(why, allow_module_level=True)
+    return libvirt
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
@@ -28,13 +48,23 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def make_plane(store: Store, *, boot_seconds: float = 0.02, shutdown_seconds: float = 0.02) -> ControlPlane:
-    sim = SimCloud(boot_seconds=boot_seconds, shutdown_seconds=shutdown_seconds)
+def make_plane(
+    store: Store, *, sim: SimCloud | None = None, boot_seconds: float = 0.02, shutdown_seconds: float = 0.02
+) -> ControlPlane:
+    """A control plane on simulated hosts whose reconciles are recorded (``tests.reconciles``)."""
+    from tests.reconciles import ReconcileLog  # it imports this module
+
+    sim = sim or SimCloud(boot_seconds=boot_seconds, shutdown_seconds=shutdown_seconds)
+    log = ReconcileLog()
     ref: list[ControlPlane] = []
     plane = ControlPlane(
-        store, sim=sim, driver_factory=sim_factory(ref, sim), options=ControlPlaneOptions(workers=4)
+        store,
+        sim=sim,
+        driver_factory=sim_factory(ref, sim),
+        options=ControlPlaneOptions(workers=4, wrap_reconciler=log.wrap),
     )
     ref.append(plane)
+    log.attach(plane)
     return plane
 
 
@@ -59,23 +89,63 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: 
     raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
 
 
+def eventually_sync(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """``eventually`` for a test's own thread, while the server runs in another."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+
+
+def wait_json(client: httpx.Client, path: str, accept: Callable[[Any], Any], timeout: float = 15.0) -> Any:
+    """GET ``path`` until ``accept`` holds for its JSON body; fail with the last body after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(path).json()
+        if accept(body):
+            return body
+        assert time.monotonic() < deadline, f"{path} never got there: {body}"
+        time.sleep(0.02)
+
+
 @dataclass
 class LiveServer:
     url: str
     tokens: dict[str, str]
     plane: ControlPlane
     store: Store
+    loop: asyncio.AbstractEventLoop
 
     def client(self, role: str | None = "admin", **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=10.0, **kwargs)
 
+    def in_loop(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` run on the server's event loop (where the simulator must be called)."""
 
-@pytest.fixture
-def live_server(store: Store) -> Iterator[LiveServer]:
+        async def call() -> Any:
+            return function(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
+
+    def reconciled(self, name: str, kind: str = "VirtualMachine", timeout: float = 10.0) -> Any:
+        """From the test's thread: a reconcile of ``kind/name`` started after this call has
+        finished (``tests.reconciles``); returns its outcome."""
+        from tests.reconciles import reconciled
+
+        future = asyncio.run_coroutine_threadsafe(reconciled(self.plane, name, kind, timeout), self.loop)
+        return future.result(timeout + 5)
+
+
+@contextmanager
+def serving(store: Store, plane: ControlPlane | None = None, name: str = "test") -> Iterator[LiveServer]:
     """The real app under uvicorn on a free port, in a thread, with tokens for every role."""
-    tokens = {role: store.create_token(f"test-{role}", role) for role in ("admin", "operator", "viewer")}
-    plane = make_plane(store)
+    tokens = {role: store.create_token(f"{name}-{role}", role) for role in ("admin", "operator", "viewer")}
+    plane = plane or make_plane(store)
     config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -83,9 +153,21 @@ def live_server(store: Store) -> Iterator[LiveServer]:
     deadline = time.monotonic() + 10
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test server did not start")
+            raise RuntimeError(f"the {name} server did not start")
         time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield LiveServer(url=f"http://127.0.0.1:{port}", tokens=tokens, plane=plane, store=store)
-    server.should_exit = True
-    thread.join(timeout=10)
+    listener = server.servers[0]
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        yield LiveServer(
+            url=f"http://127.0.0.1:{port}", tokens=tokens, plane=plane, store=store, loop=listener.get_loop()
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_server(store: Store) -> Iterator[LiveServer]:
+    """The real app under uvicorn on a free port, in a thread, with tokens for every role."""
+    with serving(store) as server:
+        yield server

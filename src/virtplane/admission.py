@@ -7,6 +7,7 @@ since the world may change between the two.
 from __future__ import annotations
 
 from virtplane.api.errors import ApiError
+from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.operations import active_before
 from virtplane.controllers.storage import pool_ref
 from virtplane.domain.images import paths_overlap
@@ -46,6 +47,7 @@ class Admission:
             self._admit_volume(obj)
         elif isinstance(obj, VirtualMachine):
             self._admit_boot(obj)
+            self._admit_disks(obj, set())
         elif isinstance(obj, Image):
             self._library(obj.spec.pool)
         elif isinstance(obj, StoragePool):
@@ -115,6 +117,24 @@ class Admission:
                     f"{other.metadata.name}: image libraries and volume pools must not overlap",
                 )
 
+    def _admit_disks(self, vm: VirtualMachine, already: set[str]) -> None:
+        """A volume is a disk of one VM at a time: refuse one that another live VM holds or lists.
+
+        Two writes may still race past this check; the Volume controller then attaches the
+        volume to one of them and the other waits (controllers.attachments)."""
+        for disk in vm.spec.disks:
+            if disk.volume in already:
+                continue
+            volume = self.store.find(Volume, disk.volume)
+            holder = volume.status.attached_vm if volume else None
+            owner = attached_elsewhere(self.cache, disk.volume, vm.metadata.name, holder)
+            if owner is not None:
+                raise ApiError(
+                    409,
+                    "VolumeAttached",
+                    f"volume {disk.volume} is attached to VM {owner}; a volume is a disk of one VM at a time",
+                )
+
     def _admit_operation(self, op: VirtualMachineOperation) -> None:
         vm = self.store.find(VirtualMachine, op.spec.vm)
         if vm is None:
@@ -142,12 +162,10 @@ class Admission:
         elif isinstance(current, Volume) and isinstance(new, Volume):
             if (current.spec.pool, current.spec.source) != (new.spec.pool, new.spec.source):
                 self._admit_volume(new)
-        elif (
-            isinstance(current, VirtualMachine)
-            and isinstance(new, VirtualMachine)
-            and current.spec.boot != new.spec.boot
-        ):
-            self._admit_boot(new)
+        elif isinstance(current, VirtualMachine) and isinstance(new, VirtualMachine):
+            if current.spec.boot != new.spec.boot:
+                self._admit_boot(new)
+            self._admit_disks(new, {d.volume for d in current.spec.disks})
         return new
 
     def on_delete(self, current: Resource) -> None:

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from virtplane.admission import Admission
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
+from virtplane.controllers import attachments
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
@@ -61,6 +62,8 @@ class ControlPlaneOptions:
     lease_s: float = 15.0
     renew_every_s: float = 5.0
     feed_poll_s: float = 1.0  # how often the change feed looks for other replicas' writes
+    # Wraps every reconciler (kind, reconciler) -> reconciler; tests record reconciles with it.
+    wrap_reconciler: Callable[[str, Reconciler], Reconciler] | None = None
 
 
 def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
@@ -168,7 +171,10 @@ class ControlPlane:
         self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
     ) -> None:
         self._metrics = metrics
-        self._reconcilers[kind] = (requeue_on_conflict(reconciler), workers or self.options.workers)
+        reconciler = requeue_on_conflict(reconciler)
+        if self.options.wrap_reconciler is not None:
+            reconciler = self.options.wrap_reconciler(kind, reconciler)
+        self._reconcilers[kind] = (reconciler, workers or self.options.workers)
 
     def _build_controllers(self) -> None:
         """Fresh controllers (a Controller runs once) around the same reconcilers."""
@@ -233,10 +239,16 @@ class ControlPlane:
                 new_host.status.allocated.vcpus < old_host.status.allocated.vcpus
                 or new_host.status.allocated.memory_mib < old_host.status.allocated.memory_mib
                 or new_host.status.capacity != old_host.status.capacity
+                or new_host.status.allocatable != old_host.status.allocatable
             )
             if changed or freed:  # VMs waiting for a host may fit now
                 for vm_name in self.cache.unscheduled_vms():
                     self.enqueue("VirtualMachine", vm_name)
+        elif kind == "Setting":
+            # allocation ratios apply per host: the hosts record the new ones (and placement with them)
+            self.settings.invalidate()
+            for host_name in self.cache.names("Host"):
+                self.enqueue("Host", host_name)
         elif kind == "VirtualMachineOperation" and obj is not None:
             self.enqueue("VirtualMachine", getattr(obj.spec, "vm", ""))  # type: ignore[attr-defined]
         elif kind == "VirtualMachine" and isinstance(obj, VirtualMachine):
@@ -252,6 +264,8 @@ class ControlPlane:
                 ):
                     self.enqueue("Host", new.status.host)
         for wake_kind, wake_name in wake_on_change(self.cache, kind, old, new):
+            self.enqueue(wake_kind, wake_name)
+        for wake_kind, wake_name in attachments.wake_on_change(kind, old, new):
             self.enqueue(wake_kind, wake_name)
 
     def _wake_image_users(self, image: str) -> None:

@@ -184,7 +184,8 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
     console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
-    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}")
+    # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
+    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)
     print(f"VIRTPLANE_URL={url}", flush=True)
     print(f"VIRTPLANE_TOKEN={token}", flush=True)
     config = uvicorn.Config(

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, eventually_sync
 
 MANIFESTS: dict[str, dict[str, Any]] = {
     "hosts": {"kind": "Host", "metadata": {"name": "h9"}, "spec": {"uri": "sim://h9", "cluster": "c1"}},
@@ -116,15 +116,16 @@ def test_operator_manages_vms_but_not_hosts_or_settings(live_server: LiveServer)
         )
 
 
-def _wait_settled(client: httpx.Client, name: str) -> None:
-    """Until the VM controller has taken the VM in (finalizer, phase), its writes race ours."""
+def _wait_settled(live_server: LiveServer, client: httpx.Client, name: str) -> None:
+    """Until the VM controller has taken the VM in (finalizer, phase), its writes race ours;
+    a reconcile started after that changes nothing more."""
     import time
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         vm = client.get(f"/v1/vms/{name}").json()
         if vm["metadata"]["finalizers"] and vm["status"]["phase"] == "Stopped":
-            time.sleep(0.2)
+            live_server.reconciled(name)
             return
         time.sleep(0.02)
     raise AssertionError(f"VM {name} did not settle")
@@ -133,7 +134,7 @@ def _wait_settled(client: httpx.Client, name: str) -> None:
 def test_stale_write_is_409_and_keeps_the_winner(live_server: LiveServer) -> None:
     with live_server.client("admin") as client:
         client.post("/v1/vms", json=MANIFESTS["vms"])
-        _wait_settled(client, "vm9")
+        _wait_settled(live_server, client, "vm9")
         first = client.get("/v1/vms/vm9").json()
         second = client.get("/v1/vms/vm9").json()
         first["spec"]["cpu"] = 3
@@ -270,13 +271,11 @@ def test_token_creation_is_admin_only(live_server: LiveServer) -> None:
 
 
 def test_prometheus_metrics(live_server: LiveServer) -> None:
-    import time
-
     with live_server.client("admin") as client:
         client.post(
             "/v1/hosts", json={"kind": "Host", "metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
         )
-        time.sleep(0.3)
+        live_server.reconciled("h1", kind="Host")
         text = httpx.get(f"{live_server.url}/metrics").text
     assert 'workqueue_depth{controller="VirtualMachine"}' in text
     successes = [
@@ -285,3 +284,30 @@ def test_prometheus_metrics(live_server: LiveServer) -> None:
         if line.startswith('reconcile_total{controller="Host",result="requeue_after"}')
     ]
     assert successes and float(successes[0].split()[-1]) >= 1, "the host was reconciled and counted"
+
+
+def test_a_fault_aimed_at_a_vm_goes_to_its_host_and_a_wrong_host_is_a_clear_409(
+    live_server: LiveServer,
+) -> None:
+    with live_server.client("admin") as client:
+        for name in ("h1", "h2"):
+            client.post(
+                "/v1/hosts",
+                json={"kind": "Host", "metadata": {"name": name}, "spec": {"uri": f"sim://{name}"}},
+            )
+        vm = {"kind": "VirtualMachine", "metadata": {"name": "web"}, "spec": {"run_policy": "AlwaysOn"}}
+        client.post("/v1/vms", json=vm)
+        placed = eventually_sync(lambda: client.get("/v1/vms/web").json()["status"]["host"])
+        other = "h2" if placed == "h1" else "h1"
+
+        wrong = client.post(f"/v1/hosts/{other}/faults", json={"kind": "crash", "vm": "web"})
+        assert wrong.status_code == 409 and wrong.json()["reason"] == "WrongHost"
+        assert f"runs on {placed}, not {other}" in wrong.json()["message"]
+
+        hit = client.post("/v1/vms/web/faults", json={"kind": "crash"})
+        assert hit.status_code == 200 and hit.json()["host"] == placed, hit.text
+        host_fault = client.post("/v1/vms/web/faults", json={"kind": "host-down"})
+        assert host_fault.status_code == 422 and host_fault.json()["reason"] == "Invalid"
+        client.post("/v1/vms", json={**vm, "metadata": {"name": "off"}, "spec": {"run_policy": "AlwaysOff"}})
+        nowhere = client.post("/v1/vms/off/faults", json={"kind": "crash"})
+        assert nowhere.status_code == 409 and nowhere.json()["reason"] == "NotPlaced"

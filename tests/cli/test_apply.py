@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
-from .conftest import Invoke
-from .fake_server import FakeServer
+from tests.conftest import LiveServer
+from virtplane.domain.resources import Host, Setting, VirtualMachine
+
+from .conftest import Invoke, RecordingTransport
 
 FLEET = """\
 apiVersion: virtplane.io/v1
@@ -36,23 +39,27 @@ def fleet_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_first_apply_creates_every_document(invoke: Invoke, server: FakeServer, fleet_file: Path) -> None:
+def test_first_apply_creates_every_document(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, fleet_file: Path
+) -> None:
     result = invoke("apply", "-f", str(fleet_file))
 
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["host/node-1 created", "vm/web-1 created"]
-    posted = server.requests_to("POST", "/v1/vms")[0].body
-    assert posted == {
+    assert sent.to("POST", "/v1/vms")[0].body == {
         "apiVersion": "virtplane.io/v1",
         "kind": "VirtualMachine",
         "metadata": {"name": "web-1", "labels": {"app": "web"}},
         "spec": {"cpu": 2, "memory_mib": 1024},
     }
-    assert server.resources["hosts"]["node-1"]["spec"]["capacity"] == {"vcpus": 8, "memory_mib": 16384}
+    host = server.store.get(Host, "node-1")
+    assert (host.spec.capacity.vcpus, host.spec.capacity.memory_mib) == (8, 16384)  # type: ignore[union-attr]
+    vm = server.store.get(VirtualMachine, "web-1")
+    assert (vm.spec.cpu, vm.spec.memory_mib, vm.metadata.labels) == (2, 1024, {"app": "web"})
 
 
 def test_applying_the_same_file_again_changes_nothing(
-    invoke: Invoke, server: FakeServer, fleet_file: Path
+    invoke: Invoke, sent: RecordingTransport, fleet_file: Path
 ) -> None:
     invoke("apply", "-f", str(fleet_file))
 
@@ -60,50 +67,52 @@ def test_applying_the_same_file_again_changes_nothing(
 
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["host/node-1 unchanged", "vm/web-1 unchanged"]
-    assert not [r for r in server.requests if r.method == "PUT"]
+    assert not [r for r in sent.sent if r.method in ("PUT", "PATCH")]
 
 
-def test_a_changed_spec_is_written_with_the_current_resource_version(
-    invoke: Invoke, server: FakeServer, fleet_file: Path
+def test_a_changed_spec_is_written_with_the_version_read_and_keeps_other_annotations(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, fleet_file: Path
 ) -> None:
     invoke("apply", "-f", str(fleet_file))
-    server.resources["vms"]["web-1"]["metadata"]["annotations"] = {"virtplane.io/power-intent": "Running"}
-    version = server.resources["vms"]["web-1"]["metadata"]["resource_version"]
+    server.store.mutate(VirtualMachine, "web-1", lambda v: v.metadata.annotations.update(team="blue"))
     fleet_file.write_text(FLEET.replace("cpu: 2", "cpu: 4").replace("{app: web}", "{app: web, tier: front}"))
 
     result = invoke("apply", "-f", str(fleet_file))
 
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["host/node-1 unchanged", "vm/web-1 configured"]
-    put = server.requests_to("PUT", "/v1/vms/web-1")[0].body
-    assert put["metadata"]["resource_version"] == version
-    assert put["metadata"]["labels"] == {"app": "web", "tier": "front"}
-    assert put["metadata"]["annotations"] == {"virtplane.io/power-intent": "Running"}, (
-        "intents must survive apply"
-    )
-    assert server.resources["vms"]["web-1"]["spec"]["cpu"] == 4
+    put = sent.to("PUT", "/v1/vms/web-1")[-1].body
+    assert isinstance(put["metadata"]["resource_version"], int), "a guarded write"
+    assert put["metadata"]["annotations"] == {"team": "blue"}, "what the manifest does not name survives"
+    vm = server.store.get(VirtualMachine, "web-1")
+    assert (vm.spec.cpu, vm.metadata.labels) == (4, {"app": "web", "tier": "front"})
+    assert vm.metadata.annotations["team"] == "blue"
 
 
 def test_a_stale_write_is_retried_after_reading_again(
-    invoke: Invoke, server: FakeServer, fleet_file: Path
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, fleet_file: Path
 ) -> None:
     invoke("apply", "-f", str(fleet_file))
     fleet_file.write_text(FLEET.replace("cpu: 2", "cpu: 3"))
-    server.conflicts_left = 1
 
+    def someone_else_writes_first(request: httpx.Request) -> None:
+        if request.method == "PUT" and len(sent.to("PUT", "/v1/vms/web-1")) == 1:
+            server.store.mutate(VirtualMachine, "web-1", lambda v: v.metadata.labels.update(by="other"))
+
+    sent.before_send = someone_else_writes_first
     result = invoke("apply", "-f", str(fleet_file))
 
     assert result.exit_code == 0, result.output
     assert "vm/web-1 configured" in result.stdout
-    assert len(server.requests_to("PUT", "/v1/vms/web-1")) == 2
-    assert server.resources["vms"]["web-1"]["spec"]["cpu"] == 3
+    assert len(sent.to("PUT", "/v1/vms/web-1")) >= 2, "the first write lost the race and was refused"
+    assert server.store.get(VirtualMachine, "web-1").spec.cpu == 3
 
 
-def test_manifests_can_come_from_stdin(invoke: Invoke, server: FakeServer) -> None:
+def test_manifests_can_come_from_stdin(invoke: Invoke, server: LiveServer) -> None:
     result = invoke("apply", "-f", "-", input=FLEET)
 
     assert result.exit_code == 0, result.output
-    assert set(server.resources["vms"]) == {"web-1"}
+    assert server.store.find(VirtualMachine, "web-1") is not None
 
 
 @pytest.mark.parametrize(
@@ -121,7 +130,7 @@ def test_manifests_can_come_from_stdin(invoke: Invoke, server: FakeServer) -> No
     ],
 )
 def test_a_bad_document_is_named_and_nothing_is_sent(
-    invoke: Invoke, server: FakeServer, tmp_path: Path, second_document: str, expected_error: str
+    invoke: Invoke, sent: RecordingTransport, tmp_path: Path, second_document: str, expected_error: str
 ) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(FLEET.split("---")[0] + "---\n" + second_document + "\n")
@@ -130,7 +139,7 @@ def test_a_bad_document_is_named_and_nothing_is_sent(
 
     assert result.exit_code == 1
     assert f"Error (InvalidManifest): {path} document 2: {expected_error}" in result.stderr
-    assert server.requests == []
+    assert sent.sent == []
 
 
 def test_a_lower_case_kind_gets_a_suggestion(invoke: Invoke, tmp_path: Path) -> None:
@@ -143,7 +152,7 @@ def test_a_lower_case_kind_gets_a_suggestion(invoke: Invoke, tmp_path: Path) -> 
 
 
 def test_a_refused_document_does_not_stop_the_others(
-    invoke: Invoke, server: FakeServer, tmp_path: Path
+    invoke: Invoke, server: LiveServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "mixed.yaml"
     path.write_text(FLEET.replace("cpu: 2", "cpu: 0"))  # the server refuses cpu 0
@@ -152,7 +161,8 @@ def test_a_refused_document_does_not_stop_the_others(
 
     assert result.exit_code == 1
     assert result.stdout.splitlines() == ["host/node-1 created"]
-    assert "Error (Invalid): vm/web-1:" in result.stderr
+    assert "Error (Invalid): vm/web-1:" in result.stderr and "cpu" in result.stderr
+    assert server.store.find(VirtualMachine, "web-1") is None
 
 
 def test_an_unreadable_file_is_a_clear_error(invoke: Invoke, tmp_path: Path) -> None:
@@ -173,19 +183,20 @@ def test_invalid_yaml_is_a_clear_error(invoke: Invoke, tmp_path: Path) -> None:
     assert f"Error (InvalidManifest): {path} is not valid YAML" in result.stderr
 
 
-def test_a_setting_document_sets_its_value(invoke: Invoke, server: FakeServer, tmp_path: Path) -> None:
-    server.add("settings", {"kind": "Setting", "metadata": {"name": "host.maintenance.local.storage.strategy"},
-                            "spec": {"value": "Error"}})  # fmt: skip
+def test_a_setting_document_sets_its_value(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, tmp_path: Path
+) -> None:
+    key = "host.maintenance.local.storage.strategy"
     path = tmp_path / "settings.yaml"
     path.write_text(
-        "apiVersion: virtplane.io/v1\nkind: Setting\nmetadata: {name: host.maintenance.local.storage.strategy}\n"
-        "spec: {value: Migration}\n"
+        f"apiVersion: virtplane.io/v1\nkind: Setting\nmetadata: {{name: {key}}}\nspec: {{value: Migration}}\n"
     )
 
     first = invoke("apply", "-f", str(path))
     second = invoke("apply", "-f", str(path))
 
-    assert first.stdout.strip() == "setting/host.maintenance.local.storage.strategy configured"
-    assert second.stdout.strip() == "setting/host.maintenance.local.storage.strategy unchanged"
-    patch = server.requests_to("PATCH", "/v1/settings/host.maintenance.local.storage.strategy")
-    assert [p.body for p in patch] == [{"spec": {"value": "Migration"}}]
+    assert first.stdout.strip() == f"setting/{key} configured"
+    assert second.stdout.strip() == f"setting/{key} unchanged"
+    assert [p.body for p in sent.to("PATCH", f"/v1/settings/{key}")] == [{"spec": {"value": "Migration"}}]
+    assert server.plane.settings.get_str(key) == "Migration"
+    assert server.store.find(Setting, key) is not None

@@ -7,89 +7,100 @@ import json
 import httpx
 import pytest
 
-from .conftest import FakeClock, Invoke, host
-from .fake_server import FakeServer
+from tests.conftest import LiveServer, eventually_sync
+from virtplane.domain.resources import (
+    Disk,
+    Host,
+    HostMaintenance,
+    Metadata,
+    PoolKind,
+    RunPolicy,
+    StoragePool,
+    StoragePoolSpec,
+    VirtualMachine,
+    Volume,
+    VolumeSpec,
+)
+from virtplane.drivers.base import domain_name
+from virtplane.drivers.sim import FaultKind
+
+from .conftest import FastClock, Invoke, RecordingTransport, add_host, add_vm, wait_phase
 
 
 @pytest.fixture(autouse=True)
-def node_1(server: FakeServer) -> None:
-    server.add("hosts", host("node-1"))
+def world(server: LiveServer) -> None:
+    """web-1 (AlwaysOn, no disks) runs on node-1; node-2 is empty and takes it when node-1 drains."""
+    add_host(server, "node-1")
+    add_vm(server, "web-1", RunPolicy.ALWAYS_ON)
+    wait_phase(server, "web-1", "Running")
+    add_host(server, "node-2")
 
 
-def test_a_dry_run_prints_the_plan_and_moves_nothing(invoke: Invoke, server: FakeServer) -> None:
+def test_a_dry_run_prints_the_plan_and_moves_nothing(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport
+) -> None:
     result = invoke(
         "host", "maintenance", "enable", "node-1", "--strategy", "migration", "--dry-run", "--wait"
     )
 
     assert result.exit_code == 0, result.output
-    [request] = server.requests_to("POST", "/v1/hosts/node-1/maintenance")
+    [request] = sent.to("POST", "/v1/hosts/node-1/maintenance")
     assert request.body == {"strategy": "Migration", "dry_run": True}
     assert "Maintenance of host/node-1 (dry run): Planned  strategy=Migration" in result.stdout
-    assert ["web-1", "Migrate", "node-2", "shared", "storage", "-"] in [
-        line.split() for line in result.stdout.splitlines()
-    ]
-    assert not server.requests_to("GET", "/v1/hosts/node-1"), "a dry run has nothing to wait for"
+    assert ["web-1", "Migrate", "node-2"] in [line.split()[:3] for line in result.stdout.splitlines()]
+    assert not sent.to("GET", "/v1/hosts/node-1"), "a dry run has nothing to wait for"
+    assert server.store.find(HostMaintenance, "node-1") is None
+    assert server.store.get(VirtualMachine, "web-1").status.host == "node-1"
 
 
-def test_without_a_strategy_the_setting_decides(invoke: Invoke, server: FakeServer) -> None:
-    invoke("host", "maintenance", "enable", "node-1")
+def test_without_a_strategy_the_setting_decides(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport
+) -> None:
+    server.plane.settings.set("host.maintenance.local.storage.strategy", "ForceStop")
 
-    assert server.requests_to("POST", "/v1/hosts/node-1/maintenance")[0].body == {
-        "strategy": None,
-        "dry_run": False,
-    }
+    result = invoke("host", "maintenance", "enable", "node-1")
+
+    assert result.exit_code == 0, result.output
+    assert sent.to("POST", "/v1/hosts/node-1/maintenance")[0].body == {"strategy": None, "dry_run": False}
+    assert "strategy=ForceStop" in result.stdout
 
 
-def test_wait_succeeds_when_the_host_reaches_maintenance(invoke: Invoke, server: FakeServer) -> None:
-    server.host_states = ["PrepareForMaintenance", "PrepareForMaintenance", "Maintenance"]
+def test_wait_follows_the_drain_until_the_host_is_in_maintenance(invoke: Invoke, server: LiveServer) -> None:
+    server.plane.settings.set("migration.bandwidth_mib_s", 500)  # about a second: the CLI sees it move
 
     result = invoke("host", "maintenance", "enable", "node-1", "--wait")
 
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[-3:] == [
-        "PrepareForMaintenance",
-        "Maintenance",
-        "host/node-1 is in Maintenance",
-    ]
+    lines = result.stdout.splitlines()
+    assert lines[-2].startswith("Maintenance") and lines[-1] == "host/node-1 is in Maintenance"
+    draining = [line for line in lines if line.startswith("PrepareForMaintenance  web-1: ")]
+    assert draining, "per-VM progress while it drains"
+    assert any("target=node-2" in line for line in draining), draining
+    assert server.store.get(VirtualMachine, "web-1").status.host == "node-2"
 
 
-def test_wait_shows_per_vm_progress(invoke: Invoke, server: FakeServer) -> None:
-    server.host_states = ["PrepareForMaintenance", "Maintenance"]
-    server.overrides[("GET", "/v1/hosts/node-1/maintenance")] = httpx.Response(
-        200,
-        json={
-            "host": "node-1",
-            "phase": "InProgress",
-            "plan": {"items": []},
-            "progress": {"web-1": {"phase": "Migrating", "target": "node-2", "percent": 40}},
-            "message": "1 migration running",
-        },
+def test_wait_exits_1_on_error_in_maintenance(invoke: Invoke, server: LiveServer) -> None:
+    server.store.create(
+        StoragePool(
+            metadata=Metadata(name="node-1-local"),
+            spec=StoragePoolSpec(kind=PoolKind.LOCAL, host="node-1", capacity_gib=10),
+        )
     )
-
-    result = invoke("host", "maintenance", "enable", "node-1", "--wait")
-
-    assert result.exit_code == 0, result.output
-    assert (
-        "PrepareForMaintenance  web-1: phase=Migrating, target=node-2, percent=40  1 migration running"
-        in result.stdout.splitlines()
+    server.store.create(
+        Volume(metadata=Metadata(name="db-root"), spec=VolumeSpec(pool="node-1-local", size_gib=1))
     )
+    add_vm(server, "db-1", RunPolicy.ALWAYS_ON, disks=[Disk(volume="db-root", boot_order=1)])
+    wait_phase(server, "db-1", "Running")
 
-
-def test_wait_exits_1_on_error_in_maintenance(invoke: Invoke, server: FakeServer) -> None:
-    server.host_states = ["PrepareForMaintenance", "ErrorInMaintenance"]
-    server.resources["hosts"]["node-1"]["status"]["message"] = (
-        "db-1 has local disks and the strategy is Error"
-    )
-
-    result = invoke("host", "maintenance", "enable", "node-1", "--wait")
+    result = invoke("host", "maintenance", "enable", "node-1", "--strategy", "Error", "--wait")
 
     assert result.exit_code == 1
-    assert result.stderr.strip() == (
-        "Error (ErrorInMaintenance): host/node-1: db-1 has local disks and the strategy is Error"
-    )
+    assert result.stderr.startswith("Error (ErrorInMaintenance): host/node-1: "), result.stderr
+    assert "db-1" in result.stderr and "local storage" in result.stderr
+    assert server.store.get(VirtualMachine, "db-1").status.phase.value == "Running", "nothing was touched"
 
 
-def test_show_and_cancel(invoke: Invoke, server: FakeServer) -> None:
+def test_show_and_cancel(invoke: Invoke, server: LiveServer) -> None:
     invoke("host", "maintenance", "enable", "node-1")
 
     shown = invoke("host", "maintenance", "show", "node-1", "-o", "json")
@@ -98,68 +109,114 @@ def test_show_and_cancel(invoke: Invoke, server: FakeServer) -> None:
 
     assert json.loads(shown.stdout)["host"] == "node-1"
     assert cancelled.stdout.strip() == "maintenance of host/node-1 cancelled"
-    assert shown_after.exit_code == 1
-    assert "Error (NotFound): host node-1 is not in maintenance" in shown_after.stderr
+    assert shown_after.exit_code == 0, shown_after.output
+    assert shown_after.stdout.startswith("Maintenance of host/node-1: Cancel"), "Cancelling or Cancelled"
+    eventually_sync(lambda: server.store.get(HostMaintenance, "node-1").status.phase.value == "Cancelled")
+    assert "Maintenance of host/node-1: Cancelled" in invoke("host", "maintenance", "show", "node-1").stdout
+
+
+def test_show_of_a_host_never_in_maintenance_is_not_found(invoke: Invoke) -> None:
+    result = invoke("host", "maintenance", "show", "node-2")
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error (NotInMaintenance): "), result.stderr
 
 
 @pytest.mark.parametrize(("command", "enabled"), [("disable", False), ("enable", True)])
 def test_enable_and_disable_patch_spec_enabled(
-    invoke: Invoke, server: FakeServer, command: str, enabled: bool
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, command: str, enabled: bool
 ) -> None:
     result = invoke("host", command, "node-1")
 
     assert result.exit_code == 0, result.output
-    assert server.requests_to("PATCH", "/v1/hosts/node-1")[0].body == {"spec": {"enabled": enabled}}
-    assert server.resources["hosts"]["node-1"]["spec"]["enabled"] is enabled
+    assert sent.to("PATCH", "/v1/hosts/node-1")[0].body == {"spec": {"enabled": enabled}}
+    assert server.store.get(Host, "node-1").spec.enabled is enabled
     assert result.stdout.strip() == f"host/node-1 {command}d"
+    state = "Enabled" if enabled else "Disabled"
+    eventually_sync(lambda: server.store.get(Host, "node-1").status.resource_state.value == state)
 
 
-def test_sim_fault_posts_the_fault(invoke: Invoke, server: FakeServer) -> None:
-    result = invoke("sim", "fault", "node-1", "fail-start", "--vm", "web-1", "--count", "3")
+def _armed(server: LiveServer, host: str) -> dict[str | None, int]:
+    armed: dict[str | None, int] = server.in_loop(server.plane.sim.armed_faults, host)[FaultKind.FAIL_START]
+    return armed
+
+
+def test_sim_fault_on_a_named_host_arms_it_there(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport
+) -> None:
+    result = invoke("sim", "fault", "node-2", "fail-start", "--vm", "web-1", "--count", "3")
 
     assert result.exit_code == 0, result.output
-    [request] = server.requests_to("POST", "/v1/hosts/node-1/faults")
+    [request] = sent.to("POST", "/v1/hosts/node-2/faults")
     assert request.body == {"kind": "fail-start", "vm": "web-1", "count": 3}
-    assert result.stdout.strip() == "fault fail-start x3 injected into host/node-1 on vm/web-1"
+    assert result.stdout.strip() == "fault fail-start x3 injected into host/node-2 on vm/web-1"
+    domain = domain_name(server.store.get(VirtualMachine, "web-1").metadata.uid)
+    assert _armed(server, "node-2") == {domain: 3}
 
 
-def test_token_create_prints_the_token(invoke: Invoke, server: FakeServer) -> None:
-    result = invoke("token", "create", "ci", "--role", "operator")
+@pytest.mark.parametrize("named", [None, "node-2"], ids=["no-host", "another-host"])
+def test_a_guest_fault_aimed_at_a_vm_finds_the_vms_host(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, named: str | None
+) -> None:
+    result = invoke("sim", "fault", *([named] if named else []), "crash", "--vm", "web-1")
 
     assert result.exit_code == 0, result.output
-    assert server.requests_to("POST", "/v1/tokens")[0].body == {"name": "ci", "role": "operator"}
-    assert "tok-123" in result.stdout.splitlines()
+    assert sent.to("POST", "/v1/vms/web-1/faults")[0].body == {"kind": "crash", "count": 1}
+    note = " (web-1 runs there, not on node-2)" if named else ""
+    assert result.stdout.strip() == f"fault crash injected into host/node-1 on vm/web-1{note}"
+    crashed = eventually_sync(lambda: "Exited" in _reasons(server, "web-1"))
+    assert crashed and server.store.get(VirtualMachine, "web-1").status.host == "node-1"
+    wait_phase(server, "web-1", "Running")  # AlwaysOn brings it back
 
 
-def test_events_filter_by_kind_and_name(invoke: Invoke, server: FakeServer) -> None:
+def test_a_host_fault_needs_a_host(invoke: Invoke, sent: RecordingTransport) -> None:
+    result = invoke("sim", "fault", "host-down")
+
+    assert result.exit_code == 2
+    assert "needs a HOST" in result.output
+    assert sent.sent == []
+
+
+def test_token_create_prints_a_token_that_works(invoke: Invoke, server: LiveServer) -> None:
+    result = invoke("token", "create", "ci", "--role", "viewer")
+
+    assert result.exit_code == 0, result.output
+    token = result.stdout.splitlines()[1]
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as client:
+        assert client.get("/v1/vms").status_code == 200
+        assert client.post("/v1/vms", json={}).status_code == 403, "a viewer"
+
+
+def test_events_filter_by_kind_and_name(invoke: Invoke, sent: RecordingTransport) -> None:
     result = invoke("events", "--kind", "vm", "--name", "web-1", "--limit", "5", "-o", "json")
 
     assert result.exit_code == 0, result.output
-    assert server.requests[-1].params == {"kind": "VirtualMachine", "name": "web-1", "limit": "5"}
-    assert json.loads(result.stdout) == {"items": []}
+    assert sent.sent[-1].params == {"kind": "VirtualMachine", "name": "web-1", "limit": "5"}
+    items = json.loads(result.stdout)["items"]
+    assert 0 < len(items) <= 5
+    assert {(e["kind"], e["name"]) for e in items} == {("VirtualMachine", "web-1")}
 
 
 def test_events_follow_prints_only_new_events_until_interrupted(
-    invoke: Invoke, server: FakeServer, clock: FakeClock
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport, clock: FastClock
 ) -> None:
-    def event(event_id: int, reason: str) -> dict[str, object]:
-        return {"id": event_id, "time": "2024-05-01T12:00:0" + str(event_id) + "+00:00", "kind": "Host",
-                "name": "node-1", "type": "Normal", "reason": reason, "message": ""}  # fmt: skip
+    for reason in ("Connected", "Enabled"):
+        server.store.record_event("Host", "quiet-1", reason, "")
 
-    server.events.extend([event(1, "Connected"), event(2, "Enabled")])
-    original_sleep = clock.sleep
+    def a_new_event(polls: int) -> None:
+        server.store.record_event("Host", "quiet-1", f"Tick{polls}", "")
 
-    def sleep_and_add(seconds: float) -> None:
-        server.events.append(event(len(server.events) + 1, f"Tick{len(server.events) + 1}"))
-        original_sleep(seconds)
-
-    clock.sleep = sleep_and_add  # type: ignore[method-assign]
+    clock.between_polls = a_new_event
     clock.interrupt_after = 3
 
-    result = invoke("events", "--follow")
+    result = invoke("events", "--follow", "--kind", "host", "--name", "quiet-1")
 
     assert result.exit_code == 0, result.output
     reasons = [line.split()[2] for line in result.stdout.splitlines()]
-    assert reasons == ["Connected", "Enabled", "Tick3", "Tick4"]
-    assert [r.params.get("after_id") for r in server.requests] == [None, "2", "3"]
-    assert result.stdout.splitlines()[0].startswith("12:00:01  Normal")
+    assert reasons == ["Connected", "Enabled", "Tick1", "Tick2"]
+    follow_ups = [r.params.get("after_id") for r in sent.to("GET", "/v1/events")]
+    assert follow_ups[0] is None and len(follow_ups) == 3 and int(follow_ups[1]) < int(follow_ups[2])
+
+
+def _reasons(server: LiveServer, vm: str) -> list[str]:
+    return [e.reason for e in server.store.list_events(kind="VirtualMachine", name=vm, limit=500)]

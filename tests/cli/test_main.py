@@ -84,10 +84,17 @@ def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions
     ]
 
 
-def test_serve_refused_is_an_error_with_exit_status_1(tmp_path: Path) -> None:
+def test_serve_refused_is_an_error_with_exit_status_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real server refuses a data directory another process serves, before anything starts."""
+    import logging
+
     from virtplane.runtime.datadir import DataDirLock
 
+    # serve configures the root logger for the CliRunner's stream, closed afterwards: put it back
+    monkeypatch.setattr(logging.getLogger(), "handlers", list(logging.getLogger().handlers))
+    monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)
     with DataDirLock(tmp_path):
         result = CliRunner().invoke(app, ["serve", "--data-dir", str(tmp_path), "--port", "1"])
     assert result.exit_code == 1

@@ -11,7 +11,7 @@ from virtplane.cli.client import JsonObject
 from virtplane.cli.context import CliState
 from virtplane.cli.waiting import wait_for
 
-from .conftest import FakeClock
+from .conftest import FastClock
 
 
 def test_wait_for_on_a_terminal_prints_each_change_once() -> None:
@@ -19,7 +19,7 @@ def test_wait_for_on_a_terminal_prints_each_change_once() -> None:
     state = CliState(
         url="http://unused",
         token=None,
-        clock=FakeClock(),
+        clock=FastClock(),
         console=Console(file=screen, force_terminal=True, width=100, color_system=None),
     )
     phases = iter(["Pending", "Pending", "InProgress", "Completed"])

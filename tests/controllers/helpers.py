@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
+
 from tests.conftest import eventually
 from virtplane.bootstrap import ControlPlane
 from virtplane.domain.intents import read_intents
@@ -88,3 +90,18 @@ def fault(plane: ControlPlane, host: str, kind: str, vm_name: str | None = None,
 
 def event_reasons(plane: ControlPlane, name: str) -> list[str]:
     return [e.reason for e in plane.store.list_events(kind="VirtualMachine", name=name, limit=1000)]
+
+
+def phase_history(monkeypatch: pytest.MonkeyPatch, plane: ControlPlane, name: str) -> list[str]:
+    """Every phase written for VM ``name`` from now on, in order: the complete record, not samples."""
+    written: list[str] = []
+    update = plane.store.update
+
+    def recording_update(obj: Any, **kwargs: Any) -> Any:
+        stored = update(obj, **kwargs)
+        if isinstance(stored, VirtualMachine) and stored.metadata.name == name:
+            written.append(stored.status.phase.value)
+        return stored
+
+    monkeypatch.setattr(plane.store, "update", recording_update)
+    return written

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tests.conftest import eventually
@@ -17,7 +15,9 @@ from tests.controllers.helpers import (
     wait_op,
     wait_settled,
 )
+from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
+from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.resources import (
     ExitReason,
     Host,
@@ -46,7 +46,7 @@ async def test_created(plane: ControlPlane, policy: RunPolicy, phase: str) -> No
     add_host(plane)
     add_vm(plane, "a", policy)
     await wait_settled(plane, "a", phase)
-    await asyncio.sleep(0.2)
+    await reconciled(plane, "a")
     assert vm(plane, "a").status.phase.value == phase, "the phase holds"
 
 
@@ -60,7 +60,7 @@ async def test_guest_shutdown(plane: ControlPlane, policy: RunPolicy, after: str
     fault(plane, "h1", "guest-shutdown", "a")
     await eventually(lambda: "Exited" in event_reasons(plane, "a"))
     current = await wait_settled(plane, "a", after)
-    await asyncio.sleep(0.2)
+    await reconciled(plane, "a")
     assert vm(plane, "a").status.phase.value == after
     if after == "Stopped":
         assert current.status.last_exit is ExitReason.GUEST_SHUTDOWN
@@ -74,7 +74,7 @@ async def test_guest_reset_keeps_running(plane: ControlPlane, policy: RunPolicy)
         await wait_op(plane, operate(plane, "a", OperationType.START))
     await wait_settled(plane, "a", "Running")
     fault(plane, "h1", "guest-reset", "a")
-    await asyncio.sleep(0.2)
+    await reconciled(plane, "a")  # it saw the reset: the domain was booting again
     current = await wait_settled(plane, "a", "Running")
     assert current.status.last_exit is None
     assert "Exited" not in event_reasons(plane, "a")
@@ -135,8 +135,10 @@ async def test_stop_keeps_aousm_stopped_until_start(plane: ControlPlane) -> None
     await wait_settled(plane, "a", "Running")
     stop = await wait_op(plane, operate(plane, "a", OperationType.STOP))
     assert stop.status.phase is OperationPhase.COMPLETED
-    await asyncio.sleep(0.3)
-    current = await wait_settled(plane, "a", "Stopped")
+    await wait_settled(plane, "a", "Stopped")
+    await reconciled(plane, "a")
+    current = vm(plane, "a")
+    assert current.status.phase.value == "Stopped", "stays stopped"
     assert current.status.last_exit is ExitReason.STOPPED_BY_USER
     start = await wait_op(plane, operate(plane, "a", OperationType.START))
     assert start.status.phase is OperationPhase.COMPLETED
@@ -227,7 +229,7 @@ async def test_policy_changes_take_effect(plane: ControlPlane) -> None:
     current = vm(plane, "a")
     current.spec.run_policy = MANUAL
     plane.store.update(current)
-    await asyncio.sleep(0.3)
+    await reconciled(plane, "a")
     assert vm(plane, "a").status.phase.value == "Stopped", "from AlwaysOff to Manual: stay off"
     current = vm(plane, "a")
     current.spec.run_policy = AOUSM
@@ -246,18 +248,6 @@ async def test_every_decision_is_an_event(plane: ControlPlane) -> None:
         assert expected in reasons
 
 
-def _vm_reconciles(plane: ControlPlane) -> float:
-    total = 0.0
-    for result in ("success", "requeue_after", "error", "terminal", "timeout"):
-        total += (
-            plane.registry.get_sample_value(
-                "reconcile_total", {"controller": "VirtualMachine", "result": result}
-            )
-            or 0.0
-        )
-    return total
-
-
 @pytest.mark.parametrize("force", [False, True])
 async def test_a_settled_vm_is_left_alone_after_stop_and_restart(plane: ControlPlane, force: bool) -> None:
     """Regression: a grace-period timestamp left over from a stop requeued the VM in a tight loop."""
@@ -266,11 +256,9 @@ async def test_a_settled_vm_is_left_alone_after_stop_and_restart(plane: ControlP
     await wait_op(plane, operate(plane, "a", OperationType.START))
     await wait_op(plane, operate(plane, "a", OperationType.RESTART, force=force))
     await wait_settled(plane, "a", "Running")
-    await asyncio.sleep(0.3)
+    outcome = await reconciled(plane, "a")
     assert vm(plane, "a").status.stopping_since is None
-    before = _vm_reconciles(plane)
-    await asyncio.sleep(1.0)
-    assert _vm_reconciles(plane) - before <= 3, "an idle VM is not reconciled over and over"
+    assert outcome is None, f"an idle VM asks to be looked at again for nothing: {outcome}"
 
 
 async def test_host_down_then_fenced_recovers_vms_elsewhere(plane: ControlPlane) -> None:
@@ -286,8 +274,12 @@ async def test_host_down_then_fenced_recovers_vms_elsewhere(plane: ControlPlane)
     for name in ("on", "aousm", "manual"):  # free to move now
         plane.store.mutate(VirtualMachine, name, lambda v: setattr(v.spec.placement, "host_affinity", []))
     plane.sim.inject("h1", "host-down")
-    await asyncio.sleep(0.3)
-    assert vm(plane, "on").status.host == "h1", "an unreachable host is never guessed at"
+    for name in ("on", "aousm", "manual"):
+        await eventually(  # the VM controller saw the host unreachable...
+            lambda name=name: get_condition(vm(plane, name).status.conditions, VMCondition.HOST_REACHABLE)
+        )
+        await reconciled(plane, name)  # ...and looked again
+        assert vm(plane, name).status.host == "h1", "an unreachable host is never guessed at"
     plane.store.mutate(Host, "h1", lambda h: setattr(h.spec, "fenced", True))
     for name in ("on", "aousm"):
         await eventually(lambda name=name: vm(plane, name).status.host == "h2")  # type: ignore[misc]

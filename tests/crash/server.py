@@ -113,6 +113,22 @@ class ServerProcess:
             base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10.0
         )
 
+    def look_again_at_stopped_vm(self, name: str) -> dict[str, Any]:
+        """The stopped VM ``name`` once the VM controller has reconciled it after everything so far.
+
+        The server is another process, so its reconciles cannot be watched directly: change
+        the spec and wait for ``observed_generation`` to reach it. The reconcile that records
+        it (a shut-off domain is redefined) decides the power state too, and stores both at
+        once: a stopped VM that the controller would start is no longer Stopped by then.
+        """
+        with self.client() as c:
+            vm = c.get(f"/v1/vms/{name}").json()
+            grace = {"termination_grace_period_s": vm["spec"]["termination_grace_period_s"] + 1}
+            assert c.patch(f"/v1/vms/{name}", json={"spec": grace}).status_code == 200
+        return self.wait_for(
+            f"/v1/vms/{name}", lambda v: v["status"]["observed_generation"] == v["metadata"]["generation"]
+        )
+
     def wait_for(self, path: str, check: Any, timeout: float = 30.0) -> dict[str, Any]:
         """GET ``path`` until ``check(body)`` is true; returns the body."""
         deadline = time.monotonic() + timeout

@@ -18,10 +18,12 @@ from virtplane.domain.maintenance_plan import (
     plan_maintenance,
 )
 from virtplane.domain.placement import HostView, VMView
+from virtplane.domain.resources import Capability
 from virtplane.domain.resources import HostResourceState as S
 
 A = PlanAction
 SOURCE = "h0"
+MIGRATES = frozenset({Capability.LIVE_MIGRATION, Capability.BLOCK_MIGRATION})
 
 
 def host(name: str, **changes: object) -> HostView:
@@ -34,6 +36,7 @@ def host(name: str, **changes: object) -> HostView:
         memory_mib=16384,
         shared_pools=frozenset({"pool-a"}),
         local_pool_free_gib={"local": 100},
+        capabilities=MIGRATES,
     )
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -122,6 +125,52 @@ def test_action_per_strategy_and_vm_kind(kind: str, strategy: Strategy) -> None:
     action, target, reason = EXPECTED[kind][strategy]
     assert plan == Plan(SOURCE, strategy, (PlanItem("vm", action, target, reason),))
     assert plan.feasible is (action is not A.BLOCKED)
+
+
+TEST_DRIVER = frozenset({Capability.MEMORY_SNAPSHOT, Capability.DISK_SNAPSHOT})  # libvirt test:///
+LIVE_ONLY = frozenset({Capability.LIVE_MIGRATION})
+
+
+@pytest.mark.parametrize(
+    ("source_caps", "target_caps", "kind", "expected"),
+    [
+        (TEST_DRIVER, MIGRATES, "running-shared", "cannot leave host h0: its driver cannot live-migrate"),
+        (
+            TEST_DRIVER,
+            MIGRATES,
+            "running-local",
+            "cannot leave host h0: its driver cannot migrate local disks (no block migration)",
+        ),
+        (MIGRATES, TEST_DRIVER, "running-shared", "no target host: t1: its driver cannot live-migrate"),
+        (
+            MIGRATES,
+            LIVE_ONLY,
+            "running-local",
+            "no target host: t1: its driver cannot migrate local disks (no block migration)",
+        ),
+        (LIVE_ONLY, MIGRATES, "running-shared", None),
+        (
+            LIVE_ONLY,
+            MIGRATES,
+            "running-local",
+            "cannot leave host h0: its driver cannot migrate local disks (no block migration)",
+        ),
+    ],
+)
+def test_a_migration_the_drivers_cannot_do_is_blocked_with_the_reason(
+    source_caps: frozenset[Capability], target_caps: frozenset[Capability], kind: str, expected: str | None
+) -> None:
+    hosts = [source(), host("t1", capabilities=target_caps)]
+    hosts[0] = replace(hosts[0], capabilities=source_caps)
+    plan = plan_maintenance(SOURCE, [KINDS[kind]], hosts, Strategy.MIGRATION)
+    [item] = plan.items
+    if expected is None:
+        assert (item.action, item.target) == (A.MIGRATE, "t1")
+    else:
+        assert item == PlanItem("vm", A.BLOCKED, None, expected)
+        assert not plan.feasible
+    # Stopping needs no migration: the same hosts drain by stopping
+    assert plan_maintenance(SOURCE, [KINDS["running-local"]], hosts, Strategy.STOP).feasible
 
 
 def test_strategy_values_are_the_setting_values() -> None:

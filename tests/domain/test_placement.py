@@ -8,7 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from virtplane.domain.placement import Choice, HostView, VMView, choose_host, explain, reserve
+from virtplane.domain.placement import (
+    Choice,
+    HostView,
+    VMView,
+    allocatable,
+    choose_host,
+    explain,
+    migration_refusal,
+    reserve,
+)
+from virtplane.domain.resources import Capability as C
 from virtplane.domain.resources import HostResourceState as S
 
 
@@ -198,6 +208,77 @@ def test_explain() -> None:
         explain(Choice(host=None, reasons={"b": "disconnected", "a": "in Maintenance"}))
         == "no host: a: in Maintenance; b: disconnected"
     )
+
+
+def one_vcpu(name: str) -> VMView:
+    return vm(name, cpu=1, memory_mib=256, host=None)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "fits"),
+    [(1.0, 2), (1.5, 3), (4.0, 8), (0.5, 1)],
+)
+def test_a_2_core_host_takes_cores_times_the_cpu_allocation_ratio(ratio: float, fits: int) -> None:
+    target = host("h", vcpus=2, memory_mib=65536, cpu_allocation_ratio=ratio)
+    for n in range(fits):
+        assert choose_host(one_vcpu(f"v{n}"), [target]).host == "h", f"guest {n + 1} of {fits}"
+        target = reserve(target, one_vcpu(f"v{n}"), copy_local_disks=False)
+    assert choose_host(one_vcpu("one-too-many"), [target]).reasons == {
+        "h": "not enough vCPUs: 0 free, 1 needed"
+    }
+
+
+def test_memory_counts_with_its_own_ratio() -> None:
+    target = host("h", vcpus=64, memory_mib=1024, memory_allocation_ratio=1.5)
+    assert (target.allocatable_vcpus, target.allocatable_memory_mib) == (64, 1536)
+    big = vm(cpu=1, memory_mib=1536, host=None)
+    assert choose_host(big, [target]).host == "h"
+    assert choose_host(big, [host("h", vcpus=64, memory_mib=1024)]).reasons == {
+        "h": "not enough memory: 1024 MiB free, 1536 needed"
+    }
+
+
+@pytest.mark.parametrize(
+    ("physical", "ratio", "expected"), [(2, 4.0, 8), (3, 1.1, 3), (10, 1.15, 11), (1, 0.5, 0), (7, 1.0, 7)]
+)
+def test_allocatable_rounds_down(physical: int, ratio: float, expected: int) -> None:
+    assert allocatable(physical, ratio) == expected
+
+
+BOTH = frozenset({C.LIVE_MIGRATION, C.BLOCK_MIGRATION})
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "copy", "refusal"),
+    [
+        (BOTH, False, None),
+        (BOTH, True, None),
+        (frozenset({C.LIVE_MIGRATION}), False, None),
+        (frozenset({C.LIVE_MIGRATION}), True, "its driver cannot migrate local disks (no block migration)"),
+        (frozenset({C.BLOCK_MIGRATION}), False, "its driver cannot live-migrate"),
+        (frozenset({C.MEMORY_SNAPSHOT, C.DISK_SNAPSHOT}), False, "its driver cannot live-migrate"),
+        (frozenset(), True, "its driver cannot migrate local disks (no block migration)"),
+    ],
+)
+def test_migration_needs_the_drivers_capability(
+    capabilities: frozenset[C], copy: bool, refusal: str | None
+) -> None:
+    target = host("h", capabilities=capabilities, local_pool_free_gib={"pool-x": 50})
+    the_vm = vm(local_disks_gib={"pool-x": 20} if copy else {})
+    assert migration_refusal(target, copy) == refusal
+    choice = choose_host(
+        the_vm, [host("src", capabilities=BOTH), target], copy_local_disks=copy, migration=True
+    )
+    assert choice == (Choice("h", {}) if refusal is None else Choice(None, {"h": refusal}))
+    # a start is no migration: capabilities do not matter there
+    assert choose_host(replace(the_vm, host=None), [target]).host == "h"
+
+
+def test_a_source_that_cannot_migrate_blocks_every_target() -> None:
+    source = host("src", capabilities=frozenset({C.DISK_SNAPSHOT}))
+    choice = choose_host(vm(), [source, host("t", capabilities=BOTH)], migration=True)
+    assert choice == Choice(None, {}, blocked="host src: its driver cannot live-migrate")
+    assert explain(choice) == "no host: the VM cannot leave host src: its driver cannot live-migrate"
 
 
 _states = st.sampled_from(list(S))

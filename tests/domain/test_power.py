@@ -428,6 +428,36 @@ def test_restore_power_state_is_consumed_where_the_domain_exists_again(
         assert again.action is NONE, "a VM restored as Stopped stays stopped on the next reconcile too"
 
 
+RESUME = "snap-1"
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "intents", "held", "action", "resumes"),
+    [
+        # held by the restore: the recorded Running state keeps it
+        (MANUAL, None, Intents(restore_power_state=PowerState.RUNNING, held_by="r"), True, NONE, True),
+        # released: Running becomes the start that resumes the memory
+        (MANUAL, "shutoff", Intents(restore_power_state=PowerState.RUNNING), False, START, True),
+        (AOUSM, "shutoff", Intents(restore_power_state=PowerState.RUNNING), False, START, True),
+        (ON, "shutoff", Intents(restore_power_state=PowerState.RUNNING), False, START, True),
+        (MANUAL, "shutoff", Intents(start=True), False, START, True),  # a start waiting for its retry
+        (MANUAL, "running", Intents(start=True), False, NONE, False),  # it runs: used up
+        # no start comes of it: the image is never used later
+        (OFF, "shutoff", Intents(restore_power_state=PowerState.RUNNING), False, NONE, False),
+        (MANUAL, "shutoff", Intents(restore_power_state=PowerState.STOPPED), False, NONE, False),
+        (ON, "shutoff", Intents(restore_power_state=PowerState.STOPPED), False, START, False),  # policy, cold
+        (MANUAL, "shutoff", Intents(), False, NONE, False),
+        (MANUAL, "shutoff", Intents(start=True, stop=StopMode.GRACEFUL), False, NONE, False),  # stopped first
+    ],
+)
+def test_a_memory_image_is_only_for_the_start_a_restored_running_state_becomes(
+    policy: RunPolicy, state: str | None, intents: Intents, held: bool, action: PowerAction, resumes: bool
+) -> None:
+    decision = decide(inputs(policy, state, intents=intents.with_(resume_from_memory=RESUME), held=held))
+    assert decision.action is action
+    assert decision.intents.resume_from_memory == (RESUME if resumes else None)
+
+
 def test_a_held_vm_is_only_stopped_and_reports_stopped_not_pending() -> None:
     held = Intents(
         held_by="restore-1",

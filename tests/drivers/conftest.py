@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import pytest
 
+from tests.conftest import libvirt_or_skip
+
 T = TypeVar("T")
 
 
@@ -44,7 +46,7 @@ def node_uri(tmp_path: Path) -> Callable[[str], str]:
 @pytest.fixture
 async def libvirt_driver(node_uri: Callable[[str], str]) -> AsyncIterator[object]:
     """A connected LibvirtDriver on a fresh test-driver host."""
-    pytest.importorskip("libvirt")
+    libvirt_or_skip()
     from virtplane.drivers.libvirt import LibvirtDriver
 
     driver = LibvirtDriver(node_uri("host"))

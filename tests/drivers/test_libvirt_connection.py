@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import libvirt_or_skip
 from virtplane.drivers.base import DomainEvent, DomainEventType, DomainSpec, DomainState, domain_name
 from virtplane.drivers.errors import HostUnreachable
 
 from .conftest import wait_for
 
-libvirt = pytest.importorskip("libvirt")
+libvirt = libvirt_or_skip()
 
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
 

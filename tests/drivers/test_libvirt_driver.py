@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import (
     Capability,
@@ -24,7 +25,7 @@ from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, Uns
 
 from .conftest import wait_for
 
-libvirt = pytest.importorskip("libvirt")
+libvirt = libvirt_or_skip()
 
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import DomainEventType, DomainState
 
-lv = pytest.importorskip("libvirt")
+lv = libvirt_or_skip()
 
 from virtplane.drivers.libvirt.events import map_lifecycle, map_state, reboot_event  # noqa: E402
 

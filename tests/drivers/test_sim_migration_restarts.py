@@ -302,7 +302,7 @@ def test_an_incoming_migration_keeps_its_room_on_the_target_across_a_restart(tmp
 
     async def first_life() -> None:
         cloud = make_cloud(path)
-        src = await source_and_target(cloud, target_vcpus=2, target_memory_mib=2048)
+        src = await source_and_target(cloud, target_memory_mib=1024)
         dst = await connected(cloud, "dst")
         for spec in (make_spec("big", cpu=2, memory_mib=1024), make_spec("small")):
             await boot(src, spec)
@@ -317,7 +317,7 @@ def test_an_incoming_migration_keeps_its_room_on_the_target_across_a_restart(tmp
     async def second_life() -> None:
         src, dst = await connected(cloud, "src"), await connected(cloud, "dst")
         running_job(await src.migration_job(big))
-        # both vcpus of dst are promised to the migration in flight
+        # all the memory of dst is promised to the migration in flight (a host refuses by memory)
         await src.migrate(MigrationRequest(domain=small, target_uri="sim://dst"))
         refused = await src.migration_job(small)
         assert refused is not None and refused.phase is MigrationPhase.FAILED and "full" in refused.error

@@ -537,9 +537,10 @@ def test_a_host_that_was_down_stays_down_after_a_restart(tmp_path: Path) -> None
 def test_one_start_in_a_world_of_10000_domains_writes_one_row(tmp_path: Path) -> None:
     path = tmp_path / "sim.db"
     count = 10_000
+    slow = {"boot_seconds": 3600.0}  # the boot must not end while the test reads: no timer race
 
     async def build() -> None:
-        cloud = make_cloud(path)
+        cloud = make_cloud(path, **slow)
         for h in range(10):
             cloud.add_host(f"h{h}", vcpus=4096, memory_mib=4096 * 1024)
         drivers = [await connected(cloud, f"h{h}") for h in range(10)]
@@ -547,7 +548,7 @@ def test_one_start_in_a_world_of_10000_domains_writes_one_row(tmp_path: Path) ->
             await drivers[i % 10].ensure_defined(make_spec(f"vm{i}"))
 
     life(build)
-    cloud = make_cloud(path)
+    cloud = make_cloud(path, **slow)
     assert sum(len(h.domains) for h in cloud.snapshot_state().hosts.values()) == count
     journal = cloud.journal
     assert journal is not None
@@ -564,7 +565,7 @@ def test_one_start_in_a_world_of_10000_domains_writes_one_row(tmp_path: Path) ->
         assert (journal.rows_written, journal.total_changes) == (rows, changes)
 
     life(one_start)
-    assert domain_state(make_cloud(path), "h3", "vm3") == (DomainState.STARTING, None)
+    assert domain_state(make_cloud(path, **slow), "h3", "vm3") == (DomainState.STARTING, None)
 
 
 # ---------------------------------------------------------------------- a real SIGKILL

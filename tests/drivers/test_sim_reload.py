@@ -282,10 +282,6 @@ class ReloadedWorld(RuleBasedStateMachine):
     def delete_volume(self, host: str, place: tuple[str, str]) -> None:
         self.on(host, lambda d: d.delete_volume(POOLS[place[0]], place[1]))
 
-    @rule(host=hosts, source=places, into=places)
-    def copy_volume(self, host: str, source: tuple[str, str], into: tuple[str, str]) -> None:
-        self.on(host, lambda d: d.copy_volume(POOLS[source[0]], source[1], POOLS[into[0]], into[1]))
-
     @rule(host=hosts, place=places, snapshot=ids)
     def snapshot_volume(self, host: str, place: tuple[str, str], snapshot: str) -> None:
         self.on(host, lambda d: d.snapshot_volume(POOLS[place[0]], place[1], snapshot))

@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
-from tests.conftest import LiveServer, make_plane
+from tests.conftest import LiveServer, serving
 from virtplane.store.store import Store, sqlite_url
 
 
@@ -66,21 +64,8 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServ
     """Like ``live_server``, but one server for a whole module: the fuzzer's state piles up, as in life."""
     store = Store(sqlite_url(tmp_path_factory.mktemp("fuzz") / "fuzz.db"))
     store.migrate()
-    tokens = {role: store.create_token(f"fuzz-{role}", role) for role in ("admin", "operator", "viewer")}
-    plane = make_plane(store)
-    config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the fuzz server did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield LiveServer(url=f"http://127.0.0.1:{port}", tokens=tokens, plane=plane, store=store)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(store, name="fuzz") as server:
+        yield server
     store.close()
 
 

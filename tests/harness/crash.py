@@ -469,7 +469,13 @@ class Harness:
             self.report.invariant_violations.append(
                 "the fleet did not settle within 120 s after the workload"
             )
-        time.sleep(1.0)
+        # a VM that would start (or flip) later must be caught: have every stopped VM looked at again
+        for vm in self.get("/v1/vms")["items"]:
+            if vm["status"]["phase"] == "Stopped":
+                try:
+                    self.server.look_again_at_stopped_vm(vm["metadata"]["name"])
+                except AssertionError as exc:
+                    self.report.invariant_violations.append(f"a spec change was never reconciled: {exc}")
         self.wait_quiet(timeout=60)
         self.follow_up(final=True)
         self.check_invariants()

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
-from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+from tests.conftest import eventually, make_plane
+from virtplane.bootstrap import ControlPlane
 from virtplane.domain.intents import read_intents, read_migration
 from virtplane.domain.resources import (
     Capacity,
@@ -32,9 +31,8 @@ from virtplane.domain.resources import (
     VolumePhase,
     VolumeSpec,
 )
-from virtplane.drivers.base import DomainState, domain_name
-from virtplane.drivers.sim import SimCloud
-from virtplane.server import sim_factory
+from virtplane.drivers.base import domain_name
+from virtplane.drivers.sim import MigrationTransition, SimCloud
 from virtplane.store.store import Store
 
 SHARED = "shared"
@@ -173,11 +171,7 @@ class Cluster:
 async def cluster(store: Store) -> AsyncIterator[Cluster]:
     """A running control plane on simulated hosts: 10 ms boots, a 1 GiB migration in ~0.1 s."""
     sim = SimCloud(boot_seconds=0.01, shutdown_seconds=0.01, time_scale=10.0, migration_tick_s=0.01)
-    ref: list[ControlPlane] = []
-    plane = ControlPlane(
-        store, sim=sim, driver_factory=sim_factory(ref, sim), options=ControlPlaneOptions(workers=4)
-    )
-    ref.append(plane)
+    plane = make_plane(store, sim=sim)
     result = Cluster(plane, sim)
     plane.settings.set("vm.start.backoff_base_s", 0.02)
     plane.settings.set("vm.start.backoff_cap_s", 0.2)
@@ -186,54 +180,13 @@ async def cluster(store: Store) -> AsyncIterator[Cluster]:
     await plane.stop()
 
 
-@dataclass
-class Sample:
-    """Migrations the simulator runs at one instant: (vm domain, source, target)."""
-
-    flights: list[tuple[str, str, str]]
-
-
-class MigrationRecorder:
-    """Polls the simulator (never the control plane) for the migrations it runs."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.samples: list[Sample] = []
-        self.vm_hosts: list[dict[str, list[str]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _poll(self) -> None:
-        sim = self.cluster.sim
-        while True:
-            state = sim.snapshot_state()
-            flights = []
-            for host in state.hosts.values():
-                for domain, dstate in host.domains.items():
-                    if dstate is DomainState.MIGRATING:
-                        job = await sim.driver(host.uri).migration_job(domain)
-                        if job is not None and not job.finished:
-                            flights.append((domain, host.name, job.target_uri.removeprefix("sim://")))
-            self.samples.append(Sample(flights))
-            self.vm_hosts.append(state.placements())
-            await asyncio.sleep(0.003)
-
-    def __enter__(self) -> MigrationRecorder:
-        self._task = asyncio.get_running_loop().create_task(self._poll())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-
-    def max_outbound(self) -> int:
-        return max(
-            (Counter(s for _, s, _ in x.flights).most_common(1) or [("", 0)])[0][1] for x in self.samples
-        )
-
-    def max_inbound(self) -> int:
-        return max(
-            (Counter(t for _, _, t in x.flights).most_common(1) or [("", 0)])[0][1] for x in self.samples
-        )
-
-    def max_total(self) -> int:
-        return max(len(x.flights) for x in self.samples)
+def most_at_once(record: list[MigrationTransition], key: Callable[[MigrationTransition], str]) -> int:
+    """The most migrations in flight at one instant that share ``key`` (their source, their
+    target, or anything for the cluster), over the simulator's complete, ordered record."""
+    in_flight: Counter[str] = Counter()
+    most = 0
+    for transition in record:
+        in_flight[key(transition)] += 1 if transition.started else -1
+        most = max(most, in_flight[key(transition)])
+    assert not any(in_flight.values()), f"each migration that started has ended, once: {in_flight}"
+    return most

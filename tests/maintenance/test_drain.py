@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import eventually
-from tests.maintenance.conftest import Cluster, MigrationRecorder
+from tests.maintenance.conftest import Cluster
 from virtplane.domain.intents import PowerState, StopMode, read_intents
-from virtplane.domain.resources import LiveMigrationPolicy, RunPolicy, VMPhase, Volume
+from virtplane.domain.resources import LiveMigrationPolicy, RunPolicy, VirtualMachine, VMPhase, Volume
 
 
 async def seeded(cluster: Cluster) -> None:
@@ -26,15 +26,15 @@ async def test_shared_vms_are_live_migrated_and_the_host_reaches_maintenance(clu
     await cluster.add_vm("b")
     await cluster.add_host("h2")
     await cluster.add_host("h3")
-    with MigrationRecorder(cluster) as recorder:
-        view = cluster.request("h1")
-        assert {i["vm"]: i["action"] for i in view["plan"]["items"]} == {"a": "Migrate", "b": "Migrate"}
-        await cluster.wait_state("h1", "Maintenance")
+    guests = {vm: cluster.sim.read_memory(cluster.domain(vm)) for vm in ("a", "b")}
+    view = cluster.request("h1")
+    assert {i["vm"]: i["action"] for i in view["plan"]["items"]} == {"a": "Migrate", "b": "Migrate"}
+    await cluster.wait_state("h1", "Maintenance")
     for vm in ("a", "b"):
         assert cluster.vm(vm).status.host in ("h2", "h3")
         await eventually(lambda vm=vm: cluster.settled(vm, cluster.vm(vm).status.host or ""))
-    # the VMs never stopped: the simulator had each one live somewhere at every sample
-    assert all(len(p.get(cluster.domain(vm), [])) == 1 for p in recorder.vm_hosts for vm in ("a", "b"))
+    # the VMs never stopped: each guest's memory is the one it had (a new boot has new memory)
+    assert {vm: cluster.sim.read_memory(cluster.domain(vm)) for vm in ("a", "b")} == guests
     m = cluster.maintenance("h1")
     assert m.status.phase.value == "Completed"
     assert set(m.status.migrated_vms) == {"a", "b"}
@@ -82,11 +82,14 @@ async def test_strategy_migration_moves_local_disks_with_the_vm(cluster: Cluster
     assert cluster.vm("off").status.phase is VMPhase.STOPPED and cluster.vm("off").status.host == "h1"
 
 
+@pytest.mark.parametrize("policy", [RunPolicy.ALWAYS_ON, RunPolicy.MANUAL])
 @pytest.mark.parametrize(("strategy", "mode"), [("ForceStop", StopMode.FORCE), ("Stop", StopMode.GRACEFUL)])
 async def test_stop_strategies_stop_local_vms_and_cancel_starts_them_again(
-    cluster: Cluster, strategy: str, mode: StopMode
+    cluster: Cluster, strategy: str, mode: StopMode, policy: RunPolicy
 ) -> None:
+    """Under Manual only the maintenance's intent starts the VM again: its policy would not."""
     await seeded(cluster)
+    cluster.store.mutate(VirtualMachine, "l", lambda v: setattr(v.spec, "run_policy", policy))
     off_version = cluster.vm("off").metadata.resource_version
     cluster.request("h1", strategy)
     await cluster.wait_state("h1", "Maintenance")
@@ -138,8 +141,6 @@ async def test_always_off_vm_stopped_by_maintenance_stays_off_after_cancel(clust
     def to_always_off(vm: object) -> None:
         vm.spec.run_policy = RunPolicy.ALWAYS_OFF  # type: ignore[attr-defined]
 
-    from virtplane.domain.resources import VirtualMachine
-
     cluster.store.mutate(VirtualMachine, "l", to_always_off)
     cluster.cancel("h1")
     await eventually(lambda: cluster.maintenance("h1").status.phase.value == "Cancelled")
@@ -147,3 +148,30 @@ async def test_always_off_vm_stopped_by_maintenance_stays_off_after_cancel(clust
         lambda: read_intents(cluster.vm("l").metadata.annotations).maintenance_power_state is None
     )
     assert cluster.vm("l").status.phase is VMPhase.STOPPED and cluster.runs_on("l") == []
+
+
+@pytest.mark.parametrize("value", ["Error", "Migration", "ForceStop", "Stop"])
+async def test_without_a_strategy_the_setting_drives_the_drain(cluster: Cluster, value: str) -> None:
+    """``host.maintenance.local.storage.strategy`` decides for a request that names no strategy."""
+    await seeded(cluster)
+    cluster.plane.settings.set("host.maintenance.local.storage.strategy", value)
+    view = cluster.request("h1")
+    assert view["strategy"] == value and view["requested_strategy"] is None
+    await eventually(lambda: cluster.state("h1") in ("Maintenance", "ErrorInMaintenance"), timeout=15)
+    m = cluster.maintenance("h1")
+    assert m.status.strategy is not None and m.status.strategy.value == value, m.status.message
+    if value == "Error":
+        assert cluster.state("h1") == "ErrorInMaintenance" and m.status.blocking == ["l"]
+        assert cluster.settled("l", "h1"), "nothing was touched"
+        return
+    assert cluster.state("h1") == "Maintenance", m.status.message
+    if value == "Migration":
+        target = cluster.vm("l").status.host
+        assert target in ("h2", "h3")
+        assert cluster.store.get(Volume, "l-disk").spec.pool == f"{target}-local"
+        return
+    assert cluster.vm("l").status.phase is VMPhase.STOPPED and cluster.runs_on("l") == []
+    mode = StopMode.FORCE if value == "ForceStop" else StopMode.GRACEFUL
+    stops = [e.message for e in cluster.store.list_events(kind="VirtualMachine", name="l")
+             if e.reason == "MaintenanceStop"]  # fmt: skip
+    assert stops and all(mode.value in m for m in stops), stops

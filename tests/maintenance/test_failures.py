@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tests.conftest import eventually
-from tests.maintenance.conftest import Cluster, MigrationRecorder
+from tests.maintenance.conftest import Cluster, most_at_once
 from virtplane.domain.resources import HostMaintenance, VMPhase
+from virtplane.drivers.base import MigrationPhase
 
 
 async def three_hosts(cluster: Cluster, vms: int = 1, memory_mib: int = 1024) -> None:
@@ -18,13 +19,15 @@ async def three_hosts(cluster: Cluster, vms: int = 1, memory_mib: int = 1024) ->
 async def test_a_failed_migration_is_retried_elsewhere_and_the_vm_never_stops(cluster: Cluster) -> None:
     await three_hosts(cluster)
     cluster.fault("h1", "fail-migration", "v0", count=1)
-    with MigrationRecorder(cluster) as recorder:
-        cluster.request("h1")
-        await cluster.wait_state("h1", "Maintenance")
+    guest = cluster.sim.read_memory(cluster.domain("v0"))
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance")
     progress = cluster.maintenance("h1").status.progress["v0"]
     assert progress.attempts == 2 and len(set(progress.tried)) == 2
     assert cluster.vm("v0").status.host == progress.tried[1]
-    assert all(len(p.get(cluster.domain("v0"), [])) == 1 for p in recorder.vm_hosts), "never stopped"
+    assert cluster.sim.read_memory(cluster.domain("v0")) == guest, "never stopped: the same guest memory"
+    outcomes = [t.outcome for t in cluster.sim.migration_record() if not t.started]
+    assert outcomes == [MigrationPhase.FAILED, MigrationPhase.COMPLETED], "the retry is a second migration"
     assert "Exited" not in cluster.events("VirtualMachine", "v0")
     assert "MigrationFailed" in cluster.events("VirtualMachine", "v0")
     host_events = cluster.events("Host", "h1")
@@ -85,13 +88,27 @@ async def test_concurrency_limits_are_never_exceeded(cluster: Cluster) -> None:
                 waiting.add(p.message)
         return cluster.state("h1") == "Maintenance"
 
-    with MigrationRecorder(cluster) as recorder:
-        cluster.request("h1")
-        await eventually(note_waiting, timeout=20, interval=0.005)
-    assert recorder.max_outbound() == 2
-    assert recorder.max_inbound() == 1
+    cluster.request("h1")
+    await eventually(note_waiting, timeout=20, interval=0.005)
+    record = cluster.sim.migration_record()
+    assert len(record) == 2 * 6, "one migration per VM, each started and ended"
+    assert most_at_once(record, lambda t: t.source) == 2, "outbound per host, reached and never exceeded"
+    assert most_at_once(record, lambda t: t.target) == 1, "inbound per host"
     assert "waiting for a migration slot: 2/2 outbound from h1" in waiting
     assert all(cluster.vm(f"v{i}").status.host != "h1" for i in range(6))
+
+
+async def test_the_inbound_limit_holds_when_one_host_takes_every_vm(cluster: Cluster) -> None:
+    await cluster.add_host("h1")
+    for i in range(4):
+        await cluster.add_vm(f"v{i}")
+    await cluster.add_host("h2", memory_mib=65536)
+    cluster.plane.settings.set("migration.bandwidth_mib_s", 400)
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance", timeout=20)
+    record = cluster.sim.migration_record()
+    assert len(record) == 2 * 4 and {t.target for t in record} == {"h2"}
+    assert most_at_once(record, lambda t: t.target) == 1, "one inbound migration at a time"
 
 
 async def test_the_cluster_limit_holds(cluster: Cluster) -> None:
@@ -103,10 +120,11 @@ async def test_the_cluster_limit_holds(cluster: Cluster) -> None:
     cluster.plane.settings.set("migration.max_per_cluster", 1)
     cluster.plane.settings.set("migration.max_inbound_per_host", 5)
     cluster.plane.settings.set("migration.bandwidth_mib_s", 400)
-    with MigrationRecorder(cluster) as recorder:
-        cluster.request("h1")
-        await cluster.wait_state("h1", "Maintenance", timeout=20)
-    assert recorder.max_total() == 1
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance", timeout=20)
+    record = cluster.sim.migration_record()
+    assert len(record) == 2 * 3
+    assert most_at_once(record, lambda t: "cluster") == 1
 
 
 async def test_no_vm_lands_on_a_disabled_full_or_maintenance_host(cluster: Cluster) -> None:
@@ -124,14 +142,12 @@ async def test_no_vm_lands_on_a_disabled_full_or_maintenance_host(cluster: Clust
 
     cluster.store.mutate(Host, "h2", disable)
     await cluster.wait_state("h2", "Disabled")
-    with MigrationRecorder(cluster) as recorder:
-        cluster.request("h1")
-        await cluster.wait_state("h1", "Maintenance")
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance")
     for i in range(3):
         assert cluster.vm(f"v{i}").status.host in ("h3", "h4")
-    domains = {cluster.domain(f"v{i}") for i in range(3)}
-    for sample in recorder.vm_hosts:
-        assert not any("h2" in sample.get(d, []) for d in domains), "a disabled host receives no VM"
+    targets = {t.target for t in cluster.sim.migration_record()}
+    assert targets <= {"h3", "h4"}, "a disabled host receives no VM, not even for a while"
     assert sum(cluster.vm(f"v{i}").status.host == "h3" for i in range(3)) <= 1, "h3 had room for one"
     # a new VM never starts on the host in maintenance
     await cluster.add_vm("late")

@@ -15,14 +15,17 @@ from urllib.parse import quote
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.conftest import FULL_RUN
+
 ENV = "VIRTPLANE_TEST_PG_URL"
 SKIP_REASON = f'{ENV} is not set: start a server with `eval "$(scripts/postgres.sh start)"`'
 
 
 def pg_url_or_skip() -> str:
+    """The test server's URL; without one the test skips, or fails in a full run (bin/test starts it)."""
     url = os.environ.get(ENV)
     if not url:
-        pytest.skip(SKIP_REASON)
+        (pytest.fail if FULL_RUN else pytest.skip)(SKIP_REASON)
     return url
 
 

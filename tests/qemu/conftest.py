@@ -20,11 +20,15 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from virtplane.drivers.base import DiskAttachment, DomainSpec, ImageRef, PoolRef, domain_name
+from virtplane.store.store import Store
+
+if TYPE_CHECKING:
+    from .plane import QemuPlane
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "qemu"
@@ -210,3 +214,32 @@ async def wait_for(condition: Callable[[], bool], limit_s: float = 60.0) -> None
         return condition()
 
     await eventually(probe, bool, limit_s)
+
+
+@pytest.fixture
+async def qplane(store: Store, rig: Rig, drivers: dict[str, Any]) -> AsyncIterator[QemuPlane]:
+    """A control plane managing the rig's two daemons (Host a, b), a shared and a local pool each."""
+    from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+    from virtplane.domain.resources import Metadata, PoolKind, StoragePool, StoragePoolSpec
+
+    from .plane import SHARED, QemuPlane, add_guest_images  # it imports this module
+
+    plane = ControlPlane(store, options=ControlPlaneOptions(workers=4, console_dir=str(rig.console_dir)))
+    plane.settings.set("vm.start.backoff_base_s", 0.5)
+    plane.settings.set("vm.start.backoff_cap_s", 5.0)
+    result = QemuPlane(plane, rig, drivers)
+    store.create(
+        StoragePool(
+            metadata=Metadata(name=SHARED),
+            spec=StoragePoolSpec(
+                kind=PoolKind.SHARED, cluster="default", path=rig.shared_pool.path, capacity_gib=100
+            ),
+        )
+    )
+    add_guest_images(store, rig)
+    await plane.start()
+    try:
+        yield result
+    finally:
+        await plane.stop()
+        await result.cleanup()

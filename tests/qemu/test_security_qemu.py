@@ -25,7 +25,7 @@ from virtplane.domain.resources import Metadata, PoolKind, StoragePool, StorageP
 from virtplane.store.store import Store
 
 from .conftest import Rig, console_shows
-from .test_control_plane_qemu import LIMIT_S, SHARED, QemuPlane, add_guest_images
+from .plane import LIMIT_S, SHARED, QemuPlane, add_guest_images
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
 

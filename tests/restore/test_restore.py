@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import eventually
-from tests.controllers.helpers import add_host, operate, vm, wait_op, wait_settled
+from tests.conftest import eventually, libvirt_or_skip
+from tests.controllers.helpers import add_host, operate, phase_history, vm, wait_op, wait_settled
+from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import RESTORE_POWER_STATE, read_intents
 from virtplane.domain.resources import (
     Disk,
+    ExitReason,
     Metadata,
     OperationPhase,
     OperationType,
@@ -129,6 +130,25 @@ def restore(plane: ControlPlane, vm_name: str, snap: str, mode: RestoreMode = Re
     return name
 
 
+async def settled_after_restore(plane: ControlPlane, name: str, timeout: float = 15) -> VirtualMachine:
+    """The VM once the restore's intent is consumed and no request is left, as the controller
+    still sees it on a reconcile started after that: a power state that only lasts is returned."""
+
+    def settled() -> bool:
+        current = vm(plane, name)
+        intents = read_intents(current.metadata.annotations)
+        return (
+            current.status.phase.value in ("Running", "Stopped")
+            and intents.restore_power_state is None
+            and intents.held_by is None
+            and not (intents.start or intents.stop or intents.restart)
+        )
+
+    await eventually(settled, timeout=timeout)
+    await reconciled(plane, name)
+    return vm(plane, name)
+
+
 def set_policy(plane: ControlPlane, name: str, policy: RunPolicy) -> None:
     plane.store.mutate(VirtualMachine, name, lambda v: setattr(v.spec, "run_policy", policy))
 
@@ -151,9 +171,7 @@ def host_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     """The restore matrix runs on the simulator and on libvirt's own test hypervisor."""
     if request.param == "sim":
         return None
-    pytest.importorskip(
-        "libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)"
-    )
+    libvirt_or_skip()
     from tests.drivers.conftest import write_node_xml
 
     return write_node_xml(tmp_path / "h1.xml", cpus=16, memory_mib=32768)
@@ -177,27 +195,27 @@ async def test_restore_keeps_the_power_state(
     await bring_to(plane, "a", before)
     op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
     assert op.status.phase is OperationPhase.COMPLETED, op.status.message
-    current = await wait_settled(plane, "a", expected, timeout=15)
+    current = await settled_after_restore(plane, "a")
     assert current.spec.run_policy is policy
-    await asyncio.sleep(0.3)
-    current = vm(plane, "a")
     assert current.status.phase.value == expected, "the power state holds after the restore"
-    intents = read_intents(current.metadata.annotations)
-    assert intents.restore_power_state is None and intents.held_by is None, "no intent is left over"
     assert get_condition(current.status.conditions, VMCondition.MAINTENANCE) is None
 
 
 @pytest.mark.parametrize("failures", [1, 2, 3])
+@pytest.mark.parametrize("policy", [AOUSM, MANUAL])
 async def test_failing_first_boots_after_restore_still_end_running(
-    plane: ControlPlane, failures: int
+    plane: ControlPlane, policy: RunPolicy, failures: int
 ) -> None:
-    await make_vm(plane, AOUSM)
-    await wait_settled(plane, "a", "Running")
+    """AOUSM would start again by policy anyway; under Manual only the start request the
+    restore's intent became brings the VM back, so it must outlive every failed boot."""
+    await make_vm(plane, policy)
+    await bring_to(plane, "a", "Running")
     snap = await snapshot(plane, "a")
     plane.sim.inject("h1", "fail-start", domain_name(vm(plane, "a").metadata.uid), failures)
     op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
     assert op.status.phase is OperationPhase.COMPLETED
-    await wait_settled(plane, "a", "Running", timeout=20)
+    current = await settled_after_restore(plane, "a", timeout=20)
+    assert current.status.phase.value == "Running"
     reasons = [e.reason for e in plane.store.list_events(kind="VirtualMachine", name="a", limit=2000)]
     assert reasons.count("StartRetry") >= failures
 
@@ -217,18 +235,29 @@ async def test_a_stale_intent_in_the_snapshot_does_not_leak(plane: ControlPlane)
     assert RESTORE_POWER_STATE not in current.metadata.annotations
 
 
-async def test_strict_restore_with_a_missing_disk_snapshot_fails_cleanly(plane: ControlPlane) -> None:
-    await make_vm(plane, AOUSM)
-    await wait_settled(plane, "a", "Running")
+@pytest.mark.parametrize(
+    ("policy", "before"), [(AOUSM, "Running"), (MANUAL, "Running"), (AOUSM, "Stopped"), (MANUAL, "Stopped")]
+)
+async def test_a_strict_restore_that_fails_part_way_keeps_the_power_state(
+    plane: ControlPlane, policy: RunPolicy, before: str
+) -> None:
+    """The revert fails after EnterMaintenance stopped the VM: only the recorded intent can tell
+    what to bring back. Manual would stay stopped by policy, and AOUSM, stopped by the system,
+    would start by policy: both end where they were only if the intent outlives the failure."""
+    await make_vm(plane, policy)
+    await bring_to(plane, "a", before)
     snap = await snapshot(plane, "a")
     driver = plane.sim.driver("sim://h1")
     await driver.delete_volume_snapshot(snap.status.disk_snapshots[0].handle)
     op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
     assert op.status.phase is OperationPhase.FAILED
     assert op.status.reason == "RevertFailed" and "a-root" in op.status.message
-    current = await wait_settled(plane, "a", "Running", timeout=15)
-    intents = read_intents(current.metadata.annotations)
-    assert intents.held_by is None and intents.restore_power_state is None
+    steps = [e.reason for e in plane.store.list_events(kind="VirtualMachineOperation", name=op.metadata.name)]
+    assert "EnterMaintenance" in steps and "ProcessRestore" in steps, "it failed part-way, not up front"
+    current = await settled_after_restore(plane, "a")
+    assert current.status.phase.value == before, "the power state from before the restore"
+    if before == "Stopped":
+        assert current.status.last_exit is ExitReason.STOPPED_BY_USER, "kept stopped on purpose"
     assert get_condition(current.status.conditions, VMCondition.MAINTENANCE) is None
 
 
@@ -242,7 +271,7 @@ async def test_strict_restore_with_a_missing_volume_fails_before_touching_the_vm
     before = vm(plane, "a")
     op = await wait_op(plane, restore(plane, "a", snap.metadata.name))
     assert op.status.phase is OperationPhase.FAILED and op.status.reason == "DiskSnapshotMissing"
-    await asyncio.sleep(0.2)
+    await reconciled(plane, "a")
     after = vm(plane, "a")
     assert after.status.phase.value == "Running"
     assert after.status.last_exit == before.status.last_exit
@@ -300,18 +329,25 @@ async def test_the_vm_shows_maintenance_and_refuses_other_operations_meanwhile(p
     await wait_settled(plane, "a", "Running")
 
 
-async def test_a_vm_restored_stopped_reports_stopped_not_pending(plane: ControlPlane) -> None:
+async def test_a_vm_restored_stopped_reports_stopped_not_pending(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await make_vm(plane, AOUSM)
     await wait_settled(plane, "a", "Running")
     snap = await snapshot(plane, "a")
     await bring_to(plane, "a", "Stopped")
-    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
-    assert op.status.phase is OperationPhase.COMPLETED
-    phases = set()
-    for _ in range(20):
-        phases.add(vm(plane, "a").status.phase.value)
-        await asyncio.sleep(0.02)
-    assert phases == {"Stopped"}
+    written = phase_history(monkeypatch, plane, "a")
+    name = restore(plane, "a", snap.metadata.name)
+    await eventually(  # until it ends, or the first phase that is not Stopped is written
+        lambda: (
+            set(written) - {"Stopped"} or plane.store.get(VirtualMachineOperation, name).status.phase.finished
+        ),
+        timeout=15,
+    )
+    assert set(written) <= {"Stopped"}, f"every phase written through the restore: {written}"
+    assert plane.store.get(VirtualMachineOperation, name).status.phase is OperationPhase.COMPLETED
+    await settled_after_restore(plane, "a")
+    assert written and set(written) == {"Stopped"}, f"and after it: {written}"
 
 
 async def test_deleting_a_snapshot_deletes_its_disk_snapshots(plane: ControlPlane) -> None:

@@ -1,7 +1,7 @@
 """Every store test runs twice: on SQLite (the embedded default) and on PostgreSQL.
 
 The PostgreSQL variant needs VIRTPLANE_TEST_PG_URL (``scripts/postgres.sh start``) and
-skips with that reason when it is unset; each test gets a fresh schema of its own.
+skips with that reason when it is unset (a failure in a full run); each test gets a fresh schema of its own.
 Tests named ``test_sqlite_*`` are about SQLite itself and run only there.
 """
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from virtplane.domain.resources import Setting
 from virtplane.domain.settings import REGISTRY, SettingError, SettingType, definition
 from virtplane.store import Store
 from virtplane.store.settings import Settings
@@ -64,3 +65,46 @@ def test_every_default_is_valid_for_its_own_definition() -> None:
         assert d.parse(d.default) == d.default, key
         assert definition(key) is d
         assert d.type in SettingType
+
+
+def test_overrides_per_cluster_and_host_are_stored_and_resolved(store: Store) -> None:
+    settings = Settings(store)
+    key = "host.cpu_allocation_ratio"
+    settings.set(key, "8", cluster="batch")
+    settings.set(key, 1, host="h1")
+    fresh = Settings(store)
+    assert fresh.get(key) == 4.0  # the global value is still the default
+    assert fresh.get_float(key, cluster="batch", host="h2") == 8.0
+    assert fresh.get_float(key, cluster="batch", host="h1") == 1.0
+    described = fresh.describe(key)
+    assert (described.spec.value, described.spec.clusters, described.spec.hosts) == (
+        4.0,
+        {"batch": 8.0},
+        {"h1": 1.0},
+    )
+    assert described.status.scope == "host"
+
+    fresh.set(key, 2)  # the global value changes, the overrides stay
+    assert (fresh.get(key, cluster="web"), fresh.get(key, cluster="batch")) == (2.0, 8.0)
+    fresh.reset(key)  # back to the default; the overrides stay
+    assert (fresh.get(key), fresh.get(key, host="h1")) == (4.0, 1.0)
+    fresh.reset(key, host="h1")
+    assert fresh.get(key, cluster="batch", host="h1") == 8.0
+    fresh.reset(key, cluster="batch")
+    assert store.find(Setting, key) is None, "nothing left to store"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "scope", "words"),
+    [
+        ("migration.max_attempts", 5, {"cluster": "batch"}, "global setting"),
+        ("host.cpu_allocation_ratio", 2, {"cluster": "batch", "host": "h1"}, "not both"),
+        ("host.cpu_allocation_ratio", 0, {"host": "h1"}, "minimum"),
+    ],
+)
+def test_bad_overrides_are_refused(
+    store: Store, key: str, value: object, scope: dict[str, str], words: str
+) -> None:
+    with pytest.raises(SettingError, match=words):
+        Settings(store).set(key, value, **scope)
+    assert store.find(Setting, key) is None

@@ -157,8 +157,10 @@ class ApiClient:
                 response.status_code, "InvalidResponse", f"the server sent non-JSON data for {path}"
             ) from error
 
-    def _object(self, method: str, path: str, body: Any = None) -> JsonObject:
-        result = self.request(method, path, body=body)
+    def _object(
+        self, method: str, path: str, body: Any = None, params: dict[str, str | int] | None = None
+    ) -> JsonObject:
+        result = self.request(method, path, body=body, params=params)
         if result is None:
             return {}
         if not isinstance(result, dict):
@@ -182,11 +184,13 @@ class ApiClient:
     def replace(self, plural: str, name: str, resource: JsonObject) -> JsonObject:
         return self._object("PUT", f"/v1/{plural}/{name}", resource)
 
-    def patch(self, plural: str, name: str, merge_patch: JsonObject) -> JsonObject:
-        return self._object("PATCH", f"/v1/{plural}/{name}", merge_patch)
+    def patch(
+        self, plural: str, name: str, merge_patch: JsonObject, params: dict[str, str | int] | None = None
+    ) -> JsonObject:
+        return self._object("PATCH", f"/v1/{plural}/{name}", merge_patch, params)
 
-    def delete(self, plural: str, name: str) -> JsonObject:
-        return self._object("DELETE", f"/v1/{plural}/{name}")
+    def delete(self, plural: str, name: str, params: dict[str, str | int] | None = None) -> JsonObject:
+        return self._object("DELETE", f"/v1/{plural}/{name}", params=params)
 
     def post(self, path: str, body: Any) -> JsonObject:
         return self._object("POST", path, body)

@@ -179,23 +179,54 @@ def disable(ctx: typer.Context, host: HostArgument) -> None:
 # --------------------------------------------------------------------------- sim, tokens
 
 
+GUEST_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})
+
+
+def _fault_target(words: list[str]) -> tuple[str | None, FaultKind]:
+    """``[HOST] KIND`` → (host or None, kind)."""
+    if len(words) not in (1, 2):
+        raise typer.BadParameter("give the fault kind, optionally after the host: [HOST] KIND")
+    kind = words[-1].lower()
+    try:
+        return (words[0] if len(words) == 2 else None), FaultKind(kind)
+    except ValueError:
+        allowed = ", ".join(k.value for k in FaultKind)
+        raise typer.BadParameter(f"{words[-1]!r} is not a fault kind: one of {allowed}") from None
+
+
 def fault(
     ctx: typer.Context,
-    host: HostArgument,
-    kind: Annotated[
-        FaultKind, typer.Argument(case_sensitive=False, help="What to inject.", show_default=False)
+    target: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[HOST] KIND",
+            help="What to inject, and where: with --vm the VM's own host is found, so HOST may be left out.",
+            show_default=False,
+        ),
     ],
     vm: Annotated[
         str | None, typer.Option("--vm", help="The VM it hits (VM faults).", show_default=False)
     ] = None,
     count: Annotated[int, typer.Option("--count", min=1, help="How many times (fail-start, ...).")] = 1,
 ) -> None:
-    """Inject a fault into a simulated host (admin)."""
+    """Inject a fault into a simulated host (admin).
+
+    A fault aimed at a VM (--vm) goes to the host the VM is on, wherever it was placed;
+    a named HOST is used only to arm fail-start or migration faults there.
+    """
     state = state_of(ctx)
-    state.client.post(f"/v1/hosts/{host}/faults", {"kind": kind.value, "vm": vm, "count": count})
-    target = f" on vm/{vm}" if vm else ""
+    host, kind = _fault_target(target)
+    if vm is not None and (host is None or kind in GUEST_FAULTS):
+        done = state.client.post(f"/v1/vms/{vm}/faults", {"kind": kind.value, "count": count})
+    elif host is None:
+        raise typer.BadParameter(f"fault {kind.value} needs a HOST or --vm")
+    else:
+        done = state.client.post(f"/v1/hosts/{host}/faults", {"kind": kind.value, "vm": vm, "count": count})
+    where = str(done.get("host", host))
+    note = f" ({vm} runs there, not on {host})" if host and where != host else ""
+    on_vm = f" on vm/{vm}" if vm else ""
     times = f" x{count}" if count != 1 else ""
-    state.console.print(Text(f"fault {kind.value}{times} injected into host/{host}{target}"))
+    state.console.print(Text(f"fault {kind.value}{times} injected into host/{where}{on_vm}{note}"))
 
 
 def token_create(
@@ -226,8 +257,8 @@ _HOST_EPILOG = (
 )
 _SIM_EPILOG = (
     "Examples:\n"
-    "  virtplane sim fault sim-1 crash --vm web-1\n"
-    "  virtplane sim fault sim-1 fail-start --vm web-1 --count 3\n"
+    "  virtplane sim fault crash --vm web-1                      # on whichever host runs web-1\n"
+    "  virtplane sim fault sim-1 fail-start --vm web-1 --count 3  # its next 3 starts on sim-1 fail\n"
     "  virtplane sim fault sim-2 host-down"
 )
 _TOKEN_EPILOG = "Examples:\n  virtplane token create ci --role operator\n  virtplane token create grafana --role viewer -o json"

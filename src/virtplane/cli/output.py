@@ -154,14 +154,26 @@ class Column:
     colour: bool = False
 
 
+def _host_offers(host: JsonObject, field: str) -> Any:
+    """What placement may give out: allocatable (capacity x allocation ratio), else the capacity."""
+    return dig(
+        host,
+        f"status.allocatable.{field}",
+        dig(host, f"status.capacity.{field}", dig(host, f"spec.capacity.{field}")),
+    )
+
+
 def _host_cpu(host: JsonObject) -> str:
-    capacity = dig(host, "status.capacity.vcpus", dig(host, "spec.capacity.vcpus"))
-    return f"{dig(host, 'status.allocated.vcpus', 0)}/{_text(capacity)}"
+    return f"{dig(host, 'status.allocated.vcpus', 0)}/{_text(_host_offers(host, 'vcpus'))}"
 
 
 def _host_memory(host: JsonObject) -> str:
-    capacity = dig(host, "status.capacity.memory_mib", dig(host, "spec.capacity.memory_mib"))
-    return f"{format_mib(dig(host, 'status.allocated.memory_mib', 0))}/{format_mib(capacity)}"
+    return f"{format_mib(dig(host, 'status.allocated.memory_mib', 0))}/{format_mib(_host_offers(host, 'memory_mib'))}"
+
+
+def _host_ratios(host: JsonObject) -> str:
+    ratios = dig(host, "status.allocation_ratios")
+    return f"{ratios.get('cpu'):g}/{ratios.get('memory'):g}" if isinstance(ratios, dict) else "-"
 
 
 def _pool_scope(pool: JsonObject) -> Any:
@@ -199,6 +211,7 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("URI", lambda h: dig(h, "spec.uri"), wide_only=True),
         Column("ENABLED", lambda h: dig(h, "spec.enabled", True), wide_only=True),
         Column("AGE", _age, wide_only=True),
+        Column("RATIOS", _host_ratios, wide_only=True),
         Column("MESSAGE", lambda h: dig(h, "status.message"), wide_only=True),
     ],
     "StoragePool": [

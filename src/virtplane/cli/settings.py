@@ -16,6 +16,14 @@ from virtplane.cli.output import OutputFormat, dig, print_resources, print_struc
 __all__ = ["register"]
 
 SETTING = resolve_kind("setting")
+ClusterOption = Annotated[
+    str | None,
+    typer.Option("--cluster", help="Only for this cluster (settings of scope host).", show_default=False),
+]
+HostOption = Annotated[
+    str | None,
+    typer.Option("--host", help="Only for this host (settings of scope host).", show_default=False),
+]
 KeyArgument = Annotated[
     str,
     typer.Argument(
@@ -63,11 +71,26 @@ def _print_setting(console: Console, setting: JsonObject) -> None:
     allowed = dig(setting, "status.allowed")
     if allowed:
         rows.append(("Allowed", ", ".join(_value_text(v) for v in allowed)))
+    for label, field in (("Clusters", "spec.clusters"), ("Hosts", "spec.hosts")):
+        overrides = dig(setting, field) or {}
+        if overrides:
+            rows.append((label, ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(overrides.items()))))
     description = dig(setting, "status.description")
     if description:
         rows.append(("Description", description))
     for label, value in rows:
         console.print(Text.assemble((f"{label + ':':<13}", "bold"), str(value)))
+
+
+def _scope(cluster: str | None, host: str | None) -> tuple[dict[str, str | int] | None, str, str]:
+    """(query parameters, the field holding the value, words for the message)."""
+    if cluster is not None and host is not None:
+        raise typer.BadParameter("give --cluster or --host, not both")
+    if cluster is not None:
+        return {"cluster": cluster}, f"spec.clusters.{cluster}", f" for cluster {cluster}"
+    if host is not None:
+        return {"host": host}, f"spec.hosts.{host}", f" for host {host}"
+    return None, "spec.value", ""
 
 
 def set_(
@@ -76,18 +99,27 @@ def set_(
     value: Annotated[
         str, typer.Argument(help="The new value; the server converts it to the setting's type.")
     ],
+    cluster: ClusterOption = None,
+    host: HostOption = None,
 ) -> None:
-    """Set a setting. The server checks the type and the allowed values."""
+    """Set a setting, or its override for one cluster or host. The server checks the value."""
     state = state_of(ctx)
-    updated = state.client.patch(SETTING.plural, key, {"spec": {"value": value}})
-    shown = dig(updated, "spec.value", value) if updated else value
-    state.console.print(Text(f"setting {key} = {_value_text(shown)}"))
+    params, field, where = _scope(cluster, host)
+    updated = state.client.patch(SETTING.plural, key, {"spec": {"value": value}}, params)
+    shown = dig(updated, field, value) if updated else value
+    state.console.print(Text(f"setting {key}{where} = {_value_text(shown)}"))
 
 
-def reset(ctx: typer.Context, key: KeyArgument) -> None:
-    """Reset a setting to its default."""
+def reset(
+    ctx: typer.Context, key: KeyArgument, cluster: ClusterOption = None, host: HostOption = None
+) -> None:
+    """Reset a setting to its default, or drop its override for one cluster or host."""
     state = state_of(ctx)
-    response = state.client.delete(SETTING.plural, key)
+    params, _, where = _scope(cluster, host)
+    response = state.client.delete(SETTING.plural, key, params)
+    if params:
+        state.console.print(Text(f"setting {key}: the override{where} is removed"))
+        return
     default = dig(response, "spec.value", dig(response, "status.default"))
     suffix = f" ({_value_text(default)})" if response else ""
     state.console.print(Text(f"setting {key} reset to its default{suffix}"))
@@ -99,6 +131,8 @@ _EPILOG = (
     "  virtplane settings get -o wide\n"
     "  virtplane settings get host.maintenance.local.storage.strategy\n"
     "  virtplane settings set host.maintenance.local.storage.strategy Migration\n"
+    "  virtplane settings set host.cpu_allocation_ratio 8 --cluster batch\n"
+    "  virtplane settings reset host.cpu_allocation_ratio --host host-1\n"
     "  virtplane settings reset host.maintenance.local.storage.strategy"
 )
 

@@ -1,7 +1,10 @@
 """The host controller: connection, capacity, allocation and the Enabled/Disabled state.
 
 The maintenance states belong to the maintenance controller; this one only moves
-between Enabled and Disabled (through the host transition table) and reports.
+between Enabled and Disabled (through the host transition table) and reports. It
+also records what placement reads from a host's status: its driver's capabilities
+and the allocation ratios that apply to it, with the allocatable capacity they give
+(the API's maintenance dry run must not call a driver, so it reads them here).
 """
 
 from __future__ import annotations
@@ -10,10 +13,21 @@ import logging
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
-from virtplane.domain.resources import Allocation, Capacity, Host, HostConnection, VMPhase
+from virtplane.domain.placement import allocatable
+from virtplane.domain.resources import (
+    Allocatable,
+    Allocation,
+    AllocationRatios,
+    Capacity,
+    Host,
+    HostConnection,
+    HostStatus,
+    VMPhase,
+)
 from virtplane.drivers.base import HypervisorDriver
-from virtplane.drivers.errors import DriverError
+from virtplane.drivers.errors import DriverError, DriverUnavailable
 from virtplane.reconcile.types import Request, Result
 
 log = logging.getLogger("virtplane.controllers.host")
@@ -41,7 +55,9 @@ class HostReconciler:
                 await self._remove_stale_domains(host, driver)
             status.connection = HostConnection.UP
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
+            status.capabilities = sorted(driver.capabilities)
             status.message = ""
+            status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
         except DriverError as exc:
             await ctx.hosts.drop(host.spec.uri)
@@ -49,6 +65,16 @@ class HostReconciler:
                 HostConnection.DISCONNECTED if was is HostConnection.UP else HostConnection.DOWN
             )
             status.message = f"cannot reach {host.spec.uri}: {exc}"
+            if isinstance(exc, DriverUnavailable):  # nothing is wrong with the host: say what to install
+                status.message = str(exc)
+                status.conditions = set_condition(
+                    status.conditions,
+                    HostCondition.DRIVER_LOADED,
+                    False,
+                    "DriverNotInstalled",
+                    str(exc),
+                    now=now,
+                )
             requeue = RETRY_CONNECT_S
         if status.connection != was:
             ctx.event(
@@ -69,6 +95,7 @@ class HostReconciler:
             used_mem += vm.spec.memory_mib
             count += 1
         status.allocated = Allocation(vcpus=used_cpu, memory_mib=used_mem, vms=count)
+        self._allocatable(host, status)
 
         if not in_maintenance(status.resource_state):
             wanted = HostEvent.ENABLE if host.spec.enabled else HostEvent.DISABLE
@@ -86,6 +113,25 @@ class HostReconciler:
             host.status = status
             ctx.write(host)
         return Result(requeue_after=requeue)
+
+    def _allocatable(self, host: Host, status: HostStatus) -> None:
+        """The allocation ratios that apply to this host (settings by host, cluster, global) and
+        the capacity they give; placement and the maintenance plan count with these."""
+        settings, name, cluster = self.ctx.settings, host.metadata.name, host.spec.cluster
+        ratios = AllocationRatios(
+            cpu=settings.get_float("host.cpu_allocation_ratio", cluster=cluster, host=name),
+            memory=settings.get_float("host.memory_allocation_ratio", cluster=cluster, host=name),
+        )
+        status.allocation_ratios = ratios
+        capacity = host.spec.capacity or status.capacity
+        status.allocatable = (
+            Allocatable(
+                vcpus=allocatable(capacity.vcpus, ratios.cpu),
+                memory_mib=allocatable(capacity.memory_mib, ratios.memory),
+            )
+            if capacity
+            else None
+        )
 
     async def _remove_stale_domains(self, host: Host, driver: HypervisorDriver) -> None:
         """A fenced host that comes back must not run VMs that were recovered elsewhere meanwhile."""

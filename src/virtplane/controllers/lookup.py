@@ -35,6 +35,13 @@ def vm_disks(cache: Cache, vm: VirtualMachine) -> tuple[list[DiskAttachment], st
             return [], f"volume {disk.volume} does not exist"
         if volume.status.phase is not VolumePhase.READY:
             return [], f"volume {disk.volume} is {volume.status.phase.value}"
+        if volume.status.attached_vm != vm.metadata.name:  # one VM per disk (controllers.attachments)
+            holder = volume.status.attached_vm
+            return [], (
+                f"volume {disk.volume} is attached to VM {holder}"
+                if holder
+                else f"volume {disk.volume} is not attached to this VM yet"
+            )
         pool = cache.pool(volume.spec.pool)
         disks.append(
             DiskAttachment(

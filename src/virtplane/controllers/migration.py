@@ -205,15 +205,16 @@ class MigrationCoordinator:
     def choose_target(
         self, vm: VirtualMachine, *, exclude: frozenset[str] = frozenset(), only: str | None = None
     ) -> Choice:
-        """The best target for ``vm`` now (Enabled, connected, room, pools, anti-affinity)."""
+        """The best target for ``vm`` now (Enabled, connected, room, pools, anti-affinity, and
+        drivers on both ends that can migrate it)."""
         copy = self.needs_storage_copy(vm)
         view = vm_view(self.ctx.cache, vm)
         hosts = self.target_views()
         if only is not None:
-            hosts = [h for h in hosts if h.name == only]
-            if not hosts:
+            if not any(h.name == only for h in hosts):
                 return Choice(host=None, reasons={only: "no such host"})
-        return choose_host(view, hosts, exclude=exclude, copy_local_disks=copy)
+            hosts = [h for h in hosts if h.name in (only, vm.status.host)]  # the source's driver counts too
+        return choose_host(view, hosts, exclude=exclude, copy_local_disks=copy, migration=True)
 
     def job_of(self, vm_name: str) -> MigrationJob | None:
         """The last job seen for the VM's migration in flight (for progress displays)."""

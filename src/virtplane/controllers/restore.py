@@ -21,10 +21,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.crashpoints import crashpoint
+from virtplane.domain.conditions import VMCondition, remove_condition
 from virtplane.domain.intents import (
     PowerState,
     StopMode,
@@ -127,9 +129,17 @@ class RestoreHandler:
         missing: list[str] = []
         for disk in snap.status.disk_snapshots:
             volume = self.ctx.store.find(Volume, disk.volume)
+            owner = self._attached_elsewhere(volume, vm.metadata.name)
             if volume is None or self.ctx.store.find(StoragePool, volume.spec.pool) is None:
                 missing.append(disk.volume)
                 report[f"volume/{disk.volume}"] = "missing: skipped" if not strict else "missing"
+            elif owner is not None:
+                if strict:
+                    raise RestoreFailed(
+                        "VolumeAttached",
+                        f"Strict restore: volume {disk.volume} is attached to VM {owner} now",
+                    )
+                report[f"volume/{disk.volume}"] = f"attached to VM {owner}: skipped"
             else:
                 report[f"volume/{disk.volume}"] = f"revert to snapshot {snap.metadata.name}"
         captured = snap.status.captured
@@ -189,6 +199,7 @@ class RestoreHandler:
                         stop_by_system=True,
                         start=False,
                         restart=None,
+                        resume_from_memory=None,
                     ),
                 )
 
@@ -217,10 +228,23 @@ class RestoreHandler:
                 current.spec.disks = [d for d in current.spec.disks if d.volume not in skipped]
                 current.metadata.labels = dict(captured.labels)
                 current.metadata.annotations = {**strip_system(captured.annotations), **system}
+                # A VM that was Running resumes the snapshot's memory, if it has any, when it
+                # starts again (controllers.memory_resume); one that was Stopped boots cold later.
+                intents = read_intents(current.metadata.annotations)
+                resume = snap.metadata.name if snap.status.memory_handle else None
+                if intents.restore_power_state is not PowerState.RUNNING:
+                    resume = None
+                current.metadata.annotations = write_intents(
+                    current.metadata.annotations, intents.with_(resume_from_memory=resume)
+                )
+                # how an earlier restore's start went no longer applies
+                current.status.conditions = remove_condition(
+                    current.status.conditions, VMCondition.MEMORY_RESTORED
+                )
 
             vm = self._vm_write(vm.metadata.name, overwrite)
             crashpoint("restore.overwritten")
-            note = f"; skipped missing disk(s): {', '.join(skipped)}" if skipped else ""
+            note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
             op = self._set_step(op, "ExitMaintenance", f"VM restored from {snap.metadata.name}{note}")
 
         if op.status.step == "ExitMaintenance":
@@ -268,6 +292,15 @@ class RestoreHandler:
                     )
                 skipped.append(disk.volume)
                 continue
+            owner = self._attached_elsewhere(volume, op.spec.vm)
+            if owner is not None:  # never revert (or take) the disk of another VM
+                if op.spec.restore.mode is RestoreMode.STRICT:
+                    raise RestoreFailed(
+                        "VolumeAttached",
+                        f"volume {disk.volume} is attached to VM {owner}; Strict restore stops",
+                    )
+                skipped.append(disk.volume)
+                continue
             driver = await pool_driver(self.ctx, pool)
             if driver is None:
                 raise RestoreFailed("PoolUnreachable", f"no connected host sees pool {pool.metadata.name}")
@@ -278,6 +311,11 @@ class RestoreHandler:
                     raise RestoreFailed("RevertFailed", f"volume {disk.volume}: {exc}") from exc
                 skipped.append(disk.volume)
         return skipped
+
+    def _attached_elsewhere(self, volume: Volume | None, vm: str) -> str | None:
+        if volume is None:
+            return None
+        return attached_elsewhere(self.ctx.cache, volume.metadata.name, vm, volume.status.attached_vm)
 
     def _exit_maintenance(self, name: str, me: str) -> VirtualMachine:
         def leave(current: VirtualMachine) -> None:

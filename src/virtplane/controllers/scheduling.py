@@ -89,6 +89,8 @@ def host_views(cache: Cache) -> list[HostView]:
                 shared.add(pool.metadata.name)
             else:
                 local[pool_driver_name(pool)] = pool.spec.capacity_gib - used_gib.get(pool.metadata.name, 0)
+        # Ratios as the host controller recorded them; none yet (never reconciled): no overcommit.
+        ratios = host.status.allocation_ratios
         views.append(
             HostView(
                 name=name,
@@ -97,6 +99,9 @@ def host_views(cache: Cache) -> list[HostView]:
                 connected=host.status.connection is HostConnection.UP,
                 vcpus=capacity.vcpus if capacity else 0,
                 memory_mib=capacity.memory_mib if capacity else 0,
+                cpu_allocation_ratio=ratios.cpu if ratios else 1.0,
+                memory_allocation_ratio=ratios.memory if ratios else 1.0,
+                capabilities=frozenset(host.status.capabilities),
                 used_vcpus=used_cpu,
                 used_memory_mib=used_mem,
                 shared_pools=frozenset(shared),

@@ -92,13 +92,12 @@ class SnapshotReconciler:
         paused_here = False
         vm_driver = await self._vm_driver(vm) if live else None
         try:
-            if (
-                live
-                and snap.spec.required_consistency
-                and not snap.spec.with_memory
-                and vm_driver is not None
-            ):
-                await vm_driver.pause(dname)  # consistent disks without memory: freeze the guest meanwhile
+            consistent = snap.spec.required_consistency or snap.spec.with_memory
+            if live and consistent and vm_driver is not None and vm.status.phase is not VMPhase.PAUSED:
+                # Freeze the guest while its disks (and memory) are saved: consistent disks, and a
+                # memory image that matches them, so a restore can resume it. One paused by its
+                # owner stays paused.
+                await vm_driver.pause(dname)
                 paused_here = True
             done = {d.volume for d in snap.status.disk_snapshots}
             for disk in vm.spec.disks:

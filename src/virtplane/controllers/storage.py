@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from virtplane.controllers.attachments import sync_attachment
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.scheduling import pool_driver_name, pool_hosts
 from virtplane.domain.images import owned_volume_file
@@ -132,6 +133,7 @@ class VolumeReconciler:
         if FINALIZER not in volume.metadata.finalizers:
             volume.metadata.finalizers.append(FINALIZER)
             volume = ctx.write(volume)
+        volume = sync_attachment(ctx, volume)
         if volume.status.phase is VolumePhase.READY and volume.status.size_gib >= volume.spec.size_gib:
             return None
         if pool is None:

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import BootImages, host_driver, vm_boot, vm_disks
+from virtplane.controllers.memory_resume import start_domain
 from virtplane.controllers.migration_outcome import LIVE
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
 from virtplane.crashpoints import crashpoint
@@ -386,12 +387,13 @@ class VMReconciler:
         cap = ctx.settings.get_float("vm.start.backoff_cap_s")
         attempts = st.start_failures + 1
         try:
-            await driver.ensure_defined(self._spec(vm, disks))
+            spec = self._spec(vm, disks)
+            await driver.ensure_defined(spec)
             st.start_failures = attempts
             st.next_start_at = now + timedelta(seconds=start_retry_delay(attempts, base, cap))
             vm = await self._persist(vm, st, vm.metadata.annotations)
             crashpoint("vm.before-start")
-            await driver.start(dname)
+            vm = await start_domain(ctx, vm, driver, spec)  # from a restored snapshot's memory, or cold
         except DriverError as exc:
             delay = start_retry_delay(attempts, base, cap)
             st = vm.status.model_copy(deep=True)

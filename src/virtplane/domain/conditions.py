@@ -17,6 +17,11 @@ class VMCondition(StrEnum):
     HOST_REACHABLE = "HostReachable"
     RESTART_REQUIRED = "RestartRequired"
     MIGRATION = "Migration"
+    MEMORY_RESTORED = "MemoryRestored"
+
+
+class HostCondition(StrEnum):
+    DRIVER_LOADED = "DriverLoaded"  # False: the host's driver cannot load on the control plane
 
 
 def set_condition(

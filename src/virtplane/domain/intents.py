@@ -24,6 +24,8 @@ RESTART_REQUESTED = f"{SYSTEM_PREFIX}restart-requested"
 RESTORE_POWER_STATE = f"{SYSTEM_PREFIX}restore-power-state"
 MAINTENANCE_POWER_STATE = f"{SYSTEM_PREFIX}maintenance-power-state"
 HELD_BY = f"{SYSTEM_PREFIX}held-by"
+RESUME_FROM_MEMORY = f"{SYSTEM_PREFIX}resume-from-memory"
+"""The snapshot whose saved memory the start after a restore resumes (see ``memory_resume_stands``)."""
 MIGRATION = f"{SYSTEM_PREFIX}migration"
 """A live migration in flight (JSON of ``MigrationIntent``); kept apart from the power intents."""
 
@@ -55,6 +57,7 @@ class Intents:
     restore_power_state: PowerState | None = None
     maintenance_power_state: PowerState | None = None
     held_by: str | None = None  # the operation or maintenance holding the VM (Maintenance condition)
+    resume_from_memory: str | None = None  # a snapshot: the start after its restore resumes its memory
 
     def with_(self, **changes: object) -> Intents:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -83,6 +86,7 @@ def read_intents(annotations: Mapping[str, str]) -> Intents:
         restore_power_state=_enum_or_none(PowerState, annotations.get(RESTORE_POWER_STATE)),
         maintenance_power_state=_enum_or_none(PowerState, annotations.get(MAINTENANCE_POWER_STATE)),
         held_by=annotations.get(HELD_BY) or None,
+        resume_from_memory=annotations.get(RESUME_FROM_MEMORY) or None,
     )
 
 
@@ -101,6 +105,8 @@ def write_intents(annotations: Mapping[str, str], intents: Intents) -> dict[str,
         result[MAINTENANCE_POWER_STATE] = intents.maintenance_power_state.value
     if intents.held_by:
         result[HELD_BY] = intents.held_by
+    if intents.resume_from_memory:
+        result[RESUME_FROM_MEMORY] = intents.resume_from_memory
     return result
 
 
@@ -112,8 +118,19 @@ _INTENT_KEYS = frozenset(
         RESTORE_POWER_STATE,
         MAINTENANCE_POWER_STATE,
         HELD_BY,
+        RESUME_FROM_MEMORY,
     }
 )
+
+
+def memory_resume_stands(intents: Intents) -> bool:
+    """A restore's memory image is for the one start its Running power state becomes: it
+    stands while that start is pending (the recorded state, then the start request) and
+    goes with it, so a later start (after a stop, under another policy) never resumes
+    stale memory over disks that moved on."""
+    return intents.resume_from_memory is not None and (
+        intents.start or intents.restore_power_state is PowerState.RUNNING
+    )
 
 
 def split_annotations(annotations: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

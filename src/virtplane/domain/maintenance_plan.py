@@ -19,7 +19,7 @@ host or land together on a host against their anti-affinity group.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
@@ -90,6 +90,8 @@ class Plan:
 
 
 def _no_target(choice: Choice) -> str:
+    if choice.blocked:
+        return f"cannot leave {choice.blocked}"
     if not choice.reasons:
         return "no target host: there are no other hosts"
     details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
@@ -120,13 +122,19 @@ def plan_maintenance(
     names further hosts not to use (e.g. ones a migration already failed to).
     """
     strategy = Strategy(strategy)  # a plain string from a setting compares by value, never by identity
-    # The host under maintenance is dropped rather than excluded, so it doesn't clutter the reasons.
+    # The host under maintenance is never a target, only the source whose driver must be able
+    # to migrate (choose_host leaves it out of the reasons).
     targets = {h.name: h for h in hosts if h.name != host}
+    sources = [h for h in hosts if h.name == host]
     items: list[PlanItem] = []
 
     def place(planned: PlanVM, action: PlanAction, copy_local_disks: bool, reason: str) -> PlanItem:
         choice = choose_host(
-            planned.vm, list(targets.values()), exclude=exclude_targets, copy_local_disks=copy_local_disks
+            replace(planned.vm, host=host),  # it leaves this host, whatever the view says
+            [*sources, *targets.values()],
+            exclude=exclude_targets,
+            copy_local_disks=copy_local_disks,
+            migration=True,
         )
         if choice.host is None:
             return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, _no_target(choice))

@@ -11,6 +11,13 @@ Without ``copy_local_disks`` the VM's disks stay where they are, so the target
 must be the host that has those pools (a start on the disks' host). With it the
 disks are copied (block migration), so the target needs a pool of the same name
 with room for them.
+
+Capacity: a host offers its reported (or configured) CPUs and memory times its
+allocation ratios (``allocatable``), as Nova's cpu_allocation_ratio does; a real
+hypervisor runs more vCPUs than it has cores.
+
+Migration: with ``migration=True`` the VM moves live from its current host, so that
+host and the target must both have drivers that can do it (``migration_refusal``).
 """
 
 from __future__ import annotations
@@ -20,9 +27,23 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from virtplane.domain.host_states import accepts_vms
-from virtplane.domain.resources import HostResourceState
+from virtplane.domain.resources import Capability, HostResourceState
 
-__all__ = ["Choice", "HostView", "VMView", "choose_host", "explain", "reserve"]
+__all__ = [
+    "Choice",
+    "HostView",
+    "VMView",
+    "allocatable",
+    "choose_host",
+    "explain",
+    "migration_refusal",
+    "reserve",
+]
+
+
+def allocatable(physical: int, ratio: float) -> int:
+    """What a host may allocate of ``physical`` units at allocation ``ratio`` (rounded down)."""
+    return int(physical * ratio + 1e-9)  # 3 x 1.1 is 3.3000000000000003 in floats, still 3
 
 
 def _frozen_mapping(value: Mapping[str, int]) -> Mapping[str, int]:
@@ -45,7 +66,12 @@ class HostView:
     state: HostResourceState
     connected: bool
     vcpus: int
+    """The CPUs the host reports (or its configured capacity), before the allocation ratio."""
     memory_mib: int
+    cpu_allocation_ratio: float = 1.0
+    memory_allocation_ratio: float = 1.0
+    capabilities: frozenset[Capability] = frozenset()
+    """What its driver can do (live migration, block migration, ...)."""
     used_vcpus: int = 0
     used_memory_mib: int = 0
     shared_pools: frozenset[str] = frozenset()
@@ -65,12 +91,20 @@ class HostView:
         object.__setattr__(self, "local_pool_free_gib", _frozen_mapping(self.local_pool_free_gib))
 
     @property
+    def allocatable_vcpus(self) -> int:
+        return allocatable(self.vcpus, self.cpu_allocation_ratio)
+
+    @property
+    def allocatable_memory_mib(self) -> int:
+        return allocatable(self.memory_mib, self.memory_allocation_ratio)
+
+    @property
     def free_vcpus(self) -> int:
-        return self.vcpus - self.used_vcpus
+        return self.allocatable_vcpus - self.used_vcpus
 
     @property
     def free_memory_mib(self) -> int:
-        return self.memory_mib - self.used_memory_mib
+        return self.allocatable_memory_mib - self.used_memory_mib
 
 
 @dataclass(frozen=True)
@@ -105,9 +139,22 @@ class Choice:
     host: str | None
     reasons: Mapping[str, str]
     """Rejected host name → the reason; hosts that could take the VM are absent."""
+    blocked: str = ""
+    """Why no host was considered: the VM's own host cannot let it go ("host h1: its driver ..."), or ""."""
 
 
-def _rejection(vm: VMView, host: HostView, exclude: frozenset[str], copy_local_disks: bool) -> str | None:
+def migration_refusal(host: HostView, copy_local_disks: bool) -> str | None:
+    """Why ``host``'s driver cannot take part in a live migration, as source or target, or None."""
+    if copy_local_disks and Capability.BLOCK_MIGRATION not in host.capabilities:
+        return "its driver cannot migrate local disks (no block migration)"
+    if not copy_local_disks and Capability.LIVE_MIGRATION not in host.capabilities:
+        return "its driver cannot live-migrate"
+    return None
+
+
+def _rejection(
+    vm: VMView, host: HostView, exclude: frozenset[str], copy_local_disks: bool, migration: bool
+) -> str | None:
     """Why ``host`` can't take ``vm`` (the first rule it fails), or None if it can."""
     if host.name == vm.host:
         return "current host of the VM"
@@ -117,6 +164,9 @@ def _rejection(vm: VMView, host: HostView, exclude: frozenset[str], copy_local_d
         return "disabled" if host.state == HostResourceState.DISABLED else f"in {host.state.value}"
     if not host.connected:
         return "disconnected"
+    refusal = migration_refusal(host, copy_local_disks) if migration else None
+    if refusal is not None:
+        return refusal
     if vm.cluster is not None and host.cluster != vm.cluster:
         return f"in cluster {host.cluster}, VM needs cluster {vm.cluster}"
     if vm.host_affinity and host.name not in vm.host_affinity:
@@ -145,17 +195,27 @@ def choose_host(
     *,
     exclude: frozenset[str] = frozenset(),
     copy_local_disks: bool = False,
+    migration: bool = False,
 ) -> Choice:
     """The best host for ``vm`` among ``hosts``, and the reason each other host was rejected.
 
     Only Enabled, connected hosts are candidates; the VM's current host and the
     ``exclude``d ones never are. Among the rest, the most free memory after
-    placement wins, then the lowest name.
+    placement wins, then the lowest name. With ``migration`` the VM moves live from
+    its current host, which is then the source rather than a rejected candidate: when
+    it (if among ``hosts``) cannot let the VM go, no host is considered and
+    ``Choice.blocked`` says why.
     """
+    if migration:
+        source = next((h for h in hosts if h.name == vm.host), None)
+        refusal = migration_refusal(source, copy_local_disks) if source is not None else None
+        if refusal is not None:
+            return Choice(host=None, reasons=MappingProxyType({}), blocked=f"host {vm.host}: {refusal}")
+        hosts = [h for h in hosts if h.name != vm.host]
     reasons: dict[str, str] = {}
     candidates: list[HostView] = []
     for host in hosts:
-        reason = _rejection(vm, host, exclude, copy_local_disks)
+        reason = _rejection(vm, host, exclude, copy_local_disks, migration)
         if reason is None:
             candidates.append(host)
         else:
@@ -191,6 +251,8 @@ def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
 
 def explain(choice: Choice) -> str:
     """One line: the chosen host, or why no host fits."""
+    if choice.blocked:
+        return f"no host: the VM cannot leave {choice.blocked}"
     if choice.host is not None:
         rejected = len(choice.reasons)
         if not rejected:

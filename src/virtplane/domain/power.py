@@ -8,10 +8,10 @@ report. The VM controller applies it one step at a time. The table
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from virtplane.domain.intents import Intents, PowerState, RestartStage, StopMode
+from virtplane.domain.intents import Intents, PowerState, RestartStage, StopMode, memory_resume_stands
 from virtplane.domain.resources import ExitReason, RunPolicy, VMPhase
 
 # The domain states as the decision sees them (strings, so the domain layer does not import drivers).
@@ -155,6 +155,13 @@ def _idle(inputs: PowerInputs, intents: Intents, last_exit: ExitReason | None, w
 
 
 def decide(inputs: PowerInputs) -> PowerDecision:
+    decision = _decide(inputs)
+    if decision.intents.resume_from_memory is not None and not memory_resume_stands(decision.intents):
+        return replace(decision, intents=decision.intents.with_(resume_from_memory=None))
+    return decision
+
+
+def _decide(inputs: PowerInputs) -> PowerDecision:
     intents = inputs.intents
     policy = inputs.run_policy
     state = inputs.domain_state

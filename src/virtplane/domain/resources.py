@@ -137,9 +137,34 @@ class HostConnection(StrEnum):
     UNKNOWN = "Unknown"
 
 
+class Capability(StrEnum):
+    """What a host's driver can do; the drivers declare theirs, the host controller records them."""
+
+    LIVE_MIGRATION = "live-migration"
+    BLOCK_MIGRATION = "block-migration"
+    MEMORY_SNAPSHOT = "memory-snapshot"
+    DISK_SNAPSHOT = "disk-snapshot"
+    VOLUME_RESIZE = "volume-resize"
+    FAULT_INJECTION = "fault-injection"
+
+
 class Capacity(Strict):
     vcpus: int = Field(ge=1, le=4096)
     memory_mib: int = Field(ge=64, le=64 * 1024 * 1024)
+
+
+class AllocationRatios(BaseModel):
+    """The settings host.cpu_allocation_ratio and host.memory_allocation_ratio as they apply to a host."""
+
+    cpu: float
+    memory: float
+
+
+class Allocatable(BaseModel):
+    """What placement may give out on a host: its capacity times the allocation ratios."""
+
+    vcpus: int = 0
+    memory_mib: int = 0
 
 
 class Allocation(BaseModel):
@@ -166,7 +191,12 @@ class HostStatus(BaseModel):
     resource_state: HostResourceState = HostResourceState.ENABLED
     connection: HostConnection = HostConnection.UNKNOWN
     capacity: Capacity | None = None
+    allocation_ratios: AllocationRatios | None = None
+    allocatable: Allocatable | None = None
     allocated: Allocation = Field(default_factory=Allocation)
+    capabilities: list[Capability] = Field(
+        default_factory=list, description="What the host's driver can do, recorded when it connects."
+    )
     last_heartbeat: datetime | None = None
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
@@ -633,6 +663,12 @@ class HostMaintenance(Resource):
 
 class SettingSpec(Strict):
     value: Any = None
+    clusters: dict[Name, Any] = Field(
+        default_factory=dict, description="Cluster -> value, for settings of scope host."
+    )
+    hosts: dict[Name, Any] = Field(
+        default_factory=dict, description="Host -> value, for settings of scope host."
+    )
 
 
 class SettingStatus(BaseModel):

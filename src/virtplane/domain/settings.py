@@ -1,13 +1,18 @@
 """The typed settings registry: every tunable, its type, default, allowed values and meaning.
 
-Pure: parsing and validation only. The store keeps values that differ from the
-default as Setting resources; readers merge them with these definitions.
+Pure: parsing, validation and scope resolution only. The store keeps values that
+differ from the default as Setting resources; readers merge them with these
+definitions.
+
+Scope: a ``global`` setting has one value. A ``host`` setting has a global value
+that an admin may override per cluster and per host (as CloudStack's cluster-scoped
+``cpu.overprovisioning.factor``); ``SettingDef.effective`` says which one applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -19,8 +24,23 @@ class SettingType(StrEnum):
     BOOL = "bool"
 
 
+class SettingScope(StrEnum):
+    GLOBAL = "global"
+    HOST = "host"
+    """A global value, overridable per cluster and per host."""
+
+
 class SettingError(ValueError):
     """A setting key is unknown or a value is not allowed; the message says what is."""
+
+
+@dataclass(frozen=True)
+class ScopedValues:
+    """What is stored for one setting: the global value and the overrides by cluster and host."""
+
+    value: Any
+    clusters: Mapping[str, Any] = field(default_factory=dict)
+    hosts: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -32,7 +52,28 @@ class SettingDef:
     allowed: tuple[Any, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
-    scope: str = "global"
+    scope: SettingScope = SettingScope.GLOBAL
+
+    def check_scope(self, *, cluster: str | None, host: str | None) -> None:
+        """Raise unless a value may be set (or reset) for this cluster or host."""
+        if cluster is not None and host is not None:
+            raise SettingError(f"{self.key}: give a cluster or a host, not both")
+        if (cluster is not None or host is not None) and self.scope is SettingScope.GLOBAL:
+            raise SettingError(f"{self.key} is a global setting: it cannot be set per cluster or host")
+
+    def effective(
+        self, stored: ScopedValues | None, *, cluster: str | None = None, host: str | None = None
+    ) -> Any:
+        """The value that applies to ``host`` in ``cluster``: the host's override, else the
+        cluster's, else the global value, else the default."""
+        if stored is None:
+            return self.default
+        if self.scope is SettingScope.HOST:
+            if host is not None and host in stored.hosts:
+                return stored.hosts[host]
+            if cluster is not None and cluster in stored.clusters:
+                return stored.clusters[cluster]
+        return stored.value
 
     def parse(self, raw: Any) -> Any:
         """Turn ``raw`` (a typed value, or a string from the CLI) into a valid value, or raise."""
@@ -156,6 +197,26 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         "Bandwidth limit per migration in MiB/s; 0 means no limit.",
         minimum=0,
         maximum=1_000_000,
+    ),
+    SettingDef(
+        "host.cpu_allocation_ratio",
+        SettingType.FLOAT,
+        4.0,
+        "vCPUs a host may allocate per physical CPU it reports (as Nova's cpu_allocation_ratio); "
+        "placement and the maintenance plan count a host's vCPUs as its CPUs times this.",
+        minimum=0.1,
+        maximum=64,
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.memory_allocation_ratio",
+        SettingType.FLOAT,
+        1.0,
+        "Memory a host may allocate per MiB it reports; above 1.0 the guests overcommit memory "
+        "and a full host may fail to start a guest.",
+        minimum=0.1,
+        maximum=16,
+        scope=SettingScope.HOST,
     ),
     SettingDef(
         "vm.start.backoff_base_s",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from virtplane.domain.resources import ExitReason
+from virtplane.domain.resources import Capability, ExitReason
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -44,15 +44,6 @@ class DomainState(StrEnum):
     CRASHED = "crashed"
     MIGRATING = "migrating"  # outgoing live migration in progress (still running here)
     INCOMING = "incoming"  # arriving by live migration: defined here, not running here yet
-
-
-class Capability(StrEnum):
-    LIVE_MIGRATION = "live-migration"
-    BLOCK_MIGRATION = "block-migration"
-    MEMORY_SNAPSHOT = "memory-snapshot"
-    DISK_SNAPSHOT = "disk-snapshot"
-    VOLUME_RESIZE = "volume-resize"
-    FAULT_INJECTION = "fault-injection"
 
 
 @dataclass(frozen=True)
@@ -246,8 +237,6 @@ class HypervisorDriver(Protocol):
 
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo: ...
 
-    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo: ...
-
     # -- snapshots the control plane owns (not libvirt snapshot metadata, so domains stay migratable)
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
         """Save the volume's current content; returns a handle for revert/delete."""
@@ -260,7 +249,8 @@ class HypervisorDriver(Protocol):
         """Save a running domain's memory state (the domain keeps running); returns a handle."""
 
     async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
-        """Start the domain from saved memory (after its disks were reverted)."""
+        """Start the domain from saved memory (after its disks were reverted), running even if it
+        was saved paused; raises when the image cannot be used here (missing, other CPU)."""
 
     # -- live migration
     async def migrate(self, request: MigrationRequest) -> None:

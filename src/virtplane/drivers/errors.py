@@ -5,7 +5,8 @@ DriverError
  │    └── HostUnreachable   the host connection is away
  ├── PermanentError   retrying the same call will not help (bad spec, unsupported)
  │    ├── Unsupported       the driver lacks the capability
- │    └── ImageRefused      a library file is not a usable image (a link out, a device, ...)
+ │    ├── ImageRefused      a library file is not a usable image (a link out, a device, ...)
+ │    └── DriverUnavailable the driver cannot load here (a library is missing on this machine)
  └── NotFound         the domain, volume or snapshot does not exist
 """
 
@@ -36,12 +37,17 @@ class ImageRefused(PermanentError):
     """Its message names only the library pool and file, never where a link leads."""
 
 
+class DriverUnavailable(PermanentError):
+    """The driver cannot load on the control plane's machine; its message says how to install it."""
+
+
 class NotFound(DriverError):
     pass
 
 
 __all__ = [
     "DriverError",
+    "DriverUnavailable",
     "HostUnreachable",
     "ImageRefused",
     "NotFound",

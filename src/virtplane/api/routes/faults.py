@@ -1,4 +1,8 @@
-"""Fault injection into simulated hosts (admin only): for demos and end-to-end tests."""
+"""Fault injection into simulated hosts (admin only): for demos and end-to-end tests.
+
+``POST /v1/hosts/{name}/faults`` names the host; ``POST /v1/vms/{name}/faults`` finds the
+VM's host itself, so a guest fault needs no knowledge of where the VM was placed.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ router = APIRouter(tags=["Host"])
 # the simulator's own list: one place for the fault kinds
 FAULT_KINDS = tuple(kind.value for kind in FaultKind)
 VM_FAULTS = frozenset({"guest-shutdown", "guest-reset", "crash"})
+"""Faults that hit the VM's live guest: only its current host can take them."""
+HOST_FAULTS = frozenset({"host-down", "host-up", "disconnect", "reconnect"})
+VM_ROUTE_KINDS = tuple(kind for kind in FAULT_KINDS if kind not in HOST_FAULTS)
 
 
 class FaultRequest(BaseModel):
@@ -30,6 +37,43 @@ class FaultRequest(BaseModel):
     count: int = Field(default=1, ge=1, le=1000)
 
 
+class VMFaultRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(
+        description="One of: " + ", ".join(VM_ROUTE_KINDS), json_schema_extra={"enum": list(VM_ROUTE_KINDS)}
+    )
+    count: int = Field(default=1, ge=1, le=1000)
+
+
+def _inject(
+    ctx: ApiContext, host: Host, kind: str, vm: VirtualMachine | None, count: int, by: Principal
+) -> dict[str, Any]:
+    name = host.metadata.name
+    if ctx.sim is None or not host.spec.uri.startswith("sim://"):
+        raise ApiError(
+            422, "NotSimulated", f"host {name} is not a simulated host; faults exist only for sim:// hosts"
+        )
+    if kind not in FAULT_KINDS:
+        raise ApiError(422, "Invalid", f"kind {kind!r} is unknown; use one of: {', '.join(FAULT_KINDS)}")
+    if vm is None and kind in VM_FAULTS:
+        raise ApiError(422, "Invalid", f"fault {kind} needs a vm")
+    if vm is not None and kind in VM_FAULTS and vm.status.host != name:
+        where = f"runs on {vm.status.host}" if vm.status.host else "is on no host"
+        raise ApiError(
+            409,
+            "WrongHost",
+            f"VM {vm.metadata.name} {where}, not {name}; POST /v1/vms/{vm.metadata.name}/faults finds its host",
+        )
+    domain = domain_name(vm.metadata.uid) if vm is not None else None
+    try:
+        ctx.sim.inject(host.spec.uri.removeprefix("sim://").split("?")[0], FaultKind(kind), domain, count)
+    except SimFaultError as exc:
+        raise ApiError(409, "FaultNotApplicable", str(exc)) from exc
+    target = f" on VM {vm.metadata.name}" if vm else ""
+    ctx.store.record_event("Host", name, "FaultInjected", f"{kind}{target} x{count} by {by.name}")
+    return {"host": name, "kind": kind, "vm": vm.metadata.name if vm else None, "count": count}
+
+
 @router.post(
     "/v1/hosts/{name}/faults", operation_id="inject_fault", summary="Inject a fault into a simulated host"
 )
@@ -38,26 +82,24 @@ async def inject_fault(
 ) -> dict[str, Any]:
     ctx: ApiContext = request.app.state.ctx
     host = ctx.store.get(Host, name)
-    if ctx.sim is None or not host.spec.uri.startswith("sim://"):
-        raise ApiError(
-            422, "NotSimulated", f"host {name} is not a simulated host; faults exist only for sim:// hosts"
-        )
-    if body.kind not in FAULT_KINDS:
-        raise ApiError(422, "Invalid", f"kind {body.kind!r} is unknown; use one of: {', '.join(FAULT_KINDS)}")
-    domain = None
-    if body.vm is not None:
-        vm = ctx.store.get(VirtualMachine, body.vm)
-        domain = domain_name(vm.metadata.uid)
-    elif body.kind in VM_FAULTS:
-        raise ApiError(422, "Invalid", f"fault {body.kind} needs a vm")
-    try:
-        ctx.sim.inject(
-            host.spec.uri.removeprefix("sim://").split("?")[0], FaultKind(body.kind), domain, body.count
-        )
-    except SimFaultError as exc:
-        raise ApiError(409, "FaultNotApplicable", str(exc)) from exc
-    target = f" on VM {body.vm}" if body.vm else ""
-    ctx.store.record_event(
-        "Host", name, "FaultInjected", f"{body.kind}{target} x{body.count} by {principal.name}"
-    )
-    return {"host": name, "kind": body.kind, "vm": body.vm, "count": body.count}
+    vm = ctx.store.get(VirtualMachine, body.vm) if body.vm is not None else None
+    return _inject(ctx, host, body.kind, vm, body.count, principal)
+
+
+@router.post(
+    "/v1/vms/{name}/faults",
+    operation_id="inject_vm_fault",
+    summary="Inject a fault into a VM on the simulated host it is on",
+    tags=["VirtualMachine"],
+)
+async def inject_vm_fault(
+    name: str, body: VMFaultRequest, request: Request, principal: Principal = Depends(require(Role.ADMIN))
+) -> dict[str, Any]:
+    """The VM's own host (``status.host``) takes the fault: no need to know where it was placed."""
+    ctx: ApiContext = request.app.state.ctx
+    vm = ctx.store.get(VirtualMachine, name)
+    if body.kind in HOST_FAULTS:
+        raise ApiError(422, "Invalid", f"{body.kind} is a host fault: POST /v1/hosts/{{name}}/faults")
+    if not vm.status.host:
+        raise ApiError(409, "NotPlaced", f"VM {name} is on no host yet; there is nothing to hit")
+    return _inject(ctx, ctx.store.get(Host, vm.status.host), body.kind, vm, body.count, principal)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict
 
 from virtplane.api.auth import Principal, Role, require
@@ -28,6 +28,19 @@ def _ctx(request: Request) -> ApiContext:
     return ctx
 
 
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+ClusterQuery = Query(
+    default=None, pattern=_DNS_LABEL, description="Set or reset this cluster's override (scope host)."
+)
+HostQuery = Query(
+    default=None, pattern=_DNS_LABEL, description="Set or reset this host's override (scope host)."
+)
+
+
+def _where(cluster: str | None, host: str | None) -> str:
+    return f" for cluster {cluster}" if cluster else f" for host {host}" if host else ""
+
+
 @router.get(
     "/v1/settings", operation_id="list_settings", summary="Every setting with its value and definition"
 )
@@ -40,10 +53,26 @@ def get_setting(key: str, request: Request, _: Principal = Depends(require(Role.
     return _ctx(request).settings.describe(key).model_dump(mode="json")
 
 
-def _set(request: Request, key: str, body: SettingWrite, principal: Principal) -> Any:
+def _set(
+    request: Request,
+    key: str,
+    body: SettingWrite,
+    principal: Principal,
+    cluster: str | None = None,
+    host: str | None = None,
+) -> Any:
     ctx = _ctx(request)
-    setting = ctx.settings.set(key, body.spec.value)
-    ctx.store.record_event("Setting", key, "Changed", f"set to {setting.spec.value!r} by {principal.name}")
+    setting = ctx.settings.set(key, body.spec.value, cluster=cluster, host=host)
+    value = (
+        setting.spec.clusters[cluster]
+        if cluster
+        else setting.spec.hosts[host]
+        if host
+        else setting.spec.value
+    )
+    ctx.store.record_event(
+        "Setting", key, "Changed", f"set to {value!r}{_where(cluster, host)} by {principal.name}"
+    )
     return setting.model_dump(mode="json")
 
 
@@ -52,9 +81,11 @@ def put_setting(
     key: str,
     request: Request,
     body: SettingWrite = Body(...),
+    cluster: str | None = ClusterQuery,
+    host: str | None = HostQuery,
     principal: Principal = Depends(require(Role.ADMIN)),
 ) -> Any:
-    return _set(request, key, body, principal)
+    return _set(request, key, body, principal, cluster, host)
 
 
 @router.patch("/v1/settings/{key}", operation_id="patch_settings", summary="Set a setting's value")
@@ -62,9 +93,11 @@ def patch_setting(
     key: str,
     request: Request,
     body: SettingWrite = Body(...),
+    cluster: str | None = ClusterQuery,
+    host: str | None = HostQuery,
     principal: Principal = Depends(require(Role.ADMIN)),
 ) -> Any:
-    return _set(request, key, body, principal)
+    return _set(request, key, body, principal, cluster, host)
 
 
 @router.post(
@@ -82,9 +115,20 @@ def post_setting(
     return _set(request, name, SettingWrite(spec=SettingValue(value=spec["value"])), principal)
 
 
-@router.delete("/v1/settings/{key}", operation_id="delete_settings", summary="Reset a setting to its default")
-def delete_setting(key: str, request: Request, principal: Principal = Depends(require(Role.ADMIN))) -> Any:
+@router.delete(
+    "/v1/settings/{key}",
+    operation_id="delete_settings",
+    summary="Reset a setting to its default, or drop a cluster's or host's override",
+)
+def delete_setting(
+    key: str,
+    request: Request,
+    cluster: str | None = ClusterQuery,
+    host: str | None = HostQuery,
+    principal: Principal = Depends(require(Role.ADMIN)),
+) -> Any:
     ctx = _ctx(request)
-    setting = ctx.settings.reset(key)
-    ctx.store.record_event("Setting", key, "Reset", f"reset to the default by {principal.name}")
+    setting = ctx.settings.reset(key, cluster=cluster, host=host)
+    what = f"the override{_where(cluster, host)} removed" if cluster or host else "reset to the default"
+    ctx.store.record_event("Setting", key, "Reset", f"{what} by {principal.name}")
     return setting.model_dump(mode="json")

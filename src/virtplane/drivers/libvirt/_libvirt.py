@@ -12,6 +12,7 @@ from typing import Any
 
 from virtplane.drivers.errors import (
     DriverError,
+    DriverUnavailable,
     HostUnreachable,
     NotFound,
     PermanentError,
@@ -19,17 +20,24 @@ from virtplane.drivers.errors import (
     Unsupported,
 )
 
+INSTALL_HINT = (
+    "the libvirt driver cannot load: libvirt-python is not installed on the control plane. "
+    "Install it in virtplane's environment, built for the system libvirt: "
+    "apt-get install libvirt-dev pkg-config gcc python3-dev, then "
+    'pip install "libvirt-python==$(pkg-config --modversion libvirt)"'
+)
+
 _quiet_lock = threading.Lock()
 _quiet = False
 
 
 def load() -> Any:
-    """The ``libvirt`` module; raises PermanentError when libvirt-python is missing."""
+    """The ``libvirt`` module; raises DriverUnavailable when libvirt-python is missing."""
     global _quiet
     try:
         import libvirt
     except ImportError as exc:
-        raise PermanentError("libvirt-python is not installed (pip install 'virtplane[libvirt]')") from exc
+        raise DriverUnavailable(INSTALL_HINT) from exc
     with _quiet_lock:
         if not _quiet:
             # libvirt prints every error to stderr by default; ours become exceptions instead.

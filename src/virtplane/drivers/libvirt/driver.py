@@ -182,15 +182,20 @@ class LibvirtDriver:
             self._stops.request(name)
             try:
                 stop_requests.set_mark(dom, True)
+                if dom.state()[0] == lv.VIR_DOMAIN_PAUSED:
+                    # A paused guest cannot hear the button (libvirt refuses to press it, and
+                    # its test driver would power off at once): the caller's grace period runs
+                    # out and destroys it, as for any guest that ignores ACPI.
+                    return
                 dom.shutdown(power_button=self.flavor.power_button)
             except lv.libvirtError as exc:
                 # The button is pressed again while a guest powers off: one that is being shut
                 # down (or is off) since is_active() gives "domain is not running", which is
-                # what was asked for.
+                # what was asked for; so does a guest paused meanwhile (see above).
                 if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID:
                     raise
                 state = dom.state()[0] if dom.is_active() else lv.VIR_DOMAIN_SHUTOFF
-                if state not in (lv.VIR_DOMAIN_SHUTDOWN, lv.VIR_DOMAIN_SHUTOFF):
+                if state not in (lv.VIR_DOMAIN_SHUTDOWN, lv.VIR_DOMAIN_SHUTOFF, lv.VIR_DOMAIN_PAUSED):
                     raise
 
         await self._call(shutdown)
@@ -282,9 +287,6 @@ class LibvirtDriver:
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo:
         self._require(Capability.VOLUME_RESIZE)
         return await self._call(lambda conn: storage.resize_volume(conn, pool, name, size_gib))
-
-    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
-        return await self._call(lambda conn: storage.copy_volume(conn, src, src_name, dst, dst_name))
 
     # ------------------------------------------------------------------ snapshots
 

@@ -24,9 +24,10 @@ class HypervisorFlavor:
     """``undefine`` may drop checkpoint metadata (the test driver refuses the flag)."""
     live_backup: bool
     """A disk of a running guest is copied by a backup job; else it is cloned as it is."""
-    save_paused: bool
-    """A memory save can bring the guest back paused (``VIR_DOMAIN_SAVE_PAUSED``); else it is
-    suspended again after the restore."""
+    restore_run_state: bool
+    """A restore of a memory image is told to bring the guest back paused or running
+    (``VIR_DOMAIN_SAVE_PAUSED`` / ``_RUNNING``), whatever it was saved as; the test driver
+    takes no flags and always runs it, so a guest saved paused is suspended again after."""
     memory_on_host: bool
     """Memory images go to a directory pool on the host; the test driver, running in this
     process, writes them to a directory on this machine."""
@@ -51,7 +52,7 @@ QEMU = HypervisorFlavor(
     power_button=True,
     undefine_checkpoints=True,
     live_backup=True,
-    save_paused=True,
+    restore_run_state=True,
     memory_on_host=True,
     restore_with_definition=True,
     local_view=True,
@@ -64,7 +65,7 @@ TEST_DRIVER = HypervisorFlavor(
     power_button=False,
     undefine_checkpoints=False,
     live_backup=False,
-    save_paused=False,
+    restore_run_state=False,
     memory_on_host=False,
     restore_with_definition=False,
     local_view=False,

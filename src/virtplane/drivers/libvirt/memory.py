@@ -49,13 +49,13 @@ class MemoryImages:
             raise PermanentError(f"domain {name} is not running: no memory to save")
         path = os.path.join(self._directory(conn), f"{name}.{snapshot_id}.mem")
         was_paused = dom.state()[0] == lv.VIR_DOMAIN_PAUSED
-        keep_paused = was_paused and self._flavor.save_paused
+        keep_paused = was_paused and self._flavor.restore_run_state
         with self._lock:
             self._saving.add(name)
         try:
             dom.save(path, paused=keep_paused)
             conn.restoreFlags(path, None, lv.VIR_DOMAIN_SAVE_PAUSED if keep_paused else 0)
-            if was_paused and not self._flavor.save_paused:
+            if was_paused and not self._flavor.restore_run_state:
                 dom.suspend()  # the hypervisor cannot restore paused: pause it again
         finally:
             with self._lock:
@@ -64,10 +64,11 @@ class MemoryImages:
             self._state_pool(conn).refresh(0)
         return path
 
-    @staticmethod
-    def restore(conn: Any, path: str, definition: str | None) -> None:
-        """Start a domain from the image at ``path`` (``definition``: its XML to use instead)."""
-        conn.restoreFlags(path, definition, 0)
+    def restore(self, conn: Any, path: str, definition: str | None) -> None:
+        """Start a domain from the image at ``path`` (``definition``: its XML to use instead),
+        running, also when the image was saved from a guest paused for the snapshot."""
+        running = _libvirt.load().VIR_DOMAIN_SAVE_RUNNING if self._flavor.restore_run_state else 0
+        conn.restoreFlags(path, definition, running)
 
     def delete_local(self, handle: str) -> bool:
         """Delete an image in the driver's own directory; False when ``handle`` is not one."""

@@ -189,18 +189,6 @@ def resize_volume(conn: Any, ref: PoolRef, name: str, size_gib: int) -> VolumeIn
     return volume_info(vol)
 
 
-def copy_volume(conn: Any, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
-    check_name("volume name", dst_name)
-    source = lookup_volume(lookup_pool(conn, src), src_name)
-    if source is None:
-        raise NotFound(f"volume {src_name!r} does not exist in pool {src.name!r}")
-    target_pool = ensure_pool(conn, dst)
-    existing = lookup_volume(target_pool, dst_name)
-    if existing is not None:
-        return volume_info(existing)
-    return volume_info(_clone(target_pool, dst_name, source, int(source.info()[1]), can_resize=False))
-
-
 def _running_user(conn: Any, path: str) -> tuple[LibvirtDomain, str] | None:
     """The active domain that has ``path`` as a disk, and the disk's target dev."""
     lv = _libvirt.load()
@@ -285,7 +273,6 @@ def delete_snapshot(conn: Any, handle: str) -> None:
 __all__ = [
     "GIB",
     "check_name",
-    "copy_volume",
     "create_volume",
     "delete_snapshot",
     "delete_volume",

@@ -38,10 +38,12 @@ shutoff/crashed reason.
 Events go to the sink of the host's driver, synchronously on the loop thread, and
 only while that driver is connected.
 
-Capacity (vcpus and memory of live domains plus incoming migrations) is checked on
-start, restore and migration: ``PermanentError`` when the domain could never fit the
-host, ``TransientError`` when the host is full right now (so the control plane's
-start retry keeps going). Pools follow the same rule.
+Capacity is the host's memory, as on a real hypervisor: the memory of live domains
+plus incoming migrations is checked on start, restore and migration: ``PermanentError``
+when the domain could never fit the host, ``TransientError`` when the host is full
+right now (so the control plane's start retry keeps going). vCPUs are counted but
+never refused (a real host runs more vCPUs than it has cores, only slower); how many
+it takes is the control plane's allocation ratio. Pools follow the same rule.
 
 Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
 --------------------------------------------------------------
@@ -82,6 +84,8 @@ target would not see (a local disk that is not copied, a shared pool the target 
 not ensured) fail the job at once too; paths that are not simulator volumes are
 trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
 queryable (on source and target) until its next migration (across a restart, see below).
+``SimCloud.migration_record()`` lists every start and end in order, so tests can check
+concurrency limits at every instant.
 
 Restarts (``SimCloud(..., state_path=PATH)``)
 ---------------------------------------------
@@ -114,8 +118,8 @@ the target stays held. A completed job is not kept across a restart, nor one tha
 completed while nobody ran: as with libvirt, no job is left once the source domain is
 gone (the control plane reads the outcome from the target's domain); a failed or aborted
 job stays queryable until the domain's next migration. A migration whose source or
-target is down on load fails, as when a host goes down. ``fault_log`` and the timing
-arguments of the constructor are not stored (pass the same ones again: they set how far
+target is down on load fails, as when a host goes down. ``fault_log``,
+``migration_record()`` and the timing arguments of the constructor are not stored (pass the same ones again: they set how far
 a migration got while nobody ran). ``close()`` commits and closes the file; it is
 optional. Without ``state_path`` nothing is written.
 
@@ -127,7 +131,7 @@ the marked rows at the end of each entry point (``_persist``);
 
 from ._cloud import SimCloud
 from ._driver import SIM_CAPABILITIES, SimDriver
-from ._model import FaultKind, FaultRecord, SimFaultError, SimHostState, SimState
+from ._model import FaultKind, FaultRecord, MigrationTransition, SimFaultError, SimHostState, SimState
 from ._precopy import CONVERGENCE_MIB
 
 __all__ = [
@@ -135,6 +139,7 @@ __all__ = [
     "SIM_CAPABILITIES",
     "FaultKind",
     "FaultRecord",
+    "MigrationTransition",
     "SimCloud",
     "SimDriver",
     "SimFaultError",

@@ -21,6 +21,7 @@ from ._model import (
     URI_SCHEME,
     FaultKind,
     FaultRecord,
+    MigrationTransition,
     SimDomain,
     SimFaultError,
     SimHostState,
@@ -328,6 +329,12 @@ class SimCloud:
             for name, host in self._hosts.items()
             if (found := host.domains.get(domain)) is not None and found.active
         )
+
+    def migration_record(self) -> list[MigrationTransition]:
+        """Every migration start and end since this cloud was built, in the order they happened
+        (the last ``MigrationEngine.RECORD_LIMIT``). A refused migration starts and ends at once;
+        each start has exactly one end once it is over."""
+        return list(self.migrations.record)
 
     def snapshot_state(self) -> SimState:
         return SimState(

@@ -198,10 +198,6 @@ class SimDriver:
         return self._world.storage.resize_volume(self._host().name, pool, name, size_gib)
 
     @_entry_point
-    async def copy_volume(self, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
-        return self._world.storage.copy_volume(self._host().name, src, src_name, dst, dst_name)
-
-    @_entry_point
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
         return self._world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 

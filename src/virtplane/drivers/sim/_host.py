@@ -137,18 +137,19 @@ class SimHost(Record):
         return domain
 
     def check_room(self, cpu: int, memory_mib: int, what: str) -> None:
-        """PermanentError if it can never fit this host, TransientError if it does not fit now."""
-        if cpu > self.vcpus or memory_mib > self.memory_mib:
+        """PermanentError if it can never fit this host, TransientError if it does not fit now.
+
+        Memory only, as on a real hypervisor: vCPUs are threads that share the cores, so
+        more vCPUs than cores only run slower (the control plane's allocation ratio decides
+        how many it places); memory the host does not have cannot be given out."""
+        if memory_mib > self.memory_mib:
             raise PermanentError(
-                f"{what} needs {cpu} vcpus / {memory_mib} MiB but {self.uri} has only "
-                f"{self.vcpus} vcpus / {self.memory_mib} MiB in total"
+                f"{what} needs {memory_mib} MiB but {self.uri} has only {self.memory_mib} MiB in total"
             )
-        free_cpu = self.vcpus - self.used_vcpus - self.reserved_vcpus
         free_memory = self.memory_mib - self.used_memory_mib - self.reserved_memory_mib
-        if cpu > free_cpu or memory_mib > free_memory:
+        if memory_mib > free_memory:
             raise TransientError(
-                f"{self.uri} is full: {what} needs {cpu} vcpus / {memory_mib} MiB, "
-                f"{free_cpu} vcpus / {free_memory} MiB free"
+                f"{self.uri} is full: {what} needs {memory_mib} MiB ({cpu} vcpus), {free_memory} MiB free"
             )
 
     def arm(self, kind: FaultKind, domain: str | None, count: int) -> None:

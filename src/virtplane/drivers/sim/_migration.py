@@ -10,6 +10,7 @@ docstring, "Restarts", says what a restart keeps).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
@@ -25,7 +26,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError, TransientError
 
 from ._changes import ChangeLog, Entity, RecordMap
-from ._model import FaultKind, SimDomain, SimTiming
+from ._model import FaultKind, MigrationTransition, SimDomain, SimTiming
 from ._precopy import DiskCopy, InjectedFault, Migration
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ class HostLookup(Protocol):
 
 class MigrationEngine:
     """Runs the world's migrations; at most one job per domain is kept (the latest)."""
+
+    RECORD_LIMIT = 100_000
+    """Transitions kept in ``record`` (the oldest go first): ample for any test, bounded for a demo."""
 
     def __init__(
         self,
@@ -58,6 +62,7 @@ class MigrationEngine:
         self._jobs: RecordMap[str, Migration] = RecordMap(changes, Entity.MIGRATION)
         # running migrations loaded from the state file that still wait for a timer
         self._unresumed: list[Migration] = []
+        self.record: deque[MigrationTransition] = deque(maxlen=self.RECORD_LIMIT)
 
     def latest(self, domain: str) -> Migration | None:
         """The last job of ``domain``, whatever its phase."""
@@ -93,6 +98,7 @@ class MigrationEngine:
         )
         migration.progressed_at = self._timing.clock()
         self._jobs.put(domain.name, migration)
+        self._note(migration, None)
         refusal = self._target_refusal(
             migration, live.cpu, live.memory_mib, tuple(d.path for d in live.disks)
         )
@@ -275,6 +281,13 @@ class MigrationEngine:
             return False
         return True
 
+    def _note(self, migration: Migration, outcome: MigrationPhase | None) -> None:
+        self.record.append(
+            MigrationTransition(
+                self._timing.clock(), migration.domain, migration.source.name, migration.target.name, outcome
+            )
+        )
+
     def _release(self, migration: Migration) -> None:
         cpu, memory = migration.reserved
         migration.target.reserved_vcpus -= cpu
@@ -289,6 +302,7 @@ class MigrationEngine:
         self._release(migration)
         migration.phase = phase
         migration.error = error
+        self._note(migration, phase)
         domain = migration.source.domains.get(migration.domain)
         if domain is not None and domain.state is DomainState.MIGRATING:
             domain.state = domain.state_before_migration or DomainState.RUNNING
@@ -319,6 +333,7 @@ class MigrationEngine:
         run_state = domain.state_before_migration or DomainState.RUNNING
         source.remove(domain)
         migration.phase = MigrationPhase.COMPLETED
+        self._note(migration, MigrationPhase.COMPLETED)
         source.emit(DomainEventType.MIGRATED, domain, detail=f"to {target.uri}")
         arrived = target.define(domain.spec)
         target.power_on(arrived, run_state, live)

@@ -10,7 +10,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from virtplane.domain.resources import ExitReason
-from virtplane.drivers.base import DomainSpec, DomainState
+from virtplane.drivers.base import DomainSpec, DomainState, MigrationPhase
 
 from ._changes import Persisted, Record
 
@@ -108,6 +108,22 @@ class FaultRecord:
     kind: FaultKind
     domain: str | None = None
     count: int = 1
+
+
+@dataclass(frozen=True)
+class MigrationTransition:
+    """A migration began (``outcome`` None) or ended (COMPLETED, FAILED or ABORTED), between
+    hosts ``source`` and ``target`` (names); ``time`` is the cloud's clock."""
+
+    time: float
+    domain: str
+    source: str
+    target: str
+    outcome: MigrationPhase | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.outcome is None
 
 
 def host_uri(name: str) -> str:

@@ -202,19 +202,6 @@ class SimStorage:
         volume.size_gib = size_gib
         return volume.info()
 
-    def copy_volume(self, host: str, src: PoolRef, src_name: str, dst: PoolRef, dst_name: str) -> VolumeInfo:
-        source = self._volume(host, src, src_name)
-        target_pool = self.pool(host, dst)
-        existing = target_pool.volumes.get(dst_name)
-        if existing is source:
-            return source.info()
-        if existing is not None:
-            self._refuse_if_in_use(target_pool, existing, "overwrite")
-        grow = source.size_gib - (existing.size_gib if existing else 0)
-        target_pool.check_room(grow, f"copy of volume {src_name}")
-        copy = SimVolume(dst_name, volume_path(dst.name, dst_name), source.size_gib, source.content)
-        return target_pool.volumes.put(dst_name, copy).info()
-
     # ------------------------------------------------------------------ snapshots
 
     def snapshot_volume(self, host: str, ref: PoolRef, name: str, snapshot_id: str) -> str:

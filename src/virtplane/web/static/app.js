@@ -337,8 +337,10 @@
     $(totalId).textContent = String(items.length);
   }
 
+  // What placement may give out: the capacity times the host's allocation ratios.
   function capacityOf(host) {
-    return (host.status && host.status.capacity) || (host.spec && host.spec.capacity) || null;
+    const status = host.status || {};
+    return status.allocatable || status.capacity || (host.spec && host.spec.capacity) || null;
   }
 
   function renderHosts(hosts) {
@@ -347,10 +349,10 @@
       const allocated = status.allocated || {};
       const capacity = capacityOf(host);
       const cpu = capacity
-        ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / capacity", true)
+        ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / allocatable", true)
         : text(allocated.vcpus, "0");
       const memory = capacity
-        ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / capacity", true)
+        ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / allocatable", true)
         : gib(allocated.memory_mib);
       const heartbeat = el("span", { text: ago(status.last_heartbeat), title: text(status.last_heartbeat, "no heartbeat yet") });
       return el("tr", { data: { name: host.metadata.name } }, [

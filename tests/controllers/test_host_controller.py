@@ -1,0 +1,44 @@
+"""The host controller's report on a host whose driver cannot load on the control plane."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import eventually, libvirt_or_skip
+from tests.controllers.helpers import add_host
+from tests.reconciles import reconciled
+from virtplane.bootstrap import ControlPlane
+from virtplane.domain.conditions import HostCondition, get_condition
+from virtplane.domain.resources import Host, HostConnection
+
+
+async def test_a_missing_libvirt_python_is_a_condition_on_the_host_that_says_how_to_install_it(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    libvirt_or_skip()  # the driver must load once the module is back
+    monkeypatch.setitem(sys.modules, "libvirt", None)  # `import libvirt` fails as if not installed
+    add_host(plane, "kvm-1", uri="test:///default")
+
+    def driver_condition() -> object:
+        return get_condition(plane.store.get(Host, "kvm-1").status.conditions, HostCondition.DRIVER_LOADED)
+
+    condition = await eventually(driver_condition)
+    host = plane.store.get(Host, "kvm-1")
+    assert condition.status.value == "False" and condition.reason == "DriverNotInstalled"  # type: ignore[attr-defined]
+    for hint in (
+        "libvirt-python is not installed",
+        "pip install",
+        "pkg-config --modversion libvirt",
+        "apt-get",
+    ):
+        assert hint in host.status.message, host.status.message
+    assert "cannot reach" not in host.status.message, "the host is not the problem"
+    assert host.status.connection is not HostConnection.UP
+
+    monkeypatch.delitem(sys.modules, "libvirt")  # installed now: the next look connects
+    await reconciled(plane, "kvm-1", kind="Host")
+    host = plane.store.get(Host, "kvm-1")
+    assert host.status.connection is HostConnection.UP, host.status.message
+    assert driver_condition() is None and host.status.message == ""
