@@ -87,12 +87,15 @@ def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def requeue_on_conflict(reconciler: Reconciler) -> Reconciler:
-    """A write that lost an optimistic-concurrency race is normal: look again at once, quietly."""
+def one_reconcile(reconciler: Reconciler, ctx: ControllerContext | None = None) -> Reconciler:
+    """What every reconcile runs in: its events go with its writes (``ctx.events_scope``), and
+    a write that lost an optimistic-concurrency race is normal: its events are dropped (what
+    they describe may not have happened) and the key is looked at again at once, quietly."""
 
     async def reconcile(request: Request) -> Result | None:
         try:
-            return await reconciler(request)
+            with ctx.events_scope() if ctx is not None else contextlib.nullcontext():
+                return await reconciler(request)
         except Conflict as exc:
             log.debug("%s: %s; reconciling again", request, exc)
             return Result(requeue_after=CONFLICT_REQUEUE_S)
@@ -171,7 +174,7 @@ class ControlPlane:
         self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
     ) -> None:
         self._metrics = metrics
-        reconciler = requeue_on_conflict(reconciler)
+        reconciler = one_reconcile(reconciler, self.ctx)
         if self.options.wrap_reconciler is not None:
             reconciler = self.options.wrap_reconciler(kind, reconciler)
         self._reconcilers[kind] = (reconciler, workers or self.options.workers)

@@ -95,7 +95,7 @@ def event_reasons(plane: ControlPlane, name: str) -> list[str]:
 def phase_history(monkeypatch: pytest.MonkeyPatch, plane: ControlPlane, name: str) -> list[str]:
     """Every phase written for VM ``name`` from now on, in order: the complete record, not samples."""
     written: list[str] = []
-    update = plane.store.update
+    update = plane.store._update  # every update, update_status and mutate goes through it
 
     def recording_update(obj: Any, **kwargs: Any) -> Any:
         stored = update(obj, **kwargs)
@@ -103,5 +103,5 @@ def phase_history(monkeypatch: pytest.MonkeyPatch, plane: ControlPlane, name: st
             written.append(stored.status.phase.value)
         return stored
 
-    monkeypatch.setattr(plane.store, "update", recording_update)
+    monkeypatch.setattr(plane.store, "_update", recording_update)
     return written

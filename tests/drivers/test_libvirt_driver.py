@@ -28,6 +28,7 @@ from .conftest import wait_for
 libvirt = libvirt_or_skip()
 
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
+from virtplane.drivers.libvirt.memory import state_pool_name  # noqa: E402
 
 
 def make_spec(uid: str, **overrides: Any) -> DomainSpec:
@@ -245,3 +246,21 @@ async def test_works_without_a_connection_only_as_far_as_it_should() -> None:
     with pytest.raises(HostUnreachable):
         await driver.list_domains()
     await driver.close()
+
+
+@pytest.mark.parametrize(
+    ("state_dir", "name"),
+    [
+        ("/var/lib/libvirt/virtplane/state", "virtplane-state"),
+        ("/var/lib/libvirt/virtplane/state/", "virtplane-state"),
+    ],
+)
+def test_the_default_state_dir_keeps_the_plain_pool_name(state_dir: str, name: str) -> None:
+    assert state_pool_name(state_dir) == name
+
+
+def test_two_state_dirs_on_one_daemon_get_two_pools() -> None:
+    # A pool's name fixes its path: a shared name made the second driver's memory images fail.
+    names = {state_pool_name(d) for d in ("/srv/a", "/srv/b", "/var/lib/libvirt/virtplane/state")}
+    assert len(names) == 3
+    assert state_pool_name("/srv/a") == state_pool_name("/srv/a/")

@@ -1,8 +1,19 @@
-"""What every controller gets: the store, the cache, host connections, settings."""
+"""What every controller gets: the store, the cache, host connections, settings.
+
+Writes and events. A controller writes what it observed and decided (status, finalizers,
+the durable intents under ``virtplane.io/``) with ``write``/``mutate``, which refuse to
+touch spec, labels or user annotations (``Store.update_status``). The events a reconcile
+records are kept until its next write and go into the same transaction: an event never
+describes a change that did not happen, and a retried reconcile never repeats one. What is
+left at the end of a reconcile (events about a driver action, with no write after it) is
+written then; a reconcile that lost a write race drops them (``events_scope``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -11,9 +22,11 @@ from virtplane.domain.resources import EventType, Resource
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.store.settings import Settings
-from virtplane.store.store import Store, utcnow
+from virtplane.store.store import EventRecord, Store, utcnow
 
 R = TypeVar("R", bound=Resource)
+
+_pending: ContextVar[list[EventRecord] | None] = ContextVar("virtplane_pending_events", default=None)
 
 
 @dataclass
@@ -29,16 +42,70 @@ class ControllerContext:
     def requeue_vm(self, name: str) -> None:
         self.enqueue("VirtualMachine", name)
 
+    # ------------------------------------------------------------------ events
+
     def event(
         self, obj: Resource | tuple[str, str], reason: str, message: str, warning: bool = False
     ) -> None:
+        """Record an event; inside a reconcile it is written with the reconcile's next write."""
         kind, name = (obj.KIND, obj.metadata.name) if isinstance(obj, Resource) else obj
-        self.store.record_event(
-            kind, name, reason, message, EventType.WARNING if warning else EventType.NORMAL
-        )
+        record = (kind, name, reason, message, EventType.WARNING if warning else EventType.NORMAL)
+        pending = _pending.get()
+        if pending is None:
+            self.store.record_events([record])
+        else:
+            pending.append(record)
+
+    @staticmethod
+    def _take_events() -> list[EventRecord]:
+        pending = _pending.get()
+        if not pending:
+            return []
+        taken = list(pending)
+        pending.clear()
+        return taken
+
+    @contextlib.contextmanager
+    def events_scope(self) -> Iterator[None]:
+        """One reconcile: its events go with its writes; leftovers are written at the end,
+        unless the reconcile raised (a lost write race, an error: nothing it describes
+        happened for sure)."""
+        token = _pending.set([])
+        try:
+            yield
+            leftover = self._take_events()
+            if leftover:
+                self.store.record_events(leftover)
+        finally:
+            _pending.reset(token)
+
+    # ------------------------------------------------------------------ writes
 
     def write(self, obj: R) -> R:
-        """Write with a version check and take the result into the cache at once."""
-        written = self.store.update(obj)
+        """Write status (finalizers, system annotations) with a version check and the pending
+        events, and take the result into the cache at once."""
+        written = self.store.update_status(obj, events=self._take_events())
+        self.cache.put(written)
+        return written
+
+    def mutate(self, cls: type[R], name: str, change: Callable[[R], None]) -> R:
+        """``Store.mutate`` (status-only, re-read on a lost race) with the pending events."""
+        written = self.store.mutate(cls, name, change, events=self._take_events(), status_only=True)
+        self.cache.put(written)
+        return written
+
+    def write_spec(self, obj: R, why: str) -> R:
+        """The rare controller step that changes a spec, named at its call site by ``why``:
+        a restore overwrites the VM's spec from its snapshot; a block migration moves a
+        Volume to the target's pool. Everything else a controller writes is status."""
+        assert why, "say why a controller changes a spec"
+        written = self.store.update(obj, events=self._take_events())
+        self.cache.put(written)
+        return written
+
+    def mutate_spec(self, cls: type[R], name: str, change: Callable[[R], None], why: str) -> R:
+        """``mutate`` that may change the spec; see ``write_spec``."""
+        assert why, "say why a controller changes a spec"
+        written = self.store.mutate(cls, name, change, events=self._take_events())
         self.cache.put(written)
         return written

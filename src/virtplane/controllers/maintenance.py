@@ -331,8 +331,7 @@ class MaintenanceReconciler:
                 now=ctx.now(),
             )
 
-        written = ctx.store.mutate(Host, host_name, change)
-        ctx.cache.put(written)
+        written = ctx.mutate(Host, host_name, change)
         if after != before:
             ctx.event(
                 written,
@@ -602,8 +601,7 @@ class MaintenanceReconciler:
                     ),
                 )
 
-            written = ctx.store.mutate(VirtualMachine, vm.metadata.name, hold)
-            ctx.cache.put(written)
+            written = ctx.mutate(VirtualMachine, vm.metadata.name, hold)
             ctx.event(
                 written,
                 "MaintenanceStop",
@@ -724,8 +722,7 @@ class MaintenanceReconciler:
                     current.metadata.annotations, intents.with_(held_by=None)
                 )
 
-            written = ctx.store.mutate(VirtualMachine, vm.metadata.name, release)
-            ctx.cache.put(written)
+            written = ctx.mutate(VirtualMachine, vm.metadata.name, release)
             ctx.event(written, "MaintenanceReleased", f"the maintenance of {host} ended; the VM starts again")
 
     async def _return_vms(self, m: HostMaintenance, host: Host) -> bool:

@@ -340,8 +340,7 @@ class MigrationCoordinator:
         )
 
     def _write_vm(self, name: str, change: Any) -> VirtualMachine:
-        written = self.ctx.store.mutate(VirtualMachine, name, change)
-        self.ctx.cache.put(written)
+        written = self.ctx.mutate(VirtualMachine, name, change)
         return written
 
     def _local_pools_of(self, host: str) -> list[StoragePool]:
@@ -547,7 +546,9 @@ class MigrationCoordinator:
                 def repoint(current: Volume, to: str = target_pool.metadata.name) -> None:
                     current.spec.pool = to
 
-                ctx.cache.put(ctx.store.mutate(Volume, volume.metadata.name, repoint))
+                ctx.mutate_spec(
+                    Volume, volume.metadata.name, repoint, why="its disk was copied to the target"
+                )
                 ctx.event(volume, "Moved", f"copied to pool {target_pool.metadata.name} on {intent.target}")
             source_pool = next(
                 (p for p in self._local_pools_of(intent.source) if pool_driver_name(p) == driver_name), None

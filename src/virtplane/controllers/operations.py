@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from virtplane.controllers.context import ControllerContext
@@ -155,7 +156,7 @@ class OperationReconciler:
                     current.metadata.annotations, intents_for(op, read_intents(current.metadata.annotations))
                 )
 
-            ctx.cache.put(ctx.store.mutate(VirtualMachine, vm.metadata.name, apply))
+            vm = ctx.mutate(VirtualMachine, vm.metadata.name, apply)
         for name in admission.supersede:
             try:
                 other = ctx.store.get(VirtualMachineOperation, name)
@@ -170,56 +171,65 @@ class OperationReconciler:
                 )
         op.status.phase = OperationPhase.IN_PROGRESS
         op.status.started_at = ctx.now()
-        op.status.message = f"{op.spec.type.value} under way"
-        ctx.write(op)
+        op.status.message = (
+            f"{op.spec.type.value} under way"
+            if op.spec.type in self.handlers
+            else progress_of(op, vm).message
+        )
         ctx.event(op, "InProgress", op.status.message)
+        ctx.write(op)
         ctx.requeue_vm(vm.metadata.name)
         return Result(requeue_after=0.0 if op.spec.type in self.handlers else POLL_S)
 
     def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
-        intents = read_intents(vm.metadata.annotations)
-        phase = vm.status.phase
-        kind = op.spec.type
-        if kind is OperationType.START:
-            if not intents.start and phase is VMPhase.RUNNING:
-                self._finish(op, OperationPhase.COMPLETED, "Started", f"VM {vm.metadata.name} is running")
-                return None
-            if not intents.start and phase is VMPhase.STOPPED:
-                self._finish(
-                    op, OperationPhase.FAILED, "StartDropped", f"the start was dropped: {vm.status.message}"
-                )
-                return None
-            message = f"starting on {vm.status.host or 'a host to be chosen'}; VM is {phase.value}"
-            if vm.status.start_failures > 1:
-                message += f"; {vm.status.start_failures - 1} failed attempt(s), retrying"
-        elif kind is OperationType.STOP:
-            if intents.stop is None and phase is VMPhase.STOPPED:
-                self._finish(op, OperationPhase.COMPLETED, "Stopped", f"VM {vm.metadata.name} is stopped")
-                return None
-            message = f"stopping; VM is {phase.value}"
-        elif kind is OperationType.RESTART:
-            if intents.restart is None and phase is VMPhase.RUNNING:
-                self._finish(op, OperationPhase.COMPLETED, "Restarted", f"VM {vm.metadata.name} restarted")
-                return None
-            if intents.restart is None and phase is VMPhase.STOPPED:
-                self._finish(
-                    op,
-                    OperationPhase.FAILED,
-                    "RestartDropped",
-                    f"the restart was dropped: {vm.status.message}",
-                )
-                return None
-            stage = intents.restart.value if intents.restart else "done"
-            message = f"restart stage {stage}; VM is {phase.value}"
-        else:
-            self._finish(
-                op,
-                OperationPhase.FAILED,
-                "Unsupported",
-                f"this server has no controller for {kind.value} operations",
-            )
+        outcome = progress_of(op, vm)
+        if outcome.finished is not None:
+            self._finish(op, outcome.finished, outcome.reason, outcome.message)
             return None
-        if message != op.status.message:
-            op.status.message = message
+        if outcome.message != op.status.message:
+            op.status.message = outcome.message
             self.ctx.write(op)
         return Result(requeue_after=POLL_S)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a Start, Stop or Restart stands, read from its VM: finished (how, why) or a message."""
+
+    message: str
+    finished: OperationPhase | None = None
+    reason: str = ""
+
+
+def progress_of(op: VirtualMachineOperation, vm: VirtualMachine) -> Progress:
+    intents = read_intents(vm.metadata.annotations)
+    phase = vm.status.phase
+    kind = op.spec.type
+    name = vm.metadata.name
+    if kind is OperationType.START:
+        if not intents.start and phase is VMPhase.RUNNING:
+            return Progress(f"VM {name} is running", OperationPhase.COMPLETED, "Started")
+        if not intents.start and phase is VMPhase.STOPPED:
+            return Progress(
+                f"the start was dropped: {vm.status.message}", OperationPhase.FAILED, "StartDropped"
+            )
+        message = f"starting on {vm.status.host or 'a host to be chosen'}; VM is {phase.value}"
+        if vm.status.start_failures > 1:
+            message += f"; {vm.status.start_failures - 1} failed attempt(s), retrying"
+        return Progress(message)
+    if kind is OperationType.STOP:
+        if intents.stop is None and phase is VMPhase.STOPPED:
+            return Progress(f"VM {name} is stopped", OperationPhase.COMPLETED, "Stopped")
+        return Progress(f"stopping; VM is {phase.value}")
+    if kind is OperationType.RESTART:
+        if intents.restart is None and phase is VMPhase.RUNNING:
+            return Progress(f"VM {name} restarted", OperationPhase.COMPLETED, "Restarted")
+        if intents.restart is None and phase is VMPhase.STOPPED:
+            return Progress(
+                f"the restart was dropped: {vm.status.message}", OperationPhase.FAILED, "RestartDropped"
+            )
+        stage = intents.restart.value if intents.restart else "done"
+        return Progress(f"restart stage {stage}; VM is {phase.value}")
+    return Progress(
+        f"this server has no controller for {kind.value} operations", OperationPhase.FAILED, "Unsupported"
+    )

@@ -96,9 +96,15 @@ class RestoreHandler:
     def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
         finish_operation(self.ctx, op, phase, reason, message, vm_event_prefix="Restore")
 
-    def _vm_write(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
-        written = self.ctx.store.mutate(VirtualMachine, name, change)
-        self.ctx.cache.put(written)
+    def _vm_write(
+        self, name: str, change: Callable[[VirtualMachine], None], *, overwrite: bool = False
+    ) -> VirtualMachine:
+        if overwrite:
+            written = self.ctx.mutate_spec(
+                VirtualMachine, name, change, why="a restore overwrites the VM from its snapshot"
+            )
+        else:
+            written = self.ctx.mutate(VirtualMachine, name, change)
         self.ctx.requeue_vm(name)
         return written
 
@@ -229,7 +235,7 @@ class RestoreHandler:
                 current.metadata.labels = dict(captured.labels)
                 current.metadata.annotations = {**strip_system(captured.annotations), **system}
                 # A VM that was Running resumes the snapshot's memory, if it has any, when it
-                # starts again (controllers.memory_resume); one that was Stopped boots cold later.
+                # starts again (controllers.vm.memory); one that was Stopped boots cold later.
                 intents = read_intents(current.metadata.annotations)
                 resume = snap.metadata.name if snap.status.memory_handle else None
                 if intents.restore_power_state is not PowerState.RUNNING:
@@ -242,7 +248,7 @@ class RestoreHandler:
                     current.status.conditions, VMCondition.MEMORY_RESTORED
                 )
 
-            vm = self._vm_write(vm.metadata.name, overwrite)
+            vm = self._vm_write(vm.metadata.name, overwrite, overwrite=True)
             crashpoint("restore.overwritten")
             note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
             op = self._set_step(op, "ExitMaintenance", f"VM restored from {snap.metadata.name}{note}")

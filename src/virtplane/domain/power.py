@@ -154,6 +154,12 @@ def _idle(inputs: PowerInputs, intents: Intents, last_exit: ExitReason | None, w
     return PowerDecision(PowerAction.NONE, intents, last_exit, VMPhase.STOPPED, "Stopped", why)
 
 
+def _steady(policy: RunPolicy) -> str:
+    """The message of a VM at rest; a request just carried out says the same, so that the
+    next look (with the request gone) finds nothing to write."""
+    return f"run policy {policy.value}"
+
+
 def decide(inputs: PowerInputs) -> PowerDecision:
     decision = _decide(inputs)
     if decision.intents.resume_from_memory is not None and not memory_resume_stands(decision.intents):
@@ -177,7 +183,7 @@ def _decide(inputs: PowerInputs) -> PowerDecision:
         done = intents.with_(stop=None, stop_by_system=False, start=False)
         if state is None or last_exit in (None, ExitReason.STOPPED_BY_SYSTEM, ExitReason.STOPPED_BY_USER):
             last_exit = ExitReason.STOPPED_BY_SYSTEM if intents.stop_by_system else ExitReason.STOPPED_BY_USER
-        return _idle(inputs, done, last_exit, "stop confirmed")
+        return _idle(inputs, done, last_exit, _steady(policy))
     if intents.stop is not None:
         intents = intents.with_(stop=None, stop_by_system=False)  # AlwaysOn refuses a user stop
 
@@ -223,22 +229,22 @@ def _decide(inputs: PowerInputs) -> PowerDecision:
         intents = intents.with_(restart=RestartStage.STARTING)
     if intents.restart is RestartStage.STARTING:
         if state == RUNNING:
-            return _idle(inputs, intents.with_(restart=None, start=False), last_exit, "restarted")
+            return _idle(inputs, intents.with_(restart=None, start=False), last_exit, _steady(policy))
         return _start(inputs, intents, last_exit, "restart")
 
     # 6. An explicit start (Start operation, restored or maintenance power state).
     if intents.start:
         if state == RUNNING:
-            return _idle(inputs, intents.with_(start=False), last_exit, "started")
+            return _idle(inputs, intents.with_(start=False), last_exit, _steady(policy))
         return _start(inputs, intents, last_exit, "start requested")
 
     # 7. The run policy decides.
     want = POLICY_WANTS_RUNNING[policy][last_exit]
     if want is Want.RUN:
         if running:
-            return _idle(inputs, intents, last_exit, f"run policy {policy.value}")
+            return _idle(inputs, intents, last_exit, _steady(policy))
         return _start(inputs, intents, last_exit, f"run policy {policy.value}")
-    return _idle(inputs, intents, last_exit, f"run policy {policy.value}")
+    return _idle(inputs, intents, last_exit, _steady(policy))
 
 
 def start_retry_delay(failed_attempts: int, base_s: float, cap_s: float) -> float:

@@ -33,3 +33,12 @@ class Conflict(StoreError):
         self.name = name
         self.expected = expected
         self.actual = actual
+
+
+class StatusOnly(StoreError):
+    """A controller's status write would have changed what only the API writes (a bug)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"{kind} {name!r}: a status write may not change spec, labels or user annotations")
+        self.kind = kind
+        self.name = name

@@ -55,14 +55,18 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from virtplane.domain.intents import split_annotations
 from virtplane.domain.resources import Event, EventType, Resource
 from virtplane.store import schema
-from virtplane.store.errors import AlreadyExists, Conflict, NotFound
+from virtplane.store.errors import AlreadyExists, Conflict, NotFound, StatusOnly
 
 R = TypeVar("R", bound=Resource)
 
 ChangeListener = Callable[[int], None]
 """Called after each commit with the new revision; from whichever thread wrote."""
+
+EventRecord = tuple[str, str, str, str, EventType]
+"""An event to append: (kind, name, reason, message, type)."""
 
 
 @dataclass(frozen=True)
@@ -317,14 +321,30 @@ class Store:
         self._notify(revision)
         return new
 
-    def update(self, obj: R, *, check_version: bool = True) -> R:
+    def update(self, obj: R, *, check_version: bool = True, events: Sequence[EventRecord] = ()) -> R:
         """Write metadata, spec and status of ``obj`` in one go.
 
         With ``check_version`` the write succeeds only if the stored resource_version is
         still ``obj.metadata.resource_version`` (optimistic concurrency). ``generation``
         goes up when the spec changed. Identity fields (uid, created_at) are kept. A write
-        that changes nothing is skipped and returns the stored object.
+        that changes nothing is skipped and returns the stored object. ``events`` are
+        appended in the same transaction: they exist exactly when the write does (also
+        when it changed nothing; never when it failed).
         """
+        return self._update(obj, check_version=check_version, events=events, status_only=False)
+
+    def update_status(self, obj: R, *, events: Sequence[EventRecord] = ()) -> R:
+        """What controllers write: status, finalizers and system annotations (the durable
+        intents under ``virtplane.io/``), with a version check and ``events``, as ``update``.
+
+        Spec, labels and the user's annotations belong to the API: a write that would change
+        them raises ``StatusOnly`` and writes nothing. The few controller steps that must
+        change a spec go through ``update`` under a name that says why (see
+        ``ControllerContext.write_spec``).
+        """
+        return self._update(obj, check_version=True, events=events, status_only=True)
+
+    def _update(self, obj: R, *, check_version: bool, events: Sequence[EventRecord], status_only: bool) -> R:
         kind, name = obj.KIND, obj.metadata.name
         with self._write() as connection:
             row = self._locked_row(connection, kind, name)
@@ -333,6 +353,9 @@ class Store:
             current = type(obj).model_validate_json(row.body)
             if check_version and obj.metadata.resource_version != row.resource_version:
                 raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
+            if status_only and _owned_by_users(obj) != _owned_by_users(current):
+                raise StatusOnly(kind, name)
+            self._append_events(connection, events)
             new = obj.model_copy(deep=True)
             meta = new.metadata
             meta.uid = current.metadata.uid
@@ -357,22 +380,30 @@ class Store:
         self._notify(revision)
         return new
 
-    def mutate(self, cls: type[R], name: str, change: Callable[[R], None], *, attempts: int = 20) -> R:
+    def mutate(
+        self,
+        cls: type[R],
+        name: str,
+        change: Callable[[R], None],
+        *,
+        attempts: int = 20,
+        events: Sequence[EventRecord] = (),
+        status_only: bool = False,
+    ) -> R:
         """Read, apply ``change`` to a copy, write with a version check; re-read on Conflict.
 
         For small server-side edits (an intent annotation, a status field) where the
-        change is a pure function of the current object.
+        change is a pure function of the current object; ``status_only`` as ``update_status``.
         """
-        for _ in range(attempts - 1):
+        for attempt in range(attempts):
             current = self.get(cls, name)
             change(current)
             try:
-                return self.update(current)
+                return self._update(current, check_version=True, events=events, status_only=status_only)
             except Conflict:
-                continue
-        current = self.get(cls, name)
-        change(current)
-        return self.update(current)
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def delete(self, cls: type[Resource], name: str, *, expected_version: int | None = None) -> bool:
         """Delete an object, or mark it for deletion while finalizers remain.
@@ -444,6 +475,21 @@ class Store:
 
     # ------------------------------------------------------------------ events
 
+    def _append_events(self, connection: Connection, items: Sequence[EventRecord]) -> None:
+        """Append events inside a writer's transaction (before its revision is drawn: the lock
+        order is always events, then revisions)."""
+        if not items:
+            return
+        self._advisory_lock(connection, _LOCK_EVENTS)
+        now = utcnow()
+        connection.execute(
+            insert(schema.events),
+            [
+                {"time": now, "kind": k, "name": n, "reason": r, "message": m, "type": t.value}
+                for k, n, r, m, t in items
+            ],
+        )
+
     def record_event(
         self,
         kind: str,
@@ -460,20 +506,12 @@ class Store:
                 )
             )
 
-    def record_events(self, items: Sequence[tuple[str, str, str, str, EventType]]) -> None:
+    def record_events(self, items: Sequence[EventRecord]) -> None:
         """Append many events in one transaction: (kind, name, reason, message, type)."""
         if not items:
             return
-        now = utcnow()
         with self._write() as connection:
-            self._advisory_lock(connection, _LOCK_EVENTS)
-            connection.execute(
-                insert(schema.events),
-                [
-                    {"time": now, "kind": k, "name": n, "reason": r, "message": m, "type": t.value}
-                    for k, n, r, m, t in items
-                ],
-            )
+            self._append_events(connection, items)
 
     def list_events(
         self,
@@ -590,6 +628,11 @@ def _hash(token: str) -> str:
 def _spec_of(obj: Resource) -> Any:
     spec = getattr(obj, "spec", None)
     return spec.model_dump(mode="json") if spec is not None else None
+
+
+def _owned_by_users(obj: Resource) -> Any:
+    """What only the API writes: spec, labels and the user's (non-system) annotations."""
+    return (_spec_of(obj), dict(obj.metadata.labels), split_annotations(obj.metadata.annotations)[0])
 
 
 def _same(a: Resource, b: Resource) -> bool:

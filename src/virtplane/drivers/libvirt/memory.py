@@ -2,7 +2,7 @@
 
 A save stops the domain; restoring the image at once keeps it running (or paused) as it
 was, so the guest sees a short stall. The images live in ``state_dir`` on the host (a
-directory pool named ``virtplane-state``); point ``state_dir`` at a shared directory to
+directory pool named by ``state_pool_name``); point ``state_dir`` at a shared directory to
 restore them on another host. libvirt's test driver runs in this process and writes its
 images to this machine, into ``state_dir`` or a temporary directory of the driver's own.
 """
@@ -10,6 +10,7 @@ images to this machine, into ``state_dir`` or a temporary directory of the drive
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -24,6 +25,19 @@ from virtplane.drivers.libvirt.flavor import HypervisorFlavor
 
 STATE_POOL = "virtplane-state"
 DEFAULT_STATE_DIR = "/var/lib/libvirt/virtplane/state"
+
+
+def state_pool_name(state_dir: str) -> str:
+    """The libvirt pool holding memory images in ``state_dir``.
+
+    A pool's name fixes its path, so two drivers with different state
+    directories on one libvirt daemon need different names; the default
+    directory keeps the plain name.
+    """
+    if os.path.normpath(state_dir) == DEFAULT_STATE_DIR:
+        return STATE_POOL
+    digest = hashlib.sha256(os.path.normpath(state_dir).encode()).hexdigest()[:12]
+    return f"{STATE_POOL}-{digest}"
 
 
 class MemoryImages:
@@ -93,7 +107,8 @@ class MemoryImages:
         return self._own_dir
 
     def _state_pool(self, conn: Any) -> Any:
-        return storage.ensure_pool(conn, PoolRef(name=STATE_POOL, path=self._state_dir or DEFAULT_STATE_DIR))
+        state_dir = self._state_dir or DEFAULT_STATE_DIR
+        return storage.ensure_pool(conn, PoolRef(name=state_pool_name(state_dir), path=state_dir))
 
 
-__all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "MemoryImages"]
+__all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "MemoryImages", "state_pool_name"]

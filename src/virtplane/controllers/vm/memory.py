@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING
 
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.vm.durable import DurablePoint
 from virtplane.domain.conditions import VMCondition, set_condition
-from virtplane.domain.intents import read_intents, write_intents
-from virtplane.domain.resources import SnapshotPhase, VirtualMachine, VirtualMachineSnapshot
+from virtplane.domain.resources import SnapshotPhase, VirtualMachineSnapshot
 from virtplane.drivers.base import DomainSpec, HypervisorDriver
 from virtplane.drivers.errors import DriverError
 
-log = logging.getLogger("virtplane.controllers.memory_resume")
+if TYPE_CHECKING:
+    from virtplane.controllers.vm.state import VMState
+
+log = logging.getLogger("virtplane.controllers.vm.memory")
 
 __all__ = ["start_domain"]
 
@@ -47,16 +50,15 @@ def _unusable(snap: VirtualMachineSnapshot | None, name: str, spec: DomainSpec) 
     return None
 
 
-async def start_domain(
-    ctx: ControllerContext, vm: VirtualMachine, driver: HypervisorDriver, spec: DomainSpec
-) -> VirtualMachine:
-    """Start ``vm``'s (defined) domain: from saved memory if it carries that intent, else cold.
-    Returns the VM as last written."""
-    snapshot = read_intents(vm.metadata.annotations).resume_from_memory
+async def start_domain(state: VMState, driver: HypervisorDriver, spec: DomainSpec) -> None:
+    """Start the VM's (defined) domain: from saved memory if it carries that intent, else cold.
+    The outcome goes on the state (written with the reconcile); a cold boot that replaces a
+    resume is durable first."""
+    snapshot = state.intents.resume_from_memory
     if snapshot is None:
         await driver.start(spec.name)
-        return vm
-    snap = ctx.store.find(VirtualMachineSnapshot, snapshot)
+        return
+    snap = state.ctx.store.find(VirtualMachineSnapshot, snapshot)
     problem = _unusable(snap, snapshot, spec)
     if problem is None and snap is not None and snap.status.memory_handle:
         try:
@@ -64,25 +66,22 @@ async def start_domain(
         except DriverError as exc:
             problem = f"the hypervisor could not use the saved memory: {_without_paths(str(exc))}"
         else:
-            ctx.event(vm, "ResumedFromMemory", f"resumed from the memory saved in snapshot {snapshot}")
-            return _record(ctx, vm, True, "ResumedFromMemory", f"resumed from snapshot {snapshot}")
+            state.ctx.event(
+                state.vm, "ResumedFromMemory", f"resumed from the memory saved in snapshot {snapshot}"
+            )
+            _record(state, True, "ResumedFromMemory", f"resumed from snapshot {snapshot}")
+            return
     message = f"booted cold: {problem}"
-    vm = _record(ctx, vm, False, "ColdBoot", message)
-    ctx.event(vm, "ColdBoot", message, warning=True)
-    log.info("VM %s: %s", vm.metadata.name, message)
+    _record(state, False, "ColdBoot", message)
+    state.ctx.event(state.vm, "ColdBoot", message, warning=True)
+    log.info("VM %s: %s", state.name, message)
+    await state.durable(DurablePoint.COLD_BOOT)
     await driver.start(spec.name)
-    return vm
 
 
-def _record(
-    ctx: ControllerContext, vm: VirtualMachine, resumed: bool, reason: str, message: str
-) -> VirtualMachine:
-    """The outcome on the VM, in the same write that drops the used intent."""
-    new = vm.model_copy(deep=True)
-    intents = read_intents(new.metadata.annotations)
-    new.metadata.annotations = write_intents(new.metadata.annotations, intents.with_(resume_from_memory=None))
-    new.status.conditions = set_condition(
-        new.status.conditions, VMCondition.MEMORY_RESTORED, resumed, reason, message, now=ctx.now()
+def _record(state: VMState, resumed: bool, reason: str, message: str) -> None:
+    """The outcome on the VM, in the write that drops the used intent."""
+    state.intents = state.intents.with_(resume_from_memory=None)
+    state.status.conditions = set_condition(
+        state.status.conditions, VMCondition.MEMORY_RESTORED, resumed, reason, message, now=state.now
     )
-    written = ctx.write(new)
-    return written

@@ -1,0 +1,41 @@
+"""The writes of a VM reconcile that must land before a side effect: its durable points.
+
+A reconcile computes the VM's status on a copy and writes it once, at the end. Only
+where a driver call follows that a crash must not be able to forget is the copy made
+durable first: these points, each with the crash point (``VIRTPLANE_CRASH_AT``) that
+kills the server right after it, so a test can prove the step is crash safe.
+
+DESIGN.md §1: intent is durable before any destructive step.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DurablePoint(StrEnum):
+    DEFINE = "define"
+    """Before a missing domain is defined again: the finalizer (so a deletion removes the
+    domain) and the intents read so far. Crash point after the define: vm.domain-recreated."""
+
+    START = "start"
+    """Before a start: the placement (status.host: the domain is defined on that host, and
+    its room counts there), the start attempt with the time of the next retry, the intents
+    the decision consumed (a restore's power state becomes a start request) and the phase.
+    Crash point: vm.before-start."""
+
+    COLD_BOOT = "cold-boot"
+    """Before a cold boot that replaces a resume from a snapshot's memory: the dropped
+    resume intent, so the image is never resumed later over a guest that booted."""
+
+    STOP = "stop"
+    """Before a shutdown or power-off: the stop intent and the exit reason it will record."""
+
+
+CRASH_POINTS: dict[DurablePoint, str] = {
+    DurablePoint.DEFINE: "vm.domain-recreated",
+    DurablePoint.START: "vm.before-start",
+}
+"""The crash points that follow a durable point (crashpoints.POINTS lists them all)."""
+
+__all__ = ["CRASH_POINTS", "DurablePoint"]

@@ -1,0 +1,110 @@
+"""One VM reconcile's state: the VM as read, the status being computed, and memoised reads.
+
+Steps read and change only this object (``status``, ``intents``, ``finalizers``) and
+the reads it memoises (``disks``, ``host``, ``domain``); nothing passes between
+steps any other way. ``save`` writes the changes once, at the end; ``durable``
+writes them early, at a named durable point, when a driver call follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
+from virtplane.controllers.vm.durable import DurablePoint
+from virtplane.controllers.vm.spec import build_domain_spec
+from virtplane.domain.intents import Intents, read_intents, write_intents
+from virtplane.domain.power import PowerDecision
+from virtplane.domain.resources import Host, VirtualMachine, VirtualMachineStatus
+from virtplane.drivers.base import DiskAttachment, DomainInfo, DomainSpec, HypervisorDriver, domain_name
+
+
+@dataclass
+class HostAccess:
+    """The VM's host as it was looked up: the resource, its driver (None when away), why not."""
+
+    host: Host | None
+    driver: HypervisorDriver | None
+    problem: str
+
+
+@dataclass
+class VMState:
+    ctx: ControllerContext
+    vm: VirtualMachine  # as last read or written
+    console_dir: str | None
+    now: datetime
+    status: VirtualMachineStatus = field(init=False)
+    intents: Intents = field(init=False)
+    finalizers: list[str] = field(init=False)
+    info: DomainInfo | None = None  # the domain as observed this reconcile (None: not there, or not asked)
+    decision: PowerDecision | None = None  # what ``decide`` chose, for ``act``
+    gone: bool = False  # deleted from the store: nothing left to write
+    _disks: tuple[list[DiskAttachment], str] | None = None
+    _host: HostAccess | None = None
+
+    def __post_init__(self) -> None:
+        self.status = self.vm.status.model_copy(deep=True)
+        self.intents = read_intents(self.vm.metadata.annotations)
+        self.finalizers = list(self.vm.metadata.finalizers)
+
+    @property
+    def name(self) -> str:
+        return self.vm.metadata.name
+
+    @property
+    def domain(self) -> str:
+        return domain_name(self.vm.metadata.uid)
+
+    # ------------------------------------------------------------------ memoised reads
+
+    def disks(self) -> tuple[list[DiskAttachment], str]:
+        """The VM's disks, or why it cannot be defined (its disks or boot images are not ready)."""
+        if self._disks is None:
+            disks, problem = vm_disks(self.ctx.cache, self.vm)
+            self._disks = (disks, problem or vm_boot(self.ctx.cache, self.vm)[1])
+        return self._disks
+
+    def spec(self) -> DomainSpec:
+        return build_domain_spec(
+            self.vm, self.disks()[0], self.console_dir, vm_boot(self.ctx.cache, self.vm)[0]
+        )
+
+    async def host(self) -> HostAccess:
+        """The host the VM is recorded on (``status.host``), looked up once."""
+        if self._host is None:
+            self._host = HostAccess(*await host_driver(self.ctx, self.status.host))
+        return self._host
+
+    async def move_to(self, host_name: str | None) -> HostAccess:
+        """Record the VM on another host (or none) and look that host up."""
+        self.status.host = host_name
+        self._host = HostAccess(*await host_driver(self.ctx, host_name))
+        return self._host
+
+    # ------------------------------------------------------------------ writes
+
+    def _changed(self) -> VirtualMachine:
+        new = self.vm.model_copy(deep=True)
+        new.status = self.status.model_copy(deep=True)
+        new.metadata.annotations = write_intents(self.vm.metadata.annotations, self.intents)
+        new.metadata.finalizers = list(self.finalizers)
+        return new
+
+    def save(self) -> VirtualMachine:
+        """Write what changed (status, intents, finalizers) with the reconcile's events; nothing
+        when nothing changed (the events then wait for the next write, or the reconcile's end)."""
+        changed = self._changed()
+        if changed.model_dump(mode="json") != self.vm.model_dump(mode="json"):
+            self.vm = self.ctx.write(changed)
+        return self.vm
+
+    async def durable(self, point: DurablePoint) -> VirtualMachine:
+        """Make everything decided so far durable before the side effect that ``point`` names."""
+        del point  # the name documents the call site; see durable.py for what each guards
+        return self.save()
+
+
+__all__ = ["HostAccess", "VMState"]

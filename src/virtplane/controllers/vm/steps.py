@@ -1,0 +1,207 @@
+"""The VM reconcile's steps before the power decision: migration, deletion, finalizer, disks,
+host, observe. Each reads and changes only the ``VMState``; the order is ``ORDER`` in
+``reconciler.py``."""
+
+from __future__ import annotations
+
+import logging
+
+from virtplane.controllers.migration_outcome import LIVE
+from virtplane.controllers.scheduling import local_pool_hosts
+from virtplane.controllers.vm.chain import StopChain
+from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
+from virtplane.controllers.vm.state import VMState
+from virtplane.crashpoints import crashpoint
+from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
+from virtplane.domain.intents import read_migration
+from virtplane.domain.resources import ExitReason, VirtualMachine, VMPhase
+from virtplane.drivers.base import DomainState
+from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound
+from virtplane.reconcile.types import Result
+
+log = logging.getLogger("virtplane.controllers.vm")
+
+FINALIZER = "virtplane.io/domain"
+POLL_TRANSITION_S = 1.0
+POLL_UNREACHABLE_S = 5.0
+POLL_UNSCHEDULABLE_S = 10.0
+RELEASED_S = 0.01  # released from a fenced host: decide again at once
+
+
+async def migration(state: VMState) -> Result | None:
+    """A migration is in flight: its controller owns the domain and finalises status.host."""
+    intent = read_migration(state.vm.metadata.annotations)
+    if intent is None:
+        return None
+    state.ctx.enqueue("Migration", state.name)
+    state.status.phase = VMPhase.MIGRATING
+    state.status.message = f"migrating from {intent.source} to {intent.target} (attempt {intent.attempt})"
+    raise StopChain(Result(requeue_after=POLL_TRANSITION_S))
+
+
+async def deletion(state: VMState) -> Result | None:
+    """Deleted: remove the domain, then the finalizer; the store then drops the VM."""
+    vm = state.vm
+    if vm.metadata.deletion_requested_at is None:
+        return None
+    access = await state.host()
+    if access.host is not None and access.driver is None:
+        state.ctx.event(
+            vm,
+            "DeletionWaiting",
+            f"waiting for its host to remove the domain: {access.problem}",
+            warning=True,
+        )
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    if access.driver is not None:
+        await access.driver.destroy(state.domain)
+        await access.driver.undefine(state.domain)
+    if FINALIZER in state.finalizers:
+        state.finalizers.remove(FINALIZER)
+        state.save()
+    if not state.finalizers:
+        state.ctx.event(vm, "Deleted", "domain removed and VM deleted")
+        state.ctx.store.delete(VirtualMachine, vm.metadata.name)
+        state.gone = True
+    raise StopChain()
+
+
+async def finalizer(state: VMState) -> Result | None:
+    """Any domain defined from here on is removed before the VM is (durable at DEFINE/START)."""
+    if FINALIZER not in state.finalizers:
+        state.finalizers.append(FINALIZER)
+    return None
+
+
+async def disks(state: VMState) -> Result | None:
+    problem = state.disks()[1]
+    state.status.conditions = (
+        set_condition(
+            state.status.conditions, VMCondition.DISKS_READY, False, "DiskNotReady", problem, now=state.now
+        )
+        if problem
+        else set_condition(state.status.conditions, VMCondition.DISKS_READY, True, "Ready", now=state.now)
+    )
+    return None
+
+
+async def host(state: VMState) -> Result | None:
+    """The host must answer; a fenced one releases the VM (DESIGN.md §3, host down)."""
+    access = await state.host()
+    status = state.status
+    if not access.problem:
+        status.conditions = remove_condition(status.conditions, VMCondition.HOST_REACHABLE)
+        return None
+    status.conditions = set_condition(
+        status.conditions, VMCondition.HOST_REACHABLE, False, "HostUnreachable", access.problem, now=state.now
+    )
+    if (
+        access.host is not None
+        and access.host.spec.fenced
+        and local_pool_hosts(state.ctx.cache, state.vm) is None
+    ):
+        # The admin confirmed the host is off: what ran there died with it. Released from the
+        # host, the run policy decides: start elsewhere, or stay stopped.
+        if status.phase is not VMPhase.STOPPED:
+            status.last_exit = ExitReason.HOST_FAILURE
+            status.last_exit_at = state.now
+        status.host = None
+        status.phase = VMPhase.STOPPED
+        state.ctx.event(
+            state.vm,
+            "HostFenced",
+            f"host {access.host.metadata.name} is fenced: the VM is released from it",
+            warning=True,
+        )
+        raise StopChain(Result(requeue_after=RELEASED_S))
+    if access.host is not None:  # the host exists but cannot be reached: wait, never guess
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    return None  # no host recorded: placement happens at the start
+
+
+async def observe(state: VMState) -> Result | None:
+    """Read the domain; define it where it is missing (where a restore's power intent gets
+    consumed: after the domain exists again); redefine an off domain whose spec changed."""
+    driver = (await state.host()).driver
+    if driver is None:
+        state.status.observed_generation = state.vm.metadata.generation
+        return None
+    problem = state.disks()[1]
+    try:
+        info = await driver.get_info(state.domain)
+        if info is not None and info.migrated_away:
+            await _migrated_away(state)
+            info = None
+        if info is None and not problem and not state.intents.held_by:
+            await state.durable(DurablePoint.DEFINE)
+            await driver.ensure_defined(state.spec())
+            crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
+            info = await driver.get_info(state.domain)
+        elif (
+            info is not None
+            and info.state is DomainState.SHUTOFF
+            and not problem
+            and state.vm.metadata.generation != state.status.observed_generation
+        ):
+            await driver.ensure_defined(state.spec())
+    except HostUnreachable as exc:
+        state.status.conditions = set_condition(
+            state.status.conditions,
+            VMCondition.HOST_REACHABLE,
+            False,
+            "HostUnreachable",
+            str(exc),
+            now=state.now,
+        )
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S)) from None
+    except (ImageRefused, NotFound) as exc:  # a boot image the host does not have, or refuses
+        state.status.conditions = set_condition(
+            state.status.conditions, VMCondition.DISKS_READY, False, "ImageRefused", str(exc), now=state.now
+        )
+        raise StopChain(Result(requeue_after=POLL_UNSCHEDULABLE_S)) from None
+    state.info = info
+    if info is not None and info.state is DomainState.SHUTOFF:
+        state.status.observed_generation = state.vm.metadata.generation
+    return None
+
+
+async def _migrated_away(state: VMState) -> None:
+    """The domain left its host by live migration though no migration is recorded: find where
+    it runs before anything could start a second copy here; if it runs nowhere, remove the
+    leftover and let the policy decide."""
+    found, unasked = await _find_elsewhere(state)
+    if found is not None:
+        state.ctx.event(state.vm, "Located", f"the domain runs on {found}, not {state.status.host}")
+        state.status.host = found
+        raise StopChain(Result(requeue_after=RELEASED_S))
+    if unasked:
+        state.status.message = f"it left {state.status.host} by migration; cannot ask {unasked}"
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    driver = (await state.host()).driver
+    assert driver is not None
+    await driver.undefine(state.domain)
+
+
+async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
+    """The other host where the VM's domain is live, asking every host (a rare path), and the
+    hosts that could not be asked ("" when all answered)."""
+    from virtplane.controllers.lookup import host_driver
+
+    unasked = []
+    for other in state.ctx.cache.hosts():
+        if other.metadata.name == state.status.host:
+            continue
+        _, driver, _ = await host_driver(state.ctx, other.metadata.name)
+        try:
+            info = await driver.get_info(state.domain) if driver is not None else None
+        except DriverError:
+            driver = None
+        if driver is None:
+            if not other.spec.fenced:
+                unasked.append(other.metadata.name)
+        elif info is not None and info.state in LIVE:
+            return other.metadata.name, ""
+    return None, ", ".join(sorted(unasked))
+
+
+__all__ = ["FINALIZER", "deletion", "disks", "finalizer", "host", "migration", "observe"]
