@@ -189,7 +189,7 @@ def test_strategy_given_as_a_plain_string() -> None:
     plan = plan_maintenance(SOURCE, [KINDS["running-local"]], [host("t1")], "Migration")  # type: ignore[arg-type]
     assert plan.strategy is Strategy.MIGRATION
     assert plan.items[0].action is A.MIGRATE_WITH_STORAGE
-    with pytest.raises(ValueError, match="'Sometimes' is not a valid Strategy"):
+    with pytest.raises(ValueError, match="'Sometimes' is not a valid MaintenanceStrategy"):
         plan_maintenance(SOURCE, [], [], "Sometimes")  # type: ignore[arg-type]
 
 

@@ -20,29 +20,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
+from datetime import datetime
 
-from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement import HostView, VMView, choose_host, reserve, why_no_target
+from virtplane.domain.progress import RETRIED_AFRESH, PlanAction
+from virtplane.domain.resources import (
+    HostMaintenanceStatus,
+    MaintenancePhase,
+    MaintenancePlanItem,
+    MaintenanceStrategy,
+)
 
-__all__ = ["Plan", "PlanAction", "PlanItem", "PlanVM", "Strategy", "plan_maintenance"]
+__all__ = [
+    "Plan",
+    "PlanAction",
+    "PlanItem",
+    "PlanVM",
+    "Strategy",
+    "plan_items",
+    "plan_maintenance",
+    "restart_status",
+]
 
 
-class Strategy(StrEnum):
-    """The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
-
-    ERROR = "Error"
-    MIGRATION = "Migration"
-    FORCE_STOP = "ForceStop"
-    STOP = "Stop"
-
-
-class PlanAction(StrEnum):
-    MIGRATE = "Migrate"
-    MIGRATE_WITH_STORAGE = "MigrateWithStorage"
-    STOP = "Stop"
-    FORCE_STOP = "ForceStop"
-    LEAVE = "Leave"
-    BLOCKED = "Blocked"
+Strategy = MaintenanceStrategy
+"""The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
 
 
 @dataclass(frozen=True)
@@ -89,15 +91,6 @@ class Plan:
         return not self.blocked
 
 
-def _no_target(choice: Choice) -> str:
-    if choice.blocked:
-        return f"cannot leave {choice.blocked}"
-    if not choice.reasons:
-        return "no target host: there are no other hosts"
-    details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
-    return f"no target host: {details}"
-
-
 def _why_not_live(planned: PlanVM) -> str:
     """Why a running VM can't simply be live-migrated, e.g. 'local storage'."""
     causes: list[str] = []
@@ -137,7 +130,7 @@ def plan_maintenance(
             migration=True,
         )
         if choice.host is None:
-            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, _no_target(choice))
+            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, why_no_target(choice))
         targets[choice.host] = reserve(targets[choice.host], planned.vm, copy_local_disks)
         return PlanItem(planned.vm.name, action, choice.host, reason)
 
@@ -160,3 +153,28 @@ def plan_maintenance(
             else:
                 items.append(PlanItem(name, PlanAction.STOP, None, why))
     return Plan(host=host, strategy=strategy, items=tuple(items))
+
+
+def plan_items(plan: Plan) -> list[MaintenancePlanItem]:
+    """The plan as ``HostMaintenance.status.plan`` stores it."""
+    return [
+        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason) for i in plan.items
+    ]
+
+
+def restart_status(status: HostMaintenanceStatus, plan: Plan, now: datetime) -> HostMaintenanceStatus:
+    """The status a new or repeated request drains from: a retry of a failed drain keeps what it
+    did (the VMs that failed or were blocked start afresh); anything else starts over."""
+    if status.phase is MaintenancePhase.FAILED:
+        new = status.model_copy(deep=True)
+        new.progress = {vm: p for vm, p in new.progress.items() if p.state not in RETRIED_AFRESH}
+    else:
+        new = HostMaintenanceStatus(observed_generation=status.observed_generation)
+    new.phase = MaintenancePhase.DRAINING
+    new.strategy = plan.strategy
+    new.plan = plan_items(plan)
+    new.blocking = []
+    new.finished_at = None
+    new.started_at = new.started_at or now
+    new.message = f"plan: {len(plan.items)} VM(s), strategy {plan.strategy.value}"
+    return new

@@ -249,6 +249,16 @@ def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
     )
 
 
+def why_no_target(choice: Choice) -> str:
+    """Why a VM that must move has nowhere to go (a maintenance plan, a drain, a migration)."""
+    if choice.blocked:
+        return f"cannot leave {choice.blocked}"
+    if not choice.reasons:
+        return "no target host: there are no other hosts"
+    details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
+    return f"no target host: {details}"
+
+
 def explain(choice: Choice) -> str:
     """One line: the chosen host, or why no host fits."""
     if choice.blocked:
