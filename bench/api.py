@@ -90,12 +90,16 @@ async def _writer(server: BenchServer, names: Any, until: float, latencies: list
 async def _write_rate(server: BenchServer, clients: int, seconds: float) -> dict[str, Any]:
     names = (f"vol-{clients}-{i:06d}" for i in itertools.count())
     latencies: list[float] = []
+    cpu = server.cpu_seconds()
     started = time.perf_counter()
     until = started + seconds
     results = await asyncio.gather(*(_writer(server, names, until, latencies) for _ in range(clients)))
     elapsed = time.perf_counter() - started
     done = sum(r[0] for r in results)
+    cpu = server.cpu_seconds() - cpu
     return {
+        "server_cpu_share": round(cpu / elapsed, 2),
+        "server_cpu_ms_per_write": round(1000 * cpu / max(1, done), 2),
         "clients": clients,
         "writes": done,
         "failed": sum(r[1] for r in results),
@@ -195,6 +199,7 @@ async def single_operations(server: BenchServer, sizes: Sizes) -> Row:
 async def _bulk_action(
     server: BenchServer, client: httpx.AsyncClient, verb: str, phase: str, n: int
 ) -> dict[str, Any]:
+    cpu = server.cpu_seconds()
     sent = time.time()
     response = await client.post(f"/v1/vms/actions/{verb}", json={"labelSelector": BULK_LABEL})
     answered = time.time()
@@ -213,7 +218,9 @@ async def _bulk_action(
     finally:
         db.close()
     done = max(finished) if finished else time.time()
+    cpu = server.cpu_seconds() - cpu
     return {
+        "server_cpu_ms_per_vm": round(1000 * cpu / n, 2),
         "selected": answer["metadata"]["selected"],
         "created": len(created),
         "answered_after_s": round(answered - sent, 3),

@@ -111,6 +111,7 @@ async def drain(server: BenchServer, sizes: Sizes) -> Row:
     other = {a: b for a, b in zip(TARGETS, reversed(list(TARGETS)), strict=True)}
     only_target = {vm: other[off] for off, vm in _pinned(vms).items()}
     bound = lower_bound(durations, only_target, len(TARGETS), **LIMITS)
+    cpu = server.cpu_seconds()
     async with server.client() as client:
         with server.profile("row6-drain"):
             response = await client.post(f"/v1/hosts/{SOURCE}/maintenance", json={"strategy": "Migration"})
@@ -143,6 +144,7 @@ async def drain(server: BenchServer, sizes: Sizes) -> Row:
             "migration_seconds_total": round(sum(durations.values()), 2),
             "planned_seconds_per_target": {t: round(s, 2) for t, s in sorted(planned.items())},
             "migrated": len(shown["migrated_vms"]),
+            "server_cpu_s": round(server.cpu_seconds() - cpu, 1),
         },
         note=f"makespan {makespan:.2f} s, lower bound {bound:.2f} s",
     )

@@ -45,6 +45,7 @@ def cold_start(server: BenchServer, sizes: Sizes, ceiling: float, seed_s: float)
     n = sizes.fleet_vms
     with server.profile("row2-cold-start"):
         seen_at = observe.wait_ready_since(server.db_path, server.launched_at, n)
+    cpu_s = server.cpu_seconds()  # since launch: start-up and cold start, all of it
     times = [t for t in observe.ready_times(server.db_path).values() if t > server.launched_at]
     last = max(times) if len(times) == n else seen_at
     makespan = last - server.launched_at
@@ -66,6 +67,8 @@ def cold_start(server: BenchServer, sizes: Sizes, ceiling: float, seed_s: float)
             "rate_after_startup_per_s": round(n / max(1e-9, last - server.ready_at)),
             "first_running_after_s": round(min(times) - server.launched_at, 2) if times else None,
             "seed_s": round(seed_s, 1),
+            "server_cpu_s": round(cpu_s, 1),
+            "server_cpu_ms_per_vm": round(1000 * cpu_s / n, 2),
         },
         note="from the server's launch (process start, cache load) to the last VM's Ready=True",
     )
