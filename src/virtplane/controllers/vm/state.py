@@ -96,6 +96,12 @@ class VMState:
     def save(self) -> VirtualMachine:
         """Write what changed (status, intents, finalizers) with the reconcile's events; nothing
         when nothing changed (the events then wait for the next write, or the reconcile's end)."""
+        if (
+            self.status == self.vm.status
+            and self.finalizers == self.vm.metadata.finalizers
+            and write_intents(self.vm.metadata.annotations, self.intents) == self.vm.metadata.annotations
+        ):
+            return self.vm  # nothing changed (most reconciles): no copies, no dumps
         changed = self._changed()
         if changed.model_dump(mode="json") != self.vm.model_dump(mode="json"):
             self.vm = self.ctx.write(changed)
