@@ -91,14 +91,26 @@ def running_vm(
             placement=Placement(anti_affinity_group=anti_affinity_group),
             termination_grace_period_s=5,
         ),
-        status=VirtualMachineStatus(
+        status=VirtualMachineStatus(  # as the VM controller leaves a running VM
             phase=VMPhase.RUNNING,
             host=on_host,
             conditions=[
                 Condition(
-                    type="Ready", status=ConditionStatus.TRUE, reason="Running", last_transition_time=BEFORE
-                )
+                    type="Ready",
+                    status=ConditionStatus.TRUE,
+                    reason="InSync",
+                    message=f"run policy {run_policy.value}",
+                    last_transition_time=BEFORE,
+                ),
+                Condition(
+                    type="DisksReady",
+                    status=ConditionStatus.TRUE,
+                    reason="Ready",
+                    last_transition_time=BEFORE,
+                ),
             ],
+            observed_generation=1,
+            message=f"run policy {run_policy.value}",
         ),
     )
 
