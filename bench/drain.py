@@ -43,7 +43,7 @@ PINNED = {"drain-1": "pin-a", "drain-2": "pin-b"}
 
 def migration_seconds(memory_mib: float, link_mib_s: float = LINK_MIB_S, tick_s: float = TICK_S) -> float:
     """How long the simulator takes to live-migrate an idle guest of ``memory_mib``."""
-    return math.ceil(memory_mib / (link_mib_s * tick_s) - 1e-9) * tick_s
+    return math.ceil(memory_mib / (link_mib_s * tick_s)) * tick_s
 
 
 def lower_bound(
