@@ -71,6 +71,7 @@ def main() -> None:
     profile_dir = results / "profiles" if args.profile else None
     started = datetime.now(UTC)
     load_start = report.load_average()
+    measured_commit = report.commit()  # what runs, before anyone edits the checkout meanwhile
     try:
         rows, tx_per_s = asyncio.run(run(sizes, args.rows, work, profile_dir))
     finally:
@@ -84,6 +85,7 @@ def main() -> None:
         ceiling=tx_per_s,
         started=started,
         load={"start": load_start, "end": report.load_average()},
+        measured_commit=measured_commit,
     )
     print()
     print(report.table(result))

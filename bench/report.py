@@ -65,13 +65,19 @@ def load_average() -> list[float]:
 
 
 def record(
-    rows: list[Row], *, mode: str, ceiling: float, started: datetime, load: dict[str, list[float]]
+    rows: list[Row],
+    *,
+    mode: str,
+    ceiling: float,
+    started: datetime,
+    load: dict[str, list[float]],
+    measured_commit: str,
 ) -> dict[str, Any]:
     return {
         "mode": mode,
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds()),
-        "commit": commit(),
+        "commit": measured_commit,
         "machine": machine(),
         "load_average": load,
         "ceiling_sqlite_tx_per_s": round(ceiling),
