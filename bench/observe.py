@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,18 +48,9 @@ def wait_ready_since(
 ) -> float:
     """Wait until ``count`` VMs turned Ready since ``after`` (a VM seeded Running shows Running
     until a reconcile finds its domain gone; its Ready condition tells a new start from that)."""
-    db = connect(db_path)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            seen = count_ready_since(db, after, name_like)
-            if seen >= count:
-                return time.time()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{seen} of {count} VMs Running again after {timeout_s} s")
-            time.sleep(0.5)
-    finally:
-        db.close()
+    return _wait(
+        lambda db: count_ready_since(db, after, name_like), db_path, count, "Running again", timeout_s, 0.5
+    )
 
 
 def wait_phase(
@@ -71,15 +63,26 @@ def wait_phase(
     every_s: float = 0.25,
 ) -> float:
     """Wait until ``count`` VMs (named like ``name_like``) are in ``phase``; returns when it was seen."""
+    return _wait(lambda db: count_phase(db, phase, name_like), db_path, count, phase, timeout_s, every_s)
+
+
+def _wait(
+    counted: Callable[[sqlite3.Connection], int],
+    db_path: Path,
+    count: int,
+    what: str,
+    timeout_s: float,
+    every_s: float,
+) -> float:
     db = connect(db_path)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
-            seen = count_phase(db, phase, name_like)
+            seen = counted(db)
             if seen >= count:
                 return time.time()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{seen} of {count} VMs {phase} after {timeout_s} s")
+                raise TimeoutError(f"{seen} of {count} VMs {what} after {timeout_s} s")
             time.sleep(every_s)
     finally:
         db.close()

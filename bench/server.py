@@ -89,16 +89,9 @@ class BenchServer:
         self.token = (self.data_dir / "admin.token").read_text().strip()
 
     def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        self.process = None
+        if self.process is not None:
+            interrupt(self.process)
+            self.process = None
 
     def __enter__(self) -> BenchServer:
         self.start()
@@ -173,9 +166,15 @@ class BenchServer:
         try:
             yield
         finally:
-            recorder.send_signal(signal.SIGINT)
-            try:
-                recorder.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                recorder.kill()
-                recorder.wait()
+            interrupt(recorder)
+
+
+def interrupt(process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Ctrl-C for ``process`` (a server shuts down cleanly, py-spy writes its profile); killed
+    if it has not ended after ``timeout_s``."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
