@@ -10,10 +10,17 @@
   migration (MIGRATE_WITH_STORAGE; BLOCKED if it may not be migrated or no host
   has room), ForceStop → FORCE_STOP, Stop → STOP.
 
-VMs are planned largest memory first, then by name, so the big ones get the
-roomy hosts and the same input always gives the same plan. Each chosen target
-is reserved before the next VM is planned, so two VMs never over-commit one
-host or land together on a host against their anti-affinity group.
+Targets are chosen so that every target's inbound migration slot has work: each VM
+goes to the target with the least to receive so far (the MiB of memory and copied
+disks already planned for it), then the one with the most free memory. VMs are
+planned most constrained first (fewest possible targets), then largest first, then
+by name: a VM only one host can take gets it before a VM that could go anywhere
+fills it (the demo's drain sent a free VM and one anti-affinity kept to host-1 both
+there, and host-2 sat idle), and big moves are spread before the small ones even
+out the rest. The same input always gives the same plan; the items are listed
+largest memory first, then by name. Each chosen target is reserved before the next
+VM is planned, so two VMs never over-commit one host or land together on a host
+against their anti-affinity group.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from virtplane.domain.placement import HostView, VMView, choose_host, reserve, why_no_target
+from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve, why_no_target
 from virtplane.domain.progress import RETRIED_AFRESH, PlanAction
 from virtplane.domain.resources import (
     HostMaintenanceStatus,
@@ -120,21 +127,36 @@ def plan_maintenance(
     targets = {h.name: h for h in hosts if h.name != host}
     sources = [h for h in hosts if h.name == host]
     items: list[PlanItem] = []
+    receiving: dict[str, float] = {}  # target → MiB planned to arrive there
 
-    def place(planned: PlanVM, action: PlanAction, copy_local_disks: bool, reason: str) -> PlanItem:
-        choice = choose_host(
+    def choose(planned: PlanVM, copy_local_disks: bool) -> Choice:
+        return choose_host(
             replace(planned.vm, host=host),  # it leaves this host, whatever the view says
             [*sources, *targets.values()],
             exclude=exclude_targets,
             copy_local_disks=copy_local_disks,
             migration=True,
+            load=receiving,
         )
+
+    def place(planned: PlanVM, action: PlanAction, copy_local_disks: bool, reason: str) -> PlanItem:
+        choice = choose(planned, copy_local_disks)
         if choice.host is None:
             return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, why_no_target(choice))
         targets[choice.host] = reserve(targets[choice.host], planned.vm, copy_local_disks)
+        receiving[choice.host] = receiving.get(choice.host, 0.0) + _transfer_mib(planned, copy_local_disks)
         return PlanItem(planned.vm.name, action, choice.host, reason)
 
-    for planned in sorted(vms, key=lambda p: (-p.vm.memory_mib, p.vm.name)):
+    def possible_targets(planned: PlanVM) -> int:
+        if not planned.running or not planned.migratable:
+            return 0  # not migrated: its order does not matter
+        if planned.has_local_disks and strategy is not Strategy.MIGRATION:
+            return 0
+        choice = choose(planned, planned.has_local_disks)
+        return sum(1 for name in targets if name not in choice.reasons and not choice.blocked)
+
+    order = sorted(vms, key=lambda p: (possible_targets(p), -p.vm.memory_mib, p.vm.name))
+    for planned in order:
         name = planned.vm.name
         if not planned.running:
             items.append(PlanItem(name, PlanAction.LEAVE, None, "not running"))
@@ -152,6 +174,8 @@ def plan_maintenance(
                 items.append(PlanItem(name, PlanAction.FORCE_STOP, None, why))
             else:
                 items.append(PlanItem(name, PlanAction.STOP, None, why))
+    memory = {p.vm.name: p.vm.memory_mib for p in vms}
+    items.sort(key=lambda item: (-memory[item.vm], item.vm))
     return Plan(host=host, strategy=strategy, items=tuple(items))
 
 
@@ -178,3 +202,9 @@ def restart_status(status: HostMaintenanceStatus, plan: Plan, now: datetime) -> 
     new.started_at = new.started_at or now
     new.message = f"plan: {len(plan.items)} VM(s), strategy {plan.strategy.value}"
     return new
+
+
+def _transfer_mib(planned: PlanVM, copy_local_disks: bool) -> float:
+    """What a migration of ``planned`` sends: its memory, and its local disks when they are copied."""
+    disks = sum(planned.vm.local_disks_gib.values()) * 1024 if copy_local_disks else 0
+    return float(planned.vm.memory_mib + disks)

@@ -234,9 +234,15 @@ class Drain(Tracker):
             return self._advance(
                 m, name, NotReady(f"the VM is {vm.status.phase.value}; it moves once running")
             )
+        first = progress.attempts == 0 and bool(item.target) and item.target not in progress.tried
+        waiting = (
+            self.coordinator.waiting_for_slot(vm.status.host, item.target) if first and item.target else ""
+        )
+        if waiting:  # the planned target's slot is taken: no need to look further now
+            return self._advance(m, name, NoSlot(waiting))
         choice = self.coordinator.choose_target(vm, exclude=frozenset(progress.tried))
         target = choice.host
-        if progress.attempts == 0 and item.target and item.target not in progress.tried:
+        if first and item.target:
             planned = self.coordinator.choose_target(vm, only=item.target)
             target = planned.host or target
         if target is None:

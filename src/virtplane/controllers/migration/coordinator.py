@@ -112,6 +112,16 @@ class MigrationCoordinator:
             hosts = [h for h in hosts if h.name in (only, vm.status.host)]  # the source's driver counts too
         return choose_host(view, hosts, exclude=exclude, copy_local_disks=copy, migration=True)
 
+    def waiting_for_slot(self, source: str | None, target: str) -> str:
+        """Why a migration from ``source`` to ``target`` would wait for a slot, as the cache sees
+        it ("" when one looks free). A cheap look before the store reads of ``begin``, which
+        decide: a drain asks for every waiting VM each time a slot frees."""
+        if source is None:
+            return ""
+        flights = [i for _, i in in_flight(self.ctx.cache.vms())]
+        cluster_of = {h.metadata.name: h.spec.cluster for h in self.ctx.cache.hosts()}
+        return slot_refusal(flights, source, target, cluster_of, self.limits())
+
     def job_of(self, vm_name: str) -> MigrationJob | None:
         """The last job seen for the VM's migration in flight (for progress displays)."""
         flight = self.flights.get(vm_name)
@@ -132,6 +142,10 @@ class MigrationCoordinator:
     async def begin(self, vm_name: str, target: str, *, requested_by: str, attempt: int) -> BeginResult:
         """Start migrating ``vm_name`` to ``target`` if a slot is free; the intent is durable first."""
         ctx = self.ctx
+        cached = ctx.cache.vm(vm_name)
+        waiting = self.waiting_for_slot(cached.status.host if cached else None, target)
+        if waiting:
+            return Waiting(waiting)
         async with self._slot_lock:
             vm = ctx.store.find(VirtualMachine, vm_name)
             if vm is None:
