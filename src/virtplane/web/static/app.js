@@ -115,9 +115,9 @@ function setOlderEvents(token) {
   $("events-older").hidden = !token;
 }
 
-// Hosts whose maintenance is worth asking for (the endpoint answers 404 when there is none);
-// a host that left these states is asked once more while its maintenance was still active,
-// so that a cancelled one shows its last phase before it goes.
+// Hosts whose maintenance is worth asking for (the endpoint answers 404 when there is none):
+// those in a maintenance state, and those whose maintenance is shown and not over yet (a
+// cancelled one is followed until it says Cancelled, with the VMs it returned).
 async function fetchMaintenance(hosts, signal) {
   const wanted = hosts
     .filter((h) => MAINTENANCE_HOST_STATES.has(h.status && h.status.resource_state)
@@ -154,8 +154,12 @@ async function refreshMaintenance() {
   try {
     const found = await fetchMaintenance([...state.objects.hosts.values()], state.abort.signal);
     if (run !== state.run) return;
-    state.maintenance = found;
-    renderMaintenance(found);
+    // a maintenance that ended (Cancelled) stays on screen until its host has a new one
+    const asked = new Set(found.map(([name]) => name));
+    const kept = state.maintenance.filter(([name]) => !asked.has(name) && !state.maintenanceHosts.has(name)
+      && state.objects.hosts.has(name));
+    state.maintenance = [...found, ...kept];
+    renderMaintenance(state.maintenance);
   } catch (err) {
     if (run === state.run && err instanceof AuthError) signOut(REFUSED(err));
   } finally {

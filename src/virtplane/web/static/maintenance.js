@@ -41,7 +41,7 @@ function planItems(m) {
 
 export function renderMaintenance(found) {
   state.maintenanceHosts = new Set(
-    found.filter(([, m]) => ACTIVE_MAINTENANCE.has(pick(m, "status.phase", "phase"))).map(([name]) => name),
+    found.filter(([, m]) => pick(m, "status.phase", "phase") !== "Cancelled").map(([name]) => name),
   );
   const blocks = found.sort((a, b) => a[0].localeCompare(b[0])).map(([host, m]) => {
     const phase = pick(m, "status.phase", "phase");
@@ -99,7 +99,7 @@ function planTable(answer) {
   return el("div", { cls: "plan", data: { feasible: String(Boolean(feasible)) } }, [
     el("p", { cls: feasible ? "plan-summary" : "plan-summary blocked", text: feasible
       ? `${items.length} VM(s) on the host; every one can be handled.`
-      : `Blocked: ${text(answer.message, "some VMs cannot be moved")}` }),
+      : `Blocked: ${(answer.blocking || []).join(", ") || "some VMs"} cannot be handled with this strategy.` }),
     rows.length
       ? el("table", { cls: "grid compact" }, [
         el("thead", {}, [el("tr", {}, ["VM", "Action", "What happens"].map((h) => el("th", { text: h })))]),
