@@ -1,16 +1,12 @@
 // Creating a VM from the page: name, run policy, CPU, memory, and disks (free volumes, and
 // optionally a new root disk made first, empty or from a disk image).
 
-import { $, el, input, select } from "./dom.js";
+import { $, el, field, input, select } from "./dom.js";
 import { listAll, send } from "./api.js";
 import { notify, openDialog } from "./dialogs.js";
 import { can, state } from "./state.js";
 
 const POLICIES = ["AlwaysOnUnlessStoppedManually", "AlwaysOn", "Manual", "AlwaysOff"];
-
-function labelled(text, node) {
-  return el("label", { cls: "field" }, [el("span", { cls: "field-label", text }), node]);
-}
 
 async function createDialog() {
   const dialog = openDialog({ name: "create-vm", title: "New virtual machine", body: [el("p", { cls: "hint", text: "Loading volumes, pools and images…" })] });
@@ -31,19 +27,19 @@ async function createDialog() {
 
   const name = input("name", "", { required: true, spellcheck: "false", placeholder: "web-3" });
   const form = el("div", { cls: "form" }, [
-    labelled("Name", name),
-    labelled("Run policy", select("run_policy", POLICIES.map((p) => [p, p]), POLICIES[0])),
+    field("Name", name),
+    field("Run policy", select("run_policy", POLICIES.map((p) => [p, p]), POLICIES[0])),
     el("div", { cls: "row" }, [
-      labelled("vCPUs", input("cpu", 1, { type: "number", min: 1, max: 512 })),
-      labelled("Memory (MiB)", input("memory_mib", 1024, { type: "number", min: 64, step: 64 })),
+      field("vCPUs", input("cpu", 1, { type: "number", min: 1, max: 512 })),
+      field("Memory (MiB)", input("memory_mib", 1024, { type: "number", min: 64, step: 64 })),
     ]),
     el("fieldset", { cls: "choices" }, [el("legend", { text: "New root disk" }),
       el("label", { cls: "choice" }, [el("input", { attrs: { type: "checkbox", name: "new_disk", checked: diskPools.length > 0, disabled: diskPools.length === 0 } }),
         el("span", { text: "Create a volume <name>-root and boot from it" })]),
       el("div", { cls: "row" }, [
-        labelled("Pool", select("pool", diskPools, diskPools.length ? diskPools[0][0] : "")),
-        labelled("Size (GiB)", input("size_gib", 20, { type: "number", min: 1 })),
-        labelled("Image", select("image", [["", "empty disk"], ...diskImages], "")),
+        field("Pool", select("pool", diskPools, diskPools.length ? diskPools[0][0] : "")),
+        field("Size (GiB)", input("size_gib", 20, { type: "number", min: 1 })),
+        field("Image", select("image", [["", "empty disk"], ...diskImages], "")),
       ]),
     ]),
     el("fieldset", { cls: "choices" }, [el("legend", { text: "Existing volumes (not attached to a VM)" }),

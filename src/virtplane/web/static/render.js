@@ -99,7 +99,7 @@ function conditionChip(condition, phase) {
   return el("span", { cls: `chip tone-${tone}`, text: `${mark} ${condition.type}${reason}`, title: title || condition.status });
 }
 
-export function renderVms(vms) {
+function renderVms(vms) {
   const filter = state.vmPhaseFilter;
   const indicator = $("vm-filter");
   indicator.hidden = !filter;

@@ -3,7 +3,7 @@
 // DryRun shows what would change before the real restore) and delete. Which buttons a row shows
 // follows its phase only; the API decides the rest (run policies) and says why it refuses.
 
-import { badge, cell, el, input, text } from "./dom.js";
+import { badge, cell, el, field, input, text } from "./dom.js";
 import { api, ApiStatusError, listAll, path, send } from "./api.js";
 import { formValues, notify, notifyError, openDialog } from "./dialogs.js";
 import { addRowAction } from "./registry.js";
@@ -19,7 +19,7 @@ function suffix() {
 }
 
 // <vm>-<word>-<suffix>, the VM's name shortened so that the whole stays a DNS label.
-export function generatedName(vm, word) {
+function generatedName(vm, word) {
   const tail = `-${word}-${suffix()}`;
   return vm.slice(0, 63 - tail.length).replace(/-+$/, "") + tail;
 }
@@ -114,7 +114,7 @@ function snapshotDialog(vm) {
     name: "snapshot",
     title: `Snapshot VM ${name}`,
     body: [
-      el("label", { cls: "field" }, [el("span", { cls: "field-label", text: "Snapshot name" }), snapName]),
+      field("Snapshot name", snapName),
       el("label", { cls: "choice" }, [memory, el("span", { text: running ? "With memory (the running guest's RAM too)" : "With memory (only for a running VM)" })]),
     ],
   });
@@ -166,7 +166,7 @@ async function restoreDialog(vm) {
   ].map(([value, label]) => el("label", { cls: "choice" }, [
     el("input", { attrs: { type: "radio", name: "mode", value, checked: value === "DryRun" } }), el("span", { text: label })]))]);
   const report = el("div", { cls: "dry-run" });
-  const form = el("div", {}, [el("label", { cls: "field" }, [el("span", { cls: "field-label", text: "Snapshot" }), chooser]), modes, report]);
+  const form = el("div", {}, [field("Snapshot", chooser), modes, report]);
   dialog.setBody([form]);
   const run = async () => {
     const { snapshot, mode } = formValues(form);
