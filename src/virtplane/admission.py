@@ -12,6 +12,7 @@ from virtplane.controllers.operations import active_before
 from virtplane.controllers.storage import pool_ref
 from virtplane.domain.images import paths_overlap
 from virtplane.domain.intents import read_intents
+from virtplane.domain.networks import Network
 from virtplane.domain.operations import admit
 from virtplane.domain.resources import (
     Host,
@@ -27,7 +28,9 @@ from virtplane.domain.resources import (
     Volume,
     VolumePhase,
 )
+from virtplane.network_admission import NetworkAdmission, vm_claims
 from virtplane.runtime.cache import Cache
+from virtplane.store.claims import Claim
 from virtplane.store.store import Store
 
 IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, Image)
@@ -37,6 +40,11 @@ class Admission:
     def __init__(self, store: Store, cache: Cache) -> None:
         self.store = store
         self.cache = cache
+        self.networks = NetworkAdmission(store, cache)
+
+    def claims_of(self, obj: Resource) -> list[Claim]:
+        """What ``obj`` holds alone, written with it (a VM's MACs and addresses)."""
+        return vm_claims(obj) if isinstance(obj, VirtualMachine) else []
 
     def on_create(self, obj: Resource) -> Resource:
         if isinstance(obj, VirtualMachineOperation):
@@ -48,6 +56,9 @@ class Admission:
         elif isinstance(obj, VirtualMachine):
             self._admit_boot(obj)
             self._admit_disks(obj, set())
+            self.networks.admit_nics(obj, None)
+        elif isinstance(obj, Network):
+            self.networks.admit_network(obj, None)
         elif isinstance(obj, Image):
             self._library(obj.spec.pool)
         elif isinstance(obj, StoragePool):
@@ -166,6 +177,9 @@ class Admission:
             if current.spec.boot != new.spec.boot:
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
+            self.networks.admit_nics(new, current)
+        elif isinstance(current, Network) and isinstance(new, Network):
+            self.networks.admit_network(new, current)
         return new
 
     def on_delete(self, current: Resource) -> None:
@@ -201,6 +215,10 @@ class Admission:
             )
             if users:
                 raise ApiError(409, "ImageInUse", f"image {name} is used by {', '.join(users)}")
+        elif isinstance(current, Network):
+            users = self.networks.network_users(name)
+            if users:
+                raise ApiError(409, "NetworkInUse", f"network {name} is used by VM {', '.join(users)}")
         elif isinstance(current, Host):
             vms = self.cache.vms_on_host(name)
             if vms:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from virtplane.domain.resources import Resource
+from virtplane.store.claims import Claim
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
@@ -20,6 +21,8 @@ class Admission(Protocol):
 
     def on_delete(self, current: Resource) -> None: ...
 
+    def claims_of(self, obj: Resource) -> list[Claim]: ...
+
 
 class AllowAll:
     def on_create(self, obj: Resource) -> Resource:
@@ -30,6 +33,9 @@ class AllowAll:
 
     def on_delete(self, current: Resource) -> None:
         return None
+
+    def claims_of(self, obj: Resource) -> list[Claim]:
+        return []
 
 
 @dataclass

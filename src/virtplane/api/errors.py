@@ -14,7 +14,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from virtplane.domain.ipam import mac_claim
 from virtplane.domain.settings import SettingError
+from virtplane.store.claims import ClaimTaken
 from virtplane.store.errors import AlreadyExists, Conflict, NotFound
 
 log = logging.getLogger("virtplane.api")
@@ -83,6 +85,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AlreadyExists)
     async def _exists(_: Request, exc: AlreadyExists) -> JSONResponse:
         return error_response(409, "AlreadyExists", str(exc))
+
+    @app.exception_handler(ClaimTaken)
+    async def _claim_taken(_: Request, exc: ClaimTaken) -> JSONResponse:
+        reason = "MacInUse" if exc.claim.scope == mac_claim() else "AddressInUse"
+        return error_response(409, reason, str(exc))
 
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:

@@ -57,7 +57,9 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from virtplane.domain.intents import split_annotations
 from virtplane.domain.resources import Event, EventType, Resource
+from virtplane.store import claims as claim_table
 from virtplane.store import schema
+from virtplane.store.claims import Claim, Holder
 from virtplane.store.errors import AlreadyExists, Conflict, NotFound, StatusOnly
 
 R = TypeVar("R", bound=Resource)
@@ -284,8 +286,11 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, obj: R) -> R:
-        """Insert a new object. uid, generation, timestamps and resource_version are set here."""
+    def create(self, obj: R, *, claims: Sequence[Claim] = ()) -> R:
+        """Insert a new object. uid, generation, timestamps and resource_version are set here.
+
+        ``claims`` are values the object holds alone, stored with it (``ClaimTaken`` if one is
+        another's: then nothing is written)."""
         kind, name = obj.KIND, obj.metadata.name
         now = utcnow()
         new = obj.model_copy(deep=True)
@@ -304,6 +309,8 @@ class Store:
                 ).first()
                 if exists is not None:
                     raise AlreadyExists(kind, name)
+                if claims:
+                    claim_table.replace_claims(connection, Holder(kind, name, meta.uid), claims)
                 revision = self._record_change(connection, kind, name, "added")
                 meta.resource_version = revision
                 connection.execute(
@@ -321,7 +328,14 @@ class Store:
         self._notify(revision)
         return new
 
-    def update(self, obj: R, *, check_version: bool = True, events: Sequence[EventRecord] = ()) -> R:
+    def update(
+        self,
+        obj: R,
+        *,
+        check_version: bool = True,
+        events: Sequence[EventRecord] = (),
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
         """Write metadata, spec and status of ``obj`` in one go.
 
         With ``check_version`` the write succeeds only if the stored resource_version is
@@ -329,9 +343,10 @@ class Store:
         goes up when the spec changed. Identity fields (uid, created_at) are kept. A write
         that changes nothing is skipped and returns the stored object. ``events`` are
         appended in the same transaction: they exist exactly when the write does (also
-        when it changed nothing; never when it failed).
+        when it changed nothing; never when it failed). ``claims``, when given, become the
+        object's claims in the same transaction (``ClaimTaken`` if one is another's).
         """
-        return self._update(obj, check_version=check_version, events=events, status_only=False)
+        return self._update(obj, check_version=check_version, events=events, status_only=False, claims=claims)
 
     def update_status(self, obj: R, *, events: Sequence[EventRecord] = ()) -> R:
         """What controllers write: status, finalizers and system annotations (the durable
@@ -344,7 +359,15 @@ class Store:
         """
         return self._update(obj, check_version=True, events=events, status_only=True)
 
-    def _update(self, obj: R, *, check_version: bool, events: Sequence[EventRecord], status_only: bool) -> R:
+    def _update(
+        self,
+        obj: R,
+        *,
+        check_version: bool,
+        events: Sequence[EventRecord],
+        status_only: bool,
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
         kind, name = obj.KIND, obj.metadata.name
         with self._write() as connection:
             row = self._locked_row(connection, kind, name)
@@ -355,6 +378,8 @@ class Store:
                 raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
             if status_only and _owned_by_users(obj) != _owned_by_users(current):
                 raise StatusOnly(kind, name)
+            if claims is not None:
+                claim_table.replace_claims(connection, Holder(kind, name, current.metadata.uid), claims)
             self._append_events(connection, events)
             new = obj.model_copy(deep=True)
             meta = new.metadata
@@ -443,9 +468,15 @@ class Store:
                 )
                 if result.rowcount != 1:  # cannot happen while the row is locked
                     raise Conflict(kind, name, row.resource_version, -1)
+                claim_table.release(connection, current.metadata.uid)
                 gone = True
         self._notify(revision)
         return gone
+
+    def claims(self, scope_prefix: str) -> list[tuple[Claim, Holder]]:
+        """The claims whose scope starts with ``scope_prefix``, with their holders."""
+        with self.engine.connect() as connection:
+            return claim_table.list_claims(connection, scope_prefix)
 
     # ------------------------------------------------------------------ change feed
 
