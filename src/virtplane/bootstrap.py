@@ -30,6 +30,7 @@ from virtplane.controllers.images import ImageReconciler
 from virtplane.controllers.maintenance import MaintenanceReconciler, MaintenanceService, wake_on_change
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
 from virtplane.controllers.migration import MigrationCoordinator, MigrationOperations
+from virtplane.controllers.networks import NetworkReconciler
 from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
@@ -130,6 +131,7 @@ class ControlPlane:
         self._add("Host", HostReconciler(self.ctx), metrics, workers=4)
         self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
         self._add("Image", ImageReconciler(self.ctx), metrics, workers=2)
+        self._add("Network", NetworkReconciler(self.ctx), metrics, workers=2)
         self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
         self.operations = OperationReconciler(self.ctx)
         self.operations.register(OperationType.RESTORE, RestoreHandler(self.ctx))
@@ -218,6 +220,10 @@ class ControlPlane:
                     self.enqueue("Image", image.metadata.name)
         elif kind == "Image":
             self._wake_image_users(name)
+        elif kind == "Network":
+            for vm in self.cache.vms():  # status.nics, and VMs waiting for a host that has it
+                if any(nic.network == name for nic in vm.spec.nics):
+                    self.enqueue("VirtualMachine", vm.metadata.name)
         elif kind == "Host":
             old_host = old if isinstance(old, Host) else None
             new_host = new if isinstance(new, Host) else None
@@ -231,7 +237,14 @@ class ControlPlane:
                 old_host.status.resource_state,
                 old_host.status.connection,
             )
+            if old_host is None or (old_host.status.bridges, old_host.status.capabilities) != (
+                new_host.status.bridges,
+                new_host.status.capabilities,
+            ):
+                changed = True
             if changed:
+                for network in self.cache.networks():
+                    self.enqueue("Network", network.metadata.name)
                 for pool in self.cache.pools():
                     self.enqueue("StoragePool", pool.metadata.name)
                 for image in self.cache.images():
@@ -255,6 +268,10 @@ class ControlPlane:
         elif kind == "VirtualMachineOperation" and obj is not None:
             self.enqueue("VirtualMachine", getattr(obj.spec, "vm", ""))  # type: ignore[attr-defined]
         elif kind == "VirtualMachine" and isinstance(obj, VirtualMachine):
+            for version in (old, new):  # the networks it uses or used: their allocations
+                if isinstance(version, VirtualMachine):
+                    for nic in version.spec.nics:
+                        self.enqueue("Network", nic.network)
             for op in self.cache.operations_of(name):
                 if not op.status.phase.finished:
                     self.enqueue("VirtualMachineOperation", op.metadata.name)
@@ -334,6 +351,7 @@ class ControlPlane:
             "Host",
             "StoragePool",
             "Image",
+            "Network",
             "Volume",
             "VirtualMachine",
             "VirtualMachineSnapshot",

@@ -49,3 +49,18 @@ def test_bad_macs(bad: str) -> None:
 
 def test_macs_are_normalised() -> None:
     assert normalise_mac("52-54-00-AB-CD-EF") == "52:54:00:ab:cd:ef"
+
+
+def test_which_hosts_have_a_network() -> None:
+    from virtplane.domain.networks import NetworkSpec, host_lacks
+
+    bridge = NetworkSpec.model_validate({"kind": "bridge", "bridge": "br0", "cluster": "c1"})
+    user = NetworkSpec.model_validate({"kind": "user", "hosts": ["h1"]})
+    assert host_lacks(bridge, "h1", "c1", frozenset({"br0"}), False) is None
+    assert host_lacks(bridge, "h1", "c1", frozenset({"br1"}), True) == "has no bridge br0"
+    assert (
+        host_lacks(bridge, "h1", "c2", frozenset({"br0"}), False) == "not in the network's cluster or hosts"
+    )
+    assert host_lacks(user, "h1", "c1", frozenset(), True) is None
+    assert host_lacks(user, "h1", "c1", frozenset(), False) == "its driver offers no user network"
+    assert host_lacks(user, "h2", "c1", frozenset(), True) == "not in the network's cluster or hosts"

@@ -29,6 +29,8 @@ __all__ = [
     "Nic",
     "NicStatus",
     "check_nics",
+    "host_lacks",
+    "nic_statuses",
 ]
 
 Mac = Annotated[str, AfterValidator(normalise_mac)]
@@ -165,6 +167,42 @@ class CloudInit(Strict):
     network_config: dict[str, Any] | None = Field(
         default=None, description="A network config (version 2) to use instead of the generated one."
     )
+
+
+def host_lacks(
+    network: NetworkSpec, host: str, cluster: str, bridges: frozenset[str], user_networks: bool
+) -> str | None:
+    """Why a host does not have ``network`` (the one rule placement and the Network's status use), or None.
+
+    A bridge network is on the hosts of its scope that report its bridge; a user network
+    on those whose driver offers QEMU's user network (simulated hosts only)."""
+    in_scope = host in network.hosts or (network.cluster is not None and cluster == network.cluster)
+    if not in_scope:
+        return "not in the network's cluster or hosts"
+    if network.kind is NetworkKind.BRIDGE and network.bridge not in bridges:
+        return f"has no bridge {network.bridge}"
+    if network.kind is NetworkKind.USER and not user_networks:
+        return "its driver offers no user network"
+    return None
+
+
+def nic_statuses(nics: list[Nic], networks: dict[str, NetworkSpec]) -> list[NicStatus]:
+    """``status.nics``: each NIC's MAC and address (as the API filled them in) with its subnet's
+    prefix length and gateway, which the guest's network config needs."""
+    statuses = []
+    for nic in nics:
+        spec = networks.get(nic.network)
+        subnet = spec.subnet if spec else None
+        statuses.append(
+            NicStatus(
+                network=nic.network,
+                mac=nic.mac or "",
+                ip=str(nic.ip) if nic.ip else None,
+                prefix_length=subnet.prefixlen if subnet and nic.ip else None,
+                gateway=str(spec.gateway) if spec and spec.gateway and nic.ip else None,
+            )
+        )
+    return statuses
 
 
 def check_nics(nics: list[Nic]) -> list[Nic]:

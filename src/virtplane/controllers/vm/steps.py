@@ -14,6 +14,7 @@ from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.intents import read_migration
+from virtplane.domain.networks import nic_statuses
 from virtplane.domain.resources import ExitReason, VirtualMachine, VMPhase
 from virtplane.drivers.base import DomainState
 from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound
@@ -205,3 +206,10 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
 
 
 __all__ = ["FINALIZER", "deletion", "disks", "finalizer", "host", "migration", "observe"]
+
+
+async def nics(state: VMState) -> Result | None:
+    """``status.nics`` from the NICs the API filled in and their networks' subnets."""
+    specs = {n.metadata.name: n.spec for n in state.ctx.cache.networks()}
+    state.status.nics = nic_statuses(state.vm.spec.nics, specs)
+    return None

@@ -1,0 +1,71 @@
+"""Networks: which hosts have each one, and which NICs use it (``Network.status``).
+
+A host has a network when it is in the network's scope and reports its bridge (or,
+for a user network, its driver offers one): ``domain.networks.host_lacks``, the same
+rule placement applies. The NICs come from the VMs' specs, where the API wrote each
+NIC's MAC and address along with its claim.
+"""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.domain.ipam import host_range
+from virtplane.domain.networks import Network, NetworkAllocation, NetworkStatus, host_lacks
+from virtplane.domain.resources import Capability
+from virtplane.reconcile.types import Request, Result
+
+
+class NetworkReconciler:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+
+    async def __call__(self, req: Request) -> Result | None:
+        network = self.ctx.store.find(Network, req.name)
+        if network is None:
+            return None
+        status = network_status(self.ctx, network)
+        if status != network.status:
+            network.status = status
+            self.ctx.write(network)
+        return None
+
+
+def network_status(ctx: ControllerContext, network: Network) -> NetworkStatus:
+    spec = network.spec
+    hosts = sorted(
+        h.metadata.name
+        for h in ctx.cache.hosts()
+        if host_lacks(
+            spec,
+            h.metadata.name,
+            h.spec.cluster,
+            frozenset(h.status.bridges),
+            Capability.USER_NETWORK in h.status.capabilities,
+        )
+        is None
+    )
+    allocations = sorted(
+        (
+            NetworkAllocation(ip=str(nic.ip) if nic.ip else None, mac=nic.mac or "", vm=vm.metadata.name)
+            for vm in ctx.cache.vms()
+            for nic in vm.spec.nics
+            if nic.network == network.metadata.name
+        ),
+        key=lambda a: (a.vm, a.mac),
+    )
+    in_use = sum(1 for a in allocations if a.ip)
+    free: int | None = None
+    if spec.subnet is not None:
+        start, end = host_range(
+            spec.subnet, spec.range.start if spec.range else None, spec.range.end if spec.range else None
+        )
+        size = int(end) - int(start) + 1
+        gateway_inside = spec.gateway is not None and start <= spec.gateway <= end
+        inside = sum(1 for a in allocations if a.ip and start <= IPv4Address(a.ip) <= end)
+        free = max(0, size - inside - int(gateway_inside))
+    message = "" if hosts else "no host has this network yet"
+    return NetworkStatus(
+        hosts=hosts, allocations=allocations, addresses_in_use=in_use, addresses_free=free, message=message
+    )
