@@ -189,6 +189,10 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("PATCH", "/v1/images/{name}") == "admin"
     assert _needs("GET", "/v1/images/{name}") == "viewer"
     assert _needs("GET", "/v1/hosts/{name}/maintenance") == "viewer"
+    assert _needs("POST", "/v1/vms/actions/stop") == "operator"  # many VMs at once (issue 13)
+    assert _needs("POST", "/v1/vms/actions/start") == "operator"
+    assert _needs("POST", "/v1/vms/actions/restart") == "operator"
+    assert _needs("GET", "/v1/vms") == "viewer"  # lists and watches alike
 
 
 @pytest.mark.parametrize(("method", "path"), list(PUBLIC))

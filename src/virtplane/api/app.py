@@ -13,6 +13,7 @@ from virtplane import __version__
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
@@ -79,6 +80,7 @@ def create_app(
         def metrics() -> Response:
             return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(actions_router)
     app.include_router(resources_router())
     app.include_router(settings_router)
     app.include_router(events_router)

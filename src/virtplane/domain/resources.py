@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from virtplane.domain.base import _LABEL_KEY as _LABEL_KEY
 from virtplane.domain.base import API_VERSION as API_VERSION  # re-exported: kinds share the base
 from virtplane.domain.base import Condition as Condition
 from virtplane.domain.base import ConditionStatus as ConditionStatus
