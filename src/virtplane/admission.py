@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from virtplane.api.errors import ApiError
 from virtplane.controllers.attachments import attached_elsewhere
+from virtplane.controllers.networks import vm_claims
 from virtplane.controllers.operations import active_before
 from virtplane.controllers.storage import pool_ref
 from virtplane.domain.images import paths_overlap
@@ -28,7 +29,7 @@ from virtplane.domain.resources import (
     Volume,
     VolumePhase,
 )
-from virtplane.network_admission import NetworkAdmission, vm_claims
+from virtplane.network_admission import NetworkAdmission
 from virtplane.runtime.cache import Cache
 from virtplane.store.claims import Claim
 from virtplane.store.store import Store

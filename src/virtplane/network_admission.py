@@ -13,22 +13,15 @@ from collections.abc import Sequence
 from ipaddress import IPv4Address
 
 from virtplane.api.errors import ApiError
+from virtplane.controllers.networks import vm_claims
 from virtplane.domain.ipam import address_refusal, derive_mac, first_free, host_range, ip_claim, mac_claim
 from virtplane.domain.networks import Network, Nic
 from virtplane.domain.resources import VirtualMachine
 from virtplane.runtime.cache import Cache
-from virtplane.store.claims import Claim
 from virtplane.store.store import Store
 
 MAC_ATTEMPTS = 64
 """Derived MACs tried per NIC before giving up (24 bits each: a collision is rare already)."""
-
-
-def vm_claims(vm: VirtualMachine) -> list[Claim]:
-    """What a VM's NICs hold alone: each MAC, and each address on its network."""
-    claims = [Claim(mac_claim(), nic.mac) for nic in vm.spec.nics if nic.mac]
-    claims += [Claim(ip_claim(nic.network), str(nic.ip)) for nic in vm.spec.nics if nic.ip]
-    return claims
 
 
 def scopes_meet(a: Network, b: Network, cluster_of: dict[str, str]) -> bool:

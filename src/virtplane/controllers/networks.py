@@ -8,13 +8,60 @@ NIC's MAC and address along with its claim.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from ipaddress import IPv4Address
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.domain.ipam import host_range
-from virtplane.domain.networks import Network, NetworkAllocation, NetworkStatus, host_lacks
-from virtplane.domain.resources import Capability
+from virtplane.domain.ipam import host_range, ip_claim, mac_claim
+from virtplane.domain.networks import Network, NetworkAllocation, NetworkStatus, Nic, host_lacks
+from virtplane.domain.resources import Capability, VirtualMachine
 from virtplane.reconcile.types import Request, Result
+from virtplane.store.claims import Claim
+from virtplane.store.store import Store
+
+
+def nic_claims(nics: Sequence[Nic]) -> list[Claim]:
+    """What a VM's NICs hold alone: each MAC, and each address on its network."""
+    claims = [Claim(mac_claim(), nic.mac) for nic in nics if nic.mac]
+    claims += [Claim(ip_claim(nic.network), str(nic.ip)) for nic in nics if nic.ip]
+    return claims
+
+
+def vm_claims(vm: VirtualMachine) -> list[Claim]:
+    return nic_claims(vm.spec.nics)
+
+
+@dataclass(frozen=True)
+class NicConflict:
+    index: int
+    reason: str  # NetworkNotFound, MacInUse, AddressInUse
+    message: str
+
+
+def nic_conflicts(store: Store, vm_uid: str, nics: Sequence[Nic]) -> list[NicConflict]:
+    """The NICs (of a snapshot, say) that the VM ``vm_uid`` cannot have now: their network is
+    gone, or another object holds their MAC or address."""
+    held = {c: h for c, h in store.claims("") if h.uid != vm_uid}
+    conflicts = []
+    for index, nic in enumerate(nics):
+        if store.find(Network, nic.network) is None:
+            conflicts.append(NicConflict(index, "NetworkNotFound", f"network {nic.network} does not exist"))
+            continue
+        for claim in nic_claims([nic]):
+            holder = held.get(claim)
+            if holder is not None:
+                what = (
+                    f"MAC {claim.value}"
+                    if claim.scope == mac_claim()
+                    else f"address {claim.value} on network {nic.network}"
+                )
+                reason = "MacInUse" if claim.scope == mac_claim() else "AddressInUse"
+                conflicts.append(
+                    NicConflict(index, reason, f"{what} is in use by {holder.kind} {holder.name}")
+                )
+                break
+    return conflicts
 
 
 class NetworkReconciler:

@@ -414,8 +414,10 @@ class Store:
         attempts: int = 20,
         events: Sequence[EventRecord] = (),
         status_only: bool = False,
+        claims: Callable[[R], Sequence[Claim]] | None = None,
     ) -> R:
         """Read, apply ``change`` to a copy, write with a version check; re-read on Conflict.
+        ``claims``, when given, says what the changed object holds (see ``update``).
 
         For small server-side edits (an intent annotation, a status field) where the
         change is a pure function of the current object; ``status_only`` as ``update_status``.
@@ -424,7 +426,13 @@ class Store:
             current = self.get(cls, name)
             change(current)
             try:
-                return self._update(current, check_version=True, events=events, status_only=status_only)
+                return self._update(
+                    current,
+                    check_version=True,
+                    events=events,
+                    status_only=status_only,
+                    claims=None if claims is None else claims(current),
+                )
             except Conflict:
                 if attempt == attempts - 1:
                     raise
