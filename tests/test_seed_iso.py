@@ -64,3 +64,43 @@ def test_the_digest_follows_the_content() -> None:
     assert seed_digest(documents()) == seed_digest(documents())
     assert seed_digest(documents()) != seed_digest(documents(hostname="web-2"))
     assert seed_digest(documents()) != seed_digest(documents(nics=NICS[:1]))
+
+
+def test_a_vms_seed_follows_its_spec_and_its_networks() -> None:
+    from virtplane.controllers.seed import vm_seed
+    from virtplane.domain.networks import Network
+    from virtplane.domain.resources import VirtualMachine
+
+    lan = Network.model_validate(
+        {
+            "metadata": {"name": "lan"},
+            "spec": {
+                "kind": "bridge",
+                "bridge": "br0",
+                "cluster": "c1",
+                "subnet": "10.1.0.0/24",
+                "gateway": "10.1.0.1",
+                "dns_servers": ["10.1.0.53"],
+            },
+        }
+    )
+    doc = {
+        "metadata": {"name": "web-1", "uid": "uid-7"},
+        "spec": {
+            "nics": [{"network": "lan", "mac": "52:54:00:00:00:09", "ip": "10.1.0.9"}],
+            "cloud_init": {"user_data": "#cloud-config\n", "ssh_authorized_keys": ["ssh-ed25519 K"]},
+        },
+    }
+    vm = VirtualMachine.model_validate(doc)
+    assert vm_seed(VirtualMachine.model_validate({"metadata": {"name": "x"}}), {}) is None
+    seed = vm_seed(vm, {"lan": lan})
+    assert seed is not None and seed.file_name == f"vp-seed-{seed.digest}.iso"
+    label, files = read_seed_iso(seed.iso())
+    assert label == "cidata"
+    assert yaml.safe_load(files["meta-data"])["instance-id"] == "uid-7"
+    nic = yaml.safe_load(files["network-config"])["ethernets"]["nic0"]
+    assert nic["addresses"] == ["10.1.0.9/24"] and nic["nameservers"] == {"addresses": ["10.1.0.53"]}
+    # rebuilt when the spec changes: another digest, another file
+    doc["spec"]["cloud_init"]["user_data"] = "#cloud-config\nhostname: other\n"
+    changed = vm_seed(VirtualMachine.model_validate(doc), {"lan": lan})
+    assert changed is not None and changed.file_name != seed.file_name
