@@ -77,7 +77,7 @@ def create_app(
         metrics_registry = registry
 
         @app.get("/metrics", tags=["Health"], operation_id="metrics", include_in_schema=False)
-        def metrics() -> Response:
+        async def metrics() -> Response:  # on the event loop: collectors read the cache it updates
             return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(actions_router)
