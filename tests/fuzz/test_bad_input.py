@@ -96,6 +96,8 @@ def names_of(client: httpx.Client, plural: str) -> set[str]:
 def with_name(plural: str, name: str) -> dict[str, Any]:
     doc = json.loads(json.dumps(VALID[plural]))
     doc["metadata"]["name"] = name
+    if plural == "networks":  # a second network with n1's subnet in its cluster would overlap it
+        del doc["spec"]["subnet"]
     return doc
 
 
