@@ -30,6 +30,11 @@ def domain_name(vm_uid: str) -> str:
     return f"{DOMAIN_PREFIX}{vm_uid}"
 
 
+def vm_uid_of(domain: str) -> str:
+    """The VM uid in a domain name made by ``domain_name``; "" for a domain that is not ours."""
+    return domain.removeprefix(DOMAIN_PREFIX) if domain.startswith(DOMAIN_PREFIX) else ""
+
+
 class DomainState(StrEnum):
     STARTING = "starting"  # booting (the sim models it; libvirt goes straight to running)
     RUNNING = "running"
@@ -284,4 +289,5 @@ __all__ = [
     "PoolRef",
     "VolumeInfo",
     "domain_name",
+    "vm_uid_of",
 ]
