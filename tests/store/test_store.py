@@ -178,7 +178,8 @@ def test_tokens_are_stored_hashed(store: Store) -> None:
 
 
 def test_claims_are_written_with_their_holder_or_not_at_all(store: Store) -> None:
-    from virtplane.store.claims import Claim, ClaimTaken
+    from virtplane.domain.ipam import Claim
+    from virtplane.store.claims import ClaimTaken
 
     ip = Claim("ip/lan", "10.0.0.2")
     first = store.create(VirtualMachine(metadata=Metadata(name="a")), claims=[ip])

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from virtplane.api.watch import Streams, WatchOptions
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import Resource
-from virtplane.store.claims import Claim
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 

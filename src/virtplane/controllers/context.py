@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
-from virtplane.store.claims import Claim
 from virtplane.store.settings import Settings
 from virtplane.store.store import EventRecord, Store, utcnow
 
@@ -39,12 +39,10 @@ class ControllerContext:
     settings: Settings
     now: Callable[[], datetime] = field(default=utcnow)
     enqueue: Callable[[str, str], None] = field(default=lambda kind, name: None)
-    """Wake another controller: (kind, name); wired by bootstrap."""
+    """Wake another controller: (kind, name); wired by bootstrap. A write needs none: the
+    watches (``controllers.watch``) map every change of the cache to whom it concerns."""
     metrics: PlaneMetrics = field(default_factory=PlaneMetrics)
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
-
-    def requeue_vm(self, name: str) -> None:
-        self.enqueue("VirtualMachine", name)
 
     # ------------------------------------------------------------------ events
 

@@ -13,19 +13,14 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.domain.ipam import host_range, ip_claim, mac_claim
-from virtplane.domain.networks import Network, NetworkAllocation, NetworkStatus, Nic, host_lacks
-from virtplane.domain.resources import Capability, VirtualMachine
+from virtplane.controllers.host import networks_changed, reachability_changed
+from virtplane.controllers.watch import Watch, itself
+from virtplane.domain.ipam import Claim, claim_reason, host_range, mac_claim
+from virtplane.domain.networks import Network, NetworkAllocation, NetworkStatus, Nic, host_lacks, nic_claims
+from virtplane.domain.resources import Capability, Host, Resource, VirtualMachine
 from virtplane.reconcile.types import Request, Result
-from virtplane.store.claims import Claim
+from virtplane.runtime.cache import Cache
 from virtplane.store.store import Store
-
-
-def nic_claims(nics: Sequence[Nic]) -> list[Claim]:
-    """What a VM's NICs hold alone: each MAC, and each address on its network."""
-    claims = [Claim(mac_claim(), nic.mac) for nic in nics if nic.mac]
-    claims += [Claim(ip_claim(nic.network), str(nic.ip)) for nic in nics if nic.ip]
-    return claims
 
 
 def vm_claims(vm: VirtualMachine) -> list[Claim]:
@@ -56,9 +51,10 @@ def nic_conflicts(store: Store, vm_uid: str, nics: Sequence[Nic]) -> list[NicCon
                     if claim.scope == mac_claim()
                     else f"address {claim.value} on network {nic.network}"
                 )
-                reason = "MacInUse" if claim.scope == mac_claim() else "AddressInUse"
                 conflicts.append(
-                    NicConflict(index, reason, f"{what} is in use by {holder.kind} {holder.name}")
+                    NicConflict(
+                        index, claim_reason(claim), f"{what} is in use by {holder.kind} {holder.name}"
+                    )
                 )
                 break
     return conflicts
@@ -116,3 +112,26 @@ def network_status(ctx: ControllerContext, network: Network) -> NetworkStatus:
     return NetworkStatus(
         hosts=hosts, allocations=allocations, addresses_in_use=in_use, addresses_free=free, message=message
     )
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _every_network(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A host came, went away or reports other bridges: which hosts have each network."""
+    if not (reachability_changed(old, new) or networks_changed(old, new) or new is None):
+        return []
+    return [Request(Network.KIND, n.metadata.name) for n in cache.networks()]
+
+
+def _networks_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A VM's NICs are a network's allocations: the networks it uses or used."""
+    names = {nic.network for vm in (old, new) if isinstance(vm, VirtualMachine) for nic in vm.spec.nics}
+    return [Request(Network.KIND, name) for name in sorted(names)]
+
+
+WATCHES = (
+    itself(Network.KIND),
+    Watch(Host.KIND, _every_network),
+    Watch(VirtualMachine.KIND, _networks_of_vm),
+)

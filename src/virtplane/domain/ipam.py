@@ -9,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
 __all__ = [
     "MAC_PREFIX",
+    "Claim",
     "address_refusal",
+    "claim_reason",
     "derive_mac",
     "first_free",
     "host_range",
@@ -89,3 +92,16 @@ def ip_claim(network: str) -> str:
 def mac_claim() -> str:
     """The claim scope of MACs: unique across the store (so also within every cluster)."""
     return "mac"
+
+
+@dataclass(frozen=True, order=True)
+class Claim:
+    """A value one object holds alone, within ``scope`` (an address on a network, a MAC)."""
+
+    scope: str
+    value: str
+
+
+def claim_reason(claim: Claim) -> str:
+    """Why a value cannot be had, in the API's words, when another object holds it."""
+    return "MacInUse" if claim.scope == mac_claim() else "AddressInUse"

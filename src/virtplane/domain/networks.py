@@ -9,6 +9,7 @@ as Kubernetes fills in a Service's cluster IP, so both stay the VM's for its lif
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Any, ClassVar
@@ -16,7 +17,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
 from virtplane.domain.base import Condition, Name, Resource, Strict
-from virtplane.domain.ipam import address_refusal, normalise_mac
+from virtplane.domain.ipam import Claim, address_refusal, ip_claim, mac_claim, normalise_mac
 
 __all__ = [
     "AddressRange",
@@ -30,6 +31,7 @@ __all__ = [
     "NicStatus",
     "check_nics",
     "host_lacks",
+    "nic_claims",
     "nic_statuses",
 ]
 
@@ -184,6 +186,13 @@ def host_lacks(
     if network.kind is NetworkKind.USER and not user_networks:
         return "its driver offers no user network"
     return None
+
+
+def nic_claims(nics: Sequence[Nic]) -> list[Claim]:
+    """What NICs hold alone: each MAC, and each address on its network."""
+    claims = [Claim(mac_claim(), nic.mac) for nic in nics if nic.mac]
+    claims += [Claim(ip_claim(nic.network), str(nic.ip)) for nic in nics if nic.ip]
+    return claims
 
 
 def nic_statuses(nics: list[Nic], networks: dict[str, NetworkSpec]) -> list[NicStatus]:

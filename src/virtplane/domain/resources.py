@@ -26,6 +26,7 @@ from virtplane.domain.base import StringMap as StringMap
 from virtplane.domain.images import check_image_file
 from virtplane.domain.networks import CloudInit, Nic, NicStatus, check_nics
 from virtplane.domain.networks import Network as Network
+from virtplane.domain.progress import PlanAction, ProgressState
 
 # --------------------------------------------------------------------------- Host
 
@@ -540,15 +541,13 @@ class HostMaintenanceSpec(Strict):
 
 class MaintenancePlanItem(BaseModel):
     vm: str
-    action: str
+    action: PlanAction
     target: str | None = None
     reason: str = ""
 
 
 class MaintenanceVMProgress(BaseModel):
-    state: str = (
-        "Pending"  # Pending, WaitingForSlot, Migrating, Migrated, Stopping, Stopped, Blocked, Failed, Left
-    )
+    state: ProgressState = ProgressState.PENDING  # changed only through domain.progress.advance
     target: str | None = None
     attempts: int = 0
     tried: list[str] = Field(default_factory=list)

@@ -15,14 +15,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, and_, delete, insert, select, tuple_
 from sqlalchemy.exc import IntegrityError
 
+from virtplane.domain.ipam import Claim, claim_reason
 from virtplane.store import schema
 from virtplane.store.errors import StoreError
-
-
-@dataclass(frozen=True, order=True)
-class Claim:
-    scope: str
-    value: str
 
 
 @dataclass(frozen=True)
@@ -40,6 +35,7 @@ class ClaimTaken(StoreError):
         super().__init__(f"{claim.value} ({claim.scope}) is held by {by}")
         self.claim = claim
         self.holder = holder
+        self.reason = claim_reason(claim)
 
 
 def holders(connection: Connection, wanted: Sequence[Claim]) -> dict[Claim, Holder]:

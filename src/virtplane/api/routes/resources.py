@@ -39,7 +39,6 @@ PATCH_ATTEMPTS = 10
 
 CLAIM_ATTEMPTS = 5
 """Admission runs again this often when a value it chose (an address, a MAC) was taken meanwhile."""
-"""A merge patch without a resource_version is re-applied to a fresh read this often on a conflict."""
 
 
 T = TypeVar("T")

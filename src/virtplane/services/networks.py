@@ -4,6 +4,7 @@ The API fills in each NIC's MAC and address here, before the write, and the stor
 writes the VM together with its claims on them (``store.claims``): a value two
 requests chose at once is stored for one of them only; the other gets ``ClaimTaken``
 and the API runs admission again (a requested value then fails with its reason).
+Refusals are domain errors (``Invalid`` 422, ``Refused`` 409 through the API's table).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import uuid
 from collections.abc import Sequence
 from ipaddress import IPv4Address
 
-from virtplane.api.errors import ApiError
-from virtplane.controllers.networks import vm_claims
+from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.ipam import address_refusal, derive_mac, first_free, host_range, ip_claim, mac_claim
-from virtplane.domain.networks import Network, Nic
+from virtplane.domain.networks import Network, Nic, nic_claims
 from virtplane.domain.resources import VirtualMachine
 from virtplane.runtime.cache import Cache
 from virtplane.store.store import Store
@@ -46,7 +46,7 @@ class NetworkAdmission:
         if current is not None:
             for field in ("kind", "subnet"):
                 if getattr(current.spec, field) != getattr(network.spec, field):
-                    raise ApiError(422, "Immutable", f"spec.{field} of a network cannot change")
+                    raise Invalid("Immutable", f"spec.{field} of a network cannot change")
         subnet = network.spec.subnet
         if subnet is None:
             return
@@ -55,8 +55,7 @@ class NetworkAdmission:
             if other.metadata.name == network.metadata.name or other.spec.subnet is None:
                 continue
             if subnet.overlaps(other.spec.subnet) and scopes_meet(network, other, cluster_of):
-                raise ApiError(
-                    422,
+                raise Invalid(
                     "SubnetOverlap",
                     f"subnet {subnet} overlaps {other.spec.subnet} of network {other.metadata.name} "
                     "on the same hosts",
@@ -76,7 +75,7 @@ class NetworkAdmission:
         if not vm.metadata.uid:  # a new VM: its uid now, so that derived MACs come from it
             vm.metadata.uid = str(uuid.uuid4())
         before = current.spec.nics if current is not None else []
-        mine = {(c.scope, c.value) for c in vm_claims(current)} if current is not None else set()
+        mine = {(c.scope, c.value) for c in nic_claims(current.spec.nics)} if current is not None else set()
         nics: list[Nic] = []
         for index, nic in enumerate(vm.spec.nics):
             old = before[index] if index < len(before) and before[index].network == nic.network else None
@@ -102,7 +101,7 @@ class NetworkAdmission:
         field = f"spec.nics[{index}]"
         network = self.store.find(Network, nic.network)
         if network is None:
-            raise ApiError(422, "NetworkNotFound", f"{field}: network {nic.network} does not exist")
+            raise Invalid("NetworkNotFound", f"{field}: network {nic.network} does not exist")
         mac = nic.mac or (old.mac if old else None)
         macs_taken = self._taken(mac_claim(), mine) | {n.mac for n in earlier if n.mac}
         if mac is None:
@@ -115,15 +114,15 @@ class NetworkAdmission:
                 None,
             )
             if mac is None:
-                raise ApiError(409, "MacInUse", f"{field}: no free MAC could be derived; choose one")
+                raise Refused("MacInUse", f"{field}: no free MAC could be derived; choose one")
         elif mac in macs_taken:
-            raise ApiError(409, "MacInUse", f"{field}: MAC {mac} is in use by another NIC")
+            raise Refused("MacInUse", f"{field}: MAC {mac} is in use by another NIC")
         ip = nic.ip or (old.ip if old else None)
         subnet = network.spec.subnet
         if subnet is None:
             if nic.ip is not None:
-                raise ApiError(
-                    422, "NoAddressing", f"{field}: network {nic.network} has no subnet, so no addresses"
+                raise Invalid(
+                    "NoAddressing", f"{field}: network {nic.network} has no subnet, so no addresses"
                 )
             return Nic(network=nic.network, mac=mac)
         taken = {IPv4Address(v) for v in self._taken(ip_claim(nic.network), mine)}
@@ -133,12 +132,12 @@ class NetworkAdmission:
             start, end = host_range(subnet, bounds.start if bounds else None, bounds.end if bounds else None)
             ip = first_free(start, end, taken, [network.spec.gateway] if network.spec.gateway else [])
             if ip is None:
-                raise ApiError(409, "NetworkFull", f"{field}: network {nic.network} has no free address left")
+                raise Refused("NetworkFull", f"{field}: network {nic.network} has no free address left")
         else:
             refusal = address_refusal(ip, subnet, network.spec.gateway)
             if refusal:
                 reason = "AddressOutsideSubnet" if ip not in subnet else "AddressReserved"
-                raise ApiError(422, reason, f"{field}: {refusal}")
+                raise Invalid(reason, f"{field}: {refusal}")
             if ip in taken:
-                raise ApiError(409, "AddressInUse", f"{field}: {ip} is in use on network {nic.network}")
+                raise Refused("AddressInUse", f"{field}: {ip} is in use on network {nic.network}")
         return Nic(network=nic.network, mac=mac, ip=ip)
