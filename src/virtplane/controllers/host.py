@@ -61,6 +61,7 @@ class HostReconciler:
             status.connection = HostConnection.UP
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
+            status.bridges = sorted(facts.bridges)  # which bridge networks the host has
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S

@@ -7,12 +7,16 @@ rebuild the seed image when the spec (or a network's gateway or DNS) changes.
 
 from __future__ import annotations
 
+from virtplane.controllers.storage import pool_ref
 from virtplane.domain.cloudinit import SeedNic, seed_digest, seed_documents
 from virtplane.domain.networks import Network
-from virtplane.domain.resources import VirtualMachine
+from virtplane.domain.resources import PoolKind, StoragePool, VirtualMachine
+from virtplane.drivers.base import HypervisorDriver
+from virtplane.drivers.errors import PermanentError
+from virtplane.runtime.cache import Cache
 from virtplane.seed_iso import build_seed_iso
 
-__all__ = ["SeedImage", "vm_seed"]
+__all__ = ["SeedImage", "place_seed", "place_seed_on_target", "seed_pool", "vm_seed"]
 
 
 class SeedImage:
@@ -61,3 +65,37 @@ def vm_seed(vm: VirtualMachine, networks: dict[str, Network]) -> SeedImage | Non
             network_override=cloud.network_config,
         )
     )
+
+
+def seed_pool(cache: Cache, vm: VirtualMachine) -> StoragePool | None:
+    """Where the seed is kept: the pool of the VM's first disk (in boot order), which every host
+    that may run the VM sees."""
+    ordered = sorted(enumerate(vm.spec.disks), key=lambda p: p[1].boot_order or 1000 + p[0])
+    for _, disk in ordered:
+        volume = cache.volume(disk.volume)
+        pool = cache.pool(volume.spec.pool) if volume else None
+        if pool is not None:
+            return pool
+    return None
+
+
+async def place_seed(cache: Cache, vm: VirtualMachine, driver: HypervisorDriver) -> str | None:
+    """Put ``vm``'s seed on the driver's host, as a volume sent through the driver (remote hosts
+    too), and return its path there; None when the VM asks for none. Called before a define,
+    while the domain is off."""
+    seed = vm_seed(vm, {n.metadata.name: n for n in cache.networks()})
+    if seed is None:
+        return None
+    pool = seed_pool(cache, vm)
+    if pool is None:
+        raise PermanentError("spec.cloud_init: the seed is kept in the pool of the VM's first disk; it has none")
+    return (await driver.upload_volume(pool_ref(pool), seed.file_name, seed.iso())).path
+
+
+async def place_seed_on_target(cache: Cache, vm: VirtualMachine, target: HypervisorDriver) -> None:
+    """Before a migration that copies local disks: the seed, when it lives in a local pool, on the
+    target too (QEMU there opens the CD-ROM at the same path). A shared pool's seed is there
+    already, and in use by the running guest: it is never written again."""
+    pool = seed_pool(cache, vm)
+    if pool is not None and pool.spec.kind is PoolKind.LOCAL:
+        await place_seed(cache, vm, target)

@@ -134,7 +134,7 @@ async def observe(state: VMState) -> Result | None:
             info = None
         if info is None and not problem and not state.intents.held_by:
             await state.durable(DurablePoint.DEFINE)
-            await driver.ensure_defined(state.spec())
+            await driver.ensure_defined(await state.defined_spec(driver))
             crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
             info = await driver.get_info(state.domain)
         elif (
@@ -143,7 +143,7 @@ async def observe(state: VMState) -> Result | None:
             and not problem
             and state.vm.metadata.generation != state.status.observed_generation
         ):
-            await driver.ensure_defined(state.spec())
+            await driver.ensure_defined(await state.defined_spec(driver))
     except HostUnreachable as exc:
         state.status.conditions = set_condition(
             state.status.conditions,
