@@ -22,13 +22,23 @@ from prometheus_client import CollectorRegistry
 
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
-from virtplane.controllers import host, images, maintenance, migration, operations, snapshots, storage
+from virtplane.controllers import (
+    host,
+    images,
+    maintenance,
+    migration,
+    networks,
+    operations,
+    snapshots,
+    storage,
+)
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
 from virtplane.controllers.maintenance import MaintenanceReconciler
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
 from virtplane.controllers.migration import MigrationCoordinator, MigrationFollower, MigrationOperations
+from virtplane.controllers.networks import NetworkReconciler
 from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
@@ -36,6 +46,7 @@ from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconcile
 from virtplane.controllers.vm import VMReconciler
 from virtplane.controllers.vm import watches as vm
 from virtplane.controllers.watch import Watch, requests_for
+from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
@@ -158,6 +169,8 @@ class ControlPlane:
         pools = StoragePoolReconciler(self.ctx)
         self._add(StoragePool.KIND, pools, metrics, workers=2, watches=storage.POOL_WATCHES)
         self._add(Image.KIND, ImageReconciler(self.ctx), metrics, workers=2, watches=images.WATCHES)
+        nets = NetworkReconciler(self.ctx)
+        self._add(Network.KIND, nets, metrics, workers=2, watches=networks.WATCHES)
         volumes = VolumeReconciler(self.ctx)
         self._add(Volume.KIND, volumes, metrics, workers=4, watches=storage.VOLUME_WATCHES)
         self.operations = OperationReconciler(self.ctx)
@@ -306,6 +319,7 @@ class ControlPlane:
             "Host",
             "StoragePool",
             "Image",
+            "Network",
             "Volume",
             "VirtualMachine",
             "VirtualMachineSnapshot",

@@ -231,3 +231,29 @@ def test_piped_tables_have_no_trailing_padding(invoke: Invoke, fleet: LiveServer
 
     assert result.exit_code == 0, result.output
     assert all(line == line.rstrip() for line in result.stdout.splitlines())
+
+
+def test_get_networks_shows_kind_subnet_and_addresses(invoke: Invoke, server: LiveServer) -> None:
+    from virtplane.domain.networks import Network
+
+    server.store.create(
+        Network.model_validate(
+            {
+                "metadata": {"name": "lan"},
+                "spec": {
+                    "kind": "bridge",
+                    "bridge": "br0",
+                    "vlan": 7,
+                    "cluster": "east",
+                    "subnet": "10.4.0.0/29",
+                },
+            }
+        )
+    )
+    eventually_sync(lambda: server.store.get(Network, "lan").status.addresses_free == 6)
+    result = invoke("get", "nets")
+
+    assert result.exit_code == 0, result.output
+    header, *rows = _table_rows(result.stdout)
+    assert header == ["NAME", "KIND", "BRIDGE", "VLAN", "SUBNET", "SCOPE", "HOSTS", "IN-USE", "FREE", "AGE"]
+    assert [row[:9] for row in rows] == [["lan", "bridge", "br0", "7", "10.4.0.0/29", "east", "0", "0", "6"]]

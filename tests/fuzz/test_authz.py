@@ -23,7 +23,9 @@ from virtplane.api.context import ApiContext
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
-ADMIN_ONLY = frozenset({"hosts", "storagepools", "images", "settings", "tokens", "faults", "maintenance"})
+ADMIN_ONLY = frozenset(
+    {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance"}
+)
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),

@@ -18,11 +18,11 @@ def test_migrations_create_the_schema_on_an_empty_database(tmp_path: Path) -> No
     store = Store(sqlite_url(tmp_path / "empty.db"))
     assert store.schema_revision() is None
     store.migrate()
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
     tables = set(inspect(store.engine).get_table_names())
     assert {"objects", "changes", "events", "tokens", "leases", "alembic_version"} <= tables
     store.migrate()  # idempotent
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
 
 
 def test_sqlite_runs_in_wal_mode(store: Store) -> None:
@@ -175,3 +175,22 @@ def test_tokens_are_stored_hashed(store: Store) -> None:
     with store.engine.connect() as connection:
         stored = connection.exec_driver_sql("SELECT token_sha256 FROM tokens").scalars().all()
     assert token not in stored
+
+
+def test_claims_are_written_with_their_holder_or_not_at_all(store: Store) -> None:
+    from virtplane.domain.ipam import Claim
+    from virtplane.store.claims import ClaimTaken
+
+    ip = Claim("ip/lan", "10.0.0.2")
+    first = store.create(VirtualMachine(metadata=Metadata(name="a")), claims=[ip])
+    with pytest.raises(ClaimTaken, match="VirtualMachine a"):
+        store.create(
+            VirtualMachine(metadata=Metadata(name="b")), claims=[Claim("mac", "52:54:00:00:00:01"), ip]
+        )
+    assert store.find(VirtualMachine, "b") is None
+    assert [c for c, _ in store.claims("")] == [ip]  # b's MAC was not kept either
+    # an update replaces the holder's claims in its transaction; deletion releases them
+    store.update(first, claims=[Claim("ip/lan", "10.0.0.3")])
+    assert [(c.value, h.name) for c, h in store.claims("ip/")] == [("10.0.0.3", "a")]
+    store.delete(VirtualMachine, "a")
+    assert store.claims("") == []

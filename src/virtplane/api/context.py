@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from virtplane.api.watch import Streams, WatchOptions
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import Resource
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
@@ -21,6 +22,8 @@ class Admission(Protocol):
 
     def on_delete(self, current: Resource) -> None: ...
 
+    def claims_of(self, obj: Resource) -> list[Claim]: ...
+
 
 class AllowAll:
     def on_create(self, obj: Resource) -> Resource:
@@ -31,6 +34,9 @@ class AllowAll:
 
     def on_delete(self, current: Resource) -> None:
         return None
+
+    def claims_of(self, obj: Resource) -> list[Claim]:
+        return []
 
 
 @dataclass

@@ -26,6 +26,7 @@ KINDS: tuple[KindInfo, ...] = (
         "StoragePool", "storagepools", "storagepool", ("pool", "pools", "storagepool", "storagepools", "sp")
     ),
     KindInfo("Image", "images", "image", ("img", "imgs", "image", "images")),
+    KindInfo("Network", "networks", "network", ("net", "nets", "network", "networks")),
     KindInfo("Volume", "volumes", "volume", ("vol", "vols", "volume", "volumes")),
     KindInfo("VirtualMachine", "vms", "vm", ("vm", "vms", "virtualmachine", "virtualmachines")),
     KindInfo(

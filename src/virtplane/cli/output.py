@@ -233,6 +233,19 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("MESSAGE", lambda i: dig(i, "status.message"), wide_only=True),
         Column("AGE", _age),
     ],
+    "Network": [
+        Column("NAME", _name),
+        Column("KIND", lambda n: dig(n, "spec.kind")),
+        Column("BRIDGE", lambda n: dig(n, "spec.bridge")),
+        Column("VLAN", lambda n: dig(n, "spec.vlan")),
+        Column("SUBNET", lambda n: dig(n, "spec.subnet")),
+        Column("SCOPE", _pool_scope),
+        Column("HOSTS", lambda n: len(dig(n, "status.hosts", []))),
+        Column("IN-USE", lambda n: dig(n, "status.addresses_in_use", 0)),
+        Column("FREE", lambda n: dig(n, "status.addresses_free")),
+        Column("MESSAGE", lambda n: dig(n, "status.message"), wide_only=True),
+        Column("AGE", _age),
+    ],
     "Volume": [
         Column("NAME", _name),
         Column("POOL", lambda v: dig(v, "spec.pool")),
@@ -250,6 +263,9 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("CPU", lambda vm: dig(vm, "spec.cpu")),
         Column("MEMORY", lambda vm: format_mib(dig(vm, "spec.memory_mib"))),
         Column("AGE", _age),
+        Column(
+            "IPS", lambda vm: [n.get("ip") for n in dig(vm, "status.nics", []) if n.get("ip")], wide_only=True
+        ),
         Column("LAST-EXIT", lambda vm: dig(vm, "status.last_exit"), wide_only=True),
         Column("MIGRATION", lambda vm: dig(vm, "spec.live_migration_policy"), wide_only=True),
         Column("CONDITIONS", _conditions, wide_only=True),

@@ -61,6 +61,7 @@ class HostReconciler:
             status.connection = HostConnection.UP
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
+            status.bridges = sorted(facts.bridges)  # which bridge networks the host has
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
@@ -168,6 +169,16 @@ def reachability_changed(old: Resource | None, new: Resource | None) -> bool:
         old.status.resource_state,
         old.status.connection,
     )
+
+
+def networks_changed(old: Resource | None, new: Resource | None) -> bool:
+    """A host appeared, or the bridges it reports or its capabilities (a user network) changed:
+    which networks it has."""
+    if not isinstance(new, Host):
+        return False
+    if not isinstance(old, Host):
+        return True
+    return (new.status.bridges, new.status.capabilities) != (old.status.bridges, old.status.capabilities)
 
 
 def room_freed(old: Resource | None, new: Resource | None) -> bool:

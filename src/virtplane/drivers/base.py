@@ -71,6 +71,17 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class NicAttachment:
+    """A NIC on one of the host's Linux bridges (``bridge`` None: QEMU's user network, which
+    only the simulator offers)."""
+
+    mac: str
+    bridge: str | None
+    vlan: int | None = None  # carried by the bridge itself, never tagged by us (docs/decisions.md)
+    network: str = ""  # the Network resource name, for messages
+
+
+@dataclass(frozen=True)
 class DomainSpec:
     name: str  # domain_name(vm_uid)
     vm_name: str
@@ -82,6 +93,8 @@ class DomainSpec:
     initrd: ImageRef | None = None
     cmdline: str = ""
     console_log: str | None = None
+    nics: tuple[NicAttachment, ...] = ()
+    seed: str | None = None  # path of the NoCloud seed ISO on the host (a volume of the VM's pool)
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,7 @@ class HostFacts:
     hostname: str
     vcpus: int
     memory_mib: int
+    bridges: tuple[str, ...] = ()  # the Linux bridges bridge networks can use
 
 
 @dataclass(frozen=True)
@@ -223,6 +237,11 @@ class HypervisorDriver(Protocol):
         """A new volume, or the one of that name from an earlier, interrupted call; ``source`` is
         checked again (as ``inspect_image``) right before it is copied."""
 
+    async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
+        """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the
+        driver so remote hosts get it; written whole each time, so only while no running domain
+        uses it."""
+
     async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
 
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo: ...
@@ -276,6 +295,7 @@ __all__ = [
     "MigrationJob",
     "MigrationPhase",
     "MigrationRequest",
+    "NicAttachment",
     "PoolRef",
     "VolumeInfo",
     "domain_name",

@@ -57,8 +57,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from virtplane.domain.intents import split_annotations
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import Event, EventType, Resource
+from virtplane.store import claims as claim_table
 from virtplane.store import schema
+from virtplane.store.claims import Holder
 from virtplane.store.errors import AlreadyExists, Conflict, NotFound, StatusOnly
 
 R = TypeVar("R", bound=Resource)
@@ -314,8 +317,11 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, obj: R) -> R:
-        """Insert a new object. uid, generation, timestamps and resource_version are set here."""
+    def create(self, obj: R, *, claims: Sequence[Claim] = ()) -> R:
+        """Insert a new object. uid, generation, timestamps and resource_version are set here.
+
+        ``claims`` are values the object holds alone, stored with it (``ClaimTaken`` if one is
+        another's: then nothing is written)."""
         kind, name = obj.KIND, obj.metadata.name
         now = utcnow()
         new = obj.model_copy(deep=True)
@@ -330,6 +336,8 @@ class Store:
                 exists = connection.execute(_GET_VERSION, _key(kind, name)).first()
                 if exists is not None:
                     raise AlreadyExists(kind, name)
+                if claims:
+                    claim_table.replace_claims(connection, Holder(kind, name, meta.uid), claims)
                 revision = self._record_change(connection, kind, name, "added")
                 meta.resource_version = revision
                 connection.execute(
@@ -348,7 +356,14 @@ class Store:
         self._notify(revision)
         return new
 
-    def update(self, obj: R, *, check_version: bool = True, events: Sequence[EventRecord] = ()) -> R:
+    def update(
+        self,
+        obj: R,
+        *,
+        check_version: bool = True,
+        events: Sequence[EventRecord] = (),
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
         """Write metadata, spec and status of ``obj`` in one go.
 
         With ``check_version`` the write succeeds only if the stored resource_version is
@@ -356,9 +371,10 @@ class Store:
         goes up when the spec changed. Identity fields (uid, created_at) are kept. A write
         that changes nothing is skipped and returns the stored object. ``events`` are
         appended in the same transaction: they exist exactly when the write does (also
-        when it changed nothing; never when it failed).
+        when it changed nothing; never when it failed). ``claims``, when given, become the
+        object's claims in the same transaction (``ClaimTaken`` if one is another's).
         """
-        return self._update(obj, check_version=check_version, events=events, status_only=False)
+        return self._update(obj, check_version=check_version, events=events, status_only=False, claims=claims)
 
     def update_status(self, obj: R, *, events: Sequence[EventRecord] = ()) -> R:
         """What controllers write: status, finalizers and system annotations (the durable
@@ -371,7 +387,15 @@ class Store:
         """
         return self._update(obj, check_version=True, events=events, status_only=True)
 
-    def _update(self, obj: R, *, check_version: bool, events: Sequence[EventRecord], status_only: bool) -> R:
+    def _update(
+        self,
+        obj: R,
+        *,
+        check_version: bool,
+        events: Sequence[EventRecord],
+        status_only: bool,
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
         kind, name = obj.KIND, obj.metadata.name
         with self._write() as connection:
             row = self._locked_row(connection, kind, name)
@@ -382,6 +406,8 @@ class Store:
                 raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
             if status_only and _owned_by_users(obj) != _owned_by_users(current):
                 raise StatusOnly(kind, name)
+            if claims is not None:
+                claim_table.replace_claims(connection, Holder(kind, name, current.metadata.uid), claims)
             self._append_events(connection, events)
             new = obj.model_copy(deep=True)
             meta = new.metadata
@@ -412,8 +438,10 @@ class Store:
         attempts: int = 20,
         events: Sequence[EventRecord] = (),
         status_only: bool = False,
+        claims: Callable[[R], Sequence[Claim]] | None = None,
     ) -> R:
         """Read, apply ``change`` to a copy, write with a version check; re-read on Conflict.
+        ``claims``, when given, says what the changed object holds (see ``update``).
 
         For small server-side edits (an intent annotation, a status field) where the
         change is a pure function of the current object; ``status_only`` as ``update_status``.
@@ -422,7 +450,13 @@ class Store:
             current = self.get(cls, name)
             change(current)
             try:
-                return self._update(current, check_version=True, events=events, status_only=status_only)
+                return self._update(
+                    current,
+                    check_version=True,
+                    events=events,
+                    status_only=status_only,
+                    claims=None if claims is None else claims(current),
+                )
             except Conflict:
                 if attempt == attempts - 1:
                     raise
@@ -464,9 +498,15 @@ class Store:
                 )
                 if result.rowcount != 1:  # cannot happen while the row is locked
                     raise Conflict(kind, name, row.resource_version, -1)
+                claim_table.release(connection, current.metadata.uid)
                 gone = True
         self._notify(revision)
         return gone
+
+    def claims(self, scope_prefix: str) -> list[tuple[Claim, Holder]]:
+        """The claims whose scope starts with ``scope_prefix``, with their holders."""
+        with self.engine.connect() as connection:
+            return claim_table.list_claims(connection, scope_prefix)
 
     # ------------------------------------------------------------------ change feed
 

@@ -34,6 +34,7 @@ from virtplane.controllers.migration.flights import (
     slot_refusal,
 )
 from virtplane.controllers.scheduling import host_views, vm_view
+from virtplane.controllers.seed import place_seed_on_target
 from virtplane.controllers.storage import pool_ref
 from virtplane.controllers.vm import build_domain_spec
 from virtplane.domain.conditions import VMCondition, set_condition
@@ -186,6 +187,7 @@ class MigrationCoordinator:
                 try:
                     for pool in self.local_pools_of(target):
                         await dst_driver.ensure_pool(pool_ref(pool))
+                    await place_seed_on_target(ctx.cache, vm, dst_driver)
                 except DriverError as exc:
                     return Refused(f"cannot prepare the local pools of {target}: {exc}")
             intent = MigrationIntent(

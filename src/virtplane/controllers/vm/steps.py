@@ -13,6 +13,7 @@ from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.intents import read_migration
+from virtplane.domain.networks import nic_statuses
 from virtplane.domain.phases import LIVE_STATES, DomainState
 from virtplane.domain.resources import ExitReason, VirtualMachine, VMPhase
 from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound
@@ -133,7 +134,7 @@ async def observe(state: VMState) -> Result | None:
             info = None
         if info is None and not problem and not state.intents.held_by:
             await state.durable(DurablePoint.DEFINE)
-            await driver.ensure_defined(state.spec())
+            await driver.ensure_defined(await state.defined_spec(driver))
             crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
             info = await driver.get_info(state.domain)
         elif (
@@ -142,7 +143,7 @@ async def observe(state: VMState) -> Result | None:
             and not problem
             and state.vm.metadata.generation != state.status.observed_generation
         ):
-            await driver.ensure_defined(state.spec())
+            await driver.ensure_defined(await state.defined_spec(driver))
     except HostUnreachable as exc:
         state.status.conditions = set_condition(
             state.status.conditions,
@@ -203,4 +204,11 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
     return None, ", ".join(sorted(unasked))
 
 
-__all__ = ["FINALIZER", "deletion", "disks", "finalizer", "host", "migration", "observe"]
+__all__ = ["FINALIZER", "deletion", "disks", "finalizer", "host", "migration", "nics", "observe"]
+
+
+async def nics(state: VMState) -> Result | None:
+    """``status.nics`` from the NICs the API filled in and their networks' subnets."""
+    specs = {n.metadata.name: n.spec for n in state.ctx.cache.networks()}
+    state.status.nics = nic_statuses(state.vm.spec.nics, specs)
+    return None

@@ -36,6 +36,7 @@ SIM_CAPABILITIES = frozenset(
         Capability.DISK_SNAPSHOT,
         Capability.VOLUME_RESIZE,
         Capability.FAULT_INJECTION,
+        Capability.USER_NETWORK,  # QEMU's user network: simulated hosts only (docs/decisions.md)
     }
 )
 
@@ -188,6 +189,10 @@ class SimDriver:
         self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
     ) -> VolumeInfo:
         return self._world.storage.create_volume(self._host().name, pool, name, size_gib, source)
+
+    @_entry_point
+    async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
+        return self._world.storage.upload_volume(self._host().name, pool, name, data)
 
     @_entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
