@@ -213,7 +213,7 @@ def test_delete_wait_polls_until_the_resource_is_gone(invoke: Invoke, fleet: Liv
     result = invoke("delete", "vm", "web-1", "--wait")
 
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == ["vm/web-1 deletion requested", "vm/web-1 deleted"]
+    assert result.stdout.splitlines() == ["vm/web-1 deletion requested", "vm/web-1: deleted"]
     assert fleet.store.find(VirtualMachine, "web-1") is None
 
 
