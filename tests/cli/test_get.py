@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import LiveServer, eventually_sync
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.domain.resources import Host, RunPolicy, VirtualMachine
 
 from .conftest import Invoke, RecordingTransport, add_host, add_vm, read, wait_phase
@@ -188,7 +189,7 @@ def test_no_token_sends_no_authorization_header_and_the_server_says_so(
     result = invoke("get", "vms", role=None)
 
     assert "authorization" not in sent.sent[-1].headers
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.DENIED
     assert result.stderr.startswith("Error (Unauthorized): "), result.stderr
 
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, eventually_sync
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.domain.resources import (
     Disk,
     Host,
@@ -150,7 +151,7 @@ def test_show_and_cancel(invoke: Invoke, server: LiveServer) -> None:
 def test_show_of_a_host_never_in_maintenance_is_not_found(invoke: Invoke) -> None:
     result = invoke("host", "maintenance", "show", "node-2")
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.NOT_FOUND
     assert result.stderr.startswith("Error (NotInMaintenance): "), result.stderr
 
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import LiveServer, eventually_sync
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.domain.resources import (
     Disk,
     Metadata,
@@ -134,7 +135,7 @@ def test_wait_gives_up_after_the_timeout(invoke: Invoke, server: LiveServer, clo
 
     result = invoke("vm", "start", "web-1", "--wait", "--timeout", "5")
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.TIMEOUT
     assert "Error (Timeout): gave up waiting for operation/" in result.stderr
     assert "after 5s; last seen: vm/web-1: in progress" in result.stderr
     assert sum(clock.sleeps) == pytest.approx(5.0)

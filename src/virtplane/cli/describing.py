@@ -18,7 +18,7 @@ from rich.text import Text
 
 from virtplane.cli.client import ApiError, JsonObject
 from virtplane.cli.context import CliState, state_of
-from virtplane.cli.kinds import KindInfo, resolve_kind
+from virtplane.cli.kinds import KindInfo, complete_kind, resolve_kind
 from virtplane.cli.maintenance_view import print_maintenance
 from virtplane.cli.output import age, cell_text, dig, format_mib, new_table, print_table, styled
 from virtplane.cli.tables import print_events, sorted_events
@@ -37,6 +37,7 @@ def describe(
             help="vm, host, pool, volume, snapshot, operation, image or setting "
             "(singular, plural, kind name or short alias)",
             show_default=False,
+            autocompletion=complete_kind,
         ),
     ],
     name: Annotated[str, typer.Argument(help="The resource's name (a setting's key).", show_default=False)],

@@ -14,7 +14,8 @@ from rich.text import Text
 from virtplane.cli.client import ApiError, CliError, JsonObject, ServerUnreachable
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.describing import describe
-from virtplane.cli.kinds import EVENTS, KindInfo, resolve_kind
+from virtplane.cli.exit_codes import ExitCode
+from virtplane.cli.kinds import EVENTS, KindInfo, complete_kind, resolve_kind
 from virtplane.cli.manifests import Manifest, apply_manifest, load_manifests
 from virtplane.cli.output import OutputFormat, print_error, print_structured, styled
 from virtplane.cli.progress_view import Tone
@@ -41,6 +42,7 @@ KindArgument = Annotated[
         help="vms, hosts, pools, volumes, snapshots, operations, settings or events "
         "(singular, plural, kind name or short alias)",
         show_default=False,
+        autocompletion=complete_kind,
     ),
 ]
 
@@ -78,7 +80,7 @@ def apply(
             continue
         state.console.print(Text.assemble(f"{manifest.reference} ", styled(result)))
     if failures:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _read_source(filename: str) -> str:

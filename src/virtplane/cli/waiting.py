@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
-from virtplane.cli.client import CliError, JsonObject
+from virtplane.cli.client import CliError, JsonObject, WaitTimedOut
 from virtplane.cli.context import CliState
 from virtplane.cli.output import dig
 from virtplane.cli.progress_view import Frame, ProgressView, Row, Tone, operation_row
@@ -51,9 +51,8 @@ def wait_for(
             if is_done(current):
                 return current
             if state.clock.monotonic() >= deadline:
-                raise CliError(
-                    "Timeout",
-                    f"gave up waiting for {what} after {timeout_s:g}s; last seen: {shown.summary()}",
+                raise WaitTimedOut(
+                    f"gave up waiting for {what} after {timeout_s:g}s; last seen: {shown.summary()}"
                 )
             state.clock.sleep(POLL_INTERVAL_S)
 

@@ -15,7 +15,7 @@ from contextlib import closing
 
 from rich.text import Text
 
-from virtplane.cli.client import CliError, JsonObject, WatchExpired
+from virtplane.cli.client import CliError, JsonObject, WaitTimedOut, WatchExpired
 from virtplane.cli.context import CliState
 from virtplane.cli.kinds import KindInfo
 from virtplane.cli.output import OutputFormat, dig, print_table
@@ -175,7 +175,7 @@ def _watch_operations(
         remaining = deadline - state.clock.monotonic()
         if remaining <= 0:
             waiting = sorted(n for n in expected if n not in latest or not done(latest[n]))
-            raise CliError("Timeout", f"gave up after {timeout_s:g}s waiting for {', '.join(waiting)}")
+            raise WaitTimedOut(f"gave up after {timeout_s:g}s waiting for {', '.join(waiting)}")
         try:
             with closing(_changes(state, "operations", revision, params, timeout_s=remaining)) as changes:
                 for event in changes:
