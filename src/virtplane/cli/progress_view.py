@@ -96,8 +96,10 @@ def move_row(name: str, raw: Mapping[str, Any] | None) -> Row:
     """A VM's move (a maintenance's per-VM progress, a Migrate operation's progress)."""
     move = MoveProgress.of(raw)
     words, tone = _MOVE_WORDS[move.state]
-    percent = move.progress_pct if move.state in (ProgressState.MIGRATING, ProgressState.RETURNING) else None
-    if tone is Tone.GOOD and move.state in (ProgressState.MIGRATED, ProgressState.RETURNED):
+    percent: float | None = None  # nothing is measured while it waits, stops or is stuck
+    if move.state in (ProgressState.MIGRATING, ProgressState.RETURNING):
+        percent = move.progress_pct
+    elif move.state in (ProgressState.MIGRATED, ProgressState.RETURNED):
         percent = 100.0
     return Row(
         name=name,
