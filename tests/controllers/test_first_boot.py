@@ -40,7 +40,10 @@ def test_a_host_that_gets_the_bridge_runs_the_vm_with_its_nic_and_seed(live_serv
                 "run_policy": "AlwaysOn",
                 "disks": [{"volume": "root"}],
                 "nics": [{"network": "lan"}],
-                "cloud_init": {"user_data": "#cloud-config\n", "ssh_authorized_keys": ["ssh-ed25519 AAAAC3 me@x"]},
+                "cloud_init": {
+                    "user_data": "#cloud-config\n",
+                    "ssh_authorized_keys": ["ssh-ed25519 AAAAC3 me@x"],
+                },
             },
         }
         assert admin.post("/v1/vms", json=vm_doc).status_code == 201

@@ -46,7 +46,12 @@ def test_one_bridge_interface_per_nic_and_the_seed_as_a_read_only_cdrom() -> Non
     root = ET.fromstring(build_domain_xml(spec(nics=(LAN, TAGGED), seed=SEED), XmlOptions()))
     interfaces = root.findall("devices/interface")
     assert [
-        (i.get("type"), i.find("mac").get("address"), i.find("source").get("bridge"), i.find("model").get("type"))  # type: ignore[union-attr]
+        (
+            i.get("type"),
+            i.find("mac").get("address"),
+            i.find("source").get("bridge"),
+            i.find("model").get("type"),
+        )  # type: ignore[union-attr]
         for i in interfaces
     ] == [("bridge", LAN.mac, "br0", "virtio"), ("bridge", TAGGED.mac, "br100", "virtio")]
     assert root.find("devices/interface/vlan") is None, "libvirt tags no port of a Linux bridge"
@@ -67,7 +72,10 @@ def test_no_nic_and_no_cdrom_without_them() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"nics": (NicAttachment(mac=LAN.mac, bridge=None, network="user"),)}, "only simulated hosts offer one"),
+        (
+            {"nics": (NicAttachment(mac=LAN.mac, bridge=None, network="user"),)},
+            "only simulated hosts offer one",
+        ),
         ({"nics": (NicAttachment(mac="53:54:00:0a:0b:0c", bridge="br0"),)}, "not a lower-case unicast MAC"),
         ({"nics": (NicAttachment(mac="52:54:00:0A:0B:0C", bridge="br0"),)}, "not a lower-case unicast MAC"),
         ({"seed": "seed.iso"}, "is not absolute"),

@@ -13,6 +13,7 @@ from virtplane import __version__
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
@@ -93,4 +94,5 @@ def create_app(
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)
+    document_error_responses(app)
     return app

@@ -65,7 +65,9 @@ def vm_nics(cache: Cache, vm: VirtualMachine) -> tuple[tuple[NicAttachment, ...]
         if network is None:
             return (), f"network {nic.network} does not exist"
         bridge = None if network.spec.kind is NetworkKind.USER else network.spec.bridge
-        nics.append(NicAttachment(mac=nic.mac or "", bridge=bridge, vlan=network.spec.vlan, network=nic.network))
+        nics.append(
+            NicAttachment(mac=nic.mac or "", bridge=bridge, vlan=network.spec.vlan, network=nic.network)
+        )
     return tuple(nics), ""
 
 

@@ -88,7 +88,9 @@ async def place_seed(cache: Cache, vm: VirtualMachine, driver: HypervisorDriver)
         return None
     pool = seed_pool(cache, vm)
     if pool is None:
-        raise PermanentError("spec.cloud_init: the seed is kept in the pool of the VM's first disk; it has none")
+        raise PermanentError(
+            "spec.cloud_init: the seed is kept in the pool of the VM's first disk; it has none"
+        )
     return (await driver.upload_volume(pool_ref(pool), seed.file_name, seed.iso())).path
 
 

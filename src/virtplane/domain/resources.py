@@ -89,6 +89,13 @@ class HostSpec(Strict):
     uri: str = Field(
         min_length=1, max_length=1024, description="libvirt URI, or sim://NAME for a simulated host"
     )
+    migration_address: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^(\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$",
+        description="The IP address or name on which this host receives live-migration data; "
+        "unset, libvirt uses the host's own hostname.",
+    )
     cluster: Name = "default"
     capacity: Capacity | None = Field(default=None, description="Overrides what the hypervisor reports.")
     enabled: bool = Field(default=True, description="False disables the host (no new VMs).")

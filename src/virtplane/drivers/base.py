@@ -182,6 +182,7 @@ class MigrationRequest:
     copy_disks: tuple[str, ...] = ()  # paths of local disks to copy; shared disks are never copied
     bandwidth_mib_s: int | None = None
     spec: DomainSpec | None = field(default=None)  # lets the target pre-create copied disks
+    migration_address: str | None = None  # where the target receives the data (its Host spec)
 
 
 @runtime_checkable

@@ -219,6 +219,7 @@ class MigrationCoordinator:
             request = MigrationRequest(
                 domain=domain_name(vm.metadata.uid),
                 target_uri=target_host.spec.uri,
+                migration_address=target_host.spec.migration_address,
                 copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
                 bandwidth_mib_s=bandwidth or None,
                 spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),

@@ -285,7 +285,9 @@ class LibvirtDriver:
 
     async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
         streams = self.flavor.volume_streams
-        return await self._call(lambda conn: storage.upload_volume(conn, pool, name, data, can_stream=streams))
+        return await self._call(
+            lambda conn: storage.upload_volume(conn, pool, name, data, can_stream=streams)
+        )
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
         await self._call(lambda conn: storage.delete_volume(conn, pool, name))
