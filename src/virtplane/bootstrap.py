@@ -293,13 +293,14 @@ class ControlPlane:
                 asyncio.create_task(
                     resync_ticker(
                         lambda kind=kind: [Request(kind, n) for n in self.cache.names(kind)],  # type: ignore[misc]
-                        controller.enqueue,
+                        controller.enqueue_resync,
                         period,
                     ),
                     name=f"resync-{kind}",
                 )
             )
-        # Level-triggered start: every object is looked at once, in dependency order.
+        # Level-triggered start: every object is looked at once, in dependency order, after
+        # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for kind in (
             "Host",
             "StoragePool",
@@ -310,8 +311,11 @@ class ControlPlane:
             "VirtualMachineOperation",
             "HostMaintenance",
         ):
+            listed = self.controllers.get(kind)
+            if listed is None:
+                continue
             for name in self.cache.names(kind):
-                self.enqueue(kind, name)
+                listed.enqueue_resync(Request(kind, name))
         log.info("controllers running")
 
     async def _step_down(self) -> None:
