@@ -288,6 +288,7 @@ class ControlPlane:
                 asyncio.create_task(controller.run(), name=f"controller-{controller.name}")
             )
         period = self.options.resync_period_s or self.settings.get_float("controller.resync_period_s")
+        max_per_s = self.settings.get_float("controller.resync_max_per_s")
         for kind, controller in self.controllers.items():
             self._lead_tasks.append(
                 asyncio.create_task(
@@ -295,6 +296,7 @@ class ControlPlane:
                         lambda kind=kind: [Request(kind, n) for n in self.cache.names(kind)],  # type: ignore[misc]
                         controller.enqueue_resync,
                         period,
+                        max_per_s=max_per_s,
                     ),
                     name=f"resync-{kind}",
                 )
