@@ -29,7 +29,7 @@ from virtplane.api.lists import field_selector as parse_fields
 from virtplane.api.lists import label_selector as parse_labels
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
+from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
 from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
 from virtplane.store.errors import AlreadyExists, Conflict
 
@@ -166,8 +166,10 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         if ctx.store.find(cls, new.metadata.name) is not None:
             raise AlreadyExists(kind, new.metadata.name)
         obj = admit(ctx, ctx.admission.on_create, _user_writable(new, None))
-        created = ctx.store.create(obj)
-        ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
+        created = ctx.store.create(
+            obj,
+            events=[(kind, obj.metadata.name, "Created", f"created by {principal.name}", EventType.NORMAL)],
+        )
         response.status_code = 201
         return created.model_dump(mode="json")
 
