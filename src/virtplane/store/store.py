@@ -185,6 +185,9 @@ class Store:
             self._advisory_lock(connection, _LOCK_MIGRATE)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+        from virtplane.store.bodies import normalize_bodies  # it needs this module's Store
+
+        normalize_bodies(self)
 
     def schema_revision(self) -> str | None:
         from alembic.runtime.migration import MigrationContext
