@@ -57,6 +57,7 @@ from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
 from virtplane.services.admission import Admission
 from virtplane.services.maintenance import MaintenanceService
+from virtplane.services.placement import PlacementService
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
@@ -182,6 +183,7 @@ class ControlPlane:
             sim=sim,
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
+            placement=PlacementService(self.migrations),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
         )

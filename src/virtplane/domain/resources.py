@@ -615,6 +615,10 @@ class HostMaintenanceSpec(Strict):
     )
     dry_run: bool = False
     cancel: bool = Field(default=False, description="Set to cancel: the host returns to Enabled.")
+    return_vms: bool | None = Field(
+        default=None,
+        description="On cancel: migrate back the VMs that left. Overrides the setting host.maintenance.return_vms.",
+    )
     request: int = Field(
         default=1, ge=1, description="Bumped by each repeated request; a new value retries a failed drain."
     )
