@@ -303,18 +303,21 @@ class ControlPlane:
                 asyncio.create_task(controller.run(), name=f"controller-{controller.name}")
             )
         period = self.options.resync_period_s or self.settings.get_float("controller.resync_period_s")
+        max_per_s = self.settings.get_float("controller.resync_max_per_s")
         for kind, controller in self.controllers.items():
             self._lead_tasks.append(
                 asyncio.create_task(
                     resync_ticker(
                         lambda kind=kind: [Request(kind, n) for n in self.cache.names(kind)],  # type: ignore[misc]
-                        controller.enqueue,
+                        controller.enqueue_resync,
                         period,
+                        max_per_s=max_per_s,
                     ),
                     name=f"resync-{kind}",
                 )
             )
-        # Level-triggered start: every object is looked at once, in dependency order.
+        # Level-triggered start: every object is looked at once, in dependency order, after
+        # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for kind in (
             "Host",
             "StoragePool",
@@ -326,8 +329,11 @@ class ControlPlane:
             "VirtualMachineOperation",
             "HostMaintenance",
         ):
+            listed = self.controllers.get(kind)
+            if listed is None:
+                continue
             for name in self.cache.names(kind):
-                self.enqueue(kind, name)
+                listed.enqueue_resync(Request(kind, name))
         log.info("controllers running")
 
     async def _step_down(self) -> None:

@@ -148,6 +148,7 @@ def page_response(
     else:
         after, revision = "", store.revision()  # read first: every page is at least this new
     page = list_page(store, cls.KIND, limit=limit, after=after, labels=labels, fields=fields)
-    items = [cls.model_validate_json(body).model_dump_json() for body in page.bodies]
+    # Stored bodies are in the current schema (store.bodies), so they are the answer as they are.
+    items = page.bodies
     next_token = None if page.last_name is None else encode_continue(cls.KIND, page.last_name, revision)
     return list_response(items, next_token, revision)

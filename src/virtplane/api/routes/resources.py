@@ -29,7 +29,7 @@ from virtplane.api.lists import field_selector as parse_fields
 from virtplane.api.lists import label_selector as parse_labels
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
+from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
 from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
 from virtplane.store.claims import ClaimTaken
 from virtplane.store.errors import AlreadyExists, Conflict
@@ -172,12 +172,17 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         for attempt in range(CLAIM_ATTEMPTS):
             obj = admit(ctx, ctx.admission.on_create, _user_writable(new, None))
             try:
-                created = ctx.store.create(obj, claims=ctx.admission.claims_of(obj))
+                created = ctx.store.create(
+                    obj,
+                    claims=ctx.admission.claims_of(obj),
+                    events=[
+                        (kind, obj.metadata.name, "Created", f"created by {principal.name}", EventType.NORMAL)
+                    ],
+                )
                 break
             except ClaimTaken:  # chosen from what was free a moment ago: choose again
                 if attempt == CLAIM_ATTEMPTS - 1:
                     raise
-        ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
         response.status_code = 201
         return created.model_dump(mode="json")
 
