@@ -147,6 +147,7 @@ class Capability(StrEnum):
     DISK_SNAPSHOT = "disk-snapshot"
     VOLUME_RESIZE = "volume-resize"
     FAULT_INJECTION = "fault-injection"
+    SERIAL_CONSOLE = "serial-console"
 
 
 class Capacity(Strict):
