@@ -56,6 +56,7 @@ from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
 from virtplane.services.admission import Admission
+from virtplane.services.console import ConsoleService
 from virtplane.services.maintenance import MaintenanceService
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
@@ -182,6 +183,7 @@ class ControlPlane:
             sim=sim,
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
+            consoles=ConsoleService(self.ctx),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
         )

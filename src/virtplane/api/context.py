@@ -40,6 +40,7 @@ class ApiContext:
     admission: Admission = field(default_factory=AllowAll)
     sim: Any = None  # virtplane.drivers.sim.SimCloud when the simulator runs in this process
     maintenance: Any = None  # the host maintenance service, when wired
+    consoles: Any = None  # virtplane.services.console.ConsoleService, when wired
     controllers: Callable[[], dict[str, Any]] = field(default=lambda: {"role": "none"})
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None
