@@ -12,6 +12,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
 from tests.conftest import LiveServer, wait_json
 from virtplane.api.routes.console import SUBPROTOCOL, TOKEN_PREFIX, close_reason
@@ -25,12 +26,14 @@ def ws_url(server: LiveServer, vm: str) -> str:
 
 def attach(server: LiveServer, vm: str = "web-1", role: str = "operator") -> ClientConnection:
     headers = {"Authorization": f"Bearer {server.tokens[role]}"}
-    return connect(ws_url(server, vm), additional_headers=headers, subprotocols=[SUBPROTOCOL])  # type: ignore[list-item]
+    return connect(ws_url(server, vm), additional_headers=headers, subprotocols=[Subprotocol(SUBPROTOCOL)])
 
 
 def attach_as_browser(server: LiveServer, vm: str = "web-1", role: str = "operator") -> ClientConnection:
     token = base64.urlsafe_b64encode(server.tokens[role].encode()).decode().rstrip("=")
-    return connect(ws_url(server, vm), subprotocols=[SUBPROTOCOL, TOKEN_PREFIX + token])  # type: ignore[list-item]
+    return connect(
+        ws_url(server, vm), subprotocols=[Subprotocol(SUBPROTOCOL), Subprotocol(TOKEN_PREFIX + token)]
+    )
 
 
 def until(ws: ClientConnection, text: bytes) -> bytes:
