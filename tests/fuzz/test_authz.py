@@ -32,6 +32,7 @@ PUBLIC = {
     ("GET", "/ui"): (307,),
     ("GET", "/ui/"): (200,),
     ("GET", "/ui/static/{file_name}"): (200,),
+    ("GET", "/ui/static/vendor/{file_name}"): (404,),  # PARAMS' file_name is not a vendored file
     ("GET", "/docs"): (200,),
     ("GET", "/docs/oauth2-redirect"): (200,),
     ("GET", "/redoc"): (200,),
