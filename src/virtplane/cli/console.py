@@ -92,8 +92,8 @@ class _Session:
                 self._out.flush()
                 self.output.set()
         except ConnectionClosed as closed:
-            if closed.rcvd is not None:
-                self.close_reason = closed.rcvd.reason
+            if closed.rcvd is not None:  # 1012 with no reason: the server is shutting down
+                self.close_reason = closed.rcvd.reason or f"by the server (code {closed.rcvd.code})"
         finally:
             self.ended_by_server.set()
             self.output.set()
@@ -195,7 +195,7 @@ def console(
     finally:
         session.finish()
     if not detached:
-        state.err_console.print(f"\nConsole closed: {session.close_reason or 'by the server'}")
+        state.err_console.print(f"\nConsole closed: {session.close_reason}")
         raise typer.Exit(1)
     if interactive:
         state.err_console.print(f"\nDetached from the console of VM {name}.")

@@ -100,11 +100,9 @@ class LibvirtConsole:
             data = data[sent:]
 
     def _close(self) -> None:
-        ended = self._ended
         self._end()
-        if not ended:
-            with contextlib.suppress(Exception):
-                self._stream.abort()  # frees the console for the next session at once
+        with contextlib.suppress(Exception):  # a stream that hung up (or a second close) may refuse
+            self._stream.abort()  # frees the console for the next session at once
 
 
 def open_console(
