@@ -71,7 +71,8 @@ Consoles
 prompt, the typed bytes echoed, and answers to ``hostname``, ``uname``, ``whoami``, ``echo``
 and ``help`` at the end of each line. It ends (``read`` returns b"") when the domain's live
 instance does (stop, crash, host down, migration away) or the connection is lost
-(``disconnect``); one session per domain (``ConsoleBusy``); NotRunning when off.
+(``disconnect``); one session per domain (``ConsoleBusy``); NotRunning when off. Sessions
+are connections: a restart keeps none.
 
 Storage
 -------
