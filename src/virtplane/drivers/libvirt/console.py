@@ -21,6 +21,7 @@ from typing import Any
 from virtplane.drivers.errors import ConsoleBusy, NotRunning, TransientError
 from virtplane.drivers.libvirt import _libvirt
 from virtplane.drivers.libvirt.domain import LibvirtDomain
+from virtplane.loops import call_on_loop
 
 CHUNK = 64 * 1024
 SEND_RETRY_S = 0.01  # a full non-blocking stream is retried this often ...
@@ -54,7 +55,7 @@ class LibvirtConsole:
                 if not data:  # end of stream: the guest's console is gone
                     self._end()
                     return
-                self._loop.call_soon_threadsafe(self._output.put_nowait, bytes(data))
+                call_on_loop(self._loop, self._output.put_nowait, bytes(data))
         if events & (lv.VIR_STREAM_EVENT_ERROR | lv.VIR_STREAM_EVENT_HANGUP):
             self._end()
 
@@ -65,8 +66,7 @@ class LibvirtConsole:
             self._ended = True
         with contextlib.suppress(Exception):
             self._stream.eventRemoveCallback()
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
-            self._loop.call_soon_threadsafe(self._output.put_nowait, b"")
+        call_on_loop(self._loop, self._output.put_nowait, b"")  # a closed loop: nobody reads any more
 
     # -- the asyncio side
 
