@@ -67,6 +67,7 @@ from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
 from virtplane.services.admission import Admission
+from virtplane.services.console import ConsoleService
 from virtplane.services.maintenance import MaintenanceService
 from virtplane.services.placement import PlacementService
 from virtplane.store.errors import Conflict
@@ -197,6 +198,7 @@ class ControlPlane:
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
             placement=PlacementService(self.migrations),
+            consoles=ConsoleService(self.ctx),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
         )

@@ -15,6 +15,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
+from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
@@ -91,6 +92,7 @@ def create_app(
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
+    app.include_router(console_router)
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)

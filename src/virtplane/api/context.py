@@ -47,6 +47,7 @@ class ApiContext:
     sim: Any = None  # virtplane.drivers.sim.SimCloud when the simulator runs in this process
     maintenance: Any = None  # the host maintenance service, when wired
     placement: Any = None  # the placement service (migration targets), when wired
+    consoles: Any = None  # virtplane.services.console.ConsoleService, when wired
     controllers: Callable[[], dict[str, Any]] = field(default=lambda: {"role": "none"})
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None

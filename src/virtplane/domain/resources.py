@@ -58,6 +58,7 @@ class Capability(StrEnum):
     FAULT_INJECTION = "fault-injection"
     USER_NETWORK = "user-network"
     """QEMU's user-mode network (kind ``user``): the simulator only, see docs/decisions.md."""
+    SERIAL_CONSOLE = "serial-console"
 
 
 class Capacity(Strict):

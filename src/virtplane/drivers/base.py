@@ -185,6 +185,23 @@ class MigrationRequest:
     migration_address: str | None = None  # where the target receives the data (its Host spec)
 
 
+class ConsoleStream(Protocol):
+    """A domain's serial console as a byte stream, open until ``close`` or until the guest's
+    instance ends here (it stops, crashes, or migrates away): then ``read`` returns b"".
+
+    One session per domain at a time: ``open_console`` raises ``ConsoleBusy`` while another
+    is open (as libvirt does without VIR_DOMAIN_CONSOLE_FORCE)."""
+
+    async def read(self) -> bytes:
+        """The next bytes the guest wrote (waits for them); b"" once the console has ended."""
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data`` to the guest, as typed; after the end it is dropped."""
+
+    async def close(self) -> None:
+        """End the session (idempotent); the console is free for the next one."""
+
+
 @runtime_checkable
 class HypervisorDriver(Protocol):
     """One connection to one hypervisor host. All methods are coroutines but ``uri``/``capabilities``."""
@@ -223,6 +240,10 @@ class HypervisorDriver(Protocol):
     async def pause(self, name: str) -> None: ...
 
     async def resume(self, name: str) -> None: ...
+
+    async def open_console(self, name: str) -> ConsoleStream:
+        """Attach to the serial console of a live domain: ``NotFound`` (no such domain here),
+        ``NotRunning`` (it has no live instance), ``ConsoleBusy``, ``Unsupported``."""
 
     # -- storage (directory pools, qcow2 volumes)
     async def ensure_pool(self, pool: PoolRef) -> None: ...
@@ -282,6 +303,7 @@ class HypervisorDriver(Protocol):
 __all__ = [
     "DOMAIN_PREFIX",
     "Capability",
+    "ConsoleStream",
     "DiskAttachment",
     "DomainEvent",
     "DomainEventType",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from virtplane.drivers.base import (
     Capability,
+    ConsoleStream,
     DomainEventType,
     DomainInfo,
     DomainSpec,
@@ -30,7 +31,7 @@ from virtplane.drivers.base import (
     VolumeInfo,
 )
 from virtplane.drivers.errors import DriverError, PermanentError, Unsupported
-from virtplane.drivers.libvirt import _libvirt, images, stop_requests, storage
+from virtplane.drivers.libvirt import _libvirt, console, images, stop_requests, storage
 from virtplane.drivers.libvirt.bridges import check_vlans, host_bridges
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain import LibvirtDomain
@@ -260,6 +261,13 @@ class LibvirtDriver:
                 raise PermanentError(f"domain {name} is not running")
 
         await self._call(resume)
+
+    async def open_console(self, name: str) -> ConsoleStream:
+        self._require(Capability.SERIAL_CONSOLE)  # libvirt's test driver has no consoles
+        loop = asyncio.get_running_loop()
+        return await self._call(
+            lambda conn: console.open_console(conn, LibvirtDomain.lookup(conn, name), loop, self._executor)
+        )
 
     # ------------------------------------------------------------------ storage
 

@@ -49,6 +49,7 @@ QEMU = HypervisorFlavor(
             Capability.MEMORY_SNAPSHOT,
             Capability.DISK_SNAPSHOT,
             Capability.VOLUME_RESIZE,
+            Capability.SERIAL_CONSOLE,
         }
     ),
     xml=XmlOptions(),
@@ -63,7 +64,7 @@ QEMU = HypervisorFlavor(
 )
 
 TEST_DRIVER = HypervisorFlavor(
-    # no migration, no job control, no volume resize
+    # no migration, no job control, no volume resize, no consoles (virDomainOpenConsole)
     capabilities=frozenset({Capability.MEMORY_SNAPSHOT, Capability.DISK_SNAPSHOT}),
     xml=TEST_DRIVER_OPTIONS,
     power_button=False,

@@ -249,6 +249,8 @@ class SimCloud:
             target.come_up()
         elif kind in (FaultKind.DISCONNECT, FaultKind.RECONNECT):
             target.link_up = kind is FaultKind.RECONNECT
+            if not target.link_up:
+                target.consoles.hang_up_all()  # their streams rode on the lost connection
         self.fault_log.append(record)
         return record
 

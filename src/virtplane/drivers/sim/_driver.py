@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from virtplane.drivers.base import (
     Capability,
+    ConsoleStream,
     DomainInfo,
     DomainSpec,
     DomainState,
@@ -21,7 +22,7 @@ from virtplane.drivers.base import (
     PoolRef,
     VolumeInfo,
 )
-from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError
+from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
 
 if TYPE_CHECKING:
     from ._host import SimHost
@@ -37,6 +38,7 @@ SIM_CAPABILITIES = frozenset(
         Capability.VOLUME_RESIZE,
         Capability.FAULT_INJECTION,
         Capability.USER_NETWORK,  # QEMU's user network: simulated hosts only (docs/decisions.md)
+        Capability.SERIAL_CONSOLE,
     }
 )
 
@@ -173,6 +175,14 @@ class SimDriver:
     @_entry_point
     async def resume(self, name: str) -> None:
         self._host().resume(name)
+
+    @_entry_point
+    async def open_console(self, name: str) -> ConsoleStream:
+        host = self._host()
+        domain = host.get(name)
+        if not domain.active:
+            raise NotRunning(f"domain {name} is {domain.state}: a console needs a live guest")
+        return host.consoles.open(name, (domain.live or domain.spec).vm_name)
 
     # ------------------------------------------------------------------ storage
 

@@ -26,6 +26,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import NotFound, PermanentError, TransientError
 
 from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
+from ._console import SimConsoles
 from ._model import ArmedFaults, FaultKind, SimDomain, SimFaultError, SimTiming, host_uri
 
 FAILED_BOOT_FRACTION = 0.5
@@ -79,6 +80,7 @@ class SimHost(Record):
         self.used_memory_mib = 0
         self.reserved_vcpus = 0
         self.reserved_memory_mib = 0
+        self.consoles = SimConsoles()  # open console sessions: connections, never persisted
 
     @property
     def reachable(self) -> bool:
@@ -185,6 +187,7 @@ class SimHost(Record):
         """End ``domain``'s live instance now, failing its outgoing migration first."""
         self._ports.migrations.fail_domain(self, domain.name, f"domain stopped during migration ({reason})")
         domain.cancel_timer()
+        self.consoles.hang_up(domain.name)
         if domain.live is not None:
             self.used_vcpus -= domain.live.cpu
             self.used_memory_mib -= domain.live.memory_mib
@@ -196,6 +199,7 @@ class SimHost(Record):
     def remove(self, domain: SimDomain) -> None:
         """Forget a domain (undefine, or it left by migration) without events."""
         domain.cancel_timer()
+        self.consoles.hang_up(domain.name)
         if domain.live is not None:
             self.used_vcpus -= domain.live.cpu
             self.used_memory_mib -= domain.live.memory_mib
