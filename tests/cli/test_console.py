@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import LiveServer, wait_json
 from virtplane.cli.console import console_url
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.main import app
 
 CLI = str(Path(sys.executable).parent / "virtplane")
@@ -132,26 +133,31 @@ def test_the_session_ends_with_the_reason_when_the_vm_stops(
 
 
 @pytest.mark.parametrize(
-    ("vm", "role", "error"),
+    ("vm", "role", "error", "code"),
     [
-        ("web-1", "viewer", "Error (Forbidden): test-viewer has role viewer; this needs operator"),
-        ("nobody", "operator", "Error (NotFound): VirtualMachine nobody does not exist"),
-        ("off-1", "operator", "Error (NotRunning): VM off-1 is Stopped"),
+        (
+            "web-1",
+            "viewer",
+            "Error (Forbidden): test-viewer has role viewer; this needs operator",
+            ExitCode.DENIED,
+        ),
+        ("nobody", "operator", "Error (NotFound): VirtualMachine nobody does not exist", ExitCode.NOT_FOUND),
+        ("off-1", "operator", "Error (NotRunning): VM off-1 is Stopped", ExitCode.FAILED),
     ],
 )
 def test_refusals_are_clear_errors(
-    live_server: LiveServer, world: httpx.Client, vm: str, role: str, error: str
+    live_server: LiveServer, world: httpx.Client, vm: str, role: str, error: str, code: ExitCode
 ) -> None:
     result = CliRunner().invoke(
         app, ["--url", live_server.url, "--token", live_server.tokens[role], "console", vm], input=""
     )
-    assert result.exit_code == 1
+    assert result.exit_code == code
     assert error in " ".join(result.output.split())
 
 
 def test_no_server_is_server_unreachable() -> None:
     result = CliRunner().invoke(app, ["--url", "http://127.0.0.1:9", "--token", "x", "console", "web-1"])
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.UNREACHABLE
     assert "Error (ServerUnreachable)" in result.output
 
 

@@ -130,19 +130,14 @@ def _input(session: _Session, fd: int) -> Iterator[bytes]:
 
 
 def _raw_session(session: _Session, fd: int) -> bool:
-    """Keys to the guest until Ctrl-] (True) or the server ends it (False)."""
-    saved = termios.tcgetattr(fd)
-    tty.setraw(fd)
-    try:
-        for data in _input(session, fd):
-            before, escape, _ = data.partition(ESCAPE)
-            if before and not session.send(before):
-                return False
-            if escape or not data:
-                return True
-        return False
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    """Keys to the guest until Ctrl-] (True) or the server ends it (False); the terminal is raw."""
+    for data in _input(session, fd):
+        before, escape, _ = data.partition(ESCAPE)
+        if before and not session.send(before):
+            return False
+        if escape or not data:
+            return True
+    return False
 
 
 def _line_session(session: _Session, fd: int, linger_s: float) -> bool:
@@ -188,12 +183,19 @@ def console(
     interactive = stdin.isatty()
     if interactive:
         state.err_console.print(f"Connected to the serial console of VM {name}; Ctrl-] detaches.")
-    session = _Session(ws, sys.stdout.buffer)
+    fd = stdin.fileno()
+    saved = termios.tcgetattr(fd) if interactive else None
+    if interactive:  # raw before the guest's first byte shows: keys typed at its prompt are the guest's
+        tty.setraw(fd, termios.TCSANOW)
     try:
-        fd = stdin.fileno()
-        detached = _raw_session(session, fd) if interactive else _line_session(session, fd, linger)
+        session = _Session(ws, sys.stdout.buffer)
+        try:
+            detached = _raw_session(session, fd) if interactive else _line_session(session, fd, linger)
+        finally:
+            session.finish()
     finally:
-        session.finish()
+        if saved is not None:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
     if not detached:
         state.err_console.print(f"\nConsole closed: {session.close_reason}")
         raise typer.Exit(1)
