@@ -102,7 +102,13 @@ class MigrationTracker:
         started by an earlier process or another replica that the hypervisor still runs."""
         if self.running(name):
             return self.job(name, dom)
-        live = live_job(dom) if dom is not None and dom.is_active() else None
+        lv = _libvirt.load()
+        try:
+            live = live_job(dom) if dom is not None and dom.is_active() else None
+        except lv.libvirtError as exc:
+            if _libvirt.error_code(exc) != lv.VIR_ERR_NO_DOMAIN:
+                raise
+            live = None  # gone since it was found: a finished migration undefines the source
         return live or self.job(name, None)
 
     def abort(self, dom: LibvirtDomain) -> None:
