@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import LiveServer, wait_json
+from tests.conftest import LiveServer, seed_console_world
 from virtplane.cli.console import console_url
 from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.main import app
@@ -30,12 +30,7 @@ PROMPT = b"root@web-1:~# "
 @pytest.fixture
 def world(live_server: LiveServer) -> Iterator[httpx.Client]:
     with live_server.client("admin") as admin:
-        host = {"uri": "sim://host-1", "cluster": "c", "capacity": {"vcpus": 8, "memory_mib": 8192}}
-        assert admin.post("/v1/hosts", json={"metadata": {"name": "host-1"}, "spec": host}).status_code == 201
-        for name, policy in (("web-1", "AlwaysOn"), ("off-1", "AlwaysOff")):
-            body = {"metadata": {"name": name}, "spec": {"run_policy": policy, "cpu": 1, "memory_mib": 512}}
-            assert admin.post("/v1/vms", json=body).status_code == 201
-        wait_json(admin, "/v1/vms/web-1", lambda vm: vm["status"]["phase"] == "Running")
+        seed_console_world(admin)
         yield admin
 
 

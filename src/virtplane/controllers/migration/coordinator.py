@@ -170,9 +170,7 @@ class MigrationCoordinator:
             choice = self.choose_target(vm, only=target)
             if choice.host != target:
                 return Refused(f"target host {target} cannot take VM {vm_name}: {choice.reasons.get(target)}")
-            flights = [i for _, i in in_flight(ctx.cache.vms())]
-            cluster_of = {h.metadata.name: h.spec.cluster for h in ctx.cache.hosts()}
-            waiting = slot_refusal(flights, source, target, cluster_of, self.limits())
+            waiting = self.waiting_for_slot(source, target)  # again: the look above was unlocked
             if waiting:
                 return Waiting(waiting)
             disks, problem = vm_disks(ctx.cache, vm)
