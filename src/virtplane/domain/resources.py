@@ -436,6 +436,12 @@ class VirtualMachineSpec(Strict):
     placement: Placement = Field(default_factory=Placement)
     termination_grace_period_s: int = Field(default=60, ge=0, le=3600)
     boot: Boot | None = None
+    recovery_priority: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="After a host failure, VMs with a higher priority start elsewhere first.",
+    )
 
     @model_validator(mode="after")
     def _unique_disks(self) -> VirtualMachineSpec:
