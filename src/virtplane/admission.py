@@ -20,6 +20,7 @@ from virtplane.domain.resources import (
     ImagePhase,
     PoolContent,
     Resource,
+    Secret,
     StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
@@ -52,7 +53,21 @@ class Admission:
             self._library(obj.spec.pool)
         elif isinstance(obj, StoragePool):
             self._admit_pool(obj)
+        elif isinstance(obj, Secret) and not obj.spec.password:
+            raise ApiError(422, "PasswordRequired", f"secret {obj.metadata.name} needs spec.password")
+        elif isinstance(obj, Host):
+            self._admit_fencing(obj)
         return obj
+
+    def _admit_fencing(self, host: Host) -> None:
+        redfish = host.spec.fencing.redfish if host.spec.fencing else None
+        if redfish is not None and self.store.find(Secret, redfish.credentials_secret) is None:
+            raise ApiError(
+                422,
+                "SecretNotFound",
+                f"spec.fencing.redfish.credentials_secret: secret {redfish.credentials_secret} does not "
+                "exist; create it first (kind Secret, admin)",
+            )
 
     # -- the image library (DESIGN.md §8: operators name images, never paths on a host)
 
@@ -166,6 +181,10 @@ class Admission:
             if current.spec.boot != new.spec.boot:
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
+        elif isinstance(current, Secret) and isinstance(new, Secret) and new.spec.password is None:
+            new.spec.password = current.spec.password  # write-only: a write without it keeps it
+        elif isinstance(current, Host) and isinstance(new, Host) and current.spec.fencing != new.spec.fencing:
+            self._admit_fencing(new)
         return new
 
     def on_delete(self, current: Resource) -> None:
@@ -201,6 +220,18 @@ class Admission:
             )
             if users:
                 raise ApiError(409, "ImageInUse", f"image {name} is used by {', '.join(users)}")
+        elif isinstance(current, Secret):
+            users = sorted(
+                h.metadata.name
+                for h in self.cache.hosts()
+                if h.spec.fencing
+                and h.spec.fencing.redfish
+                and h.spec.fencing.redfish.credentials_secret == name
+            )
+            if users:
+                raise ApiError(
+                    409, "SecretInUse", f"secret {name} holds the BMC credentials of {', '.join(users)}"
+                )
         elif isinstance(current, Host):
             vms = self.cache.vms_on_host(name)
             if vms:

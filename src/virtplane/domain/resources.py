@@ -173,6 +173,28 @@ class Allocation(BaseModel):
     vms: int = 0
 
 
+class RedfishFencing(Strict):
+    """The host's BMC, reached over Redfish (DMTF), that can power the host off."""
+
+    address: str = Field(
+        max_length=1024,
+        pattern=r"^https?://[^\s/?#@]+(:\d{1,5})?/?$",
+        description="The BMC's base URL, http(s)://HOST[:PORT] (no path, no credentials).",
+    )
+    system_id: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9._~-]+$",
+        description="The host's ComputerSystem id on the BMC (the last part of /redfish/v1/Systems/ID).",
+    )
+    credentials_secret: Name = Field(description="A Secret with the BMC's username and password.")
+    verify_tls: bool = Field(default=True, description="Check the BMC's TLS certificate.")
+
+
+class FencingSpec(Strict):
+    redfish: RedfishFencing | None = None
+
+
 class HostSpec(Strict):
     uri: str = Field(
         min_length=1, max_length=1024, description="libvirt URI, or sim://NAME for a simulated host"
@@ -184,6 +206,11 @@ class HostSpec(Strict):
         default=False,
         description="Set by an admin once the host is known to be powered off (fenced): its VMs on "
         "shared storage are recovered on other hosts as after a host failure. Unset it when the host is back.",
+    )
+    fencing: FencingSpec | None = Field(
+        default=None,
+        description="How to power the host off when it fails (its BMC); without it, a failed host "
+        "waits for an admin to set spec.fenced.",
     )
 
 
@@ -693,6 +720,32 @@ class Setting(Resource):
     status: SettingStatus = Field(default_factory=SettingStatus)
 
 
+# --------------------------------------------------------------------------- Secret
+
+
+class SecretSpec(Strict):
+    """Credentials (a BMC's). Write-only: the API never returns ``password``."""
+
+    username: str = Field(min_length=1, max_length=255)
+    password: str | None = Field(
+        default=None,
+        max_length=1024,
+        repr=False,  # never in a log line or a traceback
+        description="Required on create; a write without it keeps the stored one. Never returned.",
+    )
+
+
+class SecretStatus(BaseModel):
+    password_set: bool = False
+
+
+class Secret(Resource):
+    KIND: ClassVar[str] = "Secret"
+    PLURAL: ClassVar[str] = "secrets"
+    spec: SecretSpec
+    status: SecretStatus = Field(default_factory=SecretStatus)
+
+
 # --------------------------------------------------------------------------- Event
 
 
@@ -725,6 +778,7 @@ KINDS: tuple[type[Resource], ...] = (
     VirtualMachineOperation,
     HostMaintenance,
     Setting,
+    Secret,
 )
 KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
 KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}

@@ -15,7 +15,7 @@ from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
+from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Secret, Setting
 from virtplane.store.errors import AlreadyExists, Conflict
 
 PATCH_ATTEMPTS = 10
@@ -78,17 +78,26 @@ def _user_writable(obj: Resource, current: Resource | None) -> Resource:
     return new
 
 
+def shown(obj: Resource) -> Any:
+    """What the API returns for ``obj``: a Secret's password never leaves the store."""
+    doc = obj.model_dump(mode="json")
+    if isinstance(obj, Secret):
+        doc["spec"].pop("password", None)
+        doc["status"] = {"password_set": bool(obj.spec.password)}
+    return doc
+
+
 def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> None:
     plural, kind = cls.PLURAL, cls.KIND
-    read = Depends(require(Role.VIEWER))
+    read = Depends(require(READ_ROLES.get(kind, Role.VIEWER)))
     write = Depends(require(write_role))
     tag = kind
 
     def list_objects(request: Request, _: Principal = read) -> dict[str, list[Any]]:
-        return {"items": [o.model_dump(mode="json") for o in _ctx(request).store.list_objects(cls)]}
+        return {"items": [shown(o) for o in _ctx(request).store.list_objects(cls)]}
 
     def get_object(name: str, request: Request, _: Principal = read) -> Any:
-        return _ctx(request).store.get(cls, name).model_dump(mode="json")
+        return shown(_ctx(request).store.get(cls, name))
 
     def create_object(
         request: Request,
@@ -104,7 +113,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         created = ctx.store.create(obj)
         ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
         response.status_code = 201
-        return created.model_dump(mode="json")
+        return shown(created)
 
     def _apply_update(ctx: ApiContext, name: str, obj: Resource, principal: Principal) -> Any:
         if obj.metadata.name != name:
@@ -121,7 +130,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         updated = ctx.store.update(new, check_version=True)
         if updated.metadata.resource_version != current.metadata.resource_version:
             ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
-        return updated.model_dump(mode="json")
+        return shown(updated)
 
     def replace_object(
         name: str,
@@ -229,7 +238,10 @@ WRITE_ROLES: dict[str, Role] = {
     "VirtualMachine": Role.OPERATOR,
     "VirtualMachineSnapshot": Role.OPERATOR,
     "VirtualMachineOperation": Role.OPERATOR,
+    "Secret": Role.ADMIN,
 }
+READ_ROLES: dict[str, Role] = {"Secret": Role.ADMIN}
+"""Kinds that not every role may read (the rest: viewer)."""
 
 
 def resources_router() -> APIRouter:
