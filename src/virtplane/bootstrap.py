@@ -35,8 +35,10 @@ from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
 from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
 from virtplane.controllers.vm import VMReconciler
-from virtplane.domain.resources import Host, OperationType, Resource, VirtualMachine
+from virtplane.domain.resources import Host, OperationType, Resource, Secret, VirtualMachine
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
+from virtplane.fencing.base import Bmc, BmcFactory
+from virtplane.fencing.sim import SimBmcs
 from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, Result, resync_ticker
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
@@ -103,6 +105,19 @@ def one_reconcile(reconciler: Reconciler, ctx: ControllerContext | None = None) 
     return reconcile
 
 
+def default_bmc_factory(bmcs: SimBmcs | None) -> BmcFactory:
+    """Simulated hosts have the simulated BMC; every other host's BMC speaks Redfish."""
+
+    def make(host: Host, secret: Secret, timeout_s: float) -> Bmc:
+        if bmcs is not None and host.spec.uri.startswith("sim://"):
+            return bmcs.bmc(host, secret, timeout_s)
+        from virtplane.fencing.redfish import redfish_bmc  # sushy loads only where a real BMC is
+
+        return redfish_bmc(host, secret, timeout_s)
+
+    return make
+
+
 class ControlPlane:
     """Everything that runs: build with ``build_control_plane``, then ``start``/``stop``."""
 
@@ -127,7 +142,8 @@ class ControlPlane:
         self.controllers: dict[str, Controller] = {}
         self._reconcilers: dict[str, tuple[Reconciler, int]] = {}
         self._add("VirtualMachine", VMReconciler(self.ctx, console_dir=self.options.console_dir), metrics)
-        self._add("Host", HostReconciler(self.ctx), metrics, workers=4)
+        self.bmcs = SimBmcs(sim) if sim is not None else None
+        self._add("Host", HostReconciler(self.ctx, default_bmc_factory(self.bmcs)), metrics, workers=4)
         self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
         self._add("Image", ImageReconciler(self.ctx), metrics, workers=2)
         self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
@@ -225,11 +241,17 @@ class ControlPlane:
                 return
             # Allocation and heartbeat changes are the host controller's bookkeeping; only a change
             # that can matter to VMs or pools wakes them (at 10,000 VMs this is the hot path).
-            reachability = (new_host.spec, new_host.status.resource_state, new_host.status.connection)
+            reachability = (
+                new_host.spec,
+                new_host.status.resource_state,
+                new_host.status.connection,
+                new_host.status.fence,  # the VMs show why they wait
+            )
             changed = old_host is None or reachability != (
                 old_host.spec,
                 old_host.status.resource_state,
                 old_host.status.connection,
+                old_host.status.fence,
             )
             if changed:
                 for pool in self.cache.pools():

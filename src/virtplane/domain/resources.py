@@ -214,6 +214,25 @@ class HostSpec(Strict):
     )
 
 
+class FencePhase(StrEnum):
+    POWERING_OFF = "PoweringOff"
+    """Recorded before the BMC is asked to power the host off; carried through once recorded."""
+    RETRYING = "Retrying"
+    """The BMC did not power the host off, or did not confirm Off; next try at next_attempt_at."""
+    FENCED = "Fenced"
+    """The BMC confirmed Off: spec.fenced is set, until an admin clears it."""
+
+
+class FenceStatus(BaseModel):
+    phase: FencePhase
+    attempts: int = 0
+    started_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    confirmed_at: datetime | None = None
+    reason: str = ""
+    message: str = ""
+
+
 class HostStatus(BaseModel):
     resource_state: HostResourceState = HostResourceState.ENABLED
     connection: HostConnection = HostConnection.UNKNOWN
@@ -225,6 +244,13 @@ class HostStatus(BaseModel):
         default_factory=list, description="What the host's driver can do, recorded when it connects."
     )
     last_heartbeat: datetime | None = None
+    silent_since: datetime | None = Field(
+        default=None, description="Since when the host has not answered, without a break (liveness)."
+    )
+    answering_since: datetime | None = Field(
+        default=None, description="Since when the host has answered, without a break (liveness)."
+    )
+    fence: FenceStatus | None = Field(default=None, description="Fencing through the BMC, when under way.")
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
 
