@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the full test suite needs (as root), in one apt run:
 # libvirt + QEMU (real-guest tests), PostgreSQL (the multi-replica store), Chromium
-# (the dashboard test). Then prepares the QEMU guest (scripts/qemu/setup.sh).
+# (the dashboard test), Prometheus (promtool and a real server for the alert rules), systemd
+# (systemd-analyze for the units in deploy/). Then prepares the QEMU guest (scripts/qemu/setup.sh).
 # Idempotent and quick when everything is there. Skips what it cannot do (not root,
 # no apt) and says so; the tests that need a missing part skip with a reason.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  echo "system-deps: not root or no apt-get: libvirt/QEMU, PostgreSQL and Chromium tests may skip" >&2
+  echo "system-deps: not root or no apt-get: libvirt/QEMU, PostgreSQL, Chromium and Prometheus tests may skip" >&2
   exit 0
 fi
 pkgs="libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 libvirt-clients qemu-utils
       libvirt-dev pkg-config gcc python3-dev busybox-static cpio
-      postgresql chromium"
+      postgresql chromium prometheus systemd"
 missing=""
 for pkg in $pkgs; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

@@ -18,7 +18,7 @@ import uvicorn
 
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.drivers.sim import SimCloud
-from virtplane.server import sim_factory
+from virtplane.server import ApiServer, sim_factory
 from virtplane.store.store import Store, sqlite_url
 
 FULL_RUN = os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1"
@@ -147,7 +147,7 @@ def serving(store: Store, plane: ControlPlane | None = None, name: str = "test")
     tokens = {role: store.create_token(f"{name}-{role}", role) for role in ("admin", "operator", "viewer")}
     plane = plane or make_plane(store)
     config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = ApiServer(config, plane.api_context.streams)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

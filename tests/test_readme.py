@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from tests.cli.test_main import RecordedServeOptions, fake_server_module  # noqa: F401 (a fixture)
 from tests.crash.server import ServerProcess
+from virtplane.cli.main import app
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -27,13 +31,37 @@ NOT_RUN = {
     '.venv/bin/pip install "libvirt-python==$(pkg-config --modversion libvirt)"': "changes the environment under test",
     "./bin/virtplane apply -f kvm-1.yaml": "adds a real hypervisor, reached over SSH",
     "./bin/virtplane describe host kvm-1": "describes that hypervisor",
+    **dict.fromkeys(
+        [
+            "useradd --system --home-dir /var/lib/virtplane --shell /usr/sbin/nologin virtplane",
+            "python3 -m venv /opt/virtplane/venv",
+            '/opt/virtplane/venv/bin/pip install ".[postgres]"',
+            "install -D -m 0644 deploy/config/virtplane.toml /etc/virtplane/virtplane.toml",
+            "install -m 0644 deploy/systemd/virtplane.service deploy/systemd/virtplane-replica.service "
+            "/etc/systemd/system/",
+            "systemctl daemon-reload",
+            "systemctl enable --now virtplane",
+        ],
+        "installs the service on this machine (tests/deploy/test_systemd.py checks the units)",
+    ),
+    **dict.fromkeys(
+        [
+            "promtool check rules deploy/prometheus/alerts.yml",
+            "promtool test rules deploy/prometheus/tests/*.yml",
+        ],
+        "needs Debian's prometheus (tests/deploy/test_prometheus_rules.py runs both)",
+    ),
 }
+
+
+def blocks(markdown: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", markdown, flags=re.MULTILINE | re.DOTALL)
 
 
 def shell_commands(markdown: str) -> list[str]:
     """The command lines of the ```sh blocks, without their trailing comments."""
     commands = []
-    for block in re.findall(r"^```sh\n(.*?)^```", markdown, flags=re.MULTILINE | re.DOTALL):
+    for block in blocks(markdown, "sh"):
         for line in block.splitlines():
             command = re.sub(r"\s+#.*$", "", line).strip()
             if command:
@@ -73,3 +101,17 @@ def test_every_shell_block_of_the_readme_runs_as_written(tmp_path: Path) -> None
         assert len(ran) >= 9, ran
     finally:
         server.stop()
+
+
+def test_every_toml_block_of_the_readme_is_a_configuration_serve_accepts(
+    tmp_path: Path,
+    fake_server_module: list[RecordedServeOptions],  # noqa: F811
+) -> None:
+    toml = blocks(README.read_text(), "toml")
+    assert toml, "the README shows a configuration file"
+    for number, text in enumerate(toml):
+        config = tmp_path / f"{number}.toml"
+        config.write_text(text)
+        result = CliRunner().invoke(app, ["serve", "--config", str(config)], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, f"{text}\n{result.output}"
+    assert len(fake_server_module) == len(toml)

@@ -39,6 +39,7 @@ from virtplane.domain.resources import Host, OperationType, Resource, Secret, Vi
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
 from virtplane.fencing.base import Bmc, BmcFactory
 from virtplane.fencing.sim import SimBmcs
+from virtplane.metrics import FleetCollector, PlaneMetrics
 from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, Result, resync_ticker
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
@@ -137,7 +138,14 @@ class ControlPlane:
         self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
         self.registry = CollectorRegistry()
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
-        self.ctx = ControllerContext(store, self.cache, self.hosts, self.settings, enqueue=self.enqueue)
+        self.ctx = ControllerContext(
+            store,
+            self.cache,
+            self.hosts,
+            self.settings,
+            enqueue=self.enqueue,
+            metrics=PlaneMetrics(self.registry),
+        )
         metrics = ControllerMetrics(self.registry)
         self.controllers: dict[str, Controller] = {}
         self._reconcilers: dict[str, tuple[Reconciler, int]] = {}
@@ -184,6 +192,7 @@ class ControlPlane:
             if elect
             else None
         )
+        self.registry.register(FleetCollector(self.cache, self.elector))
         self.started = False
 
     def _add(

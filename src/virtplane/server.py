@@ -12,6 +12,7 @@ from typing import Any
 import uvicorn
 from rich.console import Console
 
+from virtplane.api.watch import Streams
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
@@ -38,6 +39,22 @@ class ServeOptions:
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
     lease_s: float = 15.0
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's server that ends the API's watch streams first when it shuts down.
+
+    uvicorn lets open responses finish before it shuts the application down, and a watch
+    never finishes by itself: without this, shutdown would wait for every watcher.
+    """
+
+    def __init__(self, config: uvicorn.Config, streams: Streams) -> None:
+        super().__init__(config)
+        self.streams = streams
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.streams.close()
+        await super().shutdown(sockets)
 
 
 class ServeRefused(Exception):
@@ -193,4 +210,4 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
         log_level=options.log_level.lower(),
         log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    ApiServer(config, plane.api_context.streams).run(sockets=[sock])

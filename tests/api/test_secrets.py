@@ -39,9 +39,13 @@ def test_the_password_never_comes_back(live_server: LiveServer, caplog: pytest.L
         answers.append(admin.patch("/v1/secrets/bmc-h1", json={"spec": {"username": "admin"}}))
         answers.append(admin.put("/v1/secrets/bmc-h1", json={**SECRET, "spec": {"username": "ops"}}))
         answers.append(admin.get("/v1/events", params={"kind": "Secret"}))
+        answers.append(  # a watch streams the changes: the objects as the API shows them
+            admin.get("/v1/secrets", params={"watch": "true", "resource_version": 0, "timeout_s": 0.5})
+        )
     for answer in answers:
         assert answer.status_code < 300, answer.text
         assert PASSWORD not in answer.text, f"{answer.request.method} {answer.request.url} shows the password"
+    assert answers[-1].text.count('"type":"ADDED"') == 1, answers[-1].text
     got = answers[1].json()
     assert "password" not in got["spec"] and got["status"] == {"password_set": True}
     assert answers[4].json()["spec"] == {"username": "ops"}

@@ -58,7 +58,8 @@ def test_json_output_is_exactly_what_the_server_sent(invoke: Invoke, fleet: Live
     listed = invoke("get", "vms", "-o", "json")
     single = invoke("get", "vm", "web-1", "-o", "json")
 
-    assert json.loads(listed.stdout) == read(fleet, "/v1/vms")
+    # a list is every page's items joined (the pages' metadata is the CLI's business)
+    assert json.loads(listed.stdout) == {"items": read(fleet, "/v1/vms")["items"]}
     assert json.loads(single.stdout) == read(fleet, "/v1/vms/web-1")
 
 
@@ -108,14 +109,49 @@ def test_an_unknown_kind_is_an_error_that_lists_the_kinds(invoke: Invoke, sent: 
     assert sent.sent == []
 
 
-def test_label_selector_filters_on_the_client(invoke: Invoke, fleet: LiveServer) -> None:
-    equal = invoke("get", "vms", "-l", "app=web", "-o", "json")
+def test_selectors_are_sent_to_the_server_in_one_query(
+    invoke: Invoke, fleet: LiveServer, sent: RecordingTransport
+) -> None:
+    equal = invoke(
+        "get",
+        "vms",
+        "-l",
+        "app=web",
+        "-l",
+        "tier notin (db)",
+        "--field-selector",
+        "status.host=node-1",
+        "-o",
+        "json",
+    )
     not_equal = invoke("get", "vms", "-l", "app!=web", "-o", "json")
     missing = invoke("get", "vms", "-l", "!app", "-o", "json")
 
+    assert equal.exit_code == 0, equal.output
+    assert sent.sent[0].params == {
+        "limit": "500",
+        "labelSelector": "app=web,tier notin (db)",
+        "fieldSelector": "status.host=node-1",
+    }
     assert [v["metadata"]["name"] for v in json.loads(equal.stdout)["items"]] == ["web-1"]
     assert [v["metadata"]["name"] for v in json.loads(not_equal.stdout)["items"]] == ["db-1"]
-    assert json.loads(missing.stdout) == {"items": []}
+    assert json.loads(missing.stdout)["items"] == []
+
+
+def test_a_malformed_selector_is_a_usage_error_that_says_where(
+    invoke: Invoke, sent: RecordingTransport
+) -> None:
+    bad_labels = invoke("get", "vms", "-l", "app in (web")
+    bad_fields = invoke("get", "vms", "--field-selector", "spec.vm=x")
+
+    def flat(text: str) -> str:  # the message as one line, out of Rich's box
+        return " ".join(text.replace("\u2502", " ").split())
+
+    assert bad_labels.exit_code == 2
+    assert "'app in (web': at position 11: expected ',' or ')'" in flat(bad_labels.stderr)
+    assert bad_fields.exit_code == 2
+    assert "cannot select by field 'spec.vm'" in flat(bad_fields.stderr)
+    assert sent.sent == []
 
 
 def test_get_events_lists_the_audit_trail(invoke: Invoke, fleet: LiveServer) -> None:

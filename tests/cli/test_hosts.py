@@ -24,7 +24,7 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.sim import FaultKind
 
-from .conftest import FastClock, Invoke, RecordingTransport, add_host, add_vm, wait_phase
+from .conftest import Invoke, RecordingTransport, add_host, add_vm, wait_phase
 
 
 @pytest.fixture(autouse=True)
@@ -195,27 +195,6 @@ def test_events_filter_by_kind_and_name(invoke: Invoke, sent: RecordingTransport
     items = json.loads(result.stdout)["items"]
     assert 0 < len(items) <= 5
     assert {(e["kind"], e["name"]) for e in items} == {("VirtualMachine", "web-1")}
-
-
-def test_events_follow_prints_only_new_events_until_interrupted(
-    invoke: Invoke, server: LiveServer, sent: RecordingTransport, clock: FastClock
-) -> None:
-    for reason in ("Connected", "Enabled"):
-        server.store.record_event("Host", "quiet-1", reason, "")
-
-    def a_new_event(polls: int) -> None:
-        server.store.record_event("Host", "quiet-1", f"Tick{polls}", "")
-
-    clock.between_polls = a_new_event
-    clock.interrupt_after = 3
-
-    result = invoke("events", "--follow", "--kind", "host", "--name", "quiet-1")
-
-    assert result.exit_code == 0, result.output
-    reasons = [line.split()[2] for line in result.stdout.splitlines()]
-    assert reasons == ["Connected", "Enabled", "Tick1", "Tick2"]
-    follow_ups = [r.params.get("after_id") for r in sent.to("GET", "/v1/events")]
-    assert follow_ups[0] is None and len(follow_ups) == 3 and int(follow_ups[1]) < int(follow_ups[2])
 
 
 def _reasons(server: LiveServer, vm: str) -> list[str]:

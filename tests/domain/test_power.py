@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from virtplane.domain.intents import Intents, PowerState, RestartStage, StopMode
 from virtplane.domain.power import (
+    AT_REST_REASONS,
     POLICY_WANTS_RUNNING,
     PowerAction,
     PowerInputs,
@@ -498,3 +503,59 @@ def test_a_vm_in_flight_is_never_torn_down_nor_started(state: str, policy: RunPo
 )
 def test_start_retry_backoff_doubles_and_is_capped(failures: int, delay: float) -> None:
     assert start_retry_delay(failures, 1.0, 300.0) == delay
+
+
+ON_ITS_WAY_REASONS = {"Starting", "StartBackoff", "Stopping", "ForceStopping", "WaitingForMigration"}
+"""The decision reasons of a VM not yet in the power state it should be in (metrics and alerts)."""
+
+
+def maybe(values: Any) -> st.SearchStrategy[Any]:
+    return st.none() | st.sampled_from(list(values))
+
+
+@given(
+    policy=st.sampled_from(list(RunPolicy)),
+    state=maybe(
+        ["running", "starting", "paused", "shutting-down", "shutoff", "crashed", "migrating", "incoming"]
+    ),
+    exit_reason=maybe(ExitReason),
+    last_exit=maybe(ExitReason),
+    intents=st.builds(
+        Intents,
+        start=st.booleans(),
+        stop=maybe(StopMode),
+        stop_by_system=st.booleans(),
+        restart=maybe(RestartStage),
+        restore_power_state=maybe(PowerState),
+        maintenance_power_state=maybe(PowerState),
+        held_by=maybe(["restore-1"]),
+    ),
+    flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+)
+def test_every_decision_is_at_rest_or_on_its_way_and_one_that_acts_is_never_at_rest(
+    policy: RunPolicy,
+    state: str | None,
+    exit_reason: ExitReason | None,
+    last_exit: ExitReason | None,
+    intents: Intents,
+    flags: tuple[bool, bool, bool, bool],
+) -> None:
+    """``AT_REST_REASONS`` decides ``virtplane_vm_in_desired_power_state``: a new reason must be
+    classified, and a decision that starts or stops the VM is on its way by definition."""
+    held, was_running, grace_expired, start_backoff = flags
+    decision = decide(
+        inputs(
+            policy,
+            state,
+            exit_reason=exit_reason,
+            last_exit=last_exit,
+            intents=intents,
+            held=held,
+            was_running=was_running,
+            grace_expired=grace_expired,
+            start_backoff=start_backoff,
+        )
+    )
+    assert decision.reason in AT_REST_REASONS | ON_ITS_WAY_REASONS, decision
+    if decision.action is not NONE:
+        assert decision.reason not in AT_REST_REASONS, decision

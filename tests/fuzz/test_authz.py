@@ -193,6 +193,10 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("GET", "/v1/secrets") == "admin"  # issue 15: credentials are admin-only
     assert _needs("GET", "/v1/secrets/{name}") == "admin"
     assert _needs("PUT", "/v1/secrets/{name}") == "admin"
+    assert _needs("POST", "/v1/vms/actions/stop") == "operator"  # many VMs at once (issue 13)
+    assert _needs("POST", "/v1/vms/actions/start") == "operator"
+    assert _needs("POST", "/v1/vms/actions/restart") == "operator"
+    assert _needs("GET", "/v1/vms") == "viewer"  # lists and watches alike
 
 
 @pytest.mark.parametrize(("method", "path"), list(PUBLIC))

@@ -59,6 +59,17 @@ def _with_names(value: Any, pick: list[str]) -> Any:
     return value
 
 
+WATCH_TIMEOUT_S = 0.2
+"""A watch streams until its timeout: generated ones end quickly."""
+
+
+def bounded(case: Any) -> Any:
+    """``case``, with a short timeout if it may be a watch (every phase: examples, coverage, fuzzing)."""
+    if isinstance(case.query, dict) and "watch" in case.query:
+        case.query = {**case.query, "timeout_s": WATCH_TIMEOUT_S}
+    return case
+
+
 def flatmap_case(context: Any, case: Any) -> Any:
     def rewrite(pick: list[str]) -> Any:
         if case.path_parameters and "name" in case.path_parameters:
@@ -96,8 +107,10 @@ def test_document_is_the_live_one(shared_server: LiveServer) -> None:
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzz_as_admin(case: Any, shared_server: LiveServer, figures: Figures) -> None:
-    response = case.call(
-        base_url=shared_server.url, headers={"Authorization": f"Bearer {shared_server.tokens['admin']}"}
+    response = bounded(case).call(
+        base_url=shared_server.url,
+        headers={"Authorization": f"Bearer {shared_server.tokens['admin']}"},
+        timeout=30,
     )
     figures.add("generated.admin")
     if 200 <= response.status_code < 300:
@@ -108,8 +121,10 @@ def test_fuzz_as_admin(case: Any, shared_server: LiveServer, figures: Figures) -
 @viewer_schema.parametrize()
 @settings(max_examples=VIEWER_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzz_as_viewer(case: Any, shared_server: LiveServer, figures: Figures) -> None:
-    response = case.call(
-        base_url=shared_server.url, headers={"Authorization": f"Bearer {shared_server.tokens['viewer']}"}
+    response = bounded(case).call(
+        base_url=shared_server.url,
+        headers={"Authorization": f"Bearer {shared_server.tokens['viewer']}"},
+        timeout=30,
     )
     figures.add("generated.viewer")
     check_response(case, response)

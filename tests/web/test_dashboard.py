@@ -6,9 +6,11 @@ the page shows against what the JSON API says.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -229,6 +231,7 @@ def test_the_event_log_follows_new_events(page: Page, live_server: LiveServer) -
 def test_an_unreachable_server_is_reported_and_the_page_recovers(page: Page, live_server: LiveServer) -> None:
     signed_in(page, live_server)
     page.route("**/v1/**", lambda route: route.abort("connectionrefused"))
+    live_server.plane.api_context.streams.end_all()  # the open watches end, as when the server goes
     expect(page.locator("#banner")).to_be_visible()
     expect(page.locator("#banner")).to_contain_text("Cannot reach the virtplane API")
     expect(page.locator("#status-text")).to_have_text("server unreachable")
@@ -265,13 +268,23 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
     }
 
     def hosts_in_maintenance(route: Route) -> None:
+        query = parse_qs(urlsplit(route.request.url).query)
+        if "watch" in query:  # a watch that ends at once: the page keeps the state it listed
+            revision = int(query["resource_version"][0])
+            bookmark = {
+                "type": "BOOKMARK",
+                "object": {"kind": "Host", "metadata": {"resource_version": revision}},
+            }
+            route.fulfill(status=200, content_type="application/x-ndjson", body=json.dumps(bookmark) + "\n")
+            return
         response = route.fetch()
         body = response.json()
         for item in body["items"]:
             item["status"]["resource_state"] = "PrepareForMaintenance"
         route.fulfill(response=response, json=body)
 
-    page.route(f"{live_server.url}/v1/hosts", hosts_in_maintenance)
+    hosts = f"{live_server.url}/v1/hosts?*"
+    page.route(hosts, hosts_in_maintenance)
     page.route(
         f"{live_server.url}/v1/hosts/host-1/maintenance", lambda route: route.fulfill(json=maintenance)
     )
@@ -289,9 +302,14 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
     expect(block.locator('tr[data-vm="db-1"] td.message')).to_have_text(HOSTILE_SCRIPT)
     expect(page.locator('#hosts tr[data-name="host-1"] td.state')).to_have_text("PrepareForMaintenance")
 
-    # the real server has no maintenance for the host (404): the panel goes away
+    # the real server has no maintenance for the host (404): once the host changes, the page
+    # follows the real one again and the panel goes away
     page.unroute(f"{live_server.url}/v1/hosts/host-1/maintenance")
-    page.unroute(f"{live_server.url}/v1/hosts")
+    page.unroute(hosts)
+    with live_server.client("admin") as client:
+        assert (
+            client.patch("/v1/hosts/host-1", json={"metadata": {"labels": {"rack": "r2"}}}).status_code == 200
+        )
     expect(page.locator("#maintenance-panel")).to_be_hidden()
     expect(page.locator('#hosts tr[data-name="host-1"] td.state')).to_have_text("Enabled")
 
@@ -322,3 +340,39 @@ def test_a_real_host_maintenance_shows_its_phase_and_progress(page: Page, live_s
         expect(block.locator(f'tr[data-vm="{vm_name}"] td.state')).to_have_text(progress["state"])
     expect(page.locator('#vms tr[data-name="web-1"] td.host')).to_have_text(web_moved_to)
     page.screenshot(path="/tmp/virtplane-maintenance.png", full_page=True)
+
+
+def test_the_page_follows_watches_and_never_polls(page: Page, live_server: LiveServer) -> None:
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    signed_in(page, live_server, "viewer")
+    with live_server.client("operator") as client:
+        create(client, "vms", vm("late-1", "AlwaysOff"))
+        expect(page.locator('#vms tr[data-name="late-1"] td.phase')).to_have_text("Stopped")
+        create(client, "vms", vm("late-2", "AlwaysOff"))
+        expect(page.locator('#vms tr[data-name="late-2"] td.phase')).to_have_text("Stopped")
+    vm_requests = [url for url in requests if "/v1/vms?" in url]
+    assert [url for url in vm_requests if "watch=1" not in url] == [f"{live_server.url}/v1/vms?limit=500"]
+    assert len([url for url in vm_requests if "watch=1" in url]) == 1, vm_requests
+
+
+def test_the_event_log_loads_older_pages_on_request(page: Page, live_server: LiveServer) -> None:
+    for i in range(120):
+        live_server.store.record_event("VirtualMachine", f"vm-{i}", f"Step{i}")
+    signed_in(page, live_server, "viewer")
+    rows = page.locator("#events tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first.locator("td.reason")).to_have_text("Step119")  # newest first
+    expect(rows.last.locator("td.reason")).to_have_text("Step70")
+    older = page.locator("#events-older")
+    older.click()
+    expect(rows).to_have_count(100)
+    expect(rows.last.locator("td.reason")).to_have_text("Step20")
+    older.click()
+    expect(rows).to_have_count(120)
+    expect(rows.last.locator("td.reason")).to_have_text("Step0")
+    expect(older).to_be_hidden()
+
+    live_server.store.record_event("VirtualMachine", "vm-0", "Newest")
+    expect(rows.first.locator("td.reason")).to_have_text("Newest")
+    expect(rows).to_have_count(121)

@@ -13,6 +13,7 @@ from virtplane import __version__
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
@@ -76,9 +77,10 @@ def create_app(
         metrics_registry = registry
 
         @app.get("/metrics", tags=["Health"], operation_id="metrics", include_in_schema=False)
-        def metrics() -> Response:
+        async def metrics() -> Response:  # on the event loop: collectors read the cache it updates
             return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(actions_router)
     app.include_router(resources_router())
     app.include_router(settings_router)
     app.include_router(events_router)

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from virtplane.api.watch import Streams, WatchOptions
 from virtplane.domain.resources import Resource
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
@@ -43,3 +44,6 @@ class ApiContext:
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None
     """Brings the in-memory cache up to the store's current revision (on the event loop)."""
+    streams: Streams = field(default_factory=Streams)
+    """Open watch streams; the server ends them before it shuts down."""
+    watch: WatchOptions = field(default_factory=WatchOptions)

@@ -21,11 +21,14 @@ log = logging.getLogger("virtplane.api")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    """An answer ``{"reason", "message"}`` with ``status``; ``extra`` fields (not None) are added."""
+
+    def __init__(self, status: int, reason: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
+        self.extra = {key: value for key, value in extra.items() if value is not None}
 
 
 def error_response(status: int, reason: str, message: str, **extra: Any) -> JSONResponse:
@@ -54,6 +57,7 @@ _HTTP_REASONS = {
     404: "NotFound",
     405: "MethodNotAllowed",
     409: "Conflict",
+    410: "Expired",
     413: "PayloadTooLarge",
     415: "UnsupportedMediaType",
     422: "Invalid",
@@ -63,7 +67,7 @@ _HTTP_REASONS = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.reason, exc.message)
+        return error_response(exc.status, exc.reason, exc.message, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

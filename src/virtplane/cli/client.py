@@ -13,6 +13,8 @@ The transport is injectable so tests can answer requests with ``httpx.MockTransp
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable, Generator
 from typing import Any
 
 import httpx
@@ -24,10 +26,15 @@ __all__ = [
     "CliError",
     "JsonObject",
     "ServerUnreachable",
+    "WatchExpired",
 ]
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 REQUEST_TIMEOUT_S = 30.0
+PAGE_SIZE = 500
+WATCH_TIMEOUT = httpx.Timeout(REQUEST_TIMEOUT_S, read=30.0)
+"""The server sends a bookmark at least every 10 s: 30 s of silence is a dead connection."""
+RECONNECT_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 JsonObject = dict[str, Any]
 
@@ -47,6 +54,10 @@ class ApiError(CliError):
     def __init__(self, status_code: int, reason: str, message: str) -> None:
         super().__init__(reason, message)
         self.status_code = status_code
+
+
+class WatchExpired(CliError):
+    """The server no longer has the changes after the revision a watch asked for (410)."""
 
 
 class ServerUnreachable(CliError):
@@ -169,11 +180,96 @@ class ApiClient:
 
     # ------------------------------------------------------------------ resources
 
-    def list_items(self, plural: str, params: dict[str, str | int] | None = None) -> list[JsonObject]:
+    def list_page(
+        self, plural: str, params: dict[str, str | int] | None = None
+    ) -> tuple[list[JsonObject], JsonObject]:
+        """One page: its items and its metadata (``continue``, ``resource_version``)."""
         result = self.request("GET", f"/v1/{plural}", params=params)
         if not isinstance(result, dict) or not isinstance(result.get("items"), list):
             raise ApiError(200, "InvalidResponse", f"expected {{'items': [...]}} from GET /v1/{plural}")
-        return [item for item in result["items"] if isinstance(item, dict)]
+        metadata = result.get("metadata")
+        return [item for item in result["items"] if isinstance(item, dict)], (
+            metadata if isinstance(metadata, dict) else {}
+        )
+
+    def list_all(
+        self, plural: str, params: dict[str, str | int] | None = None
+    ) -> tuple[list[JsonObject], int]:
+        """Every item, a page at a time, and the list's resource_version (watch from it to miss nothing)."""
+        items: list[JsonObject] = []
+        query: dict[str, str | int] = {"limit": PAGE_SIZE, **(params or {})}
+        revision = 0
+        while True:
+            page, metadata = self.list_page(plural, query)
+            items += page
+            revision = revision or _position(metadata)
+            token = metadata.get("continue")
+            if not token:
+                return items, revision
+            query["continue"] = str(token)
+
+    def list_items(self, plural: str, params: dict[str, str | int] | None = None) -> list[JsonObject]:
+        return self.list_all(plural, params)[0]
+
+    def watch(
+        self,
+        plural: str,
+        resource_version: int,
+        params: dict[str, str | int] | None = None,
+        *,
+        timeout_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_retry: Callable[[CliError], None] | None = None,
+    ) -> Generator[JsonObject]:
+        """The changes after ``resource_version``: ``{"type", "object"}`` (bookmarks are consumed).
+
+        A stream that ends, breaks or goes silent is opened again from the last revision
+        seen, after a growing pause if it failed (``on_retry`` hears why). Raises
+        ``WatchExpired`` when the server no longer has the changes after that revision:
+        list again, then watch from the list's revision. With ``timeout_s`` it returns
+        once that much time has passed (the server ends the stream then).
+        """
+        position = resource_version
+        failures = 0
+        deadline = None if timeout_s is None else monotonic() + timeout_s
+        while True:
+            query: dict[str, str | int | float] = {**(params or {}), "watch": 1, "resource_version": position}
+            if deadline is not None:
+                remaining = deadline - monotonic()
+                if remaining <= 0:
+                    return
+                query["timeout_s"] = remaining
+            try:
+                with self._http.stream(
+                    "GET", f"/v1/{plural}", params=query, timeout=WATCH_TIMEOUT
+                ) as response:
+                    if response.is_error:
+                        response.read()
+                        error = _error_from_response(response)
+                        if error.status_code == 410:
+                            raise WatchExpired(error.reason, error.message)
+                        raise error
+                    for line in response.iter_lines():
+                        event = json.loads(line) if line.strip() else None
+                        if not isinstance(event, dict):
+                            continue
+                        failures = 0
+                        if event.get("type") == "ERROR":
+                            problem = event.get("object") or {}
+                            if problem.get("code") == 410:
+                                raise WatchExpired(str(problem.get("reason")), str(problem.get("message")))
+                            raise ApiError(int(problem.get("code") or 500), "WatchError", str(problem))
+                        position = max(position, _position(event.get("object")))
+                        if event.get("type") != "BOOKMARK":
+                            yield event
+                continue  # the server ended the stream (its timeout, a restart): go on from here
+            except (httpx.TransportError, json.JSONDecodeError) as error:
+                failure: CliError = ServerUnreachable(self.base_url, str(error) or type(error).__name__)
+            failures += 1
+            if on_retry is not None:
+                on_retry(failure)
+            sleep(RECONNECT_DELAYS_S[min(failures, len(RECONNECT_DELAYS_S)) - 1])
 
     def get(self, plural: str, name: str) -> JsonObject:
         return self._object("GET", f"/v1/{plural}/{name}")
@@ -205,6 +301,12 @@ class ApiClient:
         self, kind: str | None = None, name: str | None = None, limit: int = 50, after_id: int = 0
     ) -> list[JsonObject]:
         """The newest ``limit`` events (after ``after_id``), as the server orders them (oldest first)."""
+        return self.events_page(kind, name, limit, after_id)[0]
+
+    def events_page(
+        self, kind: str | None = None, name: str | None = None, limit: int = 50, after_id: int = 0
+    ) -> tuple[list[JsonObject], int]:
+        """The newest ``limit`` events and the newest event id when they were read (to follow from)."""
         params: dict[str, str | int] = {"limit": limit}
         if after_id:
             params["after_id"] = after_id
@@ -212,4 +314,16 @@ class ApiClient:
             params["kind"] = kind
         if name:
             params["name"] = name
-        return self.list_items("events", params)
+        items, metadata = self.list_page("events", params)
+        return items, _position(metadata)
+
+
+def _position(obj: Any) -> int:
+    """The revision (or event id) an object, bookmark or list metadata stands at; 0 if none."""
+    if not isinstance(obj, dict):
+        return 0
+    metadata = obj.get("metadata")
+    value = metadata.get("resource_version") if isinstance(metadata, dict) else None
+    if value is None:
+        value = obj.get("resource_version", obj.get("id"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

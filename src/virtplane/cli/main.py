@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 from virtplane import __version__
 from virtplane.cli import hosts, resources, settings, vms
 from virtplane.cli.client import DEFAULT_URL, CliError
+from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock
 from virtplane.cli.output import make_console, print_error
 
@@ -97,9 +98,22 @@ class LogLevel(StrEnum):
     epilog="Examples:\n"
     "  virtplane serve --demo\n"
     "  virtplane serve --data-dir /var/lib/virtplane --host 0.0.0.0 --port 8470\n"
-    "  virtplane serve --db postgresql+psycopg://virtplane@db/virtplane",
+    "  virtplane serve --db postgresql+psycopg://virtplane@db/virtplane\n"
+    "  virtplane serve --config /etc/virtplane/virtplane.toml --log-level debug",
 )
 def serve(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A TOML file of these flags, keys without '--' (data-dir = \"/var/lib/virtplane\"); "
+            "a flag given here wins over the file.",
+            is_eager=True,
+            callback=load_config,
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
     demo: Annotated[
         bool, typer.Option("--demo", help="Add simulated hosts, pools and VMs (only what is missing).")
     ] = False,

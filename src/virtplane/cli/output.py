@@ -296,8 +296,13 @@ def _new_table(headers: Sequence[str]) -> Table:
     return table
 
 
-def resource_table(kind: KindInfo, resources: Sequence[JsonObject], *, wide: bool = False) -> Table:
+def resource_table(
+    kind: KindInfo, resources: Sequence[JsonObject], *, wide: bool = False, event: str | None = None
+) -> Table:
+    """One row per resource; with ``event`` (a watch's ADDED, MODIFIED...) a first column says it."""
     columns = [c for c in _COLUMNS.get(kind.kind, _GENERIC_COLUMNS) if wide or not c.wide_only]
+    if event is not None:
+        columns.insert(0, Column("EVENT", lambda _: event))
     table = _new_table([c.header for c in columns])
     for resource in resources:
         table.add_row(*(styled(c.value(resource)) if c.colour else _text(c.value(resource)) for c in columns))

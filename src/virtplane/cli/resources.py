@@ -26,13 +26,19 @@ from virtplane.cli.output import (
     print_structured,
     styled,
 )
-from virtplane.cli.selectors import LabelSelector
 from virtplane.cli.waiting import wait_for
+from virtplane.cli.watching import follow_events, watch_resources
+from virtplane.domain.resources import KIND_BY_NAME
+from virtplane.domain.selectors import (
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+    selectable_fields,
+)
 
 __all__ = ["register"]
 
 DESCRIBE_EVENT_LIMIT = 20
-FOLLOW_INTERVAL_S = 1.0
 
 OutputOption = Annotated[
     OutputFormat,
@@ -103,30 +109,72 @@ def get(
         typer.Option(
             "--selector",
             "-l",
-            help="Label selector: key=value, key!=value, key or !key; comma-separated or repeated.",
+            help="Label selector: key=value, key!=value, 'key in (a,b)', 'key notin (a)', key or !key; "
+            "comma-separated or repeated.",
             show_default=False,
         ),
     ] = None,
+    field_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--field-selector",
+            help="Field selector: status.phase=Running, status.host=node-1, spec.run_policy!=Manual, "
+            "spec.vm=web-1 (operations, snapshots); comma-separated or repeated.",
+            show_default=False,
+        ),
+    ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="After the list, print every change (Ctrl-C stops).")
+    ] = False,
+    watch_timeout: Annotated[
+        float | None,
+        typer.Option("--watch-timeout", min=0, help="With -w: stop watching after this many seconds."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Events only: how many.")] = 50,
 ) -> None:
-    """List resources of a kind, or show one."""
+    """List resources of a kind, or show one; with -w, keep printing what changes."""
     state = state_of(ctx)
     info = resolve_kind(kind, allow_events=True)
     if info is EVENTS:
-        _print_event_list(state, state.client.events(limit=limit), output)
+        _events(state, None, None, limit, watch, output)
         return
-    label_selector = LabelSelector.parse(selector or [])
-    if name is not None:
-        if selector:
-            raise typer.BadParameter(
-                "a label selector cannot be combined with a NAME", param_hint="--selector"
-            )
+    if name is not None and (selector or field_selector):
+        raise typer.BadParameter("a selector cannot be combined with a NAME", param_hint="--selector")
+    if info.kind == "Setting" and (selector or field_selector or watch):
+        raise typer.BadParameter("settings take no selectors and cannot be watched", param_hint="--watch")
+    if name is not None and not watch:
         resource = state.client.get(info.plural, name)
         if not print_structured(resource, output):
             print_resources(state.console, info, [resource], output)
         return
-    items = [item for item in state.client.list_items(info.plural) if label_selector.matches(item)]
-    print_resources(state.console, info, items, output)
+    params = selector_params(
+        info, selector or [], [f"metadata.name={name}"] if name else field_selector or []
+    )
+    items, revision = state.client.list_all(info.plural, params)
+    if not watch or output not in (OutputFormat.JSON, OutputFormat.YAML):
+        print_resources(state.console, info, items, output)
+    if watch:
+        watch_resources(state, info, items, revision, params, output, watch_timeout)
+
+
+def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dict[str, str | int]:
+    """Query parameters for ``-l`` and ``--field-selector``, checked here first (errors say where)."""
+    params: dict[str, str | int] = {}
+    label_text = ",".join(labels)
+    field_text = ",".join(fields)
+    try:
+        parse_label_selector(label_text)
+    except SelectorError as error:
+        raise typer.BadParameter(f"{label_text!r}: {error}", param_hint="--selector") from None
+    try:
+        parse_field_selector(field_text, selectable_fields(KIND_BY_NAME[info.kind]))
+    except SelectorError as error:
+        raise typer.BadParameter(f"{field_text!r}: {error}", param_hint="--field-selector") from None
+    if label_text:
+        params["labelSelector"] = label_text
+    if field_text:
+        params["fieldSelector"] = field_text
+    return params
 
 
 def describe(
@@ -211,22 +259,22 @@ def events(
     output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Show the audit trail: what happened to which object, and why."""
-    state = state_of(ctx)
-    kind_name = resolve_kind(kind).kind if kind else None
-    recent = _sorted_events(state.client.events(kind=kind_name, name=name, limit=limit))
+    _events(state_of(ctx), resolve_kind(kind).kind if kind else None, name, limit, follow, output)
+
+
+def _events(
+    state: CliState, kind: str | None, name: str | None, limit: int, follow: bool, output: OutputFormat
+) -> None:
+    items, newest = state.client.events_page(kind=kind, name=name, limit=limit)
+    recent = _sorted_events(items)
     if not follow:
         _print_event_list(state, recent, output)
         return
-    last_id = _print_follow_lines(state, recent, output, last_id=-1)
-    try:
-        while True:
-            state.clock.sleep(FOLLOW_INTERVAL_S)
-            batch = _sorted_events(
-                state.client.events(kind=kind_name, name=name, limit=limit, after_id=max(last_id, 0))
-            )
-            last_id = _print_follow_lines(state, batch, output, last_id=last_id)
-    except KeyboardInterrupt:
-        return
+    _print_follow_lines(state, recent, output, last_id=-1)
+    params: dict[str, str | int] = {key: value for key, value in (("kind", kind), ("name", name)) if value}
+    follow_events(
+        state, newest, params, lambda event: _print_follow_lines(state, [event], output, last_id=-1)
+    )
 
 
 def _sorted_events(items: list[JsonObject]) -> list[JsonObject]:
@@ -290,6 +338,7 @@ _GET_EPILOG = (
     "  virtplane get vm web-1 -o yaml\n"
     "  virtplane get hosts -o wide\n"
     "  virtplane get vms -l app=web,tier!=db -o json\n"
+    "  virtplane get vms --field-selector status.host=node-1 -w\n"
     "  virtplane get ops\n"
     "  virtplane get events --limit 20"
 )

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-import random
-import string
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
+from virtplane.cli.bulk import run_on_selection
 from virtplane.cli.client import CliError, JsonObject
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.kinds import resolve_kind
 from virtplane.cli.output import dig, print_yaml
+from virtplane.cli.resources import selector_params
 from virtplane.cli.waiting import OPERATION_END_PHASES, operation_line, wait_for, wait_for_operation
+from virtplane.domain.names import generated_name, random_suffix
 from virtplane.domain.resources import API_VERSION
 
 __all__ = ["operation_name", "register"]
 
+VM_KIND = resolve_kind("vm")
+
 DEFAULT_TIMEOUT_S = 600.0
-_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
-_MAX_NAME = 63
 
 
 class RestoreMode(StrEnum):
@@ -29,14 +31,8 @@ class RestoreMode(StrEnum):
     BEST_EFFORT = "BestEffort"
 
 
-def generated_name(base: str, word: str) -> str:
-    """``<base>-<word>-<5 random [a-z0-9]>``, shortened to a DNS-1123 label."""
-    suffix = f"-{word}-" + "".join(random.choices(_SUFFIX_ALPHABET, k=5))
-    return base[: _MAX_NAME - len(suffix)].rstrip("-") + suffix
-
-
 def operation_name(vm: str, operation_type: str) -> str:
-    return generated_name(vm, operation_type.lower())
+    return generated_name(vm, operation_type.lower(), random_suffix())
 
 
 VMArgument = Annotated[str, typer.Argument(help="The VM's name.", show_default=False)]
@@ -95,40 +91,93 @@ def _run(
         wait_for_operation(state, name, timeout)
 
 
+OptionalVMArgument = Annotated[
+    str | None,
+    typer.Argument(help="The VM's name (or select VMs with -l / --field-selector).", show_default=False),
+]
+SelectorOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Every VM with these labels (app=web, 'tier in (a,b)', ...): one operation each.",
+        show_default=False,
+    ),
+]
+FieldSelectorOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--field-selector",
+        help="Every VM with these fields (status.host=node-1, status.phase=Running, spec.run_policy=Manual).",
+        show_default=False,
+    ),
+]
+
+
+def _power(
+    state: CliState,
+    vm: str | None,
+    operation_type: str,
+    selectors: tuple[list[str] | None, list[str] | None],
+    *,
+    force: bool,
+    wait: bool,
+    timeout: float,
+) -> None:
+    labels, fields = selectors
+    if vm is not None and (labels or fields):
+        raise typer.BadParameter("name one VM or select VMs, not both", param_hint="--selector")
+    if vm is not None:
+        _run(state, vm, operation_type, force=force, wait=wait, timeout=timeout)
+        return
+    if not labels and not fields:
+        raise typer.BadParameter("name a VM, or select VMs with -l / --field-selector", param_hint="VM")
+    run_on_selection(
+        state, operation_type, selector_params(VM_KIND, labels or [], fields or []), force, wait, timeout
+    )
+
+
 def start(
     ctx: typer.Context,
-    vm: VMArgument,
+    vm: OptionalVMArgument = None,
+    selector: SelectorOption = None,
+    field_selector: FieldSelectorOption = None,
     force: ForceOption = False,
     wait: WaitOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Start a stopped VM (run policies Manual and AlwaysOnUnlessStoppedManually)."""
-    _run(state_of(ctx), vm, "Start", force=force, wait=wait, timeout=timeout)
+    """Start a stopped VM, or every VM selected (run policies Manual and AlwaysOnUnlessStoppedManually)."""
+    _power(state_of(ctx), vm, "Start", (selector, field_selector), force=force, wait=wait, timeout=timeout)
 
 
 def stop(
     ctx: typer.Context,
-    vm: VMArgument,
+    vm: OptionalVMArgument = None,
+    selector: SelectorOption = None,
+    field_selector: FieldSelectorOption = None,
     force: ForceOption = False,
     wait: WaitOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Stop a VM: graceful within its termination grace period, then forced (--force: at once).
+    """Stop a VM, or every VM selected: graceful within its termination grace period, then forced
+    (--force: at once).
 
     With AlwaysOnUnlessStoppedManually it stays stopped until a Start.
     """
-    _run(state_of(ctx), vm, "Stop", force=force, wait=wait, timeout=timeout)
+    _power(state_of(ctx), vm, "Stop", (selector, field_selector), force=force, wait=wait, timeout=timeout)
 
 
 def restart(
     ctx: typer.Context,
-    vm: VMArgument,
+    vm: OptionalVMArgument = None,
+    selector: SelectorOption = None,
+    field_selector: FieldSelectorOption = None,
     force: ForceOption = False,
     wait: WaitOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Restart a running VM."""
-    _run(state_of(ctx), vm, "Restart", force=force, wait=wait, timeout=timeout)
+    """Restart a running VM, or every VM selected."""
+    _power(state_of(ctx), vm, "Restart", (selector, field_selector), force=force, wait=wait, timeout=timeout)
 
 
 def migrate(
@@ -185,7 +234,7 @@ def snapshot_create(
 ) -> None:
     """Snapshot a VM: its spec, labels, annotations, every disk, and optionally memory."""
     state = state_of(ctx)
-    snapshot_name = name or generated_name(vm, "snap")
+    snapshot_name = name or generated_name(vm, "snap", random_suffix())
     state.client.create(
         "snapshots",
         {
@@ -276,6 +325,8 @@ def _print_dry_run_report(state: CliState, name: str, timeout: float) -> None:
 _VM_EPILOG = (
     "Examples:\n"
     "  virtplane vm stop web-1 --wait\n"
+    "  virtplane vm stop -l app=web --wait\n"
+    "  virtplane vm start --field-selector status.host=node-1,status.phase=Stopped\n"
     "  virtplane vm start web-1 --wait --timeout 120\n"
     "  virtplane vm restart db-1 --force\n"
     "  virtplane vm migrate web-1 --to node-2 --wait\n"

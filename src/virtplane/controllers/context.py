@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from virtplane.domain.resources import EventType, Resource
+from virtplane.metrics import PlaneMetrics
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.store.settings import Settings
@@ -38,6 +39,8 @@ class ControllerContext:
     now: Callable[[], datetime] = field(default=utcnow)
     enqueue: Callable[[str, str], None] = field(default=lambda kind, name: None)
     """Wake another controller: (kind, name); wired by bootstrap."""
+    metrics: PlaneMetrics = field(default_factory=PlaneMetrics)
+    """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
 
     def requeue_vm(self, name: str) -> None:
         self.enqueue("VirtualMachine", name)

@@ -69,6 +69,7 @@ from virtplane.drivers.base import (
     domain_name,
 )
 from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound
+from virtplane.metrics import MigrationResult
 from virtplane.reconcile.types import Request, Result
 
 log = logging.getLogger("virtplane.controllers.migration")
@@ -508,6 +509,7 @@ class MigrationCoordinator:
 
         written = self._write_vm(vm.metadata.name, finish)
         self._watches.pop(vm.metadata.name, None)
+        ctx.metrics.migration_ended(MigrationResult.COMPLETED)
         ctx.event(
             written, "Migrated", f"now on {intent.target} (from {intent.source}, attempt {intent.attempt})"
         )
@@ -581,6 +583,7 @@ class MigrationCoordinator:
 
         written = self._write_vm(name, clear)
         self._watches.pop(name, None)
+        ctx.metrics.migration_ended(MigrationResult.FAILED)
         ctx.event(
             written,
             "MigrationFailed",

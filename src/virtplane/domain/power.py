@@ -252,3 +252,9 @@ def start_retry_delay(failed_attempts: int, base_s: float, cap_s: float) -> floa
     if failed_attempts <= 0:
         return 0.0
     return float(min(cap_s, base_s * (2 ** min(failed_attempts - 1, 40))))
+
+
+AT_REST_REASONS = frozenset({"InSync", "Stopped", "Maintenance"})
+"""The decision reasons of a VM in the power state it should be in: as its policy and requests
+ask, or held by an operation. Every other reason (Starting, StartBackoff, Stopping,
+ForceStopping, WaitingForMigration) is on the way there; the VM's Ready condition carries it."""

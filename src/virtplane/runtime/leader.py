@@ -64,6 +64,8 @@ class LeaderElector:
         self._stop = asyncio.Event()
         self.attempts = 0
         """How many acquire/renew attempts have finished (succeeded, refused or failed)."""
+        self.acquisitions = 0
+        """How many times this replica became the leader (``on_start`` was called)."""
 
     # ------------------------------------------------------------------ state
 
@@ -126,6 +128,7 @@ class LeaderElector:
                 await self._attempt()
                 if self.is_leader and not self._leading:
                     self._leading = True
+                    self.acquisitions += 1
                     self._said_following = False
                     log.info("%s: %s is now the leader", self.name, self.holder_id)
                     await _call(on_start)

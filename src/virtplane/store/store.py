@@ -465,13 +465,30 @@ class Store:
         return [Change(row.revision, row.kind, row.name, row.op) for row in rows]
 
     def compact_changes(self, keep_last: int = 100_000) -> int:
-        """Drop old change rows; watchers that fell further behind resync from a full list."""
+        """Drop old change rows; watchers that fell further behind resync from a full list.
+
+        The highest revision dropped is remembered (``compacted_revision``): a watch from
+        before it would miss changes, so it is refused instead.
+        """
         with self._write() as connection:
             top = connection.execute(select(func.max(schema.changes.c.revision))).scalar_one() or 0
-            result = connection.execute(
-                delete(schema.changes).where(schema.changes.c.revision <= top - keep_last)
+            horizon = top - keep_last
+            result = connection.execute(delete(schema.changes).where(schema.changes.c.revision <= horizon))
+            state = schema.feed_state
+            connection.execute(
+                update(state)
+                .where(state.c.name == "compacted", state.c.revision < horizon)
+                .values(revision=horizon)
             )
             return int(result.rowcount or 0)
+
+    def compacted_revision(self) -> int:
+        """The highest revision compaction removed: changes after it are all still there."""
+        with self.engine.connect() as connection:
+            value = connection.execute(
+                select(schema.feed_state.c.revision).where(schema.feed_state.c.name == "compacted")
+            ).scalar_one_or_none()
+        return int(value or 0)
 
     # ------------------------------------------------------------------ events
 
@@ -530,18 +547,7 @@ class Store:
         query = query.order_by(schema.events.c.id.desc()).limit(limit)
         with self.engine.connect() as connection:
             rows = connection.execute(query).all()
-        return [
-            Event(
-                id=row.id,
-                time=_aware(row.time),
-                kind=row.kind,
-                name=row.name,
-                type=EventType(row.type),
-                reason=row.reason,
-                message=row.message,
-            )
-            for row in reversed(rows)
-        ]
+        return [event_from_row(row) for row in reversed(rows)]
 
     # ------------------------------------------------------------------ tokens
 
@@ -619,6 +625,19 @@ class Store:
                 select(schema.leases.c.holder, schema.leases.c.expires_at).where(schema.leases.c.name == name)
             ).first()
         return None if row is None else (row.holder, _aware(row.expires_at))
+
+
+def event_from_row(row: Any) -> Event:
+    """An ``events`` row as an Event."""
+    return Event(
+        id=row.id,
+        time=_aware(row.time),
+        kind=row.kind,
+        name=row.name,
+        type=EventType(row.type),
+        reason=row.reason,
+        message=row.message,
+    )
 
 
 def _hash(token: str) -> str:

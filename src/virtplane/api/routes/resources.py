@@ -9,13 +9,29 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from anyio import from_thread
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
+from virtplane.api.lists import (
+    DEFAULT_LIMIT,
+    DEFAULT_WATCH_TIMEOUT_S,
+    LABEL_SELECTOR_HELP,
+    LIST_RESPONSES,
+    MAX_LIMIT,
+    MAX_TOKEN,
+    MAX_WATCH_TIMEOUT_S,
+    WATCH_HELP,
+    page_response,
+)
+from virtplane.api.lists import field_selector as parse_fields
+from virtplane.api.lists import label_selector as parse_labels
+from virtplane.api.shown import public_doc
+from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Secret, Setting
+from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
+from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
 from virtplane.store.errors import AlreadyExists, Conflict
 
 PATCH_ATTEMPTS = 10
@@ -78,26 +94,67 @@ def _user_writable(obj: Resource, current: Resource | None) -> Resource:
     return new
 
 
-def shown(obj: Resource) -> Any:
-    """What the API returns for ``obj``: a Secret's password never leaves the store."""
-    doc = obj.model_dump(mode="json")
-    if isinstance(obj, Secret):
-        doc["spec"].pop("password", None)
-        doc["status"] = {"password_set": bool(obj.spec.password)}
-    return doc
-
-
 def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> None:
     plural, kind = cls.PLURAL, cls.KIND
     read = Depends(require(READ_ROLES.get(kind, Role.VIEWER)))
     write = Depends(require(write_role))
     tag = kind
 
-    def list_objects(request: Request, _: Principal = read) -> dict[str, list[Any]]:
-        return {"items": [shown(o) for o in _ctx(request).store.list_objects(cls)]}
+    fields_of_kind = selectable_fields(cls)
+
+    def list_objects(
+        request: Request,
+        limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Objects per page at most."),
+        continue_token: str | None = Query(
+            None,
+            alias="continue",
+            max_length=MAX_TOKEN,
+            description="metadata.continue of the previous page.",
+        ),
+        label_selector: str = Query(
+            "", alias="labelSelector", max_length=MAX_SELECTOR_LENGTH, description=LABEL_SELECTOR_HELP
+        ),
+        field_selector: str = Query(
+            "",
+            alias="fieldSelector",
+            max_length=MAX_SELECTOR_LENGTH,
+            description=f"e.g. {sorted(fields_of_kind)[-1]}=x; fields: {', '.join(sorted(fields_of_kind))}.",
+        ),
+        watch: bool = Query(False, description=WATCH_HELP),
+        resource_version: int | None = Query(
+            None, ge=0, le=2**63 - 1, description="With watch: stream the changes after this revision."
+        ),
+        timeout_s: float = Query(
+            DEFAULT_WATCH_TIMEOUT_S,
+            gt=0,
+            le=MAX_WATCH_TIMEOUT_S,
+            description="With watch: end after this long.",
+        ),
+        _: Principal = read,
+    ) -> Response:
+        ctx = _ctx(request)
+        labels = parse_labels(label_selector)
+        fields = parse_fields(field_selector, fields_of_kind)
+        if not watch:
+            return page_response(
+                ctx.store, cls, limit=limit, token=continue_token, labels=labels, fields=fields
+            )
+        since = ctx.store.revision() if resource_version is None else resource_version
+        require_resumable(ctx.store, since)
+        stream = object_stream(
+            ctx.store,
+            cls,
+            since=since,
+            labels=labels,
+            fields=fields,
+            streams=ctx.streams,
+            options=ctx.watch,
+            timeout_s=timeout_s,
+        )
+        return stream_response(stream)
 
     def get_object(name: str, request: Request, _: Principal = read) -> Any:
-        return shown(_ctx(request).store.get(cls, name))
+        return public_doc(_ctx(request).store.get(cls, name))
 
     def create_object(
         request: Request,
@@ -113,7 +170,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         created = ctx.store.create(obj)
         ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
         response.status_code = 201
-        return shown(created)
+        return public_doc(created)
 
     def _apply_update(ctx: ApiContext, name: str, obj: Resource, principal: Principal) -> Any:
         if obj.metadata.name != name:
@@ -130,7 +187,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         updated = ctx.store.update(new, check_version=True)
         if updated.metadata.resource_version != current.metadata.resource_version:
             ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
-        return shown(updated)
+        return public_doc(updated)
 
     def replace_object(
         name: str,
@@ -185,7 +242,9 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         methods=["GET"],
         tags=[tag],
         operation_id=f"list_{plural}",
-        summary=f"List {kind} objects",
+        summary=f"List {kind} objects a page at a time, or watch them (watch=1)",
+        response_class=Response,
+        responses=LIST_RESPONSES,
     )
     router.add_api_route(
         f"/v1/{plural}",

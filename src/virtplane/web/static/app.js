@@ -1,5 +1,7 @@
-// virtplane console: polls the JSON API every 2 s and renders hosts, VMs, operations,
-// host maintenance and the event log. Plain JavaScript, no build step, no dependencies.
+// virtplane console: lists hosts, VMs and operations a page at a time, then follows the API's
+// watches (JSON lines from GET /v1/{kind}?watch=1&resource_version=N) and renders every change;
+// the event log loads its newest page, follows new events the same way, and loads older pages
+// on request. Plain JavaScript, no build step, no dependencies.
 //
 // Every value that comes from the API is put into the page with textContent (through
 // el() and text()), never as HTML: names, labels and messages may be hostile.
@@ -7,10 +9,15 @@
 
 (() => {
   const TOKEN_KEY = "virtplane.token";
-  const REFRESH_MS = 2000;
-  const EVENTS_KEPT = 200;
-  const EVENT_PAGE = 1000;
+  const RETRY_MS = 2000; // after a failed request or stream
+  const RESTREAM_MS = 1000; // before opening again a stream that the server ended at once
+  const RENDER_MS = 100; // changes that arrive together are drawn once
+  const MAINTENANCE_MS = 500;
+  const PAGE = 500;
+  const EVENT_PAGE = 50;
+  const EVENTS_KEPT = 1000;
   const FINISHED_OPS_SHOWN = 10;
+  const KINDS = ["hosts", "vms", "operations"]; // followed by watches, besides the events
 
   // Counts always shown (zero or not), in this order; any other value is added when present.
   const VM_PHASES = ["Running", "Starting", "Stopping", "Migrating", "Pending", "Stopped"];
@@ -44,18 +51,24 @@
 
   const state = {
     token: null,
-    timer: null,
     run: 0, // bumped on sign-in/out so that a late answer of an old session is dropped
-    events: [], // newest last
-    lastEventId: 0,
-    eventsPrimed: false,
+    abort: null, // ends every request and stream of the session
+    objects: { hosts: new Map(), vms: new Map(), operations: new Map() },
+    streams: new Set(), // what has been loaded and is being followed: hosts, vms, operations, events
+    failing: new Set(), // what cannot reach the server right now
+    eventCount: 0,
+    olderEvents: null, // the continue token of the next older page of events
+    maintenance: [],
     maintenanceHosts: new Set(),
+    renderTimer: null,
+    maintenanceTimer: null,
     vmPhaseFilter: null,
     lastData: null,
   };
 
   class AuthError extends Error {}
   class UnreachableError extends Error {}
+  class ExpiredError extends Error {}
   class ApiStatusError extends Error {
     constructor(status, message) {
       super(message);
@@ -146,26 +159,33 @@
 
   // ------------------------------------------------------------------ API access
 
-  async function api(path) {
+  async function api(path, signal) {
     let response;
     try {
-      response = await fetch(path, {
-        headers: { Authorization: `Bearer ${state.token}`, Accept: "application/json" },
-        cache: "no-store",
-      });
+      response = await fetch(path, { headers: headers("application/json"), cache: "no-store", signal });
     } catch (err) {
+      if (signal && signal.aborted) throw err;
       throw new UnreachableError(String(err && err.message ? err.message : err));
     }
-    if (response.status === 401) {
-      throw new AuthError(await errorMessage(response, "the token is not valid"));
-    }
-    if (!response.ok) {
-      throw new ApiStatusError(response.status, await errorMessage(response, response.statusText));
-    }
+    await check(response);
     try {
       return await response.json();
     } catch (err) {
       throw new ApiStatusError(response.status, "the server sent a response that is not JSON");
+    }
+  }
+
+  function headers(accept) {
+    return { Authorization: `Bearer ${state.token}`, Accept: accept };
+  }
+
+  async function check(response) {
+    if (response.status === 401) {
+      throw new AuthError(await errorMessage(response, "the token is not valid"));
+    }
+    if (response.status === 410) throw new ExpiredError(await errorMessage(response, "expired"));
+    if (!response.ok) {
+      throw new ApiStatusError(response.status, await errorMessage(response, response.statusText));
     }
   }
 
@@ -178,93 +198,266 @@
     }
   }
 
-  async function fetchEvents(afterId) {
-    // Oldest first from after_id; read pages until a short one, keep only the newest.
-    const fresh = [];
-    let lastId = afterId;
-    for (;;) {
-      const page = await api(`/v1/events?after_id=${lastId}&limit=${EVENT_PAGE}`);
-      const items = Array.isArray(page.items) ? page.items : [];
-      for (const event of items) {
-        if (typeof event.id === "number" && event.id > lastId) lastId = event.id;
-        fresh.push(event);
-      }
-      if (fresh.length > EVENTS_KEPT) fresh.splice(0, fresh.length - EVENTS_KEPT);
-      if (items.length < EVENT_PAGE) break;
-    }
-    return { fresh, lastId };
+  // Every object of a kind, a page at a time; and the revision to watch from.
+  async function listAll(plural, signal) {
+    const items = new Map();
+    let revision = null;
+    let token = null;
+    do {
+      const more = token ? `&continue=${encodeURIComponent(token)}` : "";
+      const page = await api(`/v1/${plural}?limit=${PAGE}${more}`, signal);
+      for (const item of page.items || []) items.set(item.metadata.name, item);
+      const meta = page.metadata || {};
+      if (revision === null) revision = meta.resource_version || 0;
+      token = meta.continue || null;
+    } while (token);
+    return { items, revision };
   }
 
-  async function fetchMaintenance(hosts) {
+  // Reads one watch stream, a JSON line at a time, until the server ends it; throws on a failure.
+  async function readStream(path, onEvent, signal) {
+    let response;
+    try {
+      response = await fetch(path, { headers: headers("application/x-ndjson"), cache: "no-store", signal });
+    } catch (err) {
+      if (signal.aborted) throw err;
+      throw new UnreachableError(String(err && err.message ? err.message : err));
+    }
+    await check(response);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        if (signal.aborted) throw err;
+        throw new UnreachableError(String(err && err.message ? err.message : err));
+      }
+      if (chunk.done) return;
+      buffer += decoder.decode(chunk.value, { stream: true });
+      let end = buffer.indexOf("\n");
+      while (end >= 0) {
+        const line = buffer.slice(0, end).trim();
+        buffer = buffer.slice(end + 1);
+        if (line) onEvent(JSON.parse(line));
+        end = buffer.indexOf("\n");
+      }
+    }
+  }
+
+  function pause(ms, signal) {
+    return new Promise((resolve) => {
+      const timer = window.setTimeout(resolve, ms);
+      signal.addEventListener("abort", () => { window.clearTimeout(timer); resolve(); }, { once: true });
+    });
+  }
+
+  function revisionOf(obj, fallback) {
+    const value = obj && obj.metadata ? obj.metadata.resource_version : obj && obj.id;
+    return typeof value === "number" && value > fallback ? value : fallback;
+  }
+
+  // Keeps one kind current: list it, then watch from the list's revision; a stream that ends or
+  // breaks is opened again from the last revision seen, and one the server cannot resume (410)
+  // lists again.
+  async function follow(run, name, load, watchPath, onEvent, signal) {
+    let revision = null;
+    while (run === state.run) {
+      const opened = Date.now();
+      try {
+        if (revision === null) revision = await load();
+        if (run !== state.run) return;
+        await readStream(watchPath(revision), (event) => {
+          if (run !== state.run) return;
+          connected(name);
+          revision = revisionOf(event.object, revision);
+          if (event.type !== "BOOKMARK") onEvent(event);
+        }, signal);
+        if (Date.now() - opened < RESTREAM_MS) await pause(RESTREAM_MS, signal);
+      } catch (err) {
+        if (signal.aborted || run !== state.run) return;
+        if (err instanceof ExpiredError) {
+          revision = null;
+          continue;
+        }
+        failed(name, err);
+        await pause(RETRY_MS, signal);
+      }
+    }
+  }
+
+  function followKind(run, plural, signal) {
+    return follow(run, plural, async () => {
+      const listed = await listAll(plural, signal);
+      if (run === state.run) {
+        state.objects[plural] = listed.items;
+        changed(plural);
+      }
+      return listed.revision;
+    }, (revision) => `/v1/${plural}?watch=1&resource_version=${revision}`, (event) => {
+      const obj = event.object || {};
+      const name = obj.metadata && obj.metadata.name;
+      if (!name) return;
+      if (event.type === "DELETED") state.objects[plural].delete(name);
+      else state.objects[plural].set(name, obj);
+      changed(plural);
+    }, signal);
+  }
+
+  function followEvents(run, signal) {
+    return follow(run, "events", async () => {
+      const page = await api(`/v1/events?limit=${EVENT_PAGE}`, signal);
+      const meta = page.metadata || {};
+      if (run === state.run) {
+        $("events").tBodies[0].replaceChildren();
+        state.eventCount = 0;
+        appendEvents(page.items || []);
+        setOlderEvents(meta.continue || null);
+      }
+      return meta.resource_version || 0;
+    }, (revision) => `/v1/events?watch=1&resource_version=${revision}`, (event) => {
+      if (event.object) prependEvent(event.object);
+    }, signal);
+  }
+
+  async function loadOlderEvents() {
+    const token = state.olderEvents;
+    if (!token || !state.abort) return;
+    $("events-older").disabled = true;
+    try {
+      const page = await api(`/v1/events?limit=${EVENT_PAGE}&continue=${encodeURIComponent(token)}`, state.abort.signal);
+      appendEvents(page.items || []);
+      setOlderEvents((page.metadata || {}).continue || null);
+    } catch (err) {
+      if (err instanceof AuthError) signOut(`The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`);
+      else showBanner("error", `The older events could not be loaded: ${err.message}`);
+    } finally {
+      $("events-older").disabled = false;
+    }
+  }
+
+  function setOlderEvents(token) {
+    state.olderEvents = token;
+    $("events-older").hidden = !token;
+  }
+
+  async function fetchMaintenance(hosts, signal) {
     const wanted = hosts
       .filter((h) => MAINTENANCE_HOST_STATES.has(h.status && h.status.resource_state)
         || state.maintenanceHosts.has(h.metadata.name))
       .map((h) => h.metadata.name);
     const found = await Promise.all(wanted.map(async (name) => {
       try {
-        return [name, await api(`/v1/hosts/${encodeURIComponent(name)}/maintenance`)];
+        return [name, await api(`/v1/hosts/${encodeURIComponent(name)}/maintenance`, signal)];
       } catch (err) {
-        if (err instanceof AuthError || err instanceof UnreachableError) throw err;
+        if (err instanceof AuthError || err instanceof UnreachableError || signal.aborted) throw err;
         return [name, null]; // 404: no maintenance (or no endpoint yet); show nothing
       }
     }));
     return found.filter(([, m]) => m && typeof m === "object");
   }
 
-  // ------------------------------------------------------------------ refresh loop
+  // ------------------------------------------------------------------ following changes
 
-  async function refresh(run) {
+  function changed(plural) {
+    if (state.renderTimer === null) {
+      state.renderTimer = window.setTimeout(() => {
+        state.renderTimer = null;
+        renderAll();
+      }, RENDER_MS);
+    }
+    if (KINDS.includes(plural) && state.maintenanceTimer === null) {
+      // maintenance has no watch of its own: it is read again when hosts, VMs or operations change
+      state.maintenanceTimer = window.setTimeout(refreshMaintenance, MAINTENANCE_MS);
+    }
+  }
+
+  async function refreshMaintenance() {
+    const run = state.run;
+    if (!state.abort) return;
     try {
-      const [hosts, vms, ops, events] = await Promise.all([
-        api("/v1/hosts"), api("/v1/vms"), api("/v1/operations"), fetchEvents(state.lastEventId),
-      ]);
-      const hostItems = hosts.items || [];
-      const maintenance = await fetchMaintenance(hostItems);
+      const found = await fetchMaintenance([...state.objects.hosts.values()], state.abort.signal);
       if (run !== state.run) return;
-      state.lastData = { hosts: hostItems, vms: vms.items || [], ops: ops.items || [] };
-      render(state.lastData, maintenance);
-      state.lastEventId = events.lastId;
-      renderEvents(events.fresh, state.eventsPrimed);
-      state.eventsPrimed = true;
+      state.maintenance = found;
+      renderMaintenance(found);
+    } catch (err) {
+      if (run === state.run && err instanceof AuthError) signOut(`The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`);
+    } finally {
+      if (run === state.run) state.maintenanceTimer = null;
+    }
+  }
+
+  function renderAll() {
+    state.lastData = {
+      hosts: [...state.objects.hosts.values()],
+      vms: [...state.objects.vms.values()],
+      ops: [...state.objects.operations.values()],
+    };
+    render(state.lastData);
+    if (state.failing.size === 0 && state.streams.size === KINDS.length + 1) {
+      setStatus("live", `live · updated ${formatTime(new Date().toISOString())}`);
+    }
+  }
+
+  function connected(name) {
+    const first = !state.streams.has(name) || state.failing.has(name);
+    state.streams.add(name);
+    state.failing.delete(name);
+    if (first && state.failing.size === 0 && state.streams.size === KINDS.length + 1) {
       setStatus("live", `live · updated ${formatTime(new Date().toISOString())}`);
       hideBanner();
-    } catch (err) {
-      if (run !== state.run) return;
-      if (err instanceof AuthError) {
-        signOut(`The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`);
-        return;
-      }
-      if (err instanceof UnreachableError) {
-        setStatus("down", "server unreachable");
-        showBanner("error", `Cannot reach the virtplane API at ${window.location.origin}. `
-          + `Retrying every ${REFRESH_MS / 1000} s; the tables below show the last data received.`);
-      } else {
-        setStatus("down", `error ${err.status || ""}`.trim());
-        showBanner("error", `The API answered with an error${err.status ? ` (${err.status})` : ""}: ${err.message}`);
-      }
     }
-    if (run === state.run) state.timer = window.setTimeout(() => refresh(run), REFRESH_MS);
+  }
+
+  function failed(name, err) {
+    if (err instanceof AuthError) {
+      signOut(`The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`);
+      return;
+    }
+    state.failing.add(name);
+    if (err instanceof UnreachableError) {
+      setStatus("down", "server unreachable");
+      showBanner("error", `Cannot reach the virtplane API at ${window.location.origin}. `
+        + `Retrying every ${RETRY_MS / 1000} s; the tables below show the last data received.`);
+    } else {
+      setStatus("down", `error ${err.status || ""}`.trim());
+      showBanner("error", `The API answered with an error${err.status ? ` (${err.status})` : ""}: ${err.message}`);
+    }
   }
 
   function start(token) {
+    if (state.abort) state.abort.abort();
     state.token = token;
     state.run += 1;
-    state.events = [];
-    state.lastEventId = 0;
-    state.eventsPrimed = false;
+    state.abort = new AbortController();
+    state.objects = { hosts: new Map(), vms: new Map(), operations: new Map() };
+    state.streams = new Set();
+    state.failing = new Set();
+    state.maintenance = [];
     state.maintenanceHosts = new Set();
+    state.maintenanceTimer = null;
     $("events").tBodies[0].replaceChildren();
+    state.eventCount = 0;
+    setOlderEvents(null);
     $("login").hidden = true;
     $("dashboard").hidden = false;
     $("signout").hidden = false;
     setStatus("connecting", "connecting…");
-    window.clearTimeout(state.timer);
-    refresh(state.run);
+    const { signal } = state.abort;
+    for (const plural of KINDS) followKind(state.run, plural, signal);
+    followEvents(state.run, signal);
   }
 
   function signOut(message) {
     state.run += 1;
-    window.clearTimeout(state.timer);
+    if (state.abort) state.abort.abort();
+    state.abort = null;
+    window.clearTimeout(state.renderTimer);
+    window.clearTimeout(state.maintenanceTimer);
+    state.renderTimer = null;
+    state.maintenanceTimer = null;
     state.token = null;
     sessionStorage.removeItem(TOKEN_KEY);
     $("dashboard").hidden = true;
@@ -298,12 +491,11 @@
 
   // ------------------------------------------------------------------ rendering
 
-  function render(data, maintenance) {
+  function render(data) {
     renderCounts("host-counts", "host-total", data.hosts, (h) => h.status && h.status.resource_state, HOST_STATES);
     renderCounts("vm-counts", "vm-total", data.vms, (v) => v.status && v.status.phase, VM_PHASES, true);
     renderCounts("op-counts", "op-total", data.ops, (o) => o.status && o.status.phase, OP_PHASES);
     renderHosts(data.hosts);
-    renderMaintenance(maintenance);
     renderVms(data.vms);
     renderOperations(data.ops);
   }
@@ -517,21 +709,25 @@
     ]);
   }
 
-  function renderEvents(fresh, primed) {
-    if (!fresh.length) {
-      $("events-empty").hidden = state.events.length > 0;
-      return;
-    }
-    state.events.push(...fresh);
+  // A new event goes on top, drawn as fresh; the log keeps the newest EVENTS_KEPT rows.
+  function prependEvent(event) {
     const body = $("events").tBodies[0];
-    const rows = fresh.map((event) => eventRow(event, primed)).reverse();
-    body.prepend(...rows);
-    const excess = state.events.length - EVENTS_KEPT;
-    if (excess > 0) {
-      state.events.splice(0, excess);
-      for (let i = 0; i < excess && body.lastElementChild; i += 1) body.lastElementChild.remove();
+    body.prepend(eventRow(event, true));
+    state.eventCount += 1;
+    if (state.eventCount > EVENTS_KEPT) {
+      body.lastElementChild.remove();
+      state.eventCount -= 1;
+      setOlderEvents(null); // the rows below the cut are gone: no page continues them any more
     }
-    $("events-empty").hidden = state.events.length > 0;
+    $("events-empty").hidden = true;
+  }
+
+  // A page of older events (oldest first, as the API sends them) goes below the rows shown.
+  function appendEvents(items) {
+    const rows = items.map((event) => eventRow(event, false)).reverse();
+    $("events").tBodies[0].append(...rows);
+    state.eventCount += rows.length;
+    $("events-empty").hidden = state.eventCount > 0;
   }
 
   function byName(a, b) {
@@ -550,6 +746,7 @@
       start(token);
     });
     $("signout").addEventListener("click", () => signOut(null));
+    $("events-older").addEventListener("click", loadOlderEvents);
     const saved = sessionStorage.getItem(TOKEN_KEY);
     if (saved) start(saved);
     else signOut(null);

@@ -1,0 +1,63 @@
+"""deploy/systemd: the server's and the PostgreSQL replica's units pass ``systemd-analyze verify``,
+and the configuration each one starts with (deploy/config, installed in /etc/virtplane) is one
+``serve --config`` accepts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.cli.test_main import RecordedServeOptions, fake_server_module  # noqa: F401 (a fixture)
+from tests.deploy.tools import DEPLOY, tool_or_skip
+from virtplane.cli.main import app
+
+UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
+INSTALLED_VENV = "/opt/virtplane/venv"
+"""Where README's set-up installs virtplane; the test puts this environment there instead."""
+
+
+def config_of(unit: Path) -> str:
+    """The file name in /etc/virtplane that the unit's ExecStart passes to --config."""
+    [start] = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]
+    prefix = f"ExecStart={INSTALLED_VENV}/bin/virtplane serve --config /etc/virtplane/"
+    assert start.startswith(prefix), start
+    return start.removeprefix(prefix)
+
+
+def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    analyze = tool_or_skip("systemd-analyze", "systemd")
+    assert [u.name for u in UNITS] == ["virtplane-replica.service", "virtplane.service"]
+    for unit in UNITS:
+        (tmp_path / unit.name).write_text(unit.read_text().replace(INSTALLED_VENV, sys.prefix))
+    checked = subprocess.run(
+        [analyze, "verify", *(u.name for u in UNITS)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # it warns about unknown keys and other mistakes without failing: any word about ours is one
+    complaints = [line for line in (checked.stdout + checked.stderr).splitlines() if "virtplane" in line]
+    assert checked.returncode == 0 and not complaints, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_the_configuration_each_unit_starts_with_is_accepted_by_serve(
+    unit: Path,
+    fake_server_module: list[RecordedServeOptions],  # noqa: F811
+) -> None:
+    config = DEPLOY / "config" / config_of(unit)
+    result = CliRunner().invoke(app, ["serve", "--config", str(config)])
+
+    assert result.exit_code == 0, result.output
+    [options] = fake_server_module
+    assert str(options.data_dir) == f"/var/lib/{unit.stem}", "the unit's StateDirectory"
+    assert f"StateDirectory={unit.stem}\n" in unit.read_text()
+    if unit.stem == "virtplane-replica":
+        assert options.db_url is not None and options.db_url.startswith("postgresql+psycopg://")
+    else:
+        assert options.db_url is None, "SQLite in the data directory"
