@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.conftest import LiveServer, wait_json
+from tests.conftest import LiveServer, libvirt_or_skip, wait_json
 
 RATIO = "/v1/settings/host.cpu_allocation_ratio"
 
@@ -28,9 +27,7 @@ def _phase(client: httpx.Client, name: str) -> str:
 
 
 def _libvirt_host(tmp_path: Path, cpus: int) -> str:
-    pytest.importorskip(
-        "libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)"
-    )
+    libvirt_or_skip()
     from tests.drivers.conftest import write_node_xml
 
     return write_node_xml(tmp_path / "h1.xml", cpus=cpus, memory_mib=16384)

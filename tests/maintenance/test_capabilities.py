@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.conftest import LiveServer, wait_json
+from tests.conftest import LiveServer, libvirt_or_skip, wait_json
 from tests.drivers.conftest import write_node_xml
 
-pytest.importorskip("libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)")
+libvirt_or_skip()
 
 
 def _seed(admin: httpx.Client, hosts: dict[str, str], vm_host: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import eventually, libvirt_or_skip
 from tests.controllers.helpers import operate, vm, wait_op, wait_settled
 from tests.restore.test_restore import bring_to, make_vm, restore, snapshot
 from virtplane.bootstrap import ControlPlane
@@ -141,9 +141,7 @@ async def test_a_best_effort_restore_that_skipped_a_disk_boots_cold(plane: Contr
 async def test_on_libvirts_test_driver_too_with_no_host_path_in_the_reason(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
-    pytest.importorskip(
-        "libvirt", reason="libvirt-python is not installed (scripts/qemu/setup.sh installs it)"
-    )
+    libvirt_or_skip()
     from tests.drivers.conftest import write_node_xml
 
     await make_vm(plane, AOUSM, uri=write_node_xml(tmp_path / "h1.xml"))
