@@ -108,5 +108,6 @@ def test_every_kind_has_a_unique_plural() -> None:
         "snapshots",
         "operations",
         "settings",
+        "secrets",
         "maintenances",
     }
