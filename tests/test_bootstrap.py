@@ -1,8 +1,38 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
+from tests.conftest import make_plane
+from tests.controllers.helpers import add_host
 from virtplane.bootstrap import CONFLICT_REQUEUE_S, one_reconcile
+from virtplane.controllers.host import HostReconciler
+from virtplane.controllers.watch import requests_for
+from virtplane.domain.resources import (
+    Host,
+    HostConnection,
+    HostMaintenance,
+    HostMaintenanceSpec,
+    HostSpec,
+    Image,
+    ImageKind,
+    ImageSpec,
+    Metadata,
+    OperationType,
+    PoolKind,
+    Resource,
+    StoragePool,
+    StoragePoolSpec,
+    VirtualMachine,
+    VirtualMachineOperation,
+    VirtualMachineOperationSpec,
+    VirtualMachineSnapshot,
+    VirtualMachineSnapshotSpec,
+    VMPhase,
+    Volume,
+    VolumeSpec,
+)
 from virtplane.reconcile import Request, Result
 from virtplane.store.errors import Conflict
 from virtplane.store.store import Store
@@ -67,3 +97,54 @@ async def test_a_reconcile_writes_its_events_with_its_write_and_drops_them_when_
         requeue_after=CONFLICT_REQUEUE_S
     )
     assert "Lost" not in reasons()
+
+
+async def test_a_host_connection_change_wakes_each_of_its_vms_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12: the host controller requeued its VMs itself and bootstrap did it again on the
+    host's write. Now only the VM controller's watch does: one wake each, none for others."""
+    plane = make_plane(store)
+    for name in ("h1", "h2"):
+        add_host(plane, name)
+    for name, on in (("x", "h1"), ("y", "h1"), ("z", "h2")):
+        vm = VirtualMachine(metadata=Metadata(name=name))
+        vm.status.host, vm.status.phase = on, VMPhase.RUNNING
+        store.create(vm)
+    plane.cache.load()
+    woken: Counter[Request] = Counter()
+
+    def record(kind: str, name: str, delay: float = 0.0) -> None:
+        woken[Request(kind, name)] += 1
+
+    # every wake goes through one of these: the watches, and a controller's own ctx.enqueue
+    monkeypatch.setattr(plane, "enqueue", record)
+    monkeypatch.setattr(plane.ctx, "enqueue", record)
+
+    await HostReconciler(plane.ctx)(Request(Host.KIND, "h1"))  # Unknown -> Up
+
+    assert store.get(Host, "h1").status.connection is HostConnection.UP
+    assert {r.name: n for r, n in woken.items() if r.kind == VirtualMachine.KIND} == {"x": 1, "y": 1}
+
+
+OWN_OBJECTS = [
+    VirtualMachine(metadata=Metadata(name="x")),
+    Host(metadata=Metadata(name="x"), spec=HostSpec(uri="sim://x")),
+    StoragePool(
+        metadata=Metadata(name="x"), spec=StoragePoolSpec(kind=PoolKind.LOCAL, host="h", capacity_gib=1)
+    ),
+    Image(metadata=Metadata(name="x"), spec=ImageSpec(pool="p", file="x.img", kind=ImageKind.DISK)),
+    Volume(metadata=Metadata(name="x"), spec=VolumeSpec(pool="p", size_gib=1)),
+    VirtualMachineOperation(
+        metadata=Metadata(name="x"), spec=VirtualMachineOperationSpec(vm="v", type=OperationType.START)
+    ),
+    VirtualMachineSnapshot(metadata=Metadata(name="x"), spec=VirtualMachineSnapshotSpec(vm="v")),
+    HostMaintenance(metadata=Metadata(name="x"), spec=HostMaintenanceSpec(host="x")),
+]
+
+
+@pytest.mark.parametrize("obj", OWN_OBJECTS, ids=lambda obj: obj.KIND)
+def test_bootstrap_registers_every_controllers_watches(store: Store, obj: Resource) -> None:
+    """A controller whose watches were left out would see its own objects only on resync."""
+    plane = make_plane(store)
+    assert Request(obj.KIND, "x") in requests_for(plane.watches, plane.cache, obj.KIND, None, obj)

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,22 +20,36 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from virtplane.admission import Admission
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
-from virtplane.controllers import attachments
+from virtplane.controllers import host, images, maintenance, migration, operations, snapshots, storage
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
-from virtplane.controllers.maintenance import MaintenanceReconciler, MaintenanceService, wake_on_change
+from virtplane.controllers.maintenance import MaintenanceReconciler
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
-from virtplane.controllers.migration import MigrationCoordinator, MigrationOperations
+from virtplane.controllers.migration import MigrationCoordinator, MigrationFollower, MigrationOperations
 from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
 from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
 from virtplane.controllers.vm import VMReconciler
-from virtplane.domain.resources import Host, OperationType, Resource, Secret, VirtualMachine
+from virtplane.controllers.vm import watches as vm
+from virtplane.controllers.watch import Watch, requests_for
+from virtplane.domain.resources import (
+    Host,
+    HostMaintenance,
+    Image,
+    OperationType,
+    Resource,
+    Secret,
+    Setting,
+    StoragePool,
+    VirtualMachine,
+    VirtualMachineOperation,
+    VirtualMachineSnapshot,
+    Volume,
+)
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
 from virtplane.fencing.base import Bmc, BmcFactory
 from virtplane.fencing.sim import SimBmcs
@@ -44,6 +58,8 @@ from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Reque
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
+from virtplane.services.admission import Admission
+from virtplane.services.maintenance import MaintenanceService
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
@@ -149,22 +165,33 @@ class ControlPlane:
         metrics = ControllerMetrics(self.registry)
         self.controllers: dict[str, Controller] = {}
         self._reconcilers: dict[str, tuple[Reconciler, int]] = {}
-        self._add("VirtualMachine", VMReconciler(self.ctx, console_dir=self.options.console_dir), metrics)
+        self.watches: list[Watch] = []
+        """Every controller's watches: who wakes whom on a change of the cache."""
+        vms = VMReconciler(self.ctx, console_dir=self.options.console_dir)
+        self._add(VirtualMachine.KIND, vms, metrics, watches=vm.WATCHES)
         self.bmcs = SimBmcs(sim) if sim is not None else None
-        self._add("Host", HostReconciler(self.ctx, default_bmc_factory(self.bmcs)), metrics, workers=4)
-        self._add("StoragePool", StoragePoolReconciler(self.ctx), metrics, workers=2)
-        self._add("Image", ImageReconciler(self.ctx), metrics, workers=2)
-        self._add("Volume", VolumeReconciler(self.ctx), metrics, workers=4)
+        hosts = HostReconciler(self.ctx, default_bmc_factory(self.bmcs))
+        self._add(Host.KIND, hosts, metrics, workers=4, watches=host.WATCHES)
+        pools = StoragePoolReconciler(self.ctx)
+        self._add(StoragePool.KIND, pools, metrics, workers=2, watches=storage.POOL_WATCHES)
+        self._add(Image.KIND, ImageReconciler(self.ctx), metrics, workers=2, watches=images.WATCHES)
+        volumes = VolumeReconciler(self.ctx)
+        self._add(Volume.KIND, volumes, metrics, workers=4, watches=storage.VOLUME_WATCHES)
         self.operations = OperationReconciler(self.ctx)
         self.operations.register(OperationType.RESTORE, RestoreHandler(self.ctx))
-        self._add("VirtualMachineOperation", self.operations, metrics, workers=4)
-        self._add("VirtualMachineSnapshot", SnapshotReconciler(self.ctx), metrics, workers=2)
+        ops = operations.WATCHES
+        self._add(VirtualMachineOperation.KIND, self.operations, metrics, workers=4, watches=ops)
+        snaps = SnapshotReconciler(self.ctx)
+        self._add(VirtualMachineSnapshot.KIND, snaps, metrics, workers=2, watches=snapshots.WATCHES)
         self.migrations = MigrationCoordinator(self.ctx)
-        self._add(MIGRATION_KIND, self.migrations, metrics, workers=4)
+        follower = MigrationFollower(self.ctx, self.migrations)
+        self._add(MIGRATION_KIND, follower, metrics, workers=4, watches=migration.FOLLOWER_WATCHES)
         migrate = MigrationOperations(self.ctx, self.migrations)
         self.operations.register(OperationType.MIGRATE, migrate)
         self.operations.register(OperationType.EVICT, migrate)
-        self._add("HostMaintenance", MaintenanceReconciler(self.ctx, self.migrations), metrics, workers=2)
+        self.watches += migration.OPERATION_WATCHES  # Migrate and Evict wait for migration slots
+        drains = MaintenanceReconciler(self.ctx, self.migrations)
+        self._add(HostMaintenance.KIND, drains, metrics, workers=2, watches=maintenance.WATCHES)
         self.cache.add_listener(self._on_cache_change)
         self.feed.subscribe(self.cache.apply)
         self.api_context = ApiContext(
@@ -196,9 +223,16 @@ class ControlPlane:
         self.started = False
 
     def _add(
-        self, kind: str, reconciler: Reconciler, metrics: ControllerMetrics, workers: int | None = None
+        self,
+        kind: str,
+        reconciler: Reconciler,
+        metrics: ControllerMetrics,
+        workers: int | None = None,
+        *,
+        watches: Sequence[Watch],
     ) -> None:
         self._metrics = metrics
+        self.watches += watches
         reconciler = one_reconcile(reconciler, self.ctx)
         if self.options.wrap_reconciler is not None:
             reconciler = self.options.wrap_reconciler(kind, reconciler)
@@ -230,93 +264,16 @@ class ControlPlane:
             controller.enqueue(Request(kind, name), delay)
 
     def _on_cache_change(self, kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
-        self.enqueue(kind, name)
-        obj = new or old
-        if kind == "Volume":
-            for vm_name in self.cache.vms_using_volume(name):
-                self.enqueue("VirtualMachine", vm_name)
-        elif kind == "StoragePool":
-            for volume_name in self.cache.volumes_in_pool(name):
-                self.enqueue("Volume", volume_name)
-            for image in self.cache.images():
-                if image.spec.pool == name:
-                    self.enqueue("Image", image.metadata.name)
-        elif kind == "Image":
-            self._wake_image_users(name)
-        elif kind == "Host":
-            old_host = old if isinstance(old, Host) else None
-            new_host = new if isinstance(new, Host) else None
-            if new_host is None:
-                return
-            # Allocation and heartbeat changes are the host controller's bookkeeping; only a change
-            # that can matter to VMs or pools wakes them (at 10,000 VMs this is the hot path).
-            reachability = (
-                new_host.spec,
-                new_host.status.resource_state,
-                new_host.status.connection,
-                new_host.status.fence,  # the VMs show why they wait
-            )
-            changed = old_host is None or reachability != (
-                old_host.spec,
-                old_host.status.resource_state,
-                old_host.status.connection,
-                old_host.status.fence,
-            )
-            if changed:
-                for pool in self.cache.pools():
-                    self.enqueue("StoragePool", pool.metadata.name)
-                for image in self.cache.images():
-                    self.enqueue("Image", image.metadata.name)
-                for vm in self.cache.vms_on_host(name):
-                    self.enqueue("VirtualMachine", vm.metadata.name)
-            freed = old_host is not None and (
-                new_host.status.allocated.vcpus < old_host.status.allocated.vcpus
-                or new_host.status.allocated.memory_mib < old_host.status.allocated.memory_mib
-                or new_host.status.capacity != old_host.status.capacity
-                or new_host.status.allocatable != old_host.status.allocatable
-            )
-            if changed or freed:  # VMs waiting for a host may fit now
-                for vm_name in self.cache.unscheduled_vms():
-                    self.enqueue("VirtualMachine", vm_name)
-        elif kind == "Setting":
-            # allocation ratios apply per host: the hosts record the new ones (and placement with them)
-            self.settings.invalidate()
-            for host_name in self.cache.names("Host"):
-                self.enqueue("Host", host_name)
-        elif kind == "VirtualMachineOperation" and obj is not None:
-            self.enqueue("VirtualMachine", getattr(obj.spec, "vm", ""))  # type: ignore[attr-defined]
-        elif kind == "VirtualMachine" and isinstance(obj, VirtualMachine):
-            for op in self.cache.operations_of(name):
-                if not op.status.phase.finished:
-                    self.enqueue("VirtualMachineOperation", op.metadata.name)
-            # a VM that stopped frees room: others waiting for a host look again
-            if isinstance(old, VirtualMachine) and isinstance(new, VirtualMachine):
-                if old.status.host and new.status.host != old.status.host:
-                    self.enqueue("Host", old.status.host)
-                if new.status.host and (
-                    old.status.phase != new.status.phase or old.status.host != new.status.host
-                ):
-                    self.enqueue("Host", new.status.host)
-        for wake_kind, wake_name in wake_on_change(self.cache, kind, old, new):
-            self.enqueue(wake_kind, wake_name)
-        for wake_kind, wake_name in attachments.wake_on_change(kind, old, new):
-            self.enqueue(wake_kind, wake_name)
-
-    def _wake_image_users(self, image: str) -> None:
-        """Volumes waiting to be copied from ``image`` and VMs that boot from it."""
-        for volume in self.cache.volumes():
-            if volume.spec.source and volume.spec.source.image == image:
-                self.enqueue("Volume", volume.metadata.name)
-        for vm in self.cache.vms():
-            boot = vm.spec.boot
-            if boot is not None and image in (boot.kernel, boot.initrd):
-                self.enqueue("VirtualMachine", vm.metadata.name)
+        if kind == Setting.KIND:
+            self.settings.invalidate()  # before anyone reads a setting again
+        for request in requests_for(self.watches, self.cache, kind, old, new):
+            self.enqueue(request.kind, request.name)
 
     def _on_driver_event(self, event: DomainEvent) -> None:
         if event.type in (DomainEventType.HOST_DOWN, DomainEventType.HOST_UP):
-            host = self.cache.host_by_uri(event.host_uri)
-            if host is not None:
-                self.enqueue("Host", host.metadata.name)
+            down_or_up = self.cache.host_by_uri(event.host_uri)
+            if down_or_up is not None:
+                self.enqueue("Host", down_or_up.metadata.name)
             return
         name = self.cache.vm_by_uid(event.vm_uid)
         if name is not None:

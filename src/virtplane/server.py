@@ -38,6 +38,9 @@ class ServeOptions:
     log_format: str = "text"
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
+    # the simulator's migration link (bench/ sets an instantaneous one); defaults as SimCloud's
+    sim_link_mib_s: float = 1000.0
+    sim_migration_tick_s: float = 0.05
     lease_s: float = 15.0
 
 
@@ -126,6 +129,8 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
     sim = SimCloud(
         boot_seconds=options.sim_boot_seconds,
         shutdown_seconds=options.sim_shutdown_seconds,
+        link_mib_s=options.sim_link_mib_s,
+        migration_tick_s=options.sim_migration_tick_s,
         state_path=options.data_dir / "sim.db",
     )
     if options.demo:

@@ -189,7 +189,7 @@ def test_strategy_given_as_a_plain_string() -> None:
     plan = plan_maintenance(SOURCE, [KINDS["running-local"]], [host("t1")], "Migration")  # type: ignore[arg-type]
     assert plan.strategy is Strategy.MIGRATION
     assert plan.items[0].action is A.MIGRATE_WITH_STORAGE
-    with pytest.raises(ValueError, match="'Sometimes' is not a valid Strategy"):
+    with pytest.raises(ValueError, match="'Sometimes' is not a valid MaintenanceStrategy"):
         plan_maintenance(SOURCE, [], [], "Sometimes")  # type: ignore[arg-type]
 
 
@@ -367,3 +367,55 @@ def test_plans_are_reproducible_and_never_overcommit(
         assert len(groups) == len(set(groups))
         copied = sum(p.vm.local_disks_gib.get("local", 0) for p in placed if p.has_local_disks)
         assert copied <= target.local_pool_free_gib.get("local", 0)
+
+
+def _targets(plan: Plan) -> list[tuple[str, str | None]]:
+    return [(item.vm, item.target) for item in plan.items]
+
+
+@pytest.mark.parametrize(
+    ("vms", "hosts", "targets"),
+    [
+        pytest.param(
+            # The demo's drain of host-3: web-1 may only go to host-1 (web-2 runs on host-2), db-1
+            # to either. Sent where the most memory was free, both went to host-1, and web-1 waited
+            # for host-1's one inbound slot while host-2's sat idle.
+            [planned("db-1", memory_mib=8192, local_gib=20), planned("web-1", memory_mib=2048, group="web")],
+            [
+                source(),
+                host("host-1", memory_mib=32768),
+                host(
+                    "host-2", memory_mib=32768, used_memory_mib=6144, anti_affinity_groups=frozenset({"web"})
+                ),
+            ],
+            [("db-1", "host-2"), ("web-1", "host-1")],
+            id="demo: the constrained VM first, the free one to the other host",
+        ),
+        pytest.param(
+            # One roomy target and one small one: the roomy one must not take everything.
+            [planned(f"vm{i}", memory_mib=m) for i, m in enumerate([2048, 1024, 1024, 512, 512, 512, 512])],
+            [host("big", memory_mib=65536), host("small", memory_mib=8192)],
+            [
+                ("vm0", "big"),
+                ("vm1", "small"),
+                ("vm2", "small"),
+                ("vm3", "big"),
+                ("vm4", "small"),
+                ("vm5", "big"),
+                ("vm6", "small"),
+            ],
+            id="migrations spread by what each target has to receive, not by free memory",
+        ),
+        pytest.param(
+            # Room still decides: what does not fit the small target goes to the big one.
+            [planned(f"vm{i}", memory_mib=3000) for i in range(3)],
+            [host("big", memory_mib=65536), host("small", memory_mib=4096)],
+            [("vm0", "big"), ("vm1", "small"), ("vm2", "big")],
+            id="balanced as far as room allows",
+        ),
+    ],
+)
+def test_targets_keep_every_inbound_slot_busy(
+    vms: list[PlanVM], hosts: list[HostView], targets: list[tuple[str, str]]
+) -> None:
+    assert _targets(plan_maintenance(SOURCE, vms, hosts, Strategy.MIGRATION)) == targets

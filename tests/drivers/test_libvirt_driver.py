@@ -28,7 +28,7 @@ from .conftest import wait_for
 libvirt = libvirt_or_skip()
 
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
-from virtplane.drivers.libvirt.driver import state_pool_name  # noqa: E402
+from virtplane.drivers.libvirt.memory import state_pool_name  # noqa: E402
 
 
 def make_spec(uid: str, **overrides: Any) -> DomainSpec:

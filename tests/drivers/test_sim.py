@@ -33,7 +33,7 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError, TransientError
 from virtplane.drivers.sim import CONVERGENCE_MIB, FaultKind, SimCloud, SimDriver, SimFaultError
-from virtplane.drivers.sim._migration import DiskCopy, Migration
+from virtplane.drivers.sim._precopy import DiskCopy, Migration
 
 BOOT_S = 0.01
 SHUTDOWN_S = 0.01

@@ -242,10 +242,10 @@ def test_injected_faults_strike_while_no_process_runs(tmp_path: Path) -> None:
         await src.abort_migration(stalling)
         aborted = await src.migration_job(stalling)
         assert aborted is not None and aborted.phase is MigrationPhase.ABORTED
-        return failed, aborted
-        for name in (failing, stalling):
+        for name in (failing, stalling):  # both still run on the source
             info = await src.get_info(name)
             assert info is not None and (info.state, info.exit_reason) == (DomainState.RUNNING, None)
+        return failed, aborted
 
     failed_before, aborted_before = life(second_life)
     # nothing was sent for the failure nobody saw; the abort in this life sent its own

@@ -4,7 +4,7 @@ Each test drives a world on an event loop of its own and then closes that loop
 without any clean shutdown: timers still pending never fire and nothing is
 flushed on the way out, as after a SIGKILL (one test really kills a subprocess
 with SIGKILL). A new ``SimCloud`` on the same file must then see the world as the
-contract in ``SimCloud``'s docstring says. Time that passed while no process ran
+contract in the package docstring's "Restarts" says. Time that passed while no process ran
 is simulated with a fake ``clock``; the loop's own delays are a few milliseconds.
 """
 

@@ -1,6 +1,7 @@
 """Every error leaves the API as JSON ``{"reason": ..., "message": ...}`` with a 4xx code.
 
-Anything unexpected becomes a 500 with reason InternalError and no traceback.
+The errors of the layers below (domain, store) become HTTP statuses in one table,
+``STATUS_OF``. Anything unexpected becomes a 500 with reason InternalError and no traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from virtplane.domain import errors as domain
 from virtplane.domain.settings import SettingError
-from virtplane.store.errors import AlreadyExists, Conflict, NotFound
+from virtplane.store import errors as store
 
 log = logging.getLogger("virtplane.api")
 
@@ -50,6 +52,25 @@ def describe_validation_errors(errors: list[Any]) -> str:
     return "; ".join(lines) or "invalid request"
 
 
+STATUS_OF: tuple[tuple[type[Exception], int, str | None], ...] = (
+    # (exception, HTTP status, reason; None: the exception's own)
+    (domain.NotFound, 404, None),
+    (domain.Invalid, 422, None),
+    (domain.Refused, 409, None),
+    (store.NotFound, 404, "NotFound"),
+    (store.AlreadyExists, 409, "AlreadyExists"),
+    (store.Conflict, 409, "Conflict"),
+)
+
+
+def _mapped(exc: Exception) -> JSONResponse:
+    for kind, status, reason in STATUS_OF:
+        if isinstance(exc, kind):
+            own = exc.reason if isinstance(exc, domain.DomainError) else type(exc).__name__
+            return error_response(status, reason or own, str(exc))
+    raise exc  # not in the table: the 500 handler logs it
+
+
 _HTTP_REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -80,17 +101,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
         return error_response(422, "Invalid", describe_validation_errors(list(exc.errors())))
 
-    @app.exception_handler(NotFound)
-    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
-        return error_response(404, "NotFound", str(exc))
+    async def _from_table(_: Request, exc: Exception) -> JSONResponse:
+        return _mapped(exc)
 
-    @app.exception_handler(AlreadyExists)
-    async def _exists(_: Request, exc: AlreadyExists) -> JSONResponse:
-        return error_response(409, "AlreadyExists", str(exc))
-
-    @app.exception_handler(Conflict)
-    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
-        return error_response(409, "Conflict", str(exc))
+    for kind, _status, _reason in STATUS_OF:
+        app.add_exception_handler(kind, _from_table)
 
     @app.exception_handler(SettingError)
     async def _setting(_: Request, exc: SettingError) -> JSONResponse:

@@ -9,47 +9,30 @@ the one the rule picks runs, the other waits and says which VM holds it.
 from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.domain.attachments import VolumeUser, holder
+from virtplane.domain import attachments
+from virtplane.domain.attachments import VolumeUser, holder, users_of
 from virtplane.domain.resources import Resource, VirtualMachine, Volume
+from virtplane.reconcile.types import Request
 from virtplane.runtime.cache import Cache
 
-__all__ = ["attached_elsewhere", "sync_attachment", "wake_on_change"]
+__all__ = ["attached_elsewhere", "sync_attachment", "volumes_of_vm"]
 
 
-def _user(vm: VirtualMachine, volume: str) -> VolumeUser:
-    return VolumeUser(
-        vm=vm.metadata.name,
-        lists_volume=any(d.volume == volume for d in vm.spec.disks),
-        deleting=vm.metadata.deletion_requested_at is not None,
-        domain_may_hold=vm.status.host is not None and vm.status.observed_generation < vm.metadata.generation,
-        created_at=vm.metadata.created_at,
-    )
-
-
-def _users(cache: Cache, volume: Volume) -> list[VolumeUser]:
-    name = volume.metadata.name
-    names = set(cache.vms_using_volume(name))
-    if volume.status.attached_vm:
-        names.add(volume.status.attached_vm)
-    return [_user(vm, name) for vm in (cache.vm(n) for n in sorted(names)) if vm is not None]
+def _users(cache: Cache, volume: str, current: str | None) -> list[VolumeUser]:
+    names = set(cache.vms_using_volume(volume)) | ({current} if current else set())
+    return users_of(volume, (cache.vm(name) for name in sorted(names)))
 
 
 def attached_elsewhere(cache: Cache, volume: str, vm: str, holder: str | None = None) -> str | None:
     """The VM other than ``vm`` that holds ``volume`` (``holder``, its status.attached_vm), or
     else lists it and is not being deleted; None when ``vm`` may have it."""
-    if holder and holder != vm and cache.vm(holder) is not None:
-        return holder
-    for other in cache.vms_using_volume(volume):
-        found = cache.vm(other)
-        if other != vm and found is not None and found.metadata.deletion_requested_at is None:
-            return other
-    return None
+    return attachments.attached_elsewhere(vm, holder, _users(cache, volume, holder))
 
 
 def sync_attachment(ctx: ControllerContext, volume: Volume) -> Volume:
     """Record the volume's holder; returns the volume as written."""
     current = volume.status.attached_vm
-    wanted = holder(current, _users(ctx.cache, volume))
+    wanted = holder(current, _users(ctx.cache, volume.metadata.name, current))
     if wanted == current:
         return volume
     volume.status.attached_vm = wanted
@@ -61,10 +44,9 @@ def sync_attachment(ctx: ControllerContext, volume: Volume) -> Volume:
     return written
 
 
-def wake_on_change(kind: str, old: Resource | None, new: Resource | None) -> list[tuple[str, str]]:
-    """The volumes to look at again after a VM changed in a way that can move an attachment."""
-    if kind != "VirtualMachine":
-        return []
+def volumes_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """The volumes to look at again after a VM changed in a way that can move an attachment
+    (a watch of the Volume controller)."""
     before = old if isinstance(old, VirtualMachine) else None
     after = new if isinstance(new, VirtualMachine) else None
 
@@ -80,4 +62,4 @@ def wake_on_change(kind: str, old: Resource | None, new: Resource | None) -> lis
     if facts(before) == facts(after):
         return []
     volumes = {d.volume for vm in (before, after) if vm is not None for d in vm.spec.disks}
-    return [("Volume", name) for name in sorted(volumes)]
+    return [Request(Volume.KIND, name) for name in sorted(volumes)]

@@ -38,12 +38,10 @@ class ControllerContext:
     settings: Settings
     now: Callable[[], datetime] = field(default=utcnow)
     enqueue: Callable[[str, str], None] = field(default=lambda kind, name: None)
-    """Wake another controller: (kind, name); wired by bootstrap."""
+    """Wake another controller: (kind, name); wired by bootstrap. A write needs none: the
+    watches (``controllers.watch``) map every change of the cache to whom it concerns."""
     metrics: PlaneMetrics = field(default_factory=PlaneMetrics)
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
-
-    def requeue_vm(self, name: str) -> None:
-        self.enqueue("VirtualMachine", name)
 
     # ------------------------------------------------------------------ events
 

@@ -14,8 +14,10 @@ from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
+from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
+from virtplane.domain.phases import ALLOCATED_PHASES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
     Allocatable,
@@ -25,12 +27,15 @@ from virtplane.domain.resources import (
     Host,
     HostConnection,
     HostStatus,
-    VMPhase,
+    Resource,
+    Setting,
+    VirtualMachine,
 )
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import DriverError, DriverUnavailable
 from virtplane.fencing.base import BmcFactory
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 
 log = logging.getLogger("virtplane.controllers.host")
 
@@ -84,14 +89,11 @@ class HostReconciler:
                 f"Connection{status.connection.value}",
                 status.message or f"connected to {host.spec.uri}",
                 warning=status.connection is not HostConnection.UP,
-            )
-            # VMs on the host look again: a reconnect may show domains that changed meanwhile
-            for vm in ctx.cache.vms_on_host(host.metadata.name):
-                ctx.requeue_vm(vm.metadata.name)
+            )  # the VMs on it look again (a reconnect may show domains that changed): vm.watches
 
         used_cpu = used_mem = count = 0
         for vm in ctx.cache.vms_on_host(host.metadata.name):
-            if vm.status.phase is VMPhase.STOPPED:
+            if vm.status.phase not in ALLOCATED_PHASES:
                 continue
             used_cpu += vm.spec.cpu
             used_mem += vm.spec.memory_mib
@@ -154,3 +156,60 @@ class HostReconciler:
                 f"removed domain {info.name} (VM {vm_name or 'unknown'} lives elsewhere since the fence)",
                 warning=True,
             )
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def reachability_changed(old: Resource | None, new: Resource | None) -> bool:
+    """A host appeared, or its spec, state, liveness or fence changed: what can matter to its
+    VMs (which show why they wait), pools and images. Allocation and heartbeat changes are the
+    host's own bookkeeping and wake nobody (at 10,000 VMs this is the hot path)."""
+    if not isinstance(new, Host):
+        return False
+    if not isinstance(old, Host):
+        return True
+    return _reachability(new) != _reachability(old)
+
+
+def _reachability(host: Host) -> tuple[object, ...]:
+    status = host.status
+    # silent_since flips once when a host stops or starts answering: placement skips a silent host
+    answering = status.silent_since is None
+    return (host.spec, status.resource_state, status.connection, answering, status.fence)
+
+
+def room_freed(old: Resource | None, new: Resource | None) -> bool:
+    """The host has more room than before: VMs waiting for a host may fit now."""
+    if not (isinstance(old, Host) and isinstance(new, Host)):
+        return False
+    return (
+        new.status.allocated.vcpus < old.status.allocated.vcpus
+        or new.status.allocated.memory_mib < old.status.allocated.memory_mib
+        or new.status.capacity != old.status.capacity
+        or new.status.allocatable != old.status.allocatable
+    )
+
+
+def _every_host(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """Allocation ratios are settings by host: every host records the ones that apply now."""
+    return [Request(Host.KIND, name) for name in cache.names(Host.KIND)]
+
+
+def _hosts_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A VM that moved or changed phase changes what its hosts have allocated."""
+    if not (isinstance(old, VirtualMachine) and isinstance(new, VirtualMachine)):
+        return []
+    requests = []
+    if old.status.host and new.status.host != old.status.host:
+        requests.append(Request(Host.KIND, old.status.host))
+    if new.status.host and (old.status.phase, old.status.host) != (new.status.phase, new.status.host):
+        requests.append(Request(Host.KIND, new.status.host))
+    return requests
+
+
+WATCHES = (
+    itself(Host.KIND),
+    Watch(Setting.KIND, _every_host),
+    Watch(VirtualMachine.KIND, _hosts_of_vm),
+)

@@ -12,19 +12,24 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.host import reachability_changed
 from virtplane.controllers.scheduling import pool_hosts
 from virtplane.controllers.storage import pool_ref
+from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.resources import (
+    Host,
     HostConnection,
     Image,
     ImagePhase,
     ImageStatus,
     PoolContent,
+    Resource,
     StoragePool,
 )
 from virtplane.drivers.base import ImageRef
 from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 
 log = logging.getLogger("virtplane.controllers.images")
 
@@ -97,3 +102,25 @@ class ImageReconciler:
 
 def _status(phase: ImagePhase, message: str) -> ImageStatus:
     return ImageStatus(phase=phase, message=message)
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _images_in_pool(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    pool = name_of(old, new)
+    return [Request(Image.KIND, i.metadata.name) for i in cache.images() if i.spec.pool == pool]
+
+
+def _every_image(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A host that came, went away or came back may see a library, or no longer."""
+    if not reachability_changed(old, new):
+        return []
+    return [Request(Image.KIND, i.metadata.name) for i in cache.images()]
+
+
+WATCHES = (
+    itself(Image.KIND),
+    Watch(StoragePool.KIND, _images_in_pool),
+    Watch(Host.KIND, _every_image),
+)

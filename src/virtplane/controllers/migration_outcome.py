@@ -24,18 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from virtplane.drivers.base import DomainInfo, DomainState, MigrationJob, MigrationPhase
-
-LIVE = frozenset(
-    {
-        DomainState.RUNNING,
-        DomainState.PAUSED,
-        DomainState.STARTING,
-        DomainState.MIGRATING,
-        DomainState.INCOMING,
-    }
-)
-"""States in which a domain has a QEMU process on its host."""
+from virtplane.domain.phases import LIVE_STATES, DomainState
+from virtplane.drivers.base import DomainInfo, MigrationJob, MigrationPhase
 
 
 class Outcome(StrEnum):
@@ -57,7 +47,7 @@ class Side:
 
     @property
     def live(self) -> bool:
-        return self.reachable and self.info is not None and self.info.state in LIVE
+        return self.reachable and self.info is not None and self.info.state in LIVE_STATES
 
     @property
     def arrived(self) -> bool:
@@ -101,4 +91,4 @@ def locate(job: MigrationJob | None, source: Side, target: Side) -> Location:
     return Location(Outcome.FAILED, "the domain stopped during the migration: it is live on neither host")
 
 
-__all__ = ["LIVE", "Location", "Outcome", "Side", "locate"]
+__all__ = ["Location", "Outcome", "Side", "locate"]

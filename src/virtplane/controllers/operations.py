@@ -13,19 +13,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
-from virtplane.domain.operations import ActiveOperation, admit
+from virtplane.domain.operations import active_before, admit
 from virtplane.domain.resources import (
     OperationPhase,
     OperationType,
+    Resource,
     VirtualMachine,
     VirtualMachineOperation,
     VMPhase,
 )
 from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
 from virtplane.store.errors import NotFound
 
 log = logging.getLogger("virtplane.controllers.operations")
@@ -61,14 +63,6 @@ def finish_operation(
     )
 
 
-_NOT_CREATED_YET = datetime.max.replace(tzinfo=UTC)
-
-
-def _order(op: VirtualMachineOperation) -> tuple[datetime, str]:
-    """Creation order; one that admission is looking at, not stored yet, comes after all others."""
-    return (op.metadata.created_at or _NOT_CREATED_YET, op.metadata.name)
-
-
 def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
     """The VM intents that carry ``op`` out (and replace what it supersedes)."""
     kind, force = op.spec.type, op.spec.force
@@ -84,25 +78,6 @@ def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
             return intents
         return intents.with_(restart=RestartStage.STOPPING_FORCE if force else RestartStage.STOPPING_GRACEFUL)
     return intents
-
-
-def active_before(ops: list[VirtualMachineOperation], op: VirtualMachineOperation) -> list[ActiveOperation]:
-    """Active operations that come before ``op``: InProgress ones, and Pending ones created earlier."""
-    result = []
-    for other in ops:
-        if other.metadata.name == op.metadata.name or other.status.phase.finished:
-            continue
-        if other.status.phase is OperationPhase.PENDING and _order(other) > _order(op):
-            continue
-        result.append(
-            ActiveOperation(
-                other.metadata.name,
-                other.spec.type,
-                other.spec.force,
-                other.status.phase is OperationPhase.IN_PROGRESS,
-            )
-        )
-    return result
 
 
 class OperationReconciler:
@@ -177,8 +152,7 @@ class OperationReconciler:
             else progress_of(op, vm).message
         )
         ctx.event(op, "InProgress", op.status.message)
-        ctx.write(op)
-        ctx.requeue_vm(vm.metadata.name)
+        ctx.write(op)  # the VM looks again: its watch on its operations
         return Result(requeue_after=0.0 if op.spec.type in self.handlers else POLL_S)
 
     def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
@@ -233,3 +207,21 @@ def progress_of(op: VirtualMachineOperation, vm: VirtualMachine) -> Progress:
     return Progress(
         f"this server has no controller for {kind.value} operations", OperationPhase.FAILED, "Unsupported"
     )
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _operations_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """The VM changed: its operations under way see whether it did what they asked."""
+    return [
+        Request(VirtualMachineOperation.KIND, op.metadata.name)
+        for op in cache.operations_of(name_of(old, new))
+        if not op.status.phase.finished
+    ]
+
+
+WATCHES = (
+    itself(VirtualMachineOperation.KIND),
+    Watch(VirtualMachine.KIND, _operations_of_vm),
+)

@@ -1,4 +1,5 @@
-"""Restore from a snapshot, in the resumable steps of DESIGN.md §4.
+"""Restore from a snapshot, in the resumable steps of DESIGN.md §4 (``domain.restore``
+names them, in order):
 
 1. SnapshotReady / Validate (DryRun stops here with a per-resource report)
 2. EnterMaintenance: ONE write puts ``restore-power-state`` (Running or Stopped), the
@@ -35,6 +36,7 @@ from virtplane.domain.intents import (
     strip_system,
     write_intents,
 )
+from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
     OperationPhase,
     RestoreMode,
@@ -46,17 +48,13 @@ from virtplane.domain.resources import (
     VMPhase,
     Volume,
 )
+from virtplane.domain.restore import RestoreStep, not_past
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable
 from virtplane.reconcile.types import Result
 
 log = logging.getLogger("virtplane.controllers.restore")
 
-# Phases that count as "was running" (§4: Running, Starting or Pending; a paused or
-# migrating guest is live too).
-RUNNING_PHASES = frozenset(
-    {VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PENDING, VMPhase.PAUSED, VMPhase.MIGRATING}
-)
 POLL_S = 0.5
 
 
@@ -85,9 +83,11 @@ class RestoreHandler:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _set_step(self, op: VirtualMachineOperation, step: str, message: str) -> VirtualMachineOperation:
+    def _set_step(
+        self, op: VirtualMachineOperation, step: RestoreStep, message: str
+    ) -> VirtualMachineOperation:
         if op.status.step != step or op.status.message != message:
-            op.status.step = step
+            op.status.step = step.value
             op.status.message = message
             op = self.ctx.write(op)
             self.ctx.event(op, step, message)
@@ -99,14 +99,12 @@ class RestoreHandler:
     def _vm_write(
         self, name: str, change: Callable[[VirtualMachine], None], *, overwrite: bool = False
     ) -> VirtualMachine:
+        """The VM controller looks again after each write: its watch on the VM."""
         if overwrite:
-            written = self.ctx.mutate_spec(
+            return self.ctx.mutate_spec(
                 VirtualMachine, name, change, why="a restore overwrites the VM from its snapshot"
             )
-        else:
-            written = self.ctx.mutate(VirtualMachine, name, change)
-        self.ctx.requeue_vm(name)
-        return written
+        return self.ctx.mutate(VirtualMachine, name, change)
 
     # ------------------------------------------------------------------ steps
 
@@ -159,7 +157,7 @@ class RestoreHandler:
         if strip_system(vm.metadata.annotations) != strip_system(captured.annotations):
             changes.append("annotations replaced")
         report[f"vm/{vm.metadata.name}"] = "; ".join(changes) if changes else "spec unchanged"
-        before = "Running" if vm.status.phase in RUNNING_PHASES else "Stopped"
+        before = "Running" if vm.status.phase in RESTORE_RUNNING_PHASES else "Stopped"
         report["power_state"] = f"{before} (kept as before the restore)"
         if missing and strict:
             raise RestoreFailed(
@@ -173,11 +171,12 @@ class RestoreHandler:
         intents = read_intents(vm.metadata.annotations)
         me = holder(op)
         entered = intents.held_by == me
+        step = RestoreStep(op.status.step)
 
-        if not entered and op.status.step in ("", "SnapshotReady", "Validate"):
+        if not entered and not_past(step, RestoreStep.VALIDATE):
             snap = self._snapshot(op)
             op = self._set_step(
-                op, "Validate", f"snapshot {snap.metadata.name} is ready; checking disks and names"
+                op, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
             )
             report = self._validate(op, vm, snap)
             if mode is RestoreMode.DRY_RUN:  # stops here, changes nothing
@@ -190,7 +189,7 @@ class RestoreHandler:
             if intents.held_by and intents.held_by != me:
                 raise RestoreFailed("VMInMaintenance", f"the VM is held by {intents.held_by}")
             # EnterMaintenance: the power state before the restore, the hold and a system stop, in ONE write.
-            was = PowerState.RUNNING if vm.status.phase in RUNNING_PHASES else PowerState.STOPPED
+            was = PowerState.RUNNING if vm.status.phase in RESTORE_RUNNING_PHASES else PowerState.STOPPED
 
             def enter(current: VirtualMachine) -> None:
                 now = read_intents(current.metadata.annotations)
@@ -211,17 +210,22 @@ class RestoreHandler:
 
             vm = self._vm_write(vm.metadata.name, enter)
             crashpoint("restore.entered-maintenance")
-            op = self._set_step(op, "EnterMaintenance", f"recorded power state {was.value}; stopping the VM")
+            op = self._set_step(
+                op, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
+            )
             return Result(requeue_after=POLL_S)
 
-        if op.status.step in ("", "SnapshotReady", "Validate", "EnterMaintenance"):
-            op = self._set_step(op, "EnterMaintenance", "waiting for the VM to stop")
-            if intents.stop is not None or vm.status.phase not in (VMPhase.STOPPED,):
+        if not_past(step, RestoreStep.ENTER_MAINTENANCE):
+            op = self._set_step(op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
+            if intents.stop is not None or vm.status.phase is not VMPhase.STOPPED:
                 return Result(requeue_after=POLL_S)  # the VM controller stops it (graceful, then forced)
             await self._remove_domain(vm)
-            op = self._set_step(op, "ProcessRestore", "reverting disks and the VM from the snapshot")
+            op = self._set_step(
+                op, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot"
+            )
+            step = RestoreStep.PROCESS_RESTORE
 
-        if op.status.step == "ProcessRestore":
+        if step is RestoreStep.PROCESS_RESTORE:
             snap = self._snapshot(op)
             skipped = await self._revert_disks(op, snap)
             captured = snap.status.captured
@@ -251,15 +255,19 @@ class RestoreHandler:
             vm = self._vm_write(vm.metadata.name, overwrite, overwrite=True)
             crashpoint("restore.overwritten")
             note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
-            op = self._set_step(op, "ExitMaintenance", f"VM restored from {snap.metadata.name}{note}")
+            op = self._set_step(
+                op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
+            )
+            step = RestoreStep.EXIT_MAINTENANCE
 
-        if op.status.step == "ExitMaintenance":
+        if step is RestoreStep.EXIT_MAINTENANCE:
             vm = self._exit_maintenance(vm.metadata.name, me)
             op = self._set_step(
-                op, "RestorePowerState", f"{op.status.message}; bringing back its power state"
+                op, RestoreStep.RESTORE_POWER_STATE, f"{op.status.message}; bringing back its power state"
             )
+            step = RestoreStep.RESTORE_POWER_STATE
 
-        if op.status.step == "RestorePowerState":
+        if step is RestoreStep.RESTORE_POWER_STATE:
             intents = read_intents(vm.metadata.annotations)
             if intents.restore_power_state is not None:
                 return Result(requeue_after=POLL_S)  # consumed where the VM controller recreates the domain

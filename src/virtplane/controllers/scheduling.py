@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
+from virtplane.domain.phases import PLACED_PHASES
 from virtplane.domain.placement import HostView, VMView
+from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import HostConnection, PoolKind, StoragePool, VirtualMachine
 from virtplane.runtime.cache import Cache
 
-# A VM counts against a host's capacity while it has a domain there (any phase but
-# Stopped without a domain); placement reserves by writing status.host first.
+# Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES.
 GIB = 1
-
-
-def pool_driver_name(pool: StoragePool) -> str:
-    """The pool's name on the hypervisor; local pools with the same one are interchangeable targets."""
-    return pool.spec.driver_pool or pool.metadata.name
 
 
 def pool_hosts(cache: Cache, pool: StoragePool) -> set[str]:
@@ -76,6 +72,8 @@ def host_views(cache: Cache) -> list[HostView]:
         used_cpu = used_mem = 0
         groups: set[str] = set()
         for vm in cache.vms_on_host(name):
+            if vm.status.phase not in PLACED_PHASES:
+                continue
             used_cpu += vm.spec.cpu
             used_mem += vm.spec.memory_mib
             if vm.spec.placement.anti_affinity_group:

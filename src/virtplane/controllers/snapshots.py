@@ -13,7 +13,9 @@ import logging
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
+from virtplane.controllers.watch import itself
 from virtplane.domain.intents import strip_system
+from virtplane.domain.phases import LIVE_PHASES
 from virtplane.domain.resources import (
     CapturedVM,
     DiskSnapshot,
@@ -31,9 +33,6 @@ from virtplane.reconcile.types import Request, Result
 log = logging.getLogger("virtplane.controllers.snapshots")
 
 FINALIZER = "virtplane.io/snapshot-data"
-LIVE_PHASES = frozenset(
-    {VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PAUSED, VMPhase.MIGRATING, VMPhase.STOPPING}
-)
 
 
 def snapshot_id(snapshot: VirtualMachineSnapshot, volume: str) -> str:
@@ -182,3 +181,7 @@ class SnapshotReconciler:
                 f"snapshot {snap.metadata.name} and its disk data removed",
             )
         return None
+
+
+WATCHES = (itself(VirtualMachineSnapshot.KIND),)
+"""A snapshot is looked at when it changes, and on resync: nothing else wakes it."""

@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import logging
 
-from virtplane.controllers.attachments import sync_attachment
+from virtplane.controllers.attachments import sync_attachment, volumes_of_vm
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.scheduling import pool_driver_name, pool_hosts
+from virtplane.controllers.host import reachability_changed
+from virtplane.controllers.scheduling import pool_hosts
+from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.images import owned_volume_file
+from virtplane.domain.pools import pool_driver_name, pool_path
 from virtplane.domain.resources import (
+    Host,
     HostConnection,
+    Image,
     ImageKind,
     ImagePhase,
     PoolContent,
     PoolKind,
+    Resource,
     StoragePool,
+    VirtualMachine,
     Volume,
     VolumePhase,
 )
@@ -31,14 +38,12 @@ from virtplane.runtime.cache import Cache
 log = logging.getLogger("virtplane.controllers.storage")
 
 FINALIZER = "virtplane.io/volume"
-DEFAULT_POOL_ROOT = "/var/lib/virtplane/pools"
 
 
 def pool_ref(pool: StoragePool) -> PoolRef:
-    name = pool_driver_name(pool)
     return PoolRef(
-        name=name,
-        path=pool.spec.path or f"{DEFAULT_POOL_ROOT}/{name}",
+        name=pool_driver_name(pool),
+        path=pool_path(pool),
         shared=pool.spec.kind is PoolKind.SHARED,
         capacity_gib=pool.spec.capacity_gib,
     )
@@ -201,3 +206,36 @@ class VolumeReconciler:
             self.ctx.write(volume)
             self.ctx.event(volume, "NotReady", message, warning=True)
         return Result(requeue_after=retry)
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _every_pool(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A host that came, went away or came back changes which hosts reach each pool."""
+    if not reachability_changed(old, new):
+        return []
+    return [Request(StoragePool.KIND, pool.metadata.name) for pool in cache.pools()]
+
+
+def _volumes_in_pool(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    return [Request(Volume.KIND, name) for name in cache.volumes_in_pool(name_of(old, new))]
+
+
+def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """Volumes still to be copied from the image (it may be Ready now)."""
+    image = name_of(old, new)
+    return [
+        Request(Volume.KIND, v.metadata.name)
+        for v in cache.volumes()
+        if v.spec.source and v.spec.source.image == image
+    ]
+
+
+POOL_WATCHES = (itself(StoragePool.KIND), Watch(Host.KIND, _every_pool))
+VOLUME_WATCHES = (
+    itself(Volume.KIND),
+    Watch(StoragePool.KIND, _volumes_in_pool),
+    Watch(Image.KIND, _volumes_from_image),
+    Watch(VirtualMachine.KIND, volumes_of_vm),
+)

@@ -16,11 +16,13 @@ rule is what makes that safe when two such writes race past the API.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["VolumeUser", "holder"]
+from virtplane.domain.resources import VirtualMachine
+
+__all__ = ["VolumeUser", "attached_elsewhere", "holder", "users_of"]
 
 
 @dataclass(frozen=True)
@@ -53,3 +55,32 @@ def holder(current: str | None, users: Sequence[VolumeUser]) -> str | None:
         key=lambda u: (u.created_at is None, u.created_at.timestamp() if u.created_at else 0.0, u.vm),
     )
     return first.vm
+
+
+def users_of(volume: str, vms: Iterable[VirtualMachine | None]) -> list[VolumeUser]:
+    """The VMs that list ``volume`` or hold it, as the rules see them (missing ones left out)."""
+    return [
+        VolumeUser(
+            vm=vm.metadata.name,
+            lists_volume=any(d.volume == volume for d in vm.spec.disks),
+            deleting=vm.metadata.deletion_requested_at is not None,
+            domain_may_hold=vm.status.host is not None
+            and vm.status.observed_generation < vm.metadata.generation,
+            created_at=vm.metadata.created_at,
+        )
+        for vm in vms
+        if vm is not None
+    ]
+
+
+def attached_elsewhere(vm: str, current: str | None, users: Sequence[VolumeUser]) -> str | None:
+    """The VM other than ``vm`` that holds the volume (``current``, if it still exists), or else
+    lists it and is not being deleted; None when ``vm`` may have it. What the API refuses a
+    second VM for, and what a restore leaves alone."""
+    present = {user.vm for user in users}
+    if current and current != vm and current in present:
+        return current
+    for user in sorted(users, key=lambda u: u.vm):
+        if user.vm != vm and user.lists_volume and not user.deleting:
+            return user.vm
+    return None

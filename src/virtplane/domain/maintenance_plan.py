@@ -10,39 +10,48 @@
   migration (MIGRATE_WITH_STORAGE; BLOCKED if it may not be migrated or no host
   has room), ForceStop → FORCE_STOP, Stop → STOP.
 
-VMs are planned largest memory first, then by name, so the big ones get the
-roomy hosts and the same input always gives the same plan. Each chosen target
-is reserved before the next VM is planned, so two VMs never over-commit one
-host or land together on a host against their anti-affinity group.
+Targets are chosen so that every target's inbound migration slot has work: each VM
+goes to the target with the least to receive so far (the MiB of memory and copied
+disks already planned for it), then the one with the most free memory. VMs are
+planned most constrained first (fewest possible targets), then largest first, then
+by name: a VM only one host can take gets it before a VM that could go anywhere
+fills it (the demo's drain sent a free VM and one anti-affinity kept to host-1 both
+there, and host-2 sat idle), and big moves are spread before the small ones even
+out the rest. The same input always gives the same plan; the items are listed
+largest memory first, then by name. Each chosen target is reserved before the next
+VM is planned, so two VMs never over-commit one host or land together on a host
+against their anti-affinity group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
+from datetime import datetime
 
-from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve, why_no_target
+from virtplane.domain.progress import RETRIED_AFRESH, PlanAction
+from virtplane.domain.resources import (
+    HostMaintenanceStatus,
+    MaintenancePhase,
+    MaintenancePlanItem,
+    MaintenanceStrategy,
+)
 
-__all__ = ["Plan", "PlanAction", "PlanItem", "PlanVM", "Strategy", "plan_maintenance"]
+__all__ = [
+    "Plan",
+    "PlanAction",
+    "PlanItem",
+    "PlanVM",
+    "Strategy",
+    "plan_items",
+    "plan_maintenance",
+    "restart_status",
+]
 
 
-class Strategy(StrEnum):
-    """The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
-
-    ERROR = "Error"
-    MIGRATION = "Migration"
-    FORCE_STOP = "ForceStop"
-    STOP = "Stop"
-
-
-class PlanAction(StrEnum):
-    MIGRATE = "Migrate"
-    MIGRATE_WITH_STORAGE = "MigrateWithStorage"
-    STOP = "Stop"
-    FORCE_STOP = "ForceStop"
-    LEAVE = "Leave"
-    BLOCKED = "Blocked"
+Strategy = MaintenanceStrategy
+"""The setting host.maintenance.local.storage.strategy: what to do with VMs that can't live-migrate."""
 
 
 @dataclass(frozen=True)
@@ -89,15 +98,6 @@ class Plan:
         return not self.blocked
 
 
-def _no_target(choice: Choice) -> str:
-    if choice.blocked:
-        return f"cannot leave {choice.blocked}"
-    if not choice.reasons:
-        return "no target host: there are no other hosts"
-    details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
-    return f"no target host: {details}"
-
-
 def _why_not_live(planned: PlanVM) -> str:
     """Why a running VM can't simply be live-migrated, e.g. 'local storage'."""
     causes: list[str] = []
@@ -127,21 +127,36 @@ def plan_maintenance(
     targets = {h.name: h for h in hosts if h.name != host}
     sources = [h for h in hosts if h.name == host]
     items: list[PlanItem] = []
+    receiving: dict[str, float] = {}  # target → MiB planned to arrive there
 
-    def place(planned: PlanVM, action: PlanAction, copy_local_disks: bool, reason: str) -> PlanItem:
-        choice = choose_host(
+    def choose(planned: PlanVM, copy_local_disks: bool) -> Choice:
+        return choose_host(
             replace(planned.vm, host=host),  # it leaves this host, whatever the view says
             [*sources, *targets.values()],
             exclude=exclude_targets,
             copy_local_disks=copy_local_disks,
             migration=True,
+            load=receiving,
         )
+
+    def place(planned: PlanVM, action: PlanAction, copy_local_disks: bool, reason: str) -> PlanItem:
+        choice = choose(planned, copy_local_disks)
         if choice.host is None:
-            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, _no_target(choice))
+            return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, why_no_target(choice))
         targets[choice.host] = reserve(targets[choice.host], planned.vm, copy_local_disks)
+        receiving[choice.host] = receiving.get(choice.host, 0.0) + _transfer_mib(planned, copy_local_disks)
         return PlanItem(planned.vm.name, action, choice.host, reason)
 
-    for planned in sorted(vms, key=lambda p: (-p.vm.memory_mib, p.vm.name)):
+    def possible_targets(planned: PlanVM) -> int:
+        if not planned.running or not planned.migratable:
+            return 0  # not migrated: its order does not matter
+        if planned.has_local_disks and strategy is not Strategy.MIGRATION:
+            return 0
+        choice = choose(planned, planned.has_local_disks)
+        return sum(1 for name in targets if name not in choice.reasons and not choice.blocked)
+
+    order = sorted(vms, key=lambda p: (possible_targets(p), -p.vm.memory_mib, p.vm.name))
+    for planned in order:
         name = planned.vm.name
         if not planned.running:
             items.append(PlanItem(name, PlanAction.LEAVE, None, "not running"))
@@ -159,4 +174,37 @@ def plan_maintenance(
                 items.append(PlanItem(name, PlanAction.FORCE_STOP, None, why))
             else:
                 items.append(PlanItem(name, PlanAction.STOP, None, why))
+    memory = {p.vm.name: p.vm.memory_mib for p in vms}
+    items.sort(key=lambda item: (-memory[item.vm], item.vm))
     return Plan(host=host, strategy=strategy, items=tuple(items))
+
+
+def plan_items(plan: Plan) -> list[MaintenancePlanItem]:
+    """The plan as ``HostMaintenance.status.plan`` stores it."""
+    return [
+        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason) for i in plan.items
+    ]
+
+
+def restart_status(status: HostMaintenanceStatus, plan: Plan, now: datetime) -> HostMaintenanceStatus:
+    """The status a new or repeated request drains from: a retry of a failed drain keeps what it
+    did (the VMs that failed or were blocked start afresh); anything else starts over."""
+    if status.phase is MaintenancePhase.FAILED:
+        new = status.model_copy(deep=True)
+        new.progress = {vm: p for vm, p in new.progress.items() if p.state not in RETRIED_AFRESH}
+    else:
+        new = HostMaintenanceStatus(observed_generation=status.observed_generation)
+    new.phase = MaintenancePhase.DRAINING
+    new.strategy = plan.strategy
+    new.plan = plan_items(plan)
+    new.blocking = []
+    new.finished_at = None
+    new.started_at = new.started_at or now
+    new.message = f"plan: {len(plan.items)} VM(s), strategy {plan.strategy.value}"
+    return new
+
+
+def _transfer_mib(planned: PlanVM, copy_local_disks: bool) -> float:
+    """What a migration of ``planned`` sends: its memory, and its local disks when they are copied."""
+    disks = sum(planned.vm.local_disks_gib.values()) * 1024 if copy_local_disks else 0
+    return float(planned.vm.memory_mib + disks)

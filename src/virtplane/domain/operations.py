@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from virtplane.domain.resources import OperationType, RunPolicy, VMPhase
+from virtplane.domain.resources import (
+    OperationPhase,
+    OperationType,
+    RunPolicy,
+    VirtualMachineOperation,
+    VMPhase,
+)
 
 ALL_POLICIES = frozenset(RunPolicy)
 ALL_PHASES = frozenset(VMPhase)
@@ -124,3 +131,30 @@ def admit(
             f"{type.value} refused: the VM is {phase.value}; {type.value} applies to {allowed}",
         )
     return Admission(True, supersede=tuple(superseded))
+
+
+_NOT_CREATED_YET = datetime.max.replace(tzinfo=UTC)
+
+
+def _order(op: VirtualMachineOperation) -> tuple[datetime, str]:
+    """Creation order; one that admission is looking at, not stored yet, comes after all others."""
+    return (op.metadata.created_at or _NOT_CREATED_YET, op.metadata.name)
+
+
+def active_before(ops: list[VirtualMachineOperation], op: VirtualMachineOperation) -> list[ActiveOperation]:
+    """Active operations that come before ``op``: InProgress ones, and Pending ones created earlier."""
+    result = []
+    for other in ops:
+        if other.metadata.name == op.metadata.name or other.status.phase.finished:
+            continue
+        if other.status.phase is OperationPhase.PENDING and _order(other) > _order(op):
+            continue
+        result.append(
+            ActiveOperation(
+                other.metadata.name,
+                other.spec.type,
+                other.spec.force,
+                other.status.phase is OperationPhase.IN_PROGRESS,
+            )
+        )
+    return result

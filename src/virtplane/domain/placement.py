@@ -3,7 +3,9 @@
 ``choose_host`` filters the hosts, records why each rejected one was rejected
 (the first rule it fails, in the order of ``_rejection``), and picks among the
 rest the host with the most free memory after placement, so VMs spread out;
-ties go to the lowest name, so the choice is reproducible.
+ties go to the lowest name, so the choice is reproducible. A caller that spreads
+work rather than room (the maintenance plan, whose targets each take one
+migration at a time) passes each host's ``load``: the least loaded host wins first.
 
 Local pools: a local pool lives on one host, so ``HostView.local_pool_free_gib``
 and ``VMView.local_disks_gib`` are keyed by the pool's name as the hosts know it.
@@ -196,12 +198,14 @@ def choose_host(
     exclude: frozenset[str] = frozenset(),
     copy_local_disks: bool = False,
     migration: bool = False,
+    load: Mapping[str, float] | None = None,
 ) -> Choice:
     """The best host for ``vm`` among ``hosts``, and the reason each other host was rejected.
 
     Only Enabled, connected hosts are candidates; the VM's current host and the
-    ``exclude``d ones never are. Among the rest, the most free memory after
-    placement wins, then the lowest name. With ``migration`` the VM moves live from
+    ``exclude``d ones never are. Among the rest, the least ``load`` wins (hosts
+    missing from it have none), then the most free memory after placement, then
+    the lowest name. With ``migration`` the VM moves live from
     its current host, which is then the source rather than a rejected candidate: when
     it (if among ``hosts``) cannot let the VM go, no host is considered and
     ``Choice.blocked`` says why.
@@ -220,7 +224,12 @@ def choose_host(
             candidates.append(host)
         else:
             reasons[host.name] = reason
-    best = min(candidates, key=lambda h: (-(h.free_memory_mib - vm.memory_mib), h.name), default=None)
+    load = load or {}
+    best = min(
+        candidates,
+        key=lambda h: (load.get(h.name, 0.0), -(h.free_memory_mib - vm.memory_mib), h.name),
+        default=None,
+    )
     return Choice(host=None if best is None else best.name, reasons=MappingProxyType(reasons))
 
 
@@ -247,6 +256,16 @@ def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
         local_pool_free_gib=local,
         anti_affinity_groups=groups,
     )
+
+
+def why_no_target(choice: Choice) -> str:
+    """Why a VM that must move has nowhere to go (a maintenance plan, a drain, a migration)."""
+    if choice.blocked:
+        return f"cannot leave {choice.blocked}"
+    if not choice.reasons:
+        return "no target host: there are no other hosts"
+    details = "; ".join(f"{name}: {reason}" for name, reason in sorted(choice.reasons.items()))
+    return f"no target host: {details}"
 
 
 def explain(choice: Choice) -> str:

@@ -12,21 +12,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from virtplane.domain.intents import Intents, PowerState, RestartStage, StopMode, memory_resume_stands
+from virtplane.domain.phases import ACTIVE_STATES, IN_FLIGHT_STATES, UP_STATES, DomainState
 from virtplane.domain.resources import ExitReason, RunPolicy, VMPhase
-
-# The domain states as the decision sees them (strings, so the domain layer does not import drivers).
-RUNNING = "running"
-STARTING = "starting"
-PAUSED = "paused"
-SHUTTING_DOWN = "shutting-down"
-SHUTOFF = "shutoff"
-CRASHED = "crashed"
-MIGRATING = "migrating"
-INCOMING = "incoming"  # arriving here by live migration
-
-ACTIVE_STATES = frozenset({RUNNING, STARTING, PAUSED, SHUTTING_DOWN, MIGRATING, INCOMING})
-IN_FLIGHT_STATES = frozenset({MIGRATING, INCOMING})
-"""A live migration owns the domain: nothing stops or starts it until the migration ends."""
 
 
 class PowerAction(StrEnum):
@@ -63,7 +50,7 @@ POLICY_WANTS_RUNNING: dict[RunPolicy, dict[ExitReason | None, Want]] = {
 @dataclass(frozen=True)
 class PowerInputs:
     run_policy: RunPolicy
-    domain_state: str | None  # None: no domain exists for the VM
+    domain_state: str | None  # a DomainState; None: no domain exists for the VM
     exit_reason: ExitReason | None  # the driver's reason for the domain's last stop
     last_exit: ExitReason | None  # what the VM's status recorded
     intents: Intents
@@ -85,7 +72,7 @@ class PowerDecision:
 
 def _record_exit(inputs: PowerInputs) -> ExitReason | None:
     """The exit reason to record for a domain that is not running."""
-    if inputs.domain_state == RUNNING:
+    if inputs.domain_state == DomainState.RUNNING:
         return None  # it runs: whatever stopped it before is over
     if inputs.domain_state in ACTIVE_STATES:
         return inputs.last_exit
@@ -108,13 +95,13 @@ def _record_exit(inputs: PowerInputs) -> ExitReason | None:
 
 def _active_phase(state: str) -> VMPhase:
     return {
-        RUNNING: VMPhase.RUNNING,
-        STARTING: VMPhase.STARTING,
-        PAUSED: VMPhase.PAUSED,
-        SHUTTING_DOWN: VMPhase.STOPPING,
-        MIGRATING: VMPhase.MIGRATING,
-        INCOMING: VMPhase.MIGRATING,
-    }[state]
+        DomainState.RUNNING: VMPhase.RUNNING,
+        DomainState.STARTING: VMPhase.STARTING,
+        DomainState.PAUSED: VMPhase.PAUSED,
+        DomainState.SHUTTING_DOWN: VMPhase.STOPPING,
+        DomainState.MIGRATING: VMPhase.MIGRATING,
+        DomainState.INCOMING: VMPhase.MIGRATING,
+    }[DomainState(state)]
 
 
 def _stop(
@@ -131,7 +118,7 @@ def _stop(
         return PowerDecision(
             PowerAction.FORCE_STOP, intents, last_exit, VMPhase.STOPPING, "ForceStopping", why
         )
-    if state == SHUTTING_DOWN:
+    if state == DomainState.SHUTTING_DOWN:
         return PowerDecision(PowerAction.NONE, intents, last_exit, VMPhase.STOPPING, "Stopping", why)
     return PowerDecision(PowerAction.STOP, intents, last_exit, VMPhase.STOPPING, "Stopping", why)
 
@@ -172,7 +159,7 @@ def _decide(inputs: PowerInputs) -> PowerDecision:
     policy = inputs.run_policy
     state = inputs.domain_state
     active = state in ACTIVE_STATES
-    running = state in (RUNNING, PAUSED, MIGRATING, INCOMING)
+    running = state in UP_STATES
     last_exit = _record_exit(inputs)
 
     # 1. An explicit stop (user Stop, or a stop asked by restore/maintenance) is carried out
@@ -228,13 +215,13 @@ def _decide(inputs: PowerInputs) -> PowerDecision:
             )
         intents = intents.with_(restart=RestartStage.STARTING)
     if intents.restart is RestartStage.STARTING:
-        if state == RUNNING:
+        if state == DomainState.RUNNING:
             return _idle(inputs, intents.with_(restart=None, start=False), last_exit, _steady(policy))
         return _start(inputs, intents, last_exit, "restart")
 
     # 6. An explicit start (Start operation, restored or maintenance power state).
     if intents.start:
-        if state == RUNNING:
+        if state == DomainState.RUNNING:
             return _idle(inputs, intents.with_(start=False), last_exit, _steady(policy))
         return _start(inputs, intents, last_exit, "start requested")
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from virtplane.domain.images import check_image_file
+from virtplane.domain.progress import PlanAction, ProgressState
 
 API_VERSION = "virtplane.io/v1"
 
@@ -680,15 +681,13 @@ class HostMaintenanceSpec(Strict):
 
 class MaintenancePlanItem(BaseModel):
     vm: str
-    action: str
+    action: PlanAction
     target: str | None = None
     reason: str = ""
 
 
 class MaintenanceVMProgress(BaseModel):
-    state: str = (
-        "Pending"  # Pending, WaitingForSlot, Migrating, Migrated, Stopping, Stopped, Blocked, Failed, Left
-    )
+    state: ProgressState = ProgressState.PENDING  # changed only through domain.progress.advance
     target: str | None = None
     attempts: int = 0
     tried: list[str] = Field(default_factory=list)

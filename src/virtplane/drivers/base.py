@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
 from virtplane.domain.resources import Capability, ExitReason
 
 DOMAIN_PREFIX = "virtplane-"
@@ -30,15 +31,9 @@ def domain_name(vm_uid: str) -> str:
     return f"{DOMAIN_PREFIX}{vm_uid}"
 
 
-class DomainState(StrEnum):
-    STARTING = "starting"  # booting (the sim models it; libvirt goes straight to running)
-    RUNNING = "running"
-    PAUSED = "paused"
-    SHUTTING_DOWN = "shutting-down"
-    SHUTOFF = "shutoff"
-    CRASHED = "crashed"
-    MIGRATING = "migrating"  # outgoing live migration in progress (still running here)
-    INCOMING = "incoming"  # arriving by live migration: defined here, not running here yet
+def vm_uid_of(domain: str) -> str:
+    """The VM uid in a domain name made by ``domain_name``; "" for a domain that is not ours."""
+    return domain.removeprefix(DOMAIN_PREFIX) if domain.startswith(DOMAIN_PREFIX) else ""
 
 
 @dataclass(frozen=True)
@@ -284,4 +279,5 @@ __all__ = [
     "PoolRef",
     "VolumeInfo",
     "domain_name",
+    "vm_uid_of",
 ]

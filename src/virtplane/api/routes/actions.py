@@ -19,6 +19,7 @@ from virtplane.api.context import Admission, ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.api.lists import field_selector, label_selector
 from virtplane.api.routes.resources import admit
+from virtplane.domain.errors import DomainError, Refused
 from virtplane.domain.names import BATCH_LABEL, generated_name, random_suffix
 from virtplane.domain.resources import (
     EventType,
@@ -74,13 +75,16 @@ class ActionResult(BaseModel):
     metadata: ActionMetadata
 
 
-def _admit_each(admission: Admission, operations: Sequence[VirtualMachineOperation]) -> list[ApiError | None]:
-    refusals: list[ApiError | None] = []
+def _admit_each(
+    admission: Admission, operations: Sequence[VirtualMachineOperation]
+) -> list[DomainError | None]:
+    """Admission's refusal of each operation (a domain error), or None: admitted."""
+    refusals: list[DomainError | None] = []
     for operation in operations:
         try:
             admission.on_create(operation)
             refusals.append(None)
-        except ApiError as refusal:
+        except DomainError as refusal:
             refusals.append(refusal)
     return refusals
 
@@ -115,7 +119,7 @@ def _act(ctx: ApiContext, selection: Selection, principal: Principal, kind: Oper
                 try:
                     ctx.store.create(operation)
                 except AlreadyExists as exists:  # a generated name taken meanwhile: refuse, never overwrite
-                    refusal = ApiError(409, "AlreadyExists", str(exists))
+                    refusal = Refused("AlreadyExists", str(exists))
             if refusal is not None:
                 outcomes.append(
                     Outcome(vm=vm, operation=None, reason=refusal.reason, message=refusal.message)

@@ -1,7 +1,8 @@
 """Host maintenance under its host: POST (ask, dry run, retry), GET (show), DELETE (cancel).
 
 Admin only for writes; any role reads. The work is done by the maintenance service
-(``controllers.maintenance``) handed in through the API context.
+(``services.maintenance``) handed in through the API context; its refusals are domain
+errors, which ``api.errors`` maps to HTTP statuses.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
-from virtplane.controllers.maintenance import MaintenanceRefused, MaintenanceService
 from virtplane.domain.resources import MaintenanceStrategy
+from virtplane.services.maintenance import MaintenanceService
 
 router = APIRouter(tags=["Host"])
 
@@ -42,10 +43,7 @@ async def _call(request: Request, fn: Any, *args: Any) -> dict[str, Any]:
     if ctx.catch_up is not None:
         # plan from current data: on a follower the cache trails the leader's writes by a poll
         await ctx.catch_up()
-    try:
-        result: dict[str, Any] = fn(*args)
-    except MaintenanceRefused as exc:
-        raise ApiError(exc.status, exc.reason, exc.message) from exc
+    result: dict[str, Any] = fn(*args)
     return result
 
 

@@ -17,10 +17,10 @@ from virtplane.crashpoints import crashpoint
 from virtplane.domain import power
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.host_states import accepts_vms
+from virtplane.domain.phases import TRANSITION_PHASES, UP_PHASES, DomainState
 from virtplane.domain.placement import choose_host, explain
 from virtplane.domain.power import PowerAction, PowerDecision, PowerInputs, start_retry_delay
 from virtplane.domain.resources import ExitReason, HostConnection, VMPhase
-from virtplane.drivers.base import DomainState
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError
 from virtplane.reconcile.types import Result
 
@@ -29,8 +29,6 @@ log = logging.getLogger("virtplane.controllers.vm")
 WARNING_EXITS = frozenset(
     {ExitReason.CRASH, ExitReason.START_FAILED, ExitReason.VANISHED, ExitReason.HOST_FAILURE}
 )
-WAS_RUNNING = frozenset({VMPhase.RUNNING, VMPhase.STARTING, VMPhase.PAUSED, VMPhase.MIGRATING})
-"""Phases after which a missing domain counts as vanished."""
 
 
 def power_inputs(state: VMState) -> PowerInputs:
@@ -43,7 +41,7 @@ def power_inputs(state: VMState) -> PowerInputs:
         last_exit=status.last_exit,
         intents=state.intents,
         held=bool(state.intents.held_by),
-        was_running=status.phase in WAS_RUNNING,
+        was_running=status.phase in UP_PHASES,
         grace_expired=status.stopping_since is not None and state.now - status.stopping_since >= grace,
         start_backoff=status.next_start_at is not None and state.now < status.next_start_at,
     )
@@ -127,7 +125,7 @@ async def act(state: VMState) -> Result | None:
 def _requeue(state: VMState, decision: PowerDecision) -> Result | None:
     status = state.status
     requeue = None
-    if status.phase in (VMPhase.STARTING, VMPhase.STOPPING, VMPhase.MIGRATING):
+    if status.phase in TRANSITION_PHASES:
         requeue = POLL_TRANSITION_S
     if decision.reason == "StartBackoff" and status.next_start_at is not None:
         requeue = max(0.05, (status.next_start_at - state.now).total_seconds())

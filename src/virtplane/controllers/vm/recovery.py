@@ -15,28 +15,29 @@ from virtplane.controllers.scheduling import local_pool_hosts
 from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.intents import RecoveryStage, read_intents
+from virtplane.domain.phases import RECOVERY_END_PHASES
 from virtplane.domain.power import PowerAction
 from virtplane.domain.recovery import Candidate, Recovery, StorageKind, admitted, queue_position
 from virtplane.domain.recovery import recovery as recovery_of
 from virtplane.domain.resources import HostConnection, VirtualMachine, VMPhase
 from virtplane.reconcile.types import Result
+from virtplane.runtime.cache import Cache
 
 POLL_SLOT_S = 1.0
 
-__all__ = ["recovery"]
+__all__ = ["recovery", "slot_queue"]
 
 
-def _cluster(state: VMState, cluster: str) -> tuple[list[Candidate], int]:
+def slot_queue(cache: Cache, cluster: str) -> tuple[list[Candidate], int]:
     """The VMs waiting for a recovery slot of ``cluster`` (also those of its fenced hosts not
     released yet, so that the order does not depend on which VM was looked at first), and
     how many hold one."""
-    cache = state.ctx.cache
     fenced = {h.metadata.name for h in cache.hosts() if h.spec.fenced and h.spec.cluster == cluster}
     waiting, starting = [], 0
     for vm in cache.vms():
         intent = read_intents(vm.metadata.annotations).recovery
         if intent is None:
-            if vm.status.host in fenced and _will_restart(state, vm):
+            if vm.status.host in fenced and _will_restart(cache, vm):
                 waiting.append(Candidate(vm.metadata.name, vm.spec.recovery_priority))
             continue
         if intent.cluster != cluster:
@@ -48,9 +49,9 @@ def _cluster(state: VMState, cluster: str) -> tuple[list[Candidate], int]:
     return waiting, starting
 
 
-def _will_restart(state: VMState, vm: VirtualMachine) -> bool:
+def _will_restart(cache: Cache, vm: VirtualMachine) -> bool:
     """A VM of a fenced host that its release will send to start elsewhere (see steps.host)."""
-    local = local_pool_hosts(state.ctx.cache, vm) is not None
+    local = local_pool_hosts(cache, vm) is not None
     storage = StorageKind.LOCAL if local else StorageKind.SHARED
     release = recovery_of(vm.spec.run_policy, storage, HostConnection.DOWN)
     return release is Recovery.RESTART_ELSEWHERE and vm.status.phase is not VMPhase.STOPPED
@@ -62,20 +63,16 @@ async def recovery(state: VMState) -> Result | None:
     if intent is None or decision is None:
         return None
     ctx = state.ctx
-    if decision.phase in (VMPhase.RUNNING, VMPhase.STOPPED) and decision.action is PowerAction.NONE:
+    if decision.phase in RECOVERY_END_PHASES and decision.action is PowerAction.NONE:
         state.intents = state.intents.with_(recovery=None)
         if decision.phase is VMPhase.RUNNING:
             ctx.event(
                 state.vm, "Recovered", f"runs on {state.status.host} after host {intent.from_host} failed"
             )
-        # a slot (or a place in the queue) is free: the others of the cluster look again
-        for candidate in _cluster(state, intent.cluster)[0]:
-            if candidate.name != state.name:
-                ctx.requeue_vm(candidate.name)
-        return None
+        return None  # the slot (or place in the queue) is free: see watches.py
     if intent.stage is RecoveryStage.STARTING or decision.action is not PowerAction.START:
         return None
-    waiting, starting = _cluster(state, intent.cluster)
+    waiting, starting = slot_queue(ctx.cache, intent.cluster)
     limit = ctx.settings.get_int("host.recovery.max_starting_per_cluster")
     if state.name in admitted(waiting, starting, limit):
         state.intents = state.intents.with_(recovery=replace(intent, stage=RecoveryStage.STARTING))

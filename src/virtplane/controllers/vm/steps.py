@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 
-from virtplane.controllers.migration_outcome import LIVE
 from virtplane.controllers.scheduling import local_pool_hosts
 from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
@@ -15,6 +14,7 @@ from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.intents import Recovery as RecoveryIntent
 from virtplane.domain.intents import RecoveryStage, read_migration
+from virtplane.domain.phases import LIVE_STATES, DomainState
 from virtplane.domain.recovery import Recovery, StorageKind, recovery
 from virtplane.domain.resources import (
     ExitReason,
@@ -24,7 +24,6 @@ from virtplane.domain.resources import (
     VirtualMachine,
     VMPhase,
 )
-from virtplane.drivers.base import DomainState
 from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound
 from virtplane.reconcile.types import Result
 
@@ -244,7 +243,7 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
         if driver is None:
             if not other.spec.fenced:
                 unasked.append(other.metadata.name)
-        elif info is not None and info.state in LIVE:
+        elif info is not None and info.state in LIVE_STATES:
             return other.metadata.name, ""
     return None, ", ".join(sorted(unasked))
 

@@ -15,12 +15,27 @@ states and exit reasons are the level truth that events only hint at.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from virtplane.domain.resources import ExitReason
-from virtplane.drivers.base import DomainEventType, DomainState
+from virtplane.drivers.base import (
+    DomainEvent,
+    DomainEventType,
+    DomainInfo,
+    DomainState,
+    EventSink,
+    MigrationJob,
+    vm_uid_of,
+)
 from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.libvirt.domain import LibvirtDomain
+from virtplane.drivers.libvirt.migration import is_incoming
+
+log = logging.getLogger(__name__)
 
 _loop_lock = threading.Lock()
 _loop_thread: threading.Thread | None = None
@@ -100,6 +115,34 @@ def map_state(state: int, reason: int, *, stop_requested: bool) -> tuple[DomainS
     return ours, exit_reason
 
 
+def domain_info(
+    dom: LibvirtDomain, *, stop_asked: Callable[[LibvirtDomain], bool], saving: bool, migrating: bool
+) -> DomainInfo:
+    """What the driver reports of ``dom``. ``stop_asked``: whether the control plane asked it to
+    stop; ``saving``: it is off only for the instant of a memory save; ``migrating``: this
+    driver runs its outgoing migration."""
+    lv = _libvirt.load()
+    state, reason = dom.state()
+    shut_down = state == lv.VIR_DOMAIN_SHUTOFF and reason == lv.VIR_DOMAIN_SHUTOFF_SHUTDOWN
+    ours, exit_reason = map_state(state, reason, stop_requested=shut_down and stop_asked(dom))
+    if saving:
+        ours, exit_reason = DomainState.PAUSED, None
+    elif ours in (DomainState.RUNNING, DomainState.PAUSED) and migrating:
+        ours = DomainState.MIGRATING
+    elif ours is DomainState.PAUSED and is_incoming(dom, state, reason):
+        ours = DomainState.INCOMING
+    vcpus, memory_mib = dom.size()
+    return DomainInfo(
+        name=dom.name,
+        vm_uid=vm_uid_of(dom.name),
+        state=ours,
+        exit_reason=exit_reason,
+        cpu=vcpus,
+        memory_mib=memory_mib,
+        migrated_away=state == lv.VIR_DOMAIN_SHUTOFF and reason == lv.VIR_DOMAIN_SHUTOFF_MIGRATED,
+    )
+
+
 def map_lifecycle(event: int, detail: int, *, stop_requested: bool) -> MappedEvent | None:
     """Our event for a libvirt lifecycle event, or None for those we do not report."""
     lv = _libvirt.load()
@@ -162,4 +205,74 @@ def reboot_event() -> MappedEvent:
     return MappedEvent(DomainEventType.RESET, ExitReason.GUEST_RESET, "reset by guest")
 
 
-__all__ = ["MappedEvent", "ensure_event_loop", "map_lifecycle", "map_state", "reboot_event"]
+class EventRelay:
+    """Turns one connection's libvirt callbacks into ``DomainEvent``s for the driver's sink.
+
+    ``stop_asked(name)`` tells whether the control plane asked the domain to stop; it is
+    called on libvirt's event thread, so it must not call libvirt.
+    """
+
+    def __init__(self, uri: str, stop_asked: Callable[[str], bool]) -> None:
+        self._uri = uri
+        self._stop_asked = stop_asked
+        self.sink: EventSink | None = None
+
+    def register(self, conn: Any) -> None:
+        """Subscribe to the domain events of a newly opened connection."""
+        lv = _libvirt.load()
+        conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
+        conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_REBOOT, self._on_reboot, None)
+
+    def host(self, event_type: DomainEventType, detail: str) -> None:
+        self._send(DomainEvent(self._uri, "", "", event_type, None, detail))
+
+    def migration_failed(self, job: MigrationJob) -> None:
+        event = DomainEvent(
+            self._uri,
+            job.domain,
+            vm_uid_of(job.domain),
+            DomainEventType.MIGRATION_FAILED,
+            None,
+            job.error or job.phase,
+        )
+        self._send(event)
+
+    # libvirt calls these on its event loop thread with a raw virDomain
+
+    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, detail: int, _opaque: object) -> None:
+        try:
+            name = LibvirtDomain(dom).name
+            mapped = map_lifecycle(event, detail, stop_requested=self._stop_asked(name))
+            if mapped is not None:
+                self._domain(name, mapped)
+        except Exception:
+            log.exception("libvirt lifecycle callback failed")
+
+    def _on_reboot(self, _conn: Any, dom: Any, _opaque: object) -> None:
+        try:
+            self._domain(LibvirtDomain(dom).name, reboot_event())
+        except Exception:
+            log.exception("libvirt reboot callback failed")
+
+    def _domain(self, name: str, mapped: MappedEvent) -> None:
+        self._send(DomainEvent(self._uri, name, vm_uid_of(name), mapped.type, mapped.reason, mapped.detail))
+
+    def _send(self, event: DomainEvent) -> None:
+        sink = self.sink
+        if sink is None:
+            return
+        try:
+            sink(event)
+        except Exception:
+            log.exception("event sink failed on %s", event.type)
+
+
+__all__ = [
+    "EventRelay",
+    "MappedEvent",
+    "domain_info",
+    "ensure_event_loop",
+    "map_lifecycle",
+    "map_state",
+    "reboot_event",
+]

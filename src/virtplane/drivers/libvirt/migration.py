@@ -25,6 +25,7 @@ from typing import Any
 from virtplane.drivers.base import MigrationJob, MigrationPhase, MigrationRequest
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.domain_xml import parse_domain_xml
 
 MIB = 1024 * 1024
@@ -85,7 +86,36 @@ class MigrationTracker:
             entry = self._migrations.get(name)
         return entry is not None and not entry.job.finished
 
-    def start(self, dom: Any, request: MigrationRequest, params: dict[str, Any], flags: int) -> None:
+    def begin(self, dom: LibvirtDomain, request: MigrationRequest, *, migration_address: str | None) -> None:
+        """Start migrating ``dom`` as ``request`` asks; returns at once."""
+        if not dom.is_active():
+            raise PermanentError(f"domain {request.domain} is not running; only live migration is supported")
+        params, flags = migration_parameters(request, dom.xml(), migration_address=migration_address)
+        self._start(dom, request, params, flags)
+
+    def current(self, name: str, dom: LibvirtDomain | None) -> MigrationJob | None:
+        """The outgoing migration of ``name`` (``dom``, when it is still here): ours, or one
+        started by an earlier process or another replica that the hypervisor still runs."""
+        if self.running(name):
+            return self.job(name, dom)
+        live = live_job(dom) if dom is not None and dom.is_active() else None
+        return live or self.job(name, None)
+
+    def abort(self, dom: LibvirtDomain) -> None:
+        """Abort the outgoing migration of ``dom``, ours or not; nothing when none runs."""
+        lv = _libvirt.load()
+        ours = self.request_abort(dom.name)
+        if not ours and (not dom.is_active() or live_job(dom) is None):
+            return
+        try:
+            dom.abort_job()
+        except lv.libvirtError as exc:
+            if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID:
+                raise  # "no job is active": it finished just now
+
+    def _start(
+        self, dom: LibvirtDomain, request: MigrationRequest, params: dict[str, Any], flags: int
+    ) -> None:
         with self._lock:
             entry = self._migrations.get(request.domain)
             if entry is not None and not entry.job.finished:
@@ -100,10 +130,12 @@ class MigrationTracker:
         )
         entry.thread.start()
 
-    def _run(self, entry: _Migration, dom: Any, target_uri: str, params: dict[str, Any], flags: int) -> None:
+    def _run(
+        self, entry: _Migration, dom: LibvirtDomain, target_uri: str, params: dict[str, Any], flags: int
+    ) -> None:
         lv = _libvirt.load()
         try:
-            dom.migrateToURI3(target_uri, params, flags)
+            dom.migrate(target_uri, params, flags)
         except lv.libvirtError as exc:
             aborted = entry.abort_requested or _libvirt.error_code(exc) == lv.VIR_ERR_OPERATION_ABORTED
             phase = MigrationPhase.ABORTED if aborted else MigrationPhase.FAILED
@@ -114,7 +146,7 @@ class MigrationTracker:
         with entry.lock:
             entry.job = replace(entry.job, phase=MigrationPhase.COMPLETED, data_remaining_mib=0.0)
 
-    def job(self, name: str, dom: Any | None) -> MigrationJob | None:
+    def job(self, name: str, dom: LibvirtDomain | None) -> MigrationJob | None:
         """The migration's state, with fresh job statistics while it runs."""
         with self._lock:
             entry = self._migrations.get(name)
@@ -145,25 +177,25 @@ class MigrationTracker:
             entry.thread.join(timeout)
 
 
-def live_job(dom: Any, target_uri: str = "") -> MigrationJob | None:
+def live_job(dom: LibvirtDomain, target_uri: str = "") -> MigrationJob | None:
     """The outgoing migration the hypervisor is running for ``dom`` now, whoever started it."""
     lv = _libvirt.load()
     try:
-        stats = dom.jobStats(0)
+        stats = dom.job_stats()
     except lv.libvirtError:
         return None  # no job, or a hypervisor (the test driver) without job statistics
     if stats.get("type", lv.VIR_DOMAIN_JOB_NONE) == lv.VIR_DOMAIN_JOB_NONE:
         return None
     if stats.get("operation") != lv.VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT:
         return None
-    return MigrationJob(dom.name(), target_uri, MigrationPhase.RUNNING, **_stats_fields(stats))
+    return MigrationJob(dom.name, target_uri, MigrationPhase.RUNNING, **_stats_fields(stats))
 
 
-def is_incoming(dom: Any, state: int, reason: int) -> bool:
+def is_incoming(dom: LibvirtDomain, state: int, reason: int) -> bool:
     """Whether ``dom`` is arriving here by live migration (paused for it, transient until it ends)."""
     lv = _libvirt.load()
     return (
-        state == lv.VIR_DOMAIN_PAUSED and reason == lv.VIR_DOMAIN_PAUSED_MIGRATION and not dom.isPersistent()
+        state == lv.VIR_DOMAIN_PAUSED and reason == lv.VIR_DOMAIN_PAUSED_MIGRATION and not dom.is_persistent()
     )
 
 
@@ -176,10 +208,10 @@ def _stats_fields(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _job_stats(dom: Any) -> dict[str, Any] | None:
+def _job_stats(dom: LibvirtDomain) -> dict[str, Any] | None:
     lv = _libvirt.load()
     try:
-        stats = dom.jobStats(0)
+        stats = dom.job_stats()
     except lv.libvirtError:
         return None  # the job just ended, or the domain left
     if stats.get("type", lv.VIR_DOMAIN_JOB_NONE) == lv.VIR_DOMAIN_JOB_NONE:

@@ -29,6 +29,7 @@ from typing import Any
 from virtplane.drivers.base import PoolRef, VolumeInfo
 from virtplane.drivers.errors import NotFound, PermanentError
 from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.domain_xml import backup_xml, dir_pool_xml, parse_domain_xml, volume_xml
 
 GIB = 1024**3
@@ -188,12 +189,12 @@ def resize_volume(conn: Any, ref: PoolRef, name: str, size_gib: int) -> VolumeIn
     return volume_info(vol)
 
 
-def _running_user(conn: Any, path: str) -> tuple[Any, str] | None:
+def _running_user(conn: Any, path: str) -> tuple[LibvirtDomain, str] | None:
     """The active domain that has ``path`` as a disk, and the disk's target dev."""
     lv = _libvirt.load()
-    for dom in conn.listAllDomains(lv.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+    for dom in LibvirtDomain.list_all(conn, active_only=True):
         try:
-            disks = parse_domain_xml(dom.XMLDesc(0)).disks
+            disks = parse_domain_xml(dom.xml()).disks
         except lv.libvirtError:
             continue  # it stopped meanwhile
         for dev, disk_path in disks:
@@ -202,12 +203,12 @@ def _running_user(conn: Any, path: str) -> tuple[Any, str] | None:
     return None
 
 
-def _run_backup(dom: Any, dev: str, destination: str) -> None:
+def _run_backup(dom: LibvirtDomain, dev: str, destination: str) -> None:
     lv = _libvirt.load()
-    dom.backupBegin(backup_xml([(dev, destination)]), None, 0)
-    while dom.jobInfo()[0] != lv.VIR_DOMAIN_JOB_NONE:
+    dom.begin_backup(backup_xml([(dev, destination)]))
+    while dom.job_type() != lv.VIR_DOMAIN_JOB_NONE:
         time.sleep(_BACKUP_POLL_S)
-    stats = dom.jobStats(lv.VIR_DOMAIN_JOB_STATS_COMPLETED)
+    stats = dom.job_stats(completed=True)
     if stats.get("type") != lv.VIR_DOMAIN_JOB_COMPLETED:
         raise PermanentError(f"backup of {dev} failed: {stats.get('errmsg', 'job did not complete')}")
 
@@ -257,7 +258,7 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
         user = _running_user(conn, current.path())
         if user is not None:
             raise PermanentError(
-                f"volume {name!r} is in use by running domain {user[0].name()!r}; stop it first"
+                f"volume {name!r} is in use by running domain {user[0].name!r}; stop it first"
             )
         current.delete(0)
     _clone(pool, name, snapshot, int(snapshot.info()[1]), can_resize=False)

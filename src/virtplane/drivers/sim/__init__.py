@@ -75,7 +75,7 @@ its copy, as libvirt does, for the control plane to delete.
 
 Live migration
 --------------
-Pre-copy (see ``_migration``): the source's domain is MIGRATING while the job runs.
+Pre-copy (see ``_precopy``): the source's domain is MIGRATING while the job runs.
 On success it is gone from the source (MIGRATED event there) and RUNNING (or PAUSED
 if it was) on the target (DEFINED and STARTED events there). A target that is down,
 full, or lacks the local pool gives a FAILED job at once (``migrate`` still returns);
@@ -84,8 +84,8 @@ target would not see (a local disk that is not copied, a shared pool the target 
 not ensured) fail the job at once too; paths that are not simulator volumes are
 trusted. Failed and aborted jobs send MIGRATION_FAILED on the source. The last job of a domain stays
 queryable (on source and target) until its next migration (across a restart, see below).
-``SimCloud.migration_record()``
-lists every start and end in order, so tests can check concurrency limits at every instant.
+``SimCloud.migration_record()`` lists every start and end in order, so tests can check
+concurrency limits at every instant.
 
 Restarts (``SimCloud(..., state_path=PATH)``)
 ---------------------------------------------
@@ -109,24 +109,30 @@ a migration on without its client. Every tick stores the job (progress, disks to
 injected fault, room held on the target) with the wall-clock time of the tick; on load
 the job advances through the time since, tick by tick (one tick per ``migration_tick_s``
 of wall time, each worth ``migration_tick_s * time_scale`` simulated seconds, as in a
-running process), without events, and is then either switched over (the domain RUNNING, or PAUSED, on the target and gone from the source,
-its disks landed, as a completed migration leaves it), FAILED at an injected fault,
-stalled, or running: then it resumes with its timer like a boot. ``migration_job`` on
+running process), without events, and is then either switched over (the domain RUNNING,
+or PAUSED, on the target and gone from the source, its disks landed, as a completed
+migration leaves it), FAILED at an injected fault, stalled, or running: then it resumes
+with its timer like a boot. ``migration_job`` on
 the source (or the target) returns it, ``abort_migration`` aborts it, and its room on
 the target stays held. A completed job is not kept across a restart, nor one that
 completed while nobody ran: as with libvirt, no job is left once the source domain is
 gone (the control plane reads the outcome from the target's domain); a failed or aborted
 job stays queryable until the domain's next migration. A migration whose source or
-target is down on load fails, as when a host goes down. ``fault_log`` and the timing
-arguments of the constructor are not stored (pass the same ones again: they set how far
+target is down on load fails, as when a host goes down. ``fault_log``,
+``migration_record()`` and the timing arguments of the constructor are not stored (pass the same ones again: they set how far
 a migration got while nobody ran). ``close()`` commits and closes the file; it is
 optional. Without ``state_path`` nothing is written.
+
+This section is the one description of what a restart keeps. How: the persisted state
+lives only in records that mark their changes (``_changes``), and the state file writes
+the marked rows at the end of each entry point (``_persist``);
+``tests/drivers/test_sim_reload.py`` reloads the file after every step of random work.
 """
 
 from ._cloud import SimCloud
 from ._driver import SIM_CAPABILITIES, SimDriver
-from ._migration import CONVERGENCE_MIB
 from ._model import FaultKind, FaultRecord, MigrationTransition, SimFaultError, SimHostState, SimState
+from ._precopy import CONVERGENCE_MIB
 
 __all__ = [
     "CONVERGENCE_MIB",

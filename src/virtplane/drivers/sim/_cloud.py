@@ -6,17 +6,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 
 from virtplane.drivers.base import DomainEvent, DomainSpec, DomainState
 
+from ._changes import ChangeLog, Entity, RecordMap
 from ._driver import SimDriver
-from ._host import SimHost
+from ._host import HostPorts, SimHost
 from ._migration import MigrationEngine
 from ._model import (
-    ACTIVE_STATES,
+    ARMED_KINDS,
     DOMAIN_FAULTS,
     URI_SCHEME,
     FaultKind,
@@ -26,14 +26,13 @@ from ._model import (
     SimFaultError,
     SimHostState,
     SimState,
+    SimTiming,
     host_name,
 )
 from ._persist import SimJournal
 from ._storage import SHARED, SimStorage
 
 logger = logging.getLogger(__name__)
-
-MEMORY_SNAPSHOT_SCHEME = "sim-mem://"
 
 
 class SimCloud:
@@ -44,31 +43,12 @@ class SimCloud:
     running loop (an ``async def`` route, not a sync one run in a thread pool).
     ``clock`` stamps ``fault_log`` entries, and the end times of boots and shutdowns and
     the times of migration ticks kept in the state file (default: wall time).
+    ``time_scale`` is how many simulated seconds of migration one loop second is worth.
 
-    ``state_path`` (a SQLite file, created if missing) makes the world durable, like
-    real hypervisors that keep running while the control plane crashes: every change
-    is committed before the driver call, ``SimCloud`` method or timer that made it
-    returns, writing only the rows of what changed (see ``_persist``). A new
-    ``SimCloud`` on an existing file loads the world; time passed while no process ran:
-
-    - a domain that was STARTING is RUNNING if its boot time is up by then (a boot made
-      to fail by ``fail-start`` is SHUTOFF with START_FAILED once its failure time is
-      up), and one that was SHUTTING_DOWN is SHUTOFF with exit reason STOPPED_BY_SYSTEM
-      once its shutdown time is up. No events are sent for these (no connection was
-      open); the control plane sees them in ``list_domains``/``get_info``. A transition
-      whose time is not up yet resumes for the time left on the first driver call or
-      ``inject`` made inside a running loop, or on ``await cloud.resume()``.
-    - a migration in flight went on, as libvirt's goes on without its client: it advanced
-      by the ticks that fit in the time since its last one, and is switched over (the
-      domain on the target, gone from the source, no job left), failed at an injected
-      fault, stalled, or still running, resuming with its timer like a boot. Its job is
-      queryable and abortable and its room on the target stays held.
-    - hosts (capacity, down or disconnected), domains with definition, live config,
-      exit reason, memory marker, pools, volumes with content, volume snapshots, saved
-      memory, armed faults with their counts and dirty rates are as they were.
-
-    Not kept: ``fault_log`` and the constructor's timing arguments (pass them again).
-    Without ``state_path`` everything stays in memory.
+    ``state_path`` (a SQLite file, created if missing) makes the world durable; what a
+    new ``SimCloud`` on an existing file finds is the package docstring's "Restarts".
+    Every entry point (driver call, public method, timer callback) runs inside
+    ``transaction``, which commits what the entry point changed before it returns.
     """
 
     def __init__(
@@ -82,66 +62,69 @@ class SimCloud:
         migration_tick_s: float = 0.05,
         state_path: Path | str | None = None,
     ) -> None:
-        """``time_scale`` is how many simulated seconds of migration one loop second is worth."""
-        if min(boot_seconds, shutdown_seconds) < 0 or link_mib_s <= 0:
-            raise ValueError("delays must be >= 0 and the link bandwidth > 0")
-        if time_scale <= 0 or migration_tick_s <= 0:
-            raise ValueError("time_scale and migration_tick_s must be > 0")
-        self.boot_seconds = boot_seconds
-        self.shutdown_seconds = shutdown_seconds
-        self.link_mib_s = link_mib_s
-        self.time_scale = time_scale
-        self.migration_tick_s = migration_tick_s
-        self.clock = clock or time.time
+        self.timing = SimTiming(
+            boot_seconds=boot_seconds,
+            shutdown_seconds=shutdown_seconds,
+            link_mib_s=link_mib_s,
+            time_scale=time_scale,
+            migration_tick_s=migration_tick_s,
+            clock=clock or time.time,
+        )
         self.fault_log: list[FaultRecord] = []
-        self.storage = SimStorage(self)
-        self.migrations = MigrationEngine(self)
-        self._hosts: dict[str, SimHost] = {}
+        self.changes = ChangeLog()
+        self.transaction = _Transaction(self)
+        self.journal: SimJournal | None = None
+        self._hosts: RecordMap[str, SimHost] = RecordMap(self.changes, Entity.HOST)
+        self._dirty_rates: RecordMap[str, float] = RecordMap(self.changes, Entity.DIRTY_RATE)
+        self._saved_memory: RecordMap[str, tuple[DomainSpec, str]] = RecordMap(self.changes, Entity.MEMORY)
         self._drivers: dict[str, SimDriver] = {}
-        self._dirty_rates: dict[str, float] = {}
-        self._saved_memory: dict[str, tuple[DomainSpec, str]] = {}
+        self.storage = SimStorage(self.changes, disk_user=self.live_user_of)
+        self.migrations = MigrationEngine(
+            self.changes,
+            hosts=self,
+            storage=self.storage,
+            timing=self.timing,
+            dirty_rate=self.dirty_rate,
+            transaction=self.transaction,
+        )
+        self._host_ports = HostPorts(
+            changes=self.changes,
+            timing=self.timing,
+            transaction=self.transaction,
+            deliver=self.deliver,
+            migrations=self.migrations,
+        )
         # boots and shutdowns loaded from the state file that still wait for a timer
         self._unresumed: list[tuple[SimHost, SimDomain]] = []
-        self.journal: SimJournal | None = None
-        self.transaction: AbstractContextManager[None] = nullcontext()
-        """Every entry point (driver call, public method, timer callback) runs inside it;
-        with a state file the outermost one commits the changes it made."""
         if state_path is not None:
-            journal = SimJournal(Path(state_path))
-            self.journal = journal
-            self.transaction = _Transaction(self, journal)
+            self.journal = SimJournal(Path(state_path))
+            self.changes.recording = True
             with self.transaction:
-                self._load(journal)
+                self._load(self.journal)
 
     # ------------------------------------------------------------------ the state file
 
     def _load(self, journal: SimJournal) -> None:
-        for host in journal.load_hosts(self):
-            self._hosts[host.name] = host
-        self.migrations.load(journal.load_migrations(self))
+        for host in journal.load_hosts(self._host_ports):
+            self._hosts.load(host.name, host)
+        self.migrations.load(journal.load_migrations(self.host_named))
         for owner, domain in journal.load_domains():
             found = self._hosts.get(owner)
             if found is None:
                 continue
             host = found
-            host.domains[domain.name] = domain
-            if domain.state not in ACTIVE_STATES:
-                domain.live = None
-            elif domain.live is None:
-                domain.live = domain.spec
-            if domain.live is not None:
-                host.used_vcpus += domain.live.cpu
-                host.used_memory_mib += domain.live.memory_mib
+            host.adopt(domain)
             if domain.state is DomainState.MIGRATING and not self.migrations.running_from(host, domain.name):
                 # a file written before migrations were stored: the job is gone, the domain stays
                 domain.state = domain.state_before_migration or DomainState.RUNNING
                 domain.state_before_migration = None
-                host.changed(domain)
             elif domain.state in (DomainState.STARTING, DomainState.SHUTTING_DOWN):
                 self._unresumed.append((host, domain))
-        self.storage.load(journal.load_pools(), journal.load_snapshots())
-        self._saved_memory = journal.load_saved_memory()
-        self._dirty_rates = journal.load_dirty_rates()
+        self.storage.load(journal.load_pools(self.changes), journal.load_snapshots())
+        for handle, saved in journal.load_saved_memory():
+            self._saved_memory.load(handle, saved)
+        for domain_name, rate in journal.load_dirty_rates():
+            self._dirty_rates.load(domain_name, rate)
         self.resume_transitions()
 
     def resume_transitions(self) -> None:
@@ -154,7 +137,7 @@ class SimCloud:
             can_wait = True
         except RuntimeError:
             can_wait = False
-        now = self.clock()
+        now = self.timing.clock()
         self._unresumed = [
             (host, domain)
             for host, domain in self._unresumed
@@ -167,15 +150,20 @@ class SimCloud:
         with self.transaction:
             self.resume_transitions()
 
+    def commit(self) -> None:
+        """Write what changed to the state file (the outermost ``transaction`` does it)."""
+        if self.journal is not None:
+            self.journal.write(self.changes)
+
     def close(self) -> None:
         """Commit what is pending and close the state file; later changes stay in memory."""
         journal = self.journal
         if journal is None:
             return
-        journal.flush(self)
+        journal.write(self.changes)
         journal.close()
         self.journal = None
-        self.transaction = nullcontext()
+        self.changes.recording = False
 
     # ------------------------------------------------------------------ hosts and drivers
 
@@ -188,9 +176,7 @@ class SimCloud:
         if vcpus < 1 or memory_mib < 1:
             raise ValueError("a host needs at least one vcpu and some memory")
         with self.transaction:
-            host = self._hosts[name] = SimHost(self, name, vcpus, memory_mib)
-            host.changed()
-        return host.uri
+            return self._hosts.put(name, SimHost(self._host_ports, name, vcpus, memory_mib)).uri
 
     @property
     def host_names(self) -> list[str]:
@@ -235,22 +221,14 @@ class SimCloud:
             return self._inject(host, FaultKind(kind), domain, count)
 
     def _inject(self, host: str, kind: FaultKind, domain: str | None, count: int) -> FaultRecord:
-        target = self._hosts.get(host_name(host))
-        if target is None:
-            raise SimFaultError(f"no simulated host {host}")
+        target = self._host(host)
         if count < 1:
             raise SimFaultError("count must be at least 1")
         if kind in DOMAIN_FAULTS and not domain:
             raise SimFaultError(f"fault {kind} needs a domain")
-        record = FaultRecord(self.clock(), target.name, kind, domain, count)
-        if kind in (FaultKind.FAIL_START, FaultKind.FAIL_MIGRATION, FaultKind.STALL_MIGRATION):
-            armed = {
-                FaultKind.FAIL_START: target.fail_starts,
-                FaultKind.FAIL_MIGRATION: target.fail_migrations,
-                FaultKind.STALL_MIGRATION: target.stall_migrations,
-            }[kind]
-            armed[domain] = armed.get(domain, 0) + count
-            target.changed()
+        record = FaultRecord(self.timing.clock(), target.name, kind, domain, count)
+        if kind in ARMED_KINDS:
+            target.arm(kind, domain, count)
         elif kind in DOMAIN_FAULTS and not target.up:
             raise SimFaultError(f"host {target.name} is down: its domains are not running")
         elif kind is FaultKind.GUEST_SHUTDOWN:
@@ -263,34 +241,28 @@ class SimCloud:
             target.go_down()
         elif kind is FaultKind.HOST_UP:
             target.come_up()
-        elif kind is FaultKind.DISCONNECT:
-            target.link_up = False
-            target.changed()
-        elif kind is FaultKind.RECONNECT:
-            target.link_up = True
-            target.changed()
+        elif kind in (FaultKind.DISCONNECT, FaultKind.RECONNECT):
+            target.link_up = kind is FaultKind.RECONNECT
         self.fault_log.append(record)
         return record
 
     def armed_faults(self, host: str) -> dict[FaultKind, dict[str | None, int]]:
         """Faults waiting for their trigger on ``host``: kind → {domain or None: times left}."""
-        target = self._hosts.get(host_name(host))
-        if target is None:
+        armed = self._host(host).armed
+        return {kind: armed.of(kind) for kind in ARMED_KINDS}
+
+    def _host(self, host: str) -> SimHost:
+        found = self._hosts.get(host_name(host))
+        if found is None:
             raise SimFaultError(f"no simulated host {host}")
-        return {
-            FaultKind.FAIL_START: dict(target.fail_starts),
-            FaultKind.FAIL_MIGRATION: dict(target.fail_migrations),
-            FaultKind.STALL_MIGRATION: dict(target.stall_migrations),
-        }
+        return found
 
     def set_dirty_rate(self, domain: str, mib_s: float) -> None:
         """How fast ``domain``'s guest dirties memory (it follows the domain across hosts)."""
         if mib_s < 0:
             raise ValueError("a dirty rate cannot be negative")
         with self.transaction:
-            self._dirty_rates[domain] = mib_s
-            if self.journal is not None:
-                self.journal.mark_dirty_rate(domain)
+            self._dirty_rates.put(domain, mib_s)
 
     def dirty_rate(self, domain: str) -> float:
         return self._dirty_rates.get(domain, 0.0)
@@ -314,34 +286,29 @@ class SimCloud:
 
     def read_memory(self, domain: str) -> str:
         """A marker of the live guest's memory: new on every boot, carried by migration and restore."""
-        return self._live_instance(domain)[1].memory
+        return self._live_instance(domain).memory
 
     def write_memory(self, domain: str, content: str) -> None:
         with self.transaction:
-            host, found = self._live_instance(domain)
-            found.memory = content
-            host.changed(found)
+            self._live_instance(domain).memory = content
 
-    def _live_instance(self, domain: str) -> tuple[SimHost, SimDomain]:
+    def _live_instance(self, domain: str) -> SimDomain:
         for host in self._hosts.values():
             found = host.domains.get(domain)
             if found is not None and found.active:
-                return host, found
+                return found
         raise SimFaultError(f"domain {domain} is not running anywhere")
 
     def save_memory(self, handle: str, spec: DomainSpec, memory: str) -> None:
         with self.transaction:
-            self._saved_memory[handle] = (spec, memory)
-            if self.journal is not None:
-                self.journal.mark_memory(handle)
+            self._saved_memory.put(handle, (spec, memory))
 
     def saved_memory(self, handle: str) -> tuple[DomainSpec, str] | None:
         return self._saved_memory.get(handle)
 
     def forget_memory(self, handle: str) -> None:
         with self.transaction:
-            if self._saved_memory.pop(handle, None) is not None and self.journal is not None:
-                self.journal.mark_memory(handle)
+            self._saved_memory.pop(handle)
 
     # ------------------------------------------------------------------ read helpers for invariants
 
@@ -365,8 +332,8 @@ class SimCloud:
 
     def migration_record(self) -> list[MigrationTransition]:
         """Every migration start and end since this cloud was built, in the order they happened
-        (the last ``MigrationEngine.RECORD_LIMIT``; not kept in the state file). A refused
-        migration starts and ends at once; each start has exactly one end once it is over."""
+        (the last ``MigrationEngine.RECORD_LIMIT``). A refused migration starts and ends at once;
+        each start has exactly one end once it is over."""
         return list(self.migrations.record)
 
     def snapshot_state(self) -> SimState:
@@ -392,14 +359,13 @@ class _Transaction:
     """Reentrant: the outermost entry point resumes loaded transitions on the way in
     and commits every marked change on the way out (also when it raised)."""
 
-    def __init__(self, cloud: SimCloud, journal: SimJournal) -> None:
+    def __init__(self, cloud: SimCloud) -> None:
         self._cloud = cloud
-        self._journal = journal
+        self._depth = 0
 
     def __enter__(self) -> None:
-        journal = self._journal
-        journal.depth += 1
-        if journal.depth == 1:
+        self._depth += 1
+        if self._depth == 1:
             try:
                 self._cloud.resume_transitions()
             except BaseException:
@@ -412,7 +378,6 @@ class _Transaction:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        journal = self._journal
-        journal.depth -= 1
-        if journal.depth == 0:
-            journal.flush(self._cloud)
+        self._depth -= 1
+        if self._depth == 0:
+            self._cloud.commit()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from virtplane.drivers.base import (
     Capability,
@@ -23,8 +24,9 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError
 
 if TYPE_CHECKING:
-    from ._cloud import SimCloud
     from ._host import SimHost
+    from ._migration import MigrationEngine
+    from ._storage import SimStorage
 
 SIM_CAPABILITIES = frozenset(
     {
@@ -42,16 +44,37 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class SimWorld(Protocol):
+    """What a connection reaches of the world (``SimCloud`` is one)."""
+
+    @property
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    @property
+    def storage(self) -> SimStorage: ...
+
+    @property
+    def migrations(self) -> MigrationEngine: ...
+
+    def host_by_uri(self, uri: str) -> SimHost | None: ...
+
+    def save_memory(self, handle: str, spec: DomainSpec, memory: str) -> None: ...
+
+    def saved_memory(self, handle: str) -> tuple[DomainSpec, str] | None: ...
+
+    def forget_memory(self, handle: str) -> None: ...
+
+
 def _entry_point(
     method: Callable[Concatenate[SimDriver, P], Awaitable[R]],
 ) -> Callable[Concatenate[SimDriver, P], Coroutine[Any, Any, R]]:
-    """Run a driver call inside the cloud's transaction, so that with a state file what it
+    """Run a driver call inside the world's transaction, so that with a state file what it
     changed is committed before it returns. The calls never suspend (the simulator does
     its work synchronously), so no other call runs inside the transaction."""
 
     @functools.wraps(method)
     async def call(self: SimDriver, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self._cloud.transaction:
+        with self._world.transaction:
             return await method(self, *args, **kwargs)
 
     return call
@@ -61,8 +84,8 @@ class SimDriver:
     """Every call checks the connection first: closed, host unknown, down or disconnected
     → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
 
-    def __init__(self, cloud: SimCloud, uri: str) -> None:
-        self._cloud = cloud
+    def __init__(self, world: SimWorld, uri: str) -> None:
+        self._world = world
         self._uri = uri
         self._open = False
         self.event_sink: EventSink | None = None
@@ -85,7 +108,7 @@ class SimDriver:
         return self._reachable_host()
 
     def _reachable_host(self) -> SimHost:
-        host = self._cloud.host_by_uri(self._uri)
+        host = self._world.host_by_uri(self._uri)
         if host is None:
             raise HostUnreachable(f"no simulated host at {self._uri}")
         if not host.up:
@@ -154,40 +177,40 @@ class SimDriver:
 
     @_entry_point
     async def ensure_pool(self, pool: PoolRef) -> None:
-        self._cloud.storage.ensure_pool(self._host().name, pool)
+        self._world.storage.ensure_pool(self._host().name, pool)
 
     @_entry_point
     async def inspect_image(self, image: ImageRef) -> ImageInfo:
-        return self._cloud.storage.inspect_image(self._host().name, image)[0]
+        return self._world.storage.inspect_image(self._host().name, image)[0]
 
     @_entry_point
     async def create_volume(
         self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
     ) -> VolumeInfo:
-        return self._cloud.storage.create_volume(self._host().name, pool, name, size_gib, source)
+        return self._world.storage.create_volume(self._host().name, pool, name, size_gib, source)
 
     @_entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
-        self._cloud.storage.delete_volume(self._host().name, pool, name)
+        self._world.storage.delete_volume(self._host().name, pool, name)
 
     @_entry_point
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo:
-        return self._cloud.storage.resize_volume(self._host().name, pool, name, size_gib)
+        return self._world.storage.resize_volume(self._host().name, pool, name, size_gib)
 
     @_entry_point
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
-        return self._cloud.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
+        return self._world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 
     @_entry_point
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:
-        self._cloud.storage.revert_volume(self._host().name, pool, name, handle)
+        self._world.storage.revert_volume(self._host().name, pool, name, handle)
 
     @_entry_point
     async def delete_volume_snapshot(self, handle: str) -> None:
         self._host()
         # memory snapshot handles are forgotten the same way
-        self._cloud.storage.delete_snapshot(handle)
-        self._cloud.forget_memory(handle)
+        self._world.storage.delete_snapshot(handle)
+        self._world.forget_memory(handle)
 
     @_entry_point
     async def save_memory(self, name: str, snapshot_id: str) -> str:
@@ -196,13 +219,13 @@ class SimDriver:
         if domain.state not in (DomainState.RUNNING, DomainState.PAUSED, DomainState.MIGRATING):
             raise PermanentError(f"domain {name} is {domain.state}: only a running domain has memory to save")
         handle = f"sim-mem://{name}@{snapshot_id}"
-        self._cloud.save_memory(handle, domain.live or domain.spec, domain.memory)
+        self._world.save_memory(handle, domain.live or domain.spec, domain.memory)
         return handle
 
     @_entry_point
     async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
         host = self._host()
-        saved = self._cloud.saved_memory(handle)
+        saved = self._world.saved_memory(handle)
         if saved is None:
             raise NotFound(f"memory snapshot {handle} does not exist")
         host.restore(spec, saved[1])
@@ -211,12 +234,12 @@ class SimDriver:
 
     @_entry_point
     async def migrate(self, request: MigrationRequest) -> None:
-        self._cloud.migrations.start(self._host(), request)
+        self._world.migrations.start(self._host(), request)
 
     @_entry_point
     async def migration_job(self, name: str) -> MigrationJob | None:
-        return self._cloud.migrations.job(self._host(), name)
+        return self._world.migrations.job(self._host(), name)
 
     @_entry_point
     async def abort_migration(self, name: str) -> None:
-        self._cloud.migrations.abort(self._host(), name)
+        self._world.migrations.abort(self._host(), name)

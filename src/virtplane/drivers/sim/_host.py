@@ -2,13 +2,17 @@
 
 Every state change goes through this class so that capacity counters, timers and
 events stay consistent. Timers exist only for domains in a transition (booting,
-shutting down); a steady domain costs one dict entry.
+shutting down); a steady domain costs one dict entry. A host reaches the rest of
+the world only through its ``HostPorts``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
 
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import (
@@ -21,48 +25,71 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import NotFound, PermanentError, TransientError
 
-from ._model import SimDomain, SimFaultError, host_uri
-
-if TYPE_CHECKING:
-    from ._cloud import SimCloud
+from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
+from ._model import ArmedFaults, FaultKind, SimDomain, SimFaultError, SimTiming, host_uri
 
 FAILED_BOOT_FRACTION = 0.5
 """A start that is made to fail dies after this share of the boot time."""
 
 
-class SimHost:
-    def __init__(self, cloud: SimCloud, name: str, vcpus: int, memory_mib: int) -> None:
-        self.cloud = cloud
+class MigrationHooks(Protocol):
+    """What a host tells the migrations when its domains or the host itself stop."""
+
+    def fail_domain(self, source: SimHost, name: str, error: str) -> None: ...
+
+    def fail_host(self, host: SimHost, error: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class HostPorts:
+    """What a host needs from the rest of the simulated world."""
+
+    changes: ChangeLog
+    timing: SimTiming
+    transaction: AbstractContextManager[None]  # timer callbacks run inside it
+    deliver: Callable[[DomainEvent], None]
+    migrations: MigrationHooks
+
+
+class SimHost(Record):
+    vcpus = Persisted[int]()
+    memory_mib = Persisted[int]()
+    up = Persisted[bool]()
+    link_up = Persisted[bool]()
+    armed = Persisted[ArmedFaults]()
+    killed_by_failure = Persisted[tuple[str, ...]]()  # for the STOPPED events sent on host-up
+
+    def __init__(self, ports: HostPorts, name: str, vcpus: int, memory_mib: int) -> None:
+        self._ports = ports
         self.name = name
         self.uri = host_uri(name)
         self.vcpus = vcpus
         self.memory_mib = memory_mib
-        self.domains: dict[str, SimDomain] = {}
         self.up = True
         self.link_up = True
+        self.armed = ArmedFaults()
+        self.killed_by_failure = ()
+        self.domains: RecordMap[str, SimDomain] = RecordMap(ports.changes, Entity.DOMAIN, (name,))
+        # the room live domains take, and incoming migrations hold from the moment they start
         self.used_vcpus = 0
         self.used_memory_mib = 0
-        # incoming migrations hold their room from the moment they start
         self.reserved_vcpus = 0
         self.reserved_memory_mib = 0
-        # armed faults: domain name (None = any domain of this host) -> how many more times
-        self.fail_starts: dict[str | None, int] = {}
-        self.fail_migrations: dict[str | None, int] = {}
-        self.stall_migrations: dict[str | None, int] = {}
-        self.killed_by_failure: list[str] = []
 
     @property
     def reachable(self) -> bool:
         return self.up and self.link_up
 
-    def changed(self, domain: SimDomain | None = None) -> None:
-        """Mark this host (or one of its domains) for the state file; a no-op without one."""
-        journal = self.cloud.journal
-        if journal is not None:
-            if domain is None:
-                journal.mark_host(self.name)
-            else:
-                journal.mark_domain(self.name, domain.name)
+    def adopt(self, domain: SimDomain) -> None:
+        """Take a domain as the state file holds it, with the room its live instance takes."""
+        self.domains.load(domain.name, domain)
+        if not domain.active:
+            domain.live = None
+        elif domain.live is None:
+            domain.live = domain.spec
+        if domain.live is not None:
+            self.used_vcpus += domain.live.cpu
+            self.used_memory_mib += domain.live.memory_mib
 
     def facts(self) -> HostFacts:
         return HostFacts(hostname=self.name, vcpus=self.vcpus, memory_mib=self.memory_mib)
@@ -81,7 +108,7 @@ class SimHost:
         # Events travel over the host connection: none arrive while it is away.
         if not (self.reachable or even_if_unreachable):
             return
-        self.cloud.deliver(
+        self._ports.deliver(
             DomainEvent(
                 host_uri=self.uri,
                 domain=domain.name if domain else "",
@@ -125,18 +152,16 @@ class SimHost:
                 f"{self.uri} is full: {what} needs {memory_mib} MiB ({cpu} vcpus), {free_memory} MiB free"
             )
 
-    def take_fault(self, armed: dict[str | None, int], domain: str) -> bool:
-        """Consume one armed fault for ``domain`` (its own first, then a host-wide one)."""
-        for key in (domain, None):
-            left = armed.get(key, 0)
-            if left > 0:
-                if left == 1:
-                    del armed[key]
-                else:
-                    armed[key] = left - 1
-                self.changed()
-                return True
-        return False
+    def arm(self, kind: FaultKind, domain: str | None, count: int) -> None:
+        self.armed = self.armed.arm(kind, domain, count)
+
+    def take_fault(self, kind: FaultKind, domain: str) -> bool:
+        """Spend one armed fault of ``kind`` for ``domain`` (its own first, then a host-wide one)."""
+        left = self.armed.take(kind, domain)
+        if left is None:
+            return False
+        self.armed = left
+        return True
 
     def power_on(self, domain: SimDomain, state: DomainState, live: DomainSpec | None = None) -> None:
         """Give ``domain`` a live instance (the caller checked room)."""
@@ -145,7 +170,6 @@ class SimHost:
         self.used_memory_mib += domain.live.memory_mib
         domain.state = state
         domain.exit_reason = None
-        self.changed(domain)
 
     def power_off(
         self,
@@ -155,7 +179,7 @@ class SimHost:
         detail: str = "",
     ) -> None:
         """End ``domain``'s live instance now, failing its outgoing migration first."""
-        self.cloud.migrations.fail_domain(self, domain.name, f"domain stopped during migration ({reason})")
+        self._ports.migrations.fail_domain(self, domain.name, f"domain stopped during migration ({reason})")
         domain.cancel_timer()
         if domain.live is not None:
             self.used_vcpus -= domain.live.cpu
@@ -163,7 +187,6 @@ class SimHost:
             domain.live = None
         domain.state = DomainState.SHUTOFF
         domain.exit_reason = reason
-        self.changed(domain)
         self.emit(event_type, domain, reason, detail)
 
     def remove(self, domain: SimDomain) -> None:
@@ -173,25 +196,29 @@ class SimHost:
             self.used_vcpus -= domain.live.cpu
             self.used_memory_mib -= domain.live.memory_mib
             domain.live = None
-        del self.domains[domain.name]
-        self.changed(domain)
+        self.domains.pop(domain.name)
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        return asyncio.get_running_loop()
+    def _after(self, delay: float, finish: Callable[[SimDomain], None], domain: SimDomain) -> None:
+        """Run ``finish(domain)`` as an entry point of its own in ``delay`` seconds."""
+        domain.cancel_timer()
+        domain.timer = asyncio.get_running_loop().call_later(delay, self._timer_fired, finish, domain)
+        domain.due = self._ports.timing.clock() + delay
+
+    def _timer_fired(self, finish: Callable[[SimDomain], None], domain: SimDomain) -> None:
+        with self._ports.transaction:
+            domain.timer = None
+            finish(domain)
 
     # ------------------------------------------------------------------ lifecycle
 
     def define(self, spec: DomainSpec) -> SimDomain:
         domain = self.domains.get(spec.name)
         if domain is None:
-            domain = SimDomain(spec=spec)
-            self.domains[spec.name] = domain
-            self.changed(domain)
+            domain = self.domains.put(spec.name, SimDomain(spec))
             self.emit(DomainEventType.DEFINED, domain)
         elif domain.spec != spec:
             # Like libvirt's persistent config: a running instance keeps its live config.
             domain.spec = spec
-            self.changed(domain)
             self.emit(DomainEventType.DEFINED, domain, detail="updated")
         return domain
 
@@ -211,7 +238,7 @@ class SimHost:
         if domain.active:
             return
         self.check_room(domain.spec.cpu, domain.spec.memory_mib, f"domain {name}")
-        fail = self.take_fault(self.fail_starts, name)
+        fail = self.take_fault(FaultKind.FAIL_START, name)
         self.power_on(domain, DomainState.STARTING)
         domain.boots += 1
         domain.memory = f"{name}:boot-{domain.boots}"
@@ -220,30 +247,15 @@ class SimHost:
 
     def _schedule_boot(self, domain: SimDomain, *, fail: bool, delay: float | None = None) -> None:
         """Boot ``domain`` (STARTING) for ``delay`` (default: the whole boot time) more seconds."""
-        domain.cancel_timer()
         if delay is None:
-            delay = self.cloud.boot_seconds * (FAILED_BOOT_FRACTION if fail else 1.0)
-        callback = self._boot_failed if fail else self._booted
-        domain.timer = self._loop().call_later(delay, callback, domain)
-        domain.due = self.cloud.clock() + delay
+            delay = self._ports.timing.boot_seconds * (FAILED_BOOT_FRACTION if fail else 1.0)
+        self._after(delay, self.fail_boot if fail else self.finish_boot, domain)
         domain.boot_fails = fail
-        self.changed(domain)
-
-    def _booted(self, domain: SimDomain) -> None:
-        with self.cloud.transaction:
-            domain.timer = None
-            self.finish_boot(domain)
 
     def finish_boot(self, domain: SimDomain) -> None:
         if domain.state is DomainState.STARTING:
             domain.state = DomainState.RUNNING
-            self.changed(domain)
             self.emit(DomainEventType.STARTED, domain, detail="booted")
-
-    def _boot_failed(self, domain: SimDomain) -> None:
-        with self.cloud.transaction:
-            domain.timer = None
-            self.fail_boot(domain)
 
     def fail_boot(self, domain: SimDomain) -> None:
         if domain.state is DomainState.STARTING:
@@ -257,20 +269,9 @@ class SimHost:
             # off already, shutting down, or paused (a paused guest cannot see the ACPI event;
             # the caller's grace period runs out and it destroys the domain, as with libvirt)
             return
-        self.cloud.migrations.fail_domain(self, name, "the guest was shut down during migration")
+        self._ports.migrations.fail_domain(self, name, "the guest was shut down during migration")
         domain.state = DomainState.SHUTTING_DOWN
-        self._schedule_shutdown(domain, self.cloud.shutdown_seconds)
-
-    def _schedule_shutdown(self, domain: SimDomain, delay: float) -> None:
-        domain.cancel_timer()
-        domain.timer = self._loop().call_later(delay, self._shut_down, domain)
-        domain.due = self.cloud.clock() + delay
-        self.changed(domain)
-
-    def _shut_down(self, domain: SimDomain) -> None:
-        with self.cloud.transaction:
-            domain.timer = None
-            self.finish_shutdown(domain)
+        self._after(self._ports.timing.shutdown_seconds, self.finish_shutdown, domain)
 
     def finish_shutdown(self, domain: SimDomain) -> None:
         if domain.state is DomainState.SHUTTING_DOWN:
@@ -294,7 +295,7 @@ class SimHost:
             if remaining <= 0:
                 self.finish_shutdown(domain)
             elif can_wait:
-                self._schedule_shutdown(domain, remaining)
+                self._after(remaining, self.finish_shutdown, domain)
             else:
                 return False
         return True
@@ -311,7 +312,6 @@ class SimHost:
             return
         self._require_steady(domain, "pause")
         domain.state = DomainState.PAUSED
-        self.changed(domain)
         self.emit(DomainEventType.PAUSED, domain)
 
     def resume(self, name: str) -> None:
@@ -321,7 +321,6 @@ class SimHost:
         if domain.state is not DomainState.PAUSED:
             self._require_steady(domain, "resume")
         domain.state = DomainState.RUNNING
-        self.changed(domain)
         self.emit(DomainEventType.RESUMED, domain)
 
     def _require_steady(self, domain: SimDomain, action: str) -> None:
@@ -339,7 +338,7 @@ class SimHost:
         self.check_room(spec.cpu, spec.memory_mib, f"domain {spec.name}")
         domain = self.define(spec)
         self.power_on(domain, DomainState.RUNNING)
-        domain.memory = memory  # marked by power_on
+        domain.memory = memory
         self.emit(DomainEventType.STARTED, domain, detail="restored from saved memory")
 
     # ------------------------------------------------------------------ guest faults
@@ -376,24 +375,22 @@ class SimHost:
     def go_down(self) -> None:
         if not self.up:
             return
-        self.cloud.migrations.fail_host(self, "host went down")
+        self._ports.migrations.fail_host(self, "host went down")
         self.up = False
-        self.changed()
-        for domain in self.domains.values():
+        for domain in list(self.domains.values()):
             if domain.active:
                 self.power_off(domain, ExitReason.HOST_FAILURE)  # unreachable: no event now
-                self.killed_by_failure.append(domain.name)
+                self.killed_by_failure = (*self.killed_by_failure, domain.name)
         self.emit(DomainEventType.HOST_DOWN, None, ExitReason.HOST_FAILURE, even_if_unreachable=True)
 
     def come_up(self) -> None:
         if self.up:
             return
         self.up = True
-        self.changed()
         self.emit(DomainEventType.HOST_UP, None)
         # Tell the control plane now what it could not hear while the host was down.
         for name in self.killed_by_failure:
             domain = self.domains.get(name)
             if domain is not None and domain.exit_reason is ExitReason.HOST_FAILURE:
                 self.emit(DomainEventType.STOPPED, domain, ExitReason.HOST_FAILURE, "host failure")
-        self.killed_by_failure.clear()
+        self.killed_by_failure = ()

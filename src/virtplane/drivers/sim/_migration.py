@@ -1,28 +1,19 @@
-"""Live migration as pre-copy over a link of limited bandwidth.
+"""Running the live migrations (``_precopy``) of the simulated world.
 
-First the local disks named in the request are copied, then memory in
-iterations: the first sends all of it, each next one sends what the guest
-dirtied while the previous one was on the wire. When what is left is under
-``CONVERGENCE_MIB`` the guest is paused for the last copy and switched over.
-A dirty rate at or above the bandwidth never converges; the migration keeps
-iterating until it is aborted (the control plane's timeouts decide that).
-
-Time advances in ticks of ``cloud.migration_tick_s`` loop seconds, each worth
+Time advances in ticks of ``timing.migration_tick_s`` loop seconds, each worth
 ``migration_tick_s * time_scale`` simulated seconds, so tests can run a
-many-gigabyte migration in a few milliseconds.
-
-With a state file a migration outlives the process, as libvirt's outlives its client:
-every tick stores its progress and the wall-clock time (``cloud.clock``) of the tick,
-and the next process replays the ticks that fell in the gap before it resumes the timer.
+many-gigabyte migration in a few milliseconds. Each tick stamps the job with the
+clock's time, from which a later process replays the ticks it missed (the package
+docstring, "Restarts", says what a restart keeps).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
 
 from virtplane.drivers.base import (
     DomainEventType,
@@ -34,134 +25,41 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError, TransientError
 
-from ._model import MigrationTransition, SimDomain
+from ._changes import ChangeLog, Entity, RecordMap
+from ._model import FaultKind, MigrationTransition, SimDomain, SimTiming
+from ._precopy import DiskCopy, InjectedFault, Migration
 
 if TYPE_CHECKING:
-    from ._cloud import SimCloud
     from ._host import SimHost
-
-CONVERGENCE_MIB = 64.0
-"""Switch over once the memory left to send is below this."""
-
-_EPSILON_MIB = 1e-6
+    from ._storage import SimStorage
 
 
-class InjectedFault(StrEnum):
-    FAIL = "fail"
-    STALL = "stall"
-
-
-@dataclass(frozen=True)
-class DiskCopy:
-    path: str
-    pool: str
-    volume: str
-    size_gib: int
-    content: str
-
-
-class Migration:
-    """One migration's progress arithmetic; ``advance`` is pure bookkeeping with no I/O."""
-
-    def __init__(
-        self,
-        *,
-        domain: str,
-        vm_uid: str,
-        source: SimHost,
-        target: SimHost,
-        bandwidth_mib_s: float,
-        memory_mib: float,
-        disks: tuple[DiskCopy, ...],
-        fault: InjectedFault | None,
-    ) -> None:
-        self.domain = domain
-        self.vm_uid = vm_uid
-        self.source = source
-        self.target = target
-        self.bandwidth_mib_s = bandwidth_mib_s
-        self.memory_mib = memory_mib
-        self.disks = disks
-        self.fault = fault
-        self.disk_remaining_mib = float(sum(d.size_gib for d in disks) * 1024)
-        # injected faults strike half way through the first full pass
-        self.fault_point_mib = (self.disk_remaining_mib + memory_mib) / 2
-        self.phase = MigrationPhase.RUNNING
-        self.error = ""
-        self.processed_mib = 0.0
-        self.iteration = 0  # 0 while disks are copied, then the memory pass number
-        self.iteration_remaining_mib = 0.0
-        self.iteration_seconds = 0.0
-        self.stalled = False
-        self.reserved = (0, 0)  # vcpus, MiB held on the target
-        self.timer: asyncio.TimerHandle | None = None
-        self.progressed_at = 0.0  # cloud.clock() of the last tick (of the start before the first)
-
-    @property
-    def remaining_mib(self) -> float:
-        if self.iteration == 0:
-            return self.disk_remaining_mib + self.memory_mib
-        return self.iteration_remaining_mib
-
-    def job(self) -> MigrationJob:
-        remaining = self.remaining_mib if self.phase is MigrationPhase.RUNNING else 0.0
-        return MigrationJob(
-            domain=self.domain,
-            target_uri=self.target.uri,
-            phase=self.phase,
-            data_total_mib=self.processed_mib + remaining,
-            data_processed_mib=self.processed_mib,
-            data_remaining_mib=remaining,
-            iteration=self.iteration,
-            error=self.error,
-        )
-
-    def at_fault_point(self) -> bool:
-        return self.fault is not None and self.processed_mib >= self.fault_point_mib - _EPSILON_MIB
-
-    def advance(self, seconds: float, dirty_rate_mib_s: float) -> bool:
-        """Send for ``seconds`` of simulated time; True once the switch-over is done."""
-        budget = self.bandwidth_mib_s * seconds
-        while budget > 0:
-            step = budget
-            if self.fault is not None:
-                room = self.fault_point_mib - self.processed_mib
-                if room <= _EPSILON_MIB:
-                    return False
-                step = min(step, room)
-            if self.disk_remaining_mib > 0:
-                sent = min(step, self.disk_remaining_mib)
-                self.disk_remaining_mib -= sent
-            else:
-                if self.iteration == 0:
-                    self.iteration = 1
-                    self.iteration_remaining_mib = self.memory_mib
-                sent = min(step, self.iteration_remaining_mib)
-                self.iteration_remaining_mib -= sent
-                self.iteration_seconds += sent / self.bandwidth_mib_s
-                if self.iteration_remaining_mib <= 0:
-                    dirtied = min(self.memory_mib, dirty_rate_mib_s * self.iteration_seconds)
-                    if dirtied < CONVERGENCE_MIB:
-                        # the last few dirty pages go over while the guest is paused
-                        self.processed_mib += sent + dirtied
-                        return True
-                    self.iteration += 1
-                    self.iteration_remaining_mib = dirtied
-                    self.iteration_seconds = 0.0
-            self.processed_mib += sent
-            budget -= sent
-        return False
+class HostLookup(Protocol):
+    def host_by_uri(self, uri: str) -> SimHost | None: ...
 
 
 class MigrationEngine:
-    """Runs the cloud's migrations; at most one job per domain is kept (the latest)."""
+    """Runs the world's migrations; at most one job per domain is kept (the latest)."""
 
     RECORD_LIMIT = 100_000
     """Transitions kept in ``record`` (the oldest go first): ample for any test, bounded for a demo."""
 
-    def __init__(self, cloud: SimCloud) -> None:
-        self._cloud = cloud
-        self._jobs: dict[str, Migration] = {}
+    def __init__(
+        self,
+        changes: ChangeLog,
+        *,
+        hosts: HostLookup,
+        storage: SimStorage,
+        timing: SimTiming,
+        dirty_rate: Callable[[str], float],
+        transaction: AbstractContextManager[None],
+    ) -> None:
+        self._hosts = hosts
+        self._storage = storage
+        self._timing = timing
+        self._dirty_rate = dirty_rate
+        self._transaction = transaction  # timer callbacks run inside it
+        self._jobs: RecordMap[str, Migration] = RecordMap(changes, Entity.MIGRATION)
         # running migrations loaded from the state file that still wait for a timer
         self._unresumed: list[Migration] = []
         self.record: deque[MigrationTransition] = deque(maxlen=self.RECORD_LIMIT)
@@ -178,14 +76,14 @@ class MigrationEngine:
             if domain.active:
                 raise TransientError(f"domain {domain.name} is {domain.state}; migrate it once it is running")
             raise PermanentError(f"domain {domain.name} is not running: there is nothing to live-migrate")
-        target = self._cloud.host_by_uri(request.target_uri)
+        target = self._hosts.host_by_uri(request.target_uri)
         if target is None:
             raise PermanentError(f"unknown migration target {request.target_uri}")
         if target is source:
             raise PermanentError(f"cannot migrate domain {domain.name} to the host it runs on")
         disks = self._disks_to_copy(source, request)
         live = domain.live or domain.spec
-        bandwidth = self._cloud.link_mib_s
+        bandwidth = self._timing.link_mib_s
         if request.bandwidth_mib_s is not None:
             bandwidth = min(bandwidth, float(request.bandwidth_mib_s))
         migration = Migration(
@@ -198,9 +96,8 @@ class MigrationEngine:
             disks=disks,
             fault=None,
         )
-        self._jobs[domain.name] = migration
-        migration.progressed_at = self._cloud.clock()
-        self._changed(migration)
+        migration.progressed_at = self._timing.clock()
+        self._jobs.put(domain.name, migration)
         self._note(migration, None)
         refusal = self._target_refusal(
             migration, live.cpu, live.memory_mib, tuple(d.path for d in live.disks)
@@ -209,16 +106,15 @@ class MigrationEngine:
             self._finish(migration, MigrationPhase.FAILED, refusal)
             return
         # armed faults are spent only on migrations that really start
-        if source.take_fault(source.fail_migrations, domain.name):
+        if source.take_fault(FaultKind.FAIL_MIGRATION, domain.name):
             migration.fault = InjectedFault.FAIL
-        elif source.take_fault(source.stall_migrations, domain.name):
+        elif source.take_fault(FaultKind.STALL_MIGRATION, domain.name):
             migration.fault = InjectedFault.STALL
         migration.reserved = (live.cpu, live.memory_mib)
         target.reserved_vcpus += live.cpu
         target.reserved_memory_mib += live.memory_mib
         domain.state_before_migration = domain.state
         domain.state = DomainState.MIGRATING
-        source.changed(domain)
         self._schedule(migration)
 
     def job(self, host: SimHost, name: str) -> MigrationJob | None:
@@ -252,7 +148,7 @@ class MigrationEngine:
         """Take over the jobs a previous process stored; the running ones hold their room on
         the target again and wait for ``resume``."""
         for migration in migrations:
-            self._jobs[migration.domain] = migration
+            self._jobs.load(migration.domain, migration)
             if migration.phase is MigrationPhase.RUNNING:
                 cpu, memory = migration.reserved
                 migration.target.reserved_vcpus += cpu
@@ -288,14 +184,14 @@ class MigrationEngine:
             return True
         if migration.stalled:
             return True
-        tick_s = self._cloud.migration_tick_s
+        tick_s = self._timing.migration_tick_s
         # whole ticks only: the part of a tick left over counts towards the next one
         while now - migration.progressed_at >= tick_s:
             migration.progressed_at += tick_s
             if not self._step(migration):
                 if migration.job().phase is MigrationPhase.COMPLETED:
                     # it ended unseen: as with libvirt, no job is left once the source domain is gone
-                    self._jobs.pop(migration.domain, None)
+                    self._jobs.pop(migration.domain)
                 return True
         if not can_wait:
             return False
@@ -304,23 +200,18 @@ class MigrationEngine:
 
     # ------------------------------------------------------------------ internals
 
-    def _changed(self, migration: Migration) -> None:
-        journal = self._cloud.journal
-        if journal is not None:
-            journal.mark_migration(migration.domain)
-
     def _disks_to_copy(self, source: SimHost, request: MigrationRequest) -> tuple[DiskCopy, ...]:
         sizes_from_spec = {d.path: d.size_gib for d in request.spec.disks} if request.spec else {}
         copies: list[DiskCopy] = []
         for path in request.copy_disks:
-            located = self._cloud.storage.locate_local(source.name, path)
+            located = self._storage.locate_local(source.name, path)
             if located is not None:
                 pool, volume = located
                 if pool.shared:
                     continue  # shared disks are visible on the target already
                 copies.append(DiskCopy(path, pool.name, volume.name, volume.size_gib, volume.content))
                 continue
-            pool_name, volume_name = self._cloud.storage.split_path(path)
+            pool_name, volume_name = self._storage.split_path(path)
             size_gib = sizes_from_spec.get(path, 0)
             if size_gib <= 0:
                 raise PermanentError(f"disk {path} to copy is not a volume on {source.uri}")
@@ -336,7 +227,7 @@ class MigrationEngine:
         present = target.domains.get(migration.domain)
         if present is not None and present.active:
             return f"domain {migration.domain} is already {present.state} on {target.uri}"
-        unreachable = self._cloud.storage.disks_missing_on(
+        unreachable = self._storage.disks_missing_on(
             target.name, migration.source.name, disk_paths, {d.path for d in migration.disks}
         )
         if unreachable:
@@ -345,7 +236,7 @@ class MigrationEngine:
             )
         try:
             target.check_room(cpu, memory_mib, f"domain {migration.domain}")
-            self._cloud.storage.check_copy_room(target.name, migration.disks)
+            self._storage.check_copy_room(target.name, migration.disks)
         except DriverError as exc:
             return f"target cannot take the domain: {exc}"
         return ""
@@ -353,20 +244,20 @@ class MigrationEngine:
     def _current(self, source: SimHost, disks: tuple[DiskCopy, ...]) -> tuple[DiskCopy, ...]:
         current = []
         for disk in disks:
-            located = self._cloud.storage.locate_local(source.name, disk.path)
+            located = self._storage.locate_local(source.name, disk.path)
             content = located[1].content if located is not None else disk.content
             current.append(DiskCopy(disk.path, disk.pool, disk.volume, disk.size_gib, content))
         return tuple(current)
 
     def _schedule(self, migration: Migration, delay: float | None = None) -> None:
         loop = asyncio.get_running_loop()
-        delay = self._cloud.migration_tick_s if delay is None else delay
+        delay = self._timing.migration_tick_s if delay is None else delay
         migration.timer = loop.call_later(delay, self._tick, migration)
 
     def _tick(self, migration: Migration) -> None:
-        with self._cloud.transaction:
+        with self._transaction:
             migration.timer = None
-            migration.progressed_at = self._cloud.clock()
+            migration.progressed_at = self._timing.clock()
             if self._step(migration):
                 self._schedule(migration)
 
@@ -374,11 +265,10 @@ class MigrationEngine:
         """One tick of progress; True while the migration needs more ticks."""
         if migration.phase is not MigrationPhase.RUNNING:
             return False
-        self._changed(migration)
         source_domain = migration.source.domains.get(migration.domain)
         paused = source_domain is not None and source_domain.state_before_migration is DomainState.PAUSED
-        dirty_rate = 0.0 if paused else self._cloud.dirty_rate(migration.domain)
-        seconds = self._cloud.migration_tick_s * self._cloud.time_scale
+        dirty_rate = 0.0 if paused else self._dirty_rate(migration.domain)
+        seconds = self._timing.migration_tick_s * self._timing.time_scale
         converged = migration.advance(seconds, dirty_rate)
         if converged:
             self._switch_over(migration)
@@ -394,7 +284,7 @@ class MigrationEngine:
     def _note(self, migration: Migration, outcome: MigrationPhase | None) -> None:
         self.record.append(
             MigrationTransition(
-                self._cloud.clock(), migration.domain, migration.source.name, migration.target.name, outcome
+                self._timing.clock(), migration.domain, migration.source.name, migration.target.name, outcome
             )
         )
 
@@ -412,13 +302,11 @@ class MigrationEngine:
         self._release(migration)
         migration.phase = phase
         migration.error = error
-        self._changed(migration)
         self._note(migration, phase)
         domain = migration.source.domains.get(migration.domain)
         if domain is not None and domain.state is DomainState.MIGRATING:
             domain.state = domain.state_before_migration or DomainState.RUNNING
             domain.state_before_migration = None
-            migration.source.changed(domain)
         migration.source.emit(
             DomainEventType.MIGRATION_FAILED, domain or _placeholder(migration), detail=f"{phase}: {error}"
         )
@@ -438,14 +326,13 @@ class MigrationEngine:
         try:
             target.check_room(live.cpu, live.memory_mib, f"domain {domain.name}")
             # writes made during the copy were mirrored: the target gets the disks as they are now
-            self._cloud.storage.land_copies(target.name, self._current(source, migration.disks))
+            self._storage.land_copies(target.name, self._current(source, migration.disks))
         except DriverError as exc:
             self._finish(migration, MigrationPhase.FAILED, f"switch-over failed: {exc}")
             return
         run_state = domain.state_before_migration or DomainState.RUNNING
         source.remove(domain)
         migration.phase = MigrationPhase.COMPLETED
-        self._changed(migration)
         self._note(migration, MigrationPhase.COMPLETED)
         source.emit(DomainEventType.MIGRATED, domain, detail=f"to {target.uri}")
         arrived = target.define(domain.spec)

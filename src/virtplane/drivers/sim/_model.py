@@ -1,14 +1,18 @@
-"""Plain data shared by the simulator's modules: fault kinds, domain records, read-only state views."""
+"""Plain data shared by the simulator's modules: timing, fault kinds, domain records, state views."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import DomainSpec, DomainState, MigrationPhase
+
+from ._changes import Persisted, Record
 
 URI_SCHEME = "sim://"
 
@@ -39,6 +43,57 @@ class FaultKind(StrEnum):
 
 DOMAIN_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})
 """Faults that act on one existing domain at once, so they need ``domain``."""
+
+ARMED_KINDS = (FaultKind.FAIL_START, FaultKind.FAIL_MIGRATION, FaultKind.STALL_MIGRATION)
+"""Faults that wait on a host for their trigger (a start, a migration)."""
+
+
+@dataclass(frozen=True)
+class ArmedFaults:
+    """The faults waiting on one host: (kind, domain or None for any domain) → times left.
+    Immutable: arming or spending one gives a new value."""
+
+    counts: Mapping[tuple[FaultKind, str | None], int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def arm(self, kind: FaultKind, domain: str | None, count: int) -> ArmedFaults:
+        key = (kind, domain)
+        return ArmedFaults(MappingProxyType({**self.counts, key: self.counts.get(key, 0) + count}))
+
+    def take(self, kind: FaultKind, domain: str) -> ArmedFaults | None:
+        """Without one armed fault for ``domain`` (its own first, then a host-wide one);
+        None when none is armed."""
+        for key in ((kind, domain), (kind, None)):
+            left = self.counts.get(key, 0)
+            if left > 0:
+                counts = dict(self.counts)
+                if left == 1:
+                    del counts[key]
+                else:
+                    counts[key] = left - 1
+                return ArmedFaults(MappingProxyType(counts))
+        return None
+
+    def of(self, kind: FaultKind) -> dict[str | None, int]:
+        return {domain: left for (armed, domain), left in self.counts.items() if armed is kind}
+
+
+@dataclass(frozen=True)
+class SimTiming:
+    """How fast the simulated world moves; ``clock`` is wall time unless a test passes its own.
+    ``time_scale``: how many simulated seconds of migration one loop second is worth."""
+
+    boot_seconds: float = 1.5
+    shutdown_seconds: float = 0.5
+    link_mib_s: float = 1000.0
+    time_scale: float = 1.0
+    migration_tick_s: float = 0.05
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if min(self.boot_seconds, self.shutdown_seconds) < 0 or self.link_mib_s <= 0:
+            raise ValueError("delays must be >= 0 and the link bandwidth > 0")
+        if self.time_scale <= 0 or self.migration_tick_s <= 0:
+            raise ValueError("time_scale and migration_tick_s must be > 0")
 
 
 class SimFaultError(ValueError):
@@ -81,20 +136,44 @@ def host_name(uri_or_name: str) -> str:
     return name.strip("/")
 
 
-@dataclass(eq=False)
-class SimDomain:
-    spec: DomainSpec  # the persistent definition
-    live: DomainSpec | None = None  # the running instance's config; set only while active
-    state: DomainState = DomainState.SHUTOFF
-    exit_reason: ExitReason | None = None
-    timer: asyncio.TimerHandle | None = None  # pending boot/shutdown transition
-    memory: str = ""  # a marker of the guest's memory content, for memory snapshot tests
-    boots: int = 0
-    state_before_migration: DomainState | None = None
-    # while STARTING or SHUTTING_DOWN: when (cloud.clock) the transition ends, and whether
-    # the boot is an injected failure; stored so a restarted process can finish the transition
-    due: float = 0.0
-    boot_fails: bool = False
+class SimDomain(Record):
+    """One domain on one host. Its persisted fields are what a host keeps across a restart."""
+
+    spec = Persisted[DomainSpec]()  # the persistent definition
+    live = Persisted[DomainSpec | None]()  # the running instance's config; set only while active
+    state = Persisted[DomainState]()
+    exit_reason = Persisted[ExitReason | None]()
+    memory = Persisted[str]()  # a marker of the guest's memory content, for memory snapshot tests
+    boots = Persisted[int]()
+    state_before_migration = Persisted[DomainState | None]()
+    # while STARTING or SHUTTING_DOWN: when (the cloud's clock) the transition ends, and whether
+    # the boot is an injected failure; kept so a restarted process can finish the transition
+    due = Persisted[float]()
+    boot_fails = Persisted[bool]()
+
+    def __init__(
+        self,
+        spec: DomainSpec,
+        *,
+        live: DomainSpec | None = None,
+        state: DomainState = DomainState.SHUTOFF,
+        exit_reason: ExitReason | None = None,
+        memory: str = "",
+        boots: int = 0,
+        state_before_migration: DomainState | None = None,
+        due: float = 0.0,
+        boot_fails: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.live = live
+        self.state = state
+        self.exit_reason = exit_reason
+        self.memory = memory
+        self.boots = boots
+        self.state_before_migration = state_before_migration
+        self.due = due
+        self.boot_fails = boot_fails
+        self.timer: asyncio.TimerHandle | None = None  # pending boot/shutdown transition
 
     @property
     def name(self) -> str:

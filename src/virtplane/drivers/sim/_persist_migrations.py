@@ -1,30 +1,27 @@
-"""The ``migrations`` table of the state file: the migration jobs of ``SimCloud``, one row per domain.
+"""The ``migrations`` table of the state file: the migration jobs, one row per domain.
 
 A row holds what a migration needs to go on in another process: source and target,
 bandwidth, memory, the disks to copy, the injected fault, the progress so far (the
 fields ``Migration.advance`` works on), the room it holds on the target, and the
-wall-clock time (``cloud.clock``) of its last tick, from which a later process counts
-the ticks that passed while none ran. Every tick rewrites the row, in the tick's own
-transaction, so that progress stored and time stored always belong together.
-
-A failed or aborted job keeps its row until the domain's next migration, as it stays
-queryable in memory; a completed one loses it: its source domain is gone, and libvirt
-keeps no job of a domain that left.
+clock's time of its last tick, from which a later process counts the ticks that passed
+while none ran. Every tick rewrites the row, in the tick's own transaction, so that
+progress stored and time stored always belong together. A completed job has no row.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from virtplane.drivers.base import MigrationPhase
 
-from ._migration import DiskCopy, InjectedFault, Migration
+from ._changes import Key
+from ._precopy import DiskCopy, InjectedFault, Migration
 
 if TYPE_CHECKING:
-    from ._cloud import SimCloud
+    from ._host import SimHost
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS migrations (
@@ -50,7 +47,7 @@ CREATE TABLE IF NOT EXISTS migrations (
 );
 """
 
-_COLUMNS = (
+COLUMNS = (
     "domain",
     "vm_uid",
     "source",
@@ -72,18 +69,10 @@ _COLUMNS = (
     "progressed_at",
 )
 
-UPSERT = (
-    f"INSERT INTO migrations ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
-    f"ON CONFLICT (domain) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _COLUMNS[1:])}"
-)
-DELETE = "DELETE FROM migrations WHERE domain = ?"
-SELECT = f"SELECT {', '.join(_COLUMNS)} FROM migrations ORDER BY rowid"
 
-
-def row(cloud: SimCloud, domain: str) -> tuple[Any, ...] | None:
-    """The row of ``domain``'s job, or None when it has none to keep."""
-    migration = cloud.migrations.latest(domain)
-    if migration is None or migration.phase is MigrationPhase.COMPLETED:
+def row(_key: Key, migration: Migration) -> tuple[Any, ...] | None:
+    """The row of a job, or None when it has none to keep."""
+    if migration.phase is MigrationPhase.COMPLETED:
         return None
     return (
         migration.domain,
@@ -107,7 +96,7 @@ def row(cloud: SimCloud, domain: str) -> tuple[Any, ...] | None:
     )
 
 
-def load(cloud: SimCloud, rows: Iterable[tuple[Any, ...]]) -> list[Migration]:
+def load(rows: Iterable[tuple[Any, ...]], host_named: Callable[[str], SimHost | None]) -> list[Migration]:
     """Rebuild the jobs of the rows (those between hosts that still exist)."""
     migrations = []
     for (
@@ -131,7 +120,7 @@ def load(cloud: SimCloud, rows: Iterable[tuple[Any, ...]]) -> list[Migration]:
         reserved_memory,
         progressed_at,
     ) in rows:
-        source, target = cloud.host_named(source_name), cloud.host_named(target_name)
+        source, target = host_named(source_name), host_named(target_name)
         if source is None or target is None:
             continue
         migration = Migration(

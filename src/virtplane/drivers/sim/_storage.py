@@ -11,18 +11,18 @@ against the pool's capacity (a pool with capacity 0 is unbounded).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from virtplane.drivers.base import ImageInfo, ImageRef, PoolRef, VolumeInfo
 from virtplane.drivers.errors import NotFound, PermanentError, TransientError
 
+from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
 from ._model import URI_SCHEME, SimFaultError
 
 if TYPE_CHECKING:
-    from ._cloud import SimCloud
-    from ._migration import DiskCopy
+    from ._precopy import DiskCopy
 
 SHARED = ""
 """The host part of a shared pool's key."""
@@ -30,26 +30,39 @@ SHARED = ""
 VOLUME_SNAPSHOT_SCHEME = "sim-snap://"
 GIB = 1024**3
 
+DiskUser = Callable[[str, str], str | None]
+"""(host, path) → the live domain on that host that has the disk attached, if any."""
 
-@dataclass(eq=False)
-class SimVolume:
-    name: str
-    path: str
-    size_gib: int
-    content: str = ""
+
+class SimVolume(Record):
+    path = Persisted[str]()
+    size_gib = Persisted[int]()
+    content = Persisted[str]()
+
+    def __init__(self, name: str, path: str, size_gib: int, content: str = "") -> None:
+        self.name = name
+        self.path = path
+        self.size_gib = size_gib
+        self.content = content
 
     def info(self) -> VolumeInfo:
         return VolumeInfo(name=self.name, path=self.path, size_gib=self.size_gib)
 
 
-@dataclass(eq=False)
-class SimPool:
-    name: str
-    shared: bool
-    capacity_gib: int
-    hosts: set[str] = field(default_factory=set)
-    volumes: dict[str, SimVolume] = field(default_factory=dict)
-    owner: str = SHARED  # the host of a local pool
+class SimPool(Record):
+    shared = Persisted[bool]()
+    capacity_gib = Persisted[int]()
+    hosts = Persisted[frozenset[str]]()  # the hosts that ensured it
+
+    def __init__(
+        self, changes: ChangeLog, name: str, shared: bool, capacity_gib: int, owner: str = SHARED
+    ) -> None:
+        self.name = name
+        self.owner = owner  # the host of a local pool
+        self.shared = shared
+        self.capacity_gib = capacity_gib
+        self.hosts = frozenset()
+        self.volumes: RecordMap[str, SimVolume] = RecordMap(changes, Entity.VOLUME, (owner, name))
 
     @property
     def used_gib(self) -> int:
@@ -79,36 +92,23 @@ def volume_path(pool: str, volume: str) -> str:
 
 
 class SimStorage:
-    def __init__(self, cloud: SimCloud) -> None:
-        self._cloud = cloud
-        self._pools: dict[tuple[str, str], SimPool] = {}  # (host or SHARED, pool name)
-        self._snapshots: dict[str, SavedVolume] = {}
-
-    def _changed(self, pool: SimPool, volume: str | None = None) -> None:
-        """Mark a pool (or one of its volumes) for the state file; a no-op without one."""
-        journal = self._cloud.journal
-        if journal is not None:
-            if volume is None:
-                journal.mark_pool(pool.owner, pool.name)
-            else:
-                journal.mark_volume(pool.owner, pool.name, volume)
-
-    def _snapshot_changed(self, handle: str) -> None:
-        journal = self._cloud.journal
-        if journal is not None:
-            journal.mark_snapshot(handle)
+    def __init__(self, changes: ChangeLog, disk_user: DiskUser) -> None:
+        self._changes = changes
+        self._disk_user = disk_user
+        # by (host of a local pool or SHARED, pool name)
+        self._pools: RecordMap[tuple[str, str], SimPool] = RecordMap(changes, Entity.POOL)
+        self._snapshots: RecordMap[str, SavedVolume] = RecordMap(changes, Entity.SNAPSHOT)
 
     # ------------------------------------------------------------------ the state file
 
     def find_pool(self, owner: str, name: str) -> SimPool | None:
         return self._pools.get((owner, name))
 
-    def saved_volume(self, handle: str) -> SavedVolume | None:
-        return self._snapshots.get(handle)
-
-    def load(self, pools: list[SimPool], snapshots: dict[str, SavedVolume]) -> None:
-        self._pools = {(pool.owner, pool.name): pool for pool in pools}
-        self._snapshots = snapshots
+    def load(self, pools: Iterable[SimPool], snapshots: Iterable[tuple[str, SavedVolume]]) -> None:
+        for pool in pools:
+            self._pools.load((pool.owner, pool.name), pool)
+        for handle, saved in snapshots:
+            self._snapshots.load(handle, saved)
 
     # ------------------------------------------------------------------ pools
 
@@ -124,14 +124,12 @@ class SimStorage:
         key = (SHARED if ref.shared else host, ref.name)
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = SimPool(ref.name, ref.shared, ref.capacity_gib, owner=key[0])
-            self._changed(pool)
-        elif ref.capacity_gib > 0 and pool.capacity_gib != ref.capacity_gib:
+            pool = self._pools.put(
+                key, SimPool(self._changes, ref.name, ref.shared, ref.capacity_gib, key[0])
+            )
+        elif ref.capacity_gib > 0:
             pool.capacity_gib = ref.capacity_gib  # a grown (or re-declared) pool
-            self._changed(pool)
-        if host not in pool.hosts:
-            pool.hosts.add(host)
-            self._changed(pool)
+        pool.hosts |= {host}
 
     def pool(self, host: str, ref: PoolRef) -> SimPool:
         pool = self._pools.get((SHARED if ref.shared else host, ref.name))
@@ -151,10 +149,10 @@ class SimStorage:
         """An admin's file in a library pool (``owner``: SHARED or the host of a local pool)."""
         pool = self._pools.get((owner, pool_name))
         if pool is None:
-            pool = self._pools[(owner, pool_name)] = SimPool(pool_name, owner == SHARED, 0, owner=owner)
-            self._changed(pool)
-        pool.volumes[file] = SimVolume(file, volume_path(pool_name, file), size_gib, content)
-        self._changed(pool, file)
+            pool = self._pools.put(
+                (owner, pool_name), SimPool(self._changes, pool_name, owner == SHARED, 0, owner)
+            )
+        pool.volumes.put(file, SimVolume(file, volume_path(pool_name, file), size_gib, content))
 
     def inspect_image(self, host: str, image: ImageRef) -> tuple[ImageInfo, SimVolume]:
         try:
@@ -185,9 +183,7 @@ class SimStorage:
             size_gib = max(size_gib, -(-info.virtual_size_bytes // GIB))
             content = image.content
         pool.check_room(size_gib, f"volume {name}")
-        volume = pool.volumes[name] = SimVolume(name, volume_path(ref.name, name), size_gib, content)
-        self._changed(pool, name)
-        return volume.info()
+        return pool.volumes.put(name, SimVolume(name, volume_path(ref.name, name), size_gib, content)).info()
 
     def delete_volume(self, host: str, ref: PoolRef, name: str) -> None:
         pool = self.pool(host, ref)
@@ -195,8 +191,7 @@ class SimStorage:
         if volume is None:
             return
         self._refuse_if_in_use(pool, volume, "delete")
-        del pool.volumes[name]
-        self._changed(pool, name)
+        pool.volumes.pop(name)
 
     def resize_volume(self, host: str, ref: PoolRef, name: str, size_gib: int) -> VolumeInfo:
         pool = self.pool(host, ref)
@@ -205,7 +200,6 @@ class SimStorage:
             raise PermanentError(f"volume {name} cannot shrink from {volume.size_gib} to {size_gib} GiB")
         pool.check_room(size_gib - volume.size_gib, f"growing volume {name}")
         volume.size_gib = size_gib
-        self._changed(pool, name)
         return volume.info()
 
     # ------------------------------------------------------------------ snapshots
@@ -213,8 +207,7 @@ class SimStorage:
     def snapshot_volume(self, host: str, ref: PoolRef, name: str, snapshot_id: str) -> str:
         volume = self._volume(host, ref, name)
         handle = f"{VOLUME_SNAPSHOT_SCHEME}{ref.name}/{name}@{snapshot_id}"
-        self._snapshots[handle] = SavedVolume(ref.name, name, volume.size_gib, volume.content)
-        self._snapshot_changed(handle)
+        self._snapshots.put(handle, SavedVolume(ref.name, name, volume.size_gib, volume.content))
         return handle
 
     def revert_volume(self, host: str, ref: PoolRef, name: str, handle: str) -> None:
@@ -228,11 +221,9 @@ class SimStorage:
             pool.check_room(saved.size_gib - volume.size_gib, f"reverting volume {name}")
         volume.content = saved.content
         volume.size_gib = saved.size_gib
-        self._changed(pool, name)
 
     def delete_snapshot(self, handle: str) -> None:
-        if self._snapshots.pop(handle, None) is not None:
-            self._snapshot_changed(handle)
+        self._snapshots.pop(handle)
 
     # ------------------------------------------------------------------ paths (sim helpers, migration)
 
@@ -261,9 +252,7 @@ class SimStorage:
         return self.resolve_located(path, host)[1]
 
     def write_content(self, path: str, host: str | None, content: str) -> None:
-        pool, volume = self.resolve_located(path, host)
-        volume.content = content
-        self._changed(pool, volume.name)
+        self.resolve_located(path, host)[1].content = content
 
     def resolve_located(self, path: str, host: str | None) -> tuple[SimPool, SimVolume]:
         if host is not None:
@@ -310,12 +299,11 @@ class SimStorage:
         self.check_copy_room(host, disks)
         for disk in disks:
             pool = self._pools[(host, disk.pool)]
-            pool.volumes[disk.volume] = SimVolume(disk.volume, disk.path, disk.size_gib, disk.content)
-            self._changed(pool, disk.volume)
+            pool.volumes.put(disk.volume, SimVolume(disk.volume, disk.path, disk.size_gib, disk.content))
 
     def _refuse_if_in_use(self, pool: SimPool, volume: SimVolume, action: str) -> None:
         for host_name in pool.hosts:
-            user = self._cloud.live_user_of(host_name, volume.path)
+            user = self._disk_user(host_name, volume.path)
             if user is not None:
                 # busy, not broken: it works once the domain is off
                 raise TransientError(

@@ -1,23 +1,24 @@
 """Checks on API writes that need more than field validation: references, applicability, immutability.
 
 The API calls these before writing; the controllers re-check what they act on,
-since the world may change between the two.
+since the world may change between the two. A refusal is a domain error
+(``domain.errors``: ``Invalid`` for a reference that cannot be used, ``Refused`` for a
+conflict with the state things are in); the API maps it to its HTTP status.
 """
 
 from __future__ import annotations
 
-from virtplane.api.errors import ApiError
-from virtplane.controllers.attachments import attached_elsewhere
-from virtplane.controllers.operations import active_before
-from virtplane.controllers.storage import pool_ref
-from virtplane.domain.images import paths_overlap
+from virtplane.domain.attachments import attached_elsewhere, users_of
+from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.intents import read_intents
-from virtplane.domain.operations import admit
+from virtplane.domain.operations import active_before, admit
+from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
 from virtplane.domain.resources import (
     Host,
     Image,
     ImageKind,
     ImagePhase,
+    OperationPhase,
     PoolContent,
     Resource,
     Secret,
@@ -43,7 +44,7 @@ class Admission:
         if isinstance(obj, VirtualMachineOperation):
             self._admit_operation(obj)
         elif isinstance(obj, VirtualMachineSnapshot) and self.store.find(VirtualMachine, obj.spec.vm) is None:
-            raise ApiError(422, "VMNotFound", f"VM {obj.spec.vm} does not exist")
+            raise Invalid("VMNotFound", f"VM {obj.spec.vm} does not exist")
         elif isinstance(obj, Volume):
             self._admit_volume(obj)
         elif isinstance(obj, VirtualMachine):
@@ -54,7 +55,7 @@ class Admission:
         elif isinstance(obj, StoragePool):
             self._admit_pool(obj)
         elif isinstance(obj, Secret) and not obj.spec.password:
-            raise ApiError(422, "PasswordRequired", f"secret {obj.metadata.name} needs spec.password")
+            raise Invalid("PasswordRequired", f"secret {obj.metadata.name} needs spec.password")
         elif isinstance(obj, Host):
             self._admit_fencing(obj)
         return obj
@@ -62,8 +63,7 @@ class Admission:
     def _admit_fencing(self, host: Host) -> None:
         redfish = host.spec.fencing.redfish if host.spec.fencing else None
         if redfish is not None and self.store.find(Secret, redfish.credentials_secret) is None:
-            raise ApiError(
-                422,
+            raise Invalid(
                 "SecretNotFound",
                 f"spec.fencing.redfish.credentials_secret: secret {redfish.credentials_secret} does not "
                 "exist; create it first (kind Secret, admin)",
@@ -74,10 +74,9 @@ class Admission:
     def _library(self, name: str) -> StoragePool:
         pool = self.store.find(StoragePool, name)
         if pool is None:
-            raise ApiError(422, "PoolNotFound", f"storage pool {name} does not exist")
+            raise Invalid("PoolNotFound", f"storage pool {name} does not exist")
         if pool.spec.content is not PoolContent.IMAGES:
-            raise ApiError(
-                422,
+            raise Invalid(
                 "NotAnImageLibrary",
                 f"storage pool {name} is not an image library (spec.content: images)",
             )
@@ -86,25 +85,21 @@ class Admission:
     def _image(self, name: str, kind: ImageKind, field: str) -> None:
         image = self.store.find(Image, name)
         if image is None:
-            raise ApiError(422, "ImageNotFound", f"{field}: image {name} does not exist")
+            raise Invalid("ImageNotFound", f"{field}: image {name} does not exist")
         if image.spec.kind is not kind:
-            raise ApiError(
-                422,
+            raise Invalid(
                 "WrongImageKind",
                 f"{field}: image {name} is a {image.spec.kind.value} image; this needs a {kind.value} image",
             )
         if image.status.phase is not ImagePhase.READY:
-            raise ApiError(
-                422, "ImageNotReady", f"{field}: image {name} is {image.status.phase.value}, not Ready"
-            )
+            raise Invalid("ImageNotReady", f"{field}: image {name} is {image.status.phase.value}, not Ready")
 
     def _admit_volume(self, volume: Volume) -> None:
         pool = self.store.find(StoragePool, volume.spec.pool)
         if pool is None:
-            raise ApiError(422, "PoolNotFound", f"storage pool {volume.spec.pool} does not exist")
+            raise Invalid("PoolNotFound", f"storage pool {volume.spec.pool} does not exist")
         if pool.spec.content is PoolContent.IMAGES:
-            raise ApiError(
-                422,
+            raise Invalid(
                 "PoolIsImageLibrary",
                 f"storage pool {pool.metadata.name} is an image library, not for volumes",
             )
@@ -119,14 +114,11 @@ class Admission:
 
     def _admit_pool(self, pool: StoragePool) -> None:
         """A library never shares its directory with a volume pool: volume deletion never reaches it."""
-        mine = pool_ref(pool)
         for other in self.store.list_objects(StoragePool):
             if other.spec.content is pool.spec.content or other.metadata.name == pool.metadata.name:
                 continue
-            theirs = pool_ref(other)
-            if mine.name == theirs.name or paths_overlap(mine.path, theirs.path):
-                raise ApiError(
-                    422,
+            if pools_overlap(pool, other):
+                raise Invalid(
                     "PoolOverlap",
                     f"storage pool {pool.metadata.name} would share its directory with pool "
                     f"{other.metadata.name}: image libraries and volume pools must not overlap",
@@ -142,10 +134,11 @@ class Admission:
                 continue
             volume = self.store.find(Volume, disk.volume)
             holder = volume.status.attached_vm if volume else None
-            owner = attached_elsewhere(self.cache, disk.volume, vm.metadata.name, holder)
+            names = {*self.cache.vms_using_volume(disk.volume), *([holder] if holder else [])}
+            users = users_of(disk.volume, (self.cache.vm(name) for name in names))
+            owner = attached_elsewhere(vm.metadata.name, holder, users)
             if owner is not None:
-                raise ApiError(
-                    409,
+                raise Refused(
                     "VolumeAttached",
                     f"volume {disk.volume} is attached to VM {owner}; a volume is a disk of one VM at a time",
                 )
@@ -153,7 +146,7 @@ class Admission:
     def _admit_operation(self, op: VirtualMachineOperation) -> None:
         vm = self.store.find(VirtualMachine, op.spec.vm)
         if vm is None:
-            raise ApiError(422, "VMNotFound", f"VM {op.spec.vm} does not exist")
+            raise Invalid("VMNotFound", f"VM {op.spec.vm} does not exist")
         ops = self.cache.operations_of(vm.metadata.name)
         admission = admit(
             op.spec.type,
@@ -164,15 +157,15 @@ class Admission:
             held=bool(read_intents(vm.metadata.annotations).held_by),
         )
         if not admission.allowed:
-            raise ApiError(409, admission.reason, admission.message)
+            raise Refused(admission.reason, admission.message)
 
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]
-            raise ApiError(422, "Immutable", f"the spec of a {current.KIND} cannot change; create a new one")
+            raise Invalid("Immutable", f"the spec of a {current.KIND} cannot change; create a new one")
         if isinstance(current, StoragePool) and isinstance(new, StoragePool):
             if current.spec.content is not new.spec.content:
-                raise ApiError(422, "Immutable", "spec.content of a storage pool cannot change")
-            if pool_ref(current) != pool_ref(new):
+                raise Invalid("Immutable", "spec.content of a storage pool cannot change")
+            if (pool_driver_name(current), pool_path(current)) != (pool_driver_name(new), pool_path(new)):
                 self._admit_pool(new)
         elif isinstance(current, Volume) and isinstance(new, Volume):
             if (current.spec.pool, current.spec.source) != (new.spec.pool, new.spec.source):
@@ -194,19 +187,17 @@ class Admission:
                 vm.metadata.name for vm in self.cache.vms() if any(d.volume == name for d in vm.spec.disks)
             ]
             if users:
-                raise ApiError(
-                    409, "VolumeInUse", f"volume {name} is a disk of VM {', '.join(sorted(users))}"
-                )
+                raise Refused("VolumeInUse", f"volume {name} is a disk of VM {', '.join(sorted(users))}")
         elif isinstance(current, StoragePool):
             volumes = [v.metadata.name for v in self.cache.volumes() if v.spec.pool == name]
             if volumes:
-                raise ApiError(
-                    409, "PoolInUse", f"pool {name} still holds {len(volumes)} volume(s), e.g. {volumes[0]}"
+                raise Refused(
+                    "PoolInUse", f"pool {name} still holds {len(volumes)} volume(s), e.g. {volumes[0]}"
                 )
             images = [i.metadata.name for i in self.cache.images() if i.spec.pool == name]
             if images:
-                raise ApiError(
-                    409, "PoolInUse", f"pool {name} still holds {len(images)} image(s), e.g. {images[0]}"
+                raise Refused(
+                    "PoolInUse", f"pool {name} still holds {len(images)} image(s), e.g. {images[0]}"
                 )
         elif isinstance(current, Image):
             users = sorted(
@@ -219,7 +210,7 @@ class Admission:
                 if v.spec.source and v.spec.source.image == name and v.status.phase is not VolumePhase.READY
             )
             if users:
-                raise ApiError(409, "ImageInUse", f"image {name} is used by {', '.join(users)}")
+                raise Refused("ImageInUse", f"image {name} is used by {', '.join(users)}")
         elif isinstance(current, Secret):
             users = sorted(
                 h.metadata.name
@@ -229,18 +220,16 @@ class Admission:
                 and h.spec.fencing.redfish.credentials_secret == name
             )
             if users:
-                raise ApiError(
-                    409, "SecretInUse", f"secret {name} holds the BMC credentials of {', '.join(users)}"
-                )
+                raise Refused("SecretInUse", f"secret {name} holds the BMC credentials of {', '.join(users)}")
         elif isinstance(current, Host):
             vms = self.cache.vms_on_host(name)
             if vms:
-                raise ApiError(
-                    409,
+                raise Refused(
                     "HostInUse",
                     f"host {name} still has {len(vms)} VM(s); move or delete them first (e.g. {vms[0].metadata.name})",
                 )
-        elif isinstance(current, VirtualMachineOperation) and current.status.phase.value == "InProgress":
-            raise ApiError(
-                409, "OperationInProgress", f"operation {name} is in progress; wait for it to finish"
-            )
+        elif (
+            isinstance(current, VirtualMachineOperation)
+            and current.status.phase is OperationPhase.IN_PROGRESS
+        ):
+            raise Refused("OperationInProgress", f"operation {name} is in progress; wait for it to finish")

@@ -1,0 +1,101 @@
+"""``python -m bench [--short] [--rows 1,4] [--profile]``: run the benchmarks, print the table.
+
+A full run writes ``bench/results/<date>-full.json`` and regenerates the table of
+``docs/benchmarks.md``; a short run (``--short``, what CI runs) only prints (``--save``:
+and writes its JSON). Nothing here asserts a time: the table says which targets were met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import api, ceiling, drain, fleet, report
+from bench.rows import Row
+from bench.sizes import FULL, SHORT, Sizes
+
+Session = Callable[[Path, Sizes, float, Path | None], Awaitable[list[Row]]]
+SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
+    (frozenset({1, 3, 4}), api.run),
+    (frozenset({6}), drain.run),
+    (frozenset({2, 5, 7, 8}), fleet.run),
+)
+
+
+def parse_rows(text: str) -> frozenset[int]:
+    rows = frozenset(int(part) for part in text.split(",") if part.strip())
+    unknown = rows - frozenset(range(1, 9))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no such rows: {sorted(unknown)} (rows are 1 to 8)")
+    return rows
+
+
+async def run(
+    sizes: Sizes, rows: frozenset[int], work: Path, profile_dir: Path | None
+) -> tuple[list[Row], float]:
+    tx_per_s = ceiling.transactions_per_s(work / "ceiling.db", sizes.ceiling_s)
+    print(f"raw-SQLite ceiling: {tx_per_s:,.0f} transactions per s", flush=True)
+    measured: list[Row] = []
+    for session_rows, session in SESSIONS:
+        if rows & session_rows:
+            for row in await session(work, sizes, tx_per_s, profile_dir):
+                if row.number in rows:
+                    print(f"row {row.number}: {row.figure} {row.unit} ({row.note or row.target})", flush=True)
+                    print(f"       {row.details}", flush=True)
+                    measured.append(row)
+    return measured, tx_per_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--short", action="store_true", help="small sizes, a couple of minutes (CI)")
+    parser.add_argument(
+        "--rows", type=parse_rows, default=frozenset(range(1, 9)), help="e.g. 1,4 (default: all)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="record each row with py-spy (slows the server)"
+    )
+    parser.add_argument(
+        "--save", action="store_true", help="write the JSON also for --short"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the servers' data directories")
+    args = parser.parse_args()
+    sizes = SHORT if args.short else FULL
+    work = Path(tempfile.mkdtemp(prefix="virtplane-bench-"))
+    results = report.ROOT / "bench" / "results"
+    profile_dir = results / "profiles" if args.profile else None
+    started = datetime.now(UTC)
+    load_start = report.load_average()
+    measured_commit = report.commit()  # what runs, before anyone edits the checkout meanwhile
+    try:
+        rows, tx_per_s = asyncio.run(run(sizes, args.rows, work, profile_dir))
+    finally:
+        if args.keep:
+            print(f"data directories kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    result = report.record(
+        rows,
+        mode=sizes.name + ("-profiled" if args.profile else ""),
+        ceiling=tx_per_s,
+        started=started,
+        load={"start": load_start, "end": report.load_average()},
+        measured_commit=measured_commit,
+    )
+    print()
+    print(report.table(result))
+    if args.save or not args.short:
+        path = report.write_json(result, results)
+        print(f"wrote {path}")
+        if not args.short and args.rows == frozenset(range(1, 9)) and not args.profile:
+            report.write_markdown(result, report.ROOT / "docs" / "benchmarks.md")
+            print("wrote docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""How big each row is: the issue's sizes, and the short mode's (CI: a couple of minutes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    name: str
+    ceiling_s: float = 3.0
+    api_seconds: float = 10.0  # row 1: how long each client count writes
+    single_ops: int = 20  # row 4: operations of each type
+    bulk_vms: int = 1000  # row 3
+    fleet_vms: int = 10_000  # rows 2, 5, 7, 8
+    fleet_hosts: int = 500
+    crashes: int = 30  # row 5
+    idle_s: float = 120.0  # row 7: two resync periods, four heartbeats
+    pages: int = 20  # row 8
+    drain_vms: int = 40  # row 6
+
+
+FULL = Sizes("full")
+SHORT = Sizes(
+    "short",
+    ceiling_s=1.0,
+    api_seconds=3.0,
+    single_ops=8,
+    bulk_vms=100,
+    fleet_vms=500,
+    fleet_hosts=25,
+    crashes=8,
+    idle_s=10.0,
+    pages=5,
+    drain_vms=10,
+)

@@ -1,0 +1,119 @@
+"""Cancelling a maintenance: nothing new is scheduled, migrations in flight end (finish, or
+abort on their timeouts), the host returns to Enabled, the VMs maintenance stopped are
+released (their recorded power state starts them again); with ``host.maintenance.return_vms``
+the VMs that left get one attempt to come back."""
+
+from __future__ import annotations
+
+from virtplane.controllers.maintenance.tracking import POLL_S, Tracker, progress_of, record
+from virtplane.controllers.migration import Started, Waiting, failure_message, in_flight, maintenance_tag
+from virtplane.domain.host_states import HostEvent, in_maintenance
+from virtplane.domain.intents import read_intents, read_migration, write_intents
+from virtplane.domain.phases import MIGRATABLE_PHASES
+from virtplane.domain.progress import (
+    SETTLED_RETURNS,
+    MoveEvent,
+    NoSlot,
+    NotReturned,
+    ProgressState,
+    ReturnBegan,
+    Returned,
+    advance,
+)
+from virtplane.domain.resources import Host, HostMaintenance, MaintenancePhase, VirtualMachine
+from virtplane.reconcile.types import Result
+
+
+class Cancel(Tracker):
+    async def step(self, m: HostMaintenance, host: Host) -> Result | None:
+        ctx = self.ctx
+        name = host.metadata.name
+        tag = maintenance_tag(name)
+        if m.status.phase is not MaintenancePhase.CANCELLING:
+            m.status.phase = MaintenancePhase.CANCELLING
+            m.status.message = "cancelling: no new moves; waiting for migrations in flight"
+            m = self.save(m)
+            ctx.event(host, "MaintenanceCancelling", "no new moves are scheduled")
+        ours = [vm for vm, intent in in_flight(ctx.cache.vms()) if intent.requested_by == tag]
+        for vm in ctx.cache.vms_on_host(name) + ours + self._departed(m):
+            if vm.metadata.name in m.status.progress or read_migration(vm.metadata.annotations):
+                self._observe(m, vm)
+        state = ctx.store.get(Host, name).status.resource_state
+        if in_maintenance(state):
+            if ours:
+                m.status.message = f"cancelling: waiting for {len(ours)} migration(s) in flight"
+                self.save(m)
+                return Result(requeue_after=POLL_S)
+            self._transition(name, HostEvent.CANCEL, "maintenance cancelled")
+        self._release(name)
+        if ctx.settings.get_bool("host.maintenance.return_vms") and not await self._return_vms(m, host):
+            self.save(m)
+            return Result(requeue_after=POLL_S)
+        m.status.phase = MaintenancePhase.CANCELLED
+        m.status.finished_at = ctx.now()
+        m.status.message = "cancelled: the host is back in service"
+        self.save(m)
+        ctx.event(host, "MaintenanceCancelled", m.status.message)
+        return None
+
+    def _release(self, host: str) -> None:
+        """Let go of the VMs maintenance stopped: their recorded power state starts them again."""
+        ctx = self.ctx
+        tag = maintenance_tag(host)
+        for vm in ctx.cache.vms():
+            if read_intents(vm.metadata.annotations).held_by != tag:
+                continue
+
+            def release(current: VirtualMachine) -> None:
+                intents = read_intents(current.metadata.annotations)
+                if intents.held_by != tag:
+                    return
+                if intents.stop_by_system:
+                    intents = intents.with_(
+                        stop=None, stop_by_system=False
+                    )  # a stop not done yet is called off
+                current.metadata.annotations = write_intents(
+                    current.metadata.annotations, intents.with_(held_by=None)
+                )
+
+            written = ctx.mutate(VirtualMachine, vm.metadata.name, release)
+            ctx.event(written, "MaintenanceReleased", f"the maintenance of {host} ended; the VM starts again")
+
+    async def _return_vms(self, m: HostMaintenance, host: Host) -> bool:
+        """Migrate back the VMs that left, where there is room; True once nothing is left to do."""
+        name = host.metadata.name
+        done = True
+        for vm_name, went_to in sorted(m.status.migrated_vms.items()):
+            progress = progress_of(m, vm_name)
+            if progress.state in SETTLED_RETURNS:
+                continue
+            vm = self.ctx.cache.vm(vm_name)
+            event: MoveEvent | None = None
+            if vm is None:
+                event = NotReturned("the VM is gone")
+            elif read_migration(vm.metadata.annotations) is not None:
+                done = False
+            elif vm.status.host == name:
+                event = Returned(name)
+            elif progress.state is ProgressState.RETURNING:
+                event = NotReturned(failure_message(vm))
+            elif vm.status.host != went_to or vm.status.phase not in MIGRATABLE_PHASES:
+                event = NotReturned(
+                    f"the VM is {vm.status.phase.value} on {vm.status.host}; left where it is"
+                )
+            else:
+                choice = self.coordinator.choose_target(vm, only=name)
+                if choice.host is None:
+                    event = NotReturned(f"no room to return: {choice.reasons.get(name, 'unknown')}")
+                else:
+                    result = await self.coordinator.begin(
+                        vm_name, name, requested_by=maintenance_tag(name), attempt=1
+                    )
+                    if isinstance(result, Started):
+                        event, done = ReturnBegan(name), False
+                    elif isinstance(result, Waiting):
+                        event, done = NoSlot(result.message), False
+                    else:
+                        event = NotReturned(result.message)
+            record(m, vm_name, advance(progress, event) if event is not None else progress)
+        return done

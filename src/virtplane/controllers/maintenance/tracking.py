@@ -1,0 +1,115 @@
+"""What draining and cancelling share: each VM's progress in the maintenance's status, the
+host's state moves (through ``domain.host_states``), and saving the maintenance."""
+
+from __future__ import annotations
+
+import logging
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.migration import MigrationCoordinator, failure_message, maintenance_tag
+from virtplane.domain.conditions import set_condition
+from virtplane.domain.host_states import HostEvent, InvalidTransition, in_maintenance, next_state
+from virtplane.domain.intents import read_migration
+from virtplane.domain.progress import InFlight, MoveEvent, MoveProgress, ProgressState, advance, observed
+from virtplane.domain.resources import (
+    Host,
+    HostMaintenance,
+    HostResourceState,
+    MaintenanceVMProgress,
+    VirtualMachine,
+)
+
+log = logging.getLogger("virtplane.controllers.maintenance")
+
+POLL_S = 1.0
+HOST_CONDITION = "Maintenance"
+
+
+def progress_of(m: HostMaintenance, vm: str) -> MoveProgress:
+    stored = m.status.progress.get(vm)
+    return MoveProgress.of(stored.model_dump() if stored is not None else None)
+
+
+def record(m: HostMaintenance, vm: str, progress: MoveProgress) -> MoveProgress:
+    m.status.progress[vm] = MaintenanceVMProgress.model_validate(progress.as_dict())
+    return progress
+
+
+class Tracker:
+    def __init__(self, ctx: ControllerContext, coordinator: MigrationCoordinator) -> None:
+        self.ctx = ctx
+        self.coordinator = coordinator
+
+    def _transition(self, host_name: str, event: HostEvent, message: str) -> HostResourceState:
+        """Move the host through the state table; an event the state does not take is skipped."""
+        ctx = self.ctx
+        host = ctx.store.get(Host, host_name)
+        before = host.status.resource_state
+        try:
+            after = next_state(before, event)
+        except InvalidTransition as exc:
+            log.info("host %s: %s", host_name, exc)
+            return before
+
+        def change(current: Host) -> None:
+            current.status.resource_state = next_state(current.status.resource_state, event)
+            current.status.conditions = set_condition(
+                current.status.conditions,
+                HOST_CONDITION,
+                in_maintenance(current.status.resource_state),
+                current.status.resource_state.value,
+                message,
+                now=ctx.now(),
+            )
+
+        written = ctx.mutate(Host, host_name, change)
+        if after != before:
+            ctx.event(
+                written,
+                after.value,
+                f"{before.value} -> {after.value}: {message}",
+                warning=after
+                in (
+                    HostResourceState.ERROR_IN_MAINTENANCE,
+                    HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE,
+                ),
+            )
+        return written.status.resource_state
+
+    def save(self, m: HostMaintenance) -> HostMaintenance:
+        written = self.ctx.write(m)
+        assert isinstance(written, HostMaintenance)
+        return written
+
+    def _advance(self, m: HostMaintenance, vm: str, event: MoveEvent) -> MoveProgress:
+        max_attempts = self.ctx.settings.get_int("migration.max_attempts")
+        return record(m, vm, advance(progress_of(m, vm), event, max_attempts=max_attempts))
+
+    def _observe(self, m: HostMaintenance, vm: VirtualMachine) -> MoveProgress:
+        """Bring the VM's progress up to date with the VM itself (intent, host, condition)."""
+        name = vm.metadata.name
+        host = m.spec.host
+        before = progress_of(m, name)
+        intent = read_migration(vm.metadata.annotations)
+        flight = None
+        if intent is not None and intent.requested_by == maintenance_tag(host):
+            pct = self.coordinator.progress_pct(name)
+            flight = InFlight(intent.target, intent.attempt, pct, returning=intent.target == host)
+        max_attempts = self.ctx.settings.get_int("migration.max_attempts")
+        after = observed(before, flight, vm.status.host, failure_message(vm), max_attempts=max_attempts)
+        if after.state is not before.state and flight is None:
+            if after.state is ProgressState.MIGRATED and after.target:
+                m.status.migrated_vms[name] = after.target
+                self.ctx.event(("Host", host), "VMMigrated", f"{name} moved to {after.target}")
+            else:
+                self.ctx.event(("Host", host), "VMMigrationFailed", f"{name}: {after.message}", warning=True)
+        return record(m, name, after)
+
+    def _departed(self, m: HostMaintenance) -> list[VirtualMachine]:
+        """VMs whose migration off the host was under way and that are no longer on it."""
+        result = []
+        for vm_name, progress in m.status.progress.items():
+            vm = self.ctx.cache.vm(vm_name)
+            if vm is not None and progress.state is ProgressState.MIGRATING and vm.status.host != m.spec.host:
+                result.append(vm)
+        return result

@@ -1,0 +1,275 @@
+"""The migration coordinator: targets, slots and the durable intent; one per control plane.
+
+It serves every requester (host maintenance, the Migrate and Evict operations):
+
+- ``choose_target`` picks a host with room (migrations in flight hold room on their targets)
+  whose driver, like the source's, can migrate the VM.
+- ``begin`` takes a slot under the limits (settings ``migration.max_outbound_per_host``,
+  ``max_inbound_per_host``, ``max_per_cluster``), writes the ``MigrationIntent`` to the VM
+  in the store, and only then calls the driver's ``migrate``. A requester that finds no
+  slot is told so ("waiting for a migration slot: 2/2 outbound from h1").
+- ``fail`` ends a failed attempt: the intent goes, the VM keeps running where it was.
+
+Slots are counted from the intents in the cache under one asyncio lock: correct for the one
+control-plane process that runs the controllers (the lease holder on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
+from virtplane.controllers.migration.flights import (
+    BeginResult,
+    FlightState,
+    Limits,
+    Refused,
+    Started,
+    Waiting,
+    in_flight,
+    slot_refusal,
+)
+from virtplane.controllers.scheduling import host_views, vm_view
+from virtplane.controllers.storage import pool_ref
+from virtplane.controllers.vm import build_domain_spec
+from virtplane.domain.conditions import VMCondition, set_condition
+from virtplane.domain.host_states import accepts_vms
+from virtplane.domain.intents import MigrationIntent, read_migration, write_migration
+from virtplane.domain.phases import MIGRATABLE_PHASES
+from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.resources import (
+    ConditionStatus,
+    Host,
+    HostConnection,
+    LiveMigrationPolicy,
+    PoolKind,
+    StoragePool,
+    VirtualMachine,
+)
+from virtplane.drivers.base import (
+    MigrationJob,
+    MigrationRequest,
+    domain_name,
+)
+from virtplane.drivers.errors import DriverError
+from virtplane.metrics import MigrationResult
+
+log = logging.getLogger("virtplane.controllers.migration")
+
+KIND = "Migration"
+"""The controller kind that follows migrations in flight; its keys are VM names."""
+
+
+class MigrationCoordinator:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+        self._slot_lock = asyncio.Lock()
+        self._vm_locks: dict[str, asyncio.Lock] = {}
+        self.flights: dict[str, FlightState] = {}
+        """What is remembered of each migration in flight, by VM name (the follower keeps it)."""
+
+    # ------------------------------------------------------------------ views and targets
+
+    def limits(self) -> Limits:
+        s = self.ctx.settings
+        return Limits(
+            s.get_int("migration.max_outbound_per_host"),
+            s.get_int("migration.max_inbound_per_host"),
+            s.get_int("migration.max_per_cluster"),
+        )
+
+    def target_views(self) -> list[HostView]:
+        """Placement views where migrations in flight already hold room on their targets."""
+        views = {v.name: v for v in host_views(self.ctx.cache)}
+        for vm, intent in in_flight(self.ctx.cache.vms()):
+            view = views.get(intent.target)
+            if view is not None:
+                views[intent.target] = reserve(view, self._view(vm, intent.copy_storage), intent.copy_storage)
+        return list(views.values())
+
+    def _view(self, vm: VirtualMachine, copy_storage: bool) -> VMView:
+        view = vm_view(self.ctx.cache, vm)
+        return view if copy_storage else replace(view, local_disks_gib={})
+
+    def needs_storage_copy(self, vm: VirtualMachine) -> bool:
+        return bool(vm_view(self.ctx.cache, vm).local_disks_gib)
+
+    def choose_target(
+        self, vm: VirtualMachine, *, exclude: frozenset[str] = frozenset(), only: str | None = None
+    ) -> Choice:
+        """The best target for ``vm`` now (Enabled, connected, room, pools, anti-affinity, and
+        drivers on both ends that can migrate it)."""
+        copy = self.needs_storage_copy(vm)
+        view = vm_view(self.ctx.cache, vm)
+        hosts = self.target_views()
+        if only is not None:
+            if not any(h.name == only for h in hosts):
+                return Choice(host=None, reasons={only: "no such host"})
+            hosts = [h for h in hosts if h.name in (only, vm.status.host)]  # the source's driver counts too
+        return choose_host(view, hosts, exclude=exclude, copy_local_disks=copy, migration=True)
+
+    def waiting_for_slot(self, source: str | None, target: str) -> str:
+        """Why a migration from ``source`` to ``target`` would wait for a slot, as the cache sees
+        it ("" when one looks free). A cheap look before the store reads of ``begin``, which
+        decide: a drain asks for every waiting VM each time a slot frees."""
+        if source is None:
+            return ""
+        flights = [i for _, i in in_flight(self.ctx.cache.vms())]
+        cluster_of = {h.metadata.name: h.spec.cluster for h in self.ctx.cache.hosts()}
+        return slot_refusal(flights, source, target, cluster_of, self.limits())
+
+    def job_of(self, vm_name: str) -> MigrationJob | None:
+        """The last job seen for the VM's migration in flight (for progress displays)."""
+        flight = self.flights.get(vm_name)
+        return flight.job if flight else None
+
+    def progress_pct(self, vm_name: str) -> float:
+        job = self.job_of(vm_name)
+        if job is None or job.data_total_mib <= 0:
+            return 0.0
+        return round(100.0 * job.data_processed_mib / job.data_total_mib, 1)
+
+    def vm_lock(self, name: str) -> asyncio.Lock:
+        """Held while one VM's migration is started or followed."""
+        return self._vm_locks.setdefault(name, asyncio.Lock())
+
+    # ------------------------------------------------------------------ begin
+
+    async def begin(self, vm_name: str, target: str, *, requested_by: str, attempt: int) -> BeginResult:
+        """Start migrating ``vm_name`` to ``target`` if a slot is free; the intent is durable first."""
+        ctx = self.ctx
+        cached = ctx.cache.vm(vm_name)
+        waiting = self.waiting_for_slot(cached.status.host if cached else None, target)
+        if waiting:
+            return Waiting(waiting)
+        async with self._slot_lock:
+            vm = ctx.store.find(VirtualMachine, vm_name)
+            if vm is None:
+                return Refused(f"VM {vm_name} does not exist")
+            if read_migration(vm.metadata.annotations) is not None:
+                return Waiting(f"VM {vm_name} is migrating already")
+            if vm.spec.live_migration_policy is LiveMigrationPolicy.NEVER:
+                return Refused(f"VM {vm_name} has live_migration_policy Never")
+            source = vm.status.host
+            if source is None:
+                return Refused(f"VM {vm_name} runs on no host")
+            if vm.status.phase not in MIGRATABLE_PHASES:
+                return Waiting(f"VM {vm_name} is {vm.status.phase.value}; it migrates once running")
+            target_host = ctx.store.find(Host, target)
+            if target_host is None:
+                return Refused(f"target host {target} does not exist")
+            if not accepts_vms(target_host.status.resource_state):
+                return Refused(f"target host {target} is {target_host.status.resource_state.value}")
+            if target_host.status.connection is not HostConnection.UP:
+                return Refused(f"target host {target} is not connected")
+            choice = self.choose_target(vm, only=target)
+            if choice.host != target:
+                return Refused(f"target host {target} cannot take VM {vm_name}: {choice.reasons.get(target)}")
+            flights = [i for _, i in in_flight(ctx.cache.vms())]
+            cluster_of = {h.metadata.name: h.spec.cluster for h in ctx.cache.hosts()}
+            waiting = slot_refusal(flights, source, target, cluster_of, self.limits())
+            if waiting:
+                return Waiting(waiting)
+            disks, problem = vm_disks(ctx.cache, vm)
+            if problem:
+                return Waiting(problem)
+            _, src_driver, src_problem = await host_driver(ctx, source)
+            _, dst_driver, dst_problem = await host_driver(ctx, target)
+            if src_driver is None or dst_driver is None:
+                return Refused(src_problem or dst_problem)
+            copy = self.needs_storage_copy(vm)
+            if copy:
+                try:
+                    for pool in self.local_pools_of(target):
+                        await dst_driver.ensure_pool(pool_ref(pool))
+                except DriverError as exc:
+                    return Refused(f"cannot prepare the local pools of {target}: {exc}")
+            intent = MigrationIntent(
+                source=source,
+                target=target,
+                attempt=attempt,
+                requested_by=requested_by,
+                started_at=ctx.now(),
+                copy_storage=copy,
+            )
+            lock = self.vm_lock(vm_name)
+            await lock.acquire()
+            try:
+                # Durable first: the intent is on the VM (and counts against the slots)
+                # before the driver is asked to move it.
+                written = self.write_vm(vm_name, lambda current: self._set_intent(current, intent))
+            except BaseException:
+                lock.release()
+                raise
+        try:
+            self.flights[vm_name] = FlightState(progress_at=ctx.now())
+            mode = "with its local disks " if copy else ""
+            ctx.event(
+                written,
+                "MigrationStarted",
+                f"live migration {mode}from {source} to {target} (attempt {attempt}, by {requested_by})",
+            )
+            bandwidth = ctx.settings.get_int("migration.bandwidth_mib_s")
+            request = MigrationRequest(
+                domain=domain_name(vm.metadata.uid),
+                target_uri=target_host.spec.uri,
+                copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
+                bandwidth_mib_s=bandwidth or None,
+                spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
+            )
+            try:
+                await src_driver.migrate(request)
+            except DriverError as exc:
+                self.fail(vm_name, intent, f"the source refused the migration: {exc}")
+                return Refused(f"migration to {target} refused: {exc}", attempted=True)
+        finally:
+            lock.release()
+        return Started(intent)  # the follower took the intent's write as its cue (its watch)
+
+    def _set_intent(self, vm: VirtualMachine, intent: MigrationIntent) -> None:
+        if read_migration(vm.metadata.annotations) is not None:
+            raise RuntimeError(f"VM {vm.metadata.name} got a migration intent meanwhile")
+        vm.metadata.annotations = write_migration(vm.metadata.annotations, intent)
+        vm.status.conditions = set_condition(
+            vm.status.conditions,
+            VMCondition.MIGRATION,
+            ConditionStatus.UNKNOWN,
+            "Migrating",
+            f"migrating from {intent.source} to {intent.target} (attempt {intent.attempt})",
+            now=self.ctx.now(),
+        )
+
+    def write_vm(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
+        return self.ctx.mutate(VirtualMachine, name, change)
+
+    def local_pools_of(self, host: str) -> list[StoragePool]:
+        return [p for p in self.ctx.cache.pools() if p.spec.kind is PoolKind.LOCAL and p.spec.host == host]
+
+    def fail(self, name: str, intent: MigrationIntent, error: str) -> None:
+        """A failed attempt: the intent goes, the VM stays where it runs and says why."""
+        ctx = self.ctx
+
+        def clear(current: VirtualMachine) -> None:
+            current.metadata.annotations = write_migration(current.metadata.annotations, None)
+            current.status.conditions = set_condition(
+                current.status.conditions,
+                VMCondition.MIGRATION,
+                False,
+                "MigrationFailed",
+                f"attempt {intent.attempt} to {intent.target} failed: {error}",
+                now=ctx.now(),
+            )
+
+        written = self.write_vm(name, clear)
+        self.flights.pop(name, None)
+        ctx.metrics.migration_ended(MigrationResult.FAILED)
+        ctx.event(
+            written,
+            "MigrationFailed",
+            f"attempt {intent.attempt} to {intent.target} failed, the VM stays on {intent.source}: {error}",
+            warning=True,
+        )  # its slot is free: who waits for one looks again (the watches on the intent's end)

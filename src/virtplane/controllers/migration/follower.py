@@ -1,0 +1,302 @@
+"""The follower (the controller of kind ``Migration``, keyed by VM name): it follows every
+VM that carries a migration intent, reading the truth from the drivers, never from memory
+(``controllers.migration_outcome.locate``).
+
+A job that completed, or a domain running on the target, is finalised: copied volumes point
+at the target's pool, the source copies are deleted, then ``status.host`` = target and the
+intent cleared in one write. A job that failed or was aborted, or no job and the domain
+still on the source (a control-plane restart), is a failed attempt: the intent is cleared
+and the VM keeps running where it was. A migration is aborted when it makes no progress for
+``progress_timeout_s``, runs longer than ``completion_timeout_per_gib_s`` x GiB of memory and
+copied disk, or its requester is gone (a superseded operation, a deleted VM, a stop asked
+meanwhile). The outcome is left on the VM for requesters: condition ``Migration``
+(True/Migrated or False/MigrationFailed with the error) and ``status.host``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.lookup import host_driver
+from virtplane.controllers.migration.coordinator import KIND, MigrationCoordinator
+from virtplane.controllers.migration.flights import (
+    FlightState,
+    completion_deadline_s,
+    requesting_operation,
+)
+from virtplane.controllers.migration_outcome import Outcome, Side, locate
+from virtplane.controllers.scheduling import vm_view
+from virtplane.controllers.storage import pool_ref, volume_file
+from virtplane.controllers.watch import Watch, name_of
+from virtplane.domain.conditions import VMCondition, get_condition, set_condition
+from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
+from virtplane.domain.phases import LIVE_STATES
+from virtplane.domain.pools import pool_driver_name
+from virtplane.domain.resources import (
+    ConditionStatus,
+    Host,
+    PoolKind,
+    Resource,
+    VirtualMachine,
+    VirtualMachineOperation,
+    Volume,
+)
+from virtplane.drivers.base import HypervisorDriver, MigrationJob, domain_name
+from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound
+from virtplane.metrics import MigrationResult
+from virtplane.reconcile.types import Request, Result
+from virtplane.runtime.cache import Cache
+
+log = logging.getLogger("virtplane.controllers.migration")
+
+POLL_S = 1.0
+POLL_UNREACHABLE_S = 5.0
+
+
+class MigrationFollower:
+    def __init__(self, ctx: ControllerContext, coordinator: MigrationCoordinator) -> None:
+        self.ctx = ctx
+        self.coordinator = coordinator
+
+    async def __call__(self, req: Request) -> Result | None:
+        name = req.name
+        vm = self.ctx.store.find(VirtualMachine, name)
+        if vm is None or read_migration(vm.metadata.annotations) is None:
+            self.coordinator.flights.pop(name, None)
+            return None
+        async with self.coordinator.vm_lock(name):
+            return await self._follow(name)
+
+    async def _follow(self, name: str) -> Result | None:
+        ctx = self.ctx
+        vm = ctx.store.find(VirtualMachine, name)
+        intent = read_migration(vm.metadata.annotations) if vm is not None else None
+        if vm is None or intent is None:
+            self.coordinator.flights.pop(name, None)
+            return None
+        watch = self.coordinator.flights.setdefault(name, FlightState(progress_at=ctx.now()))
+        dname = domain_name(vm.metadata.uid)
+        src_host, src, _ = await host_driver(ctx, intent.source)
+        dst_host, dst, _ = await host_driver(ctx, intent.target)
+        target_uri = dst_host.spec.uri if dst_host else ""
+        job: MigrationJob | None = None
+        source, target = await self._observe(src_host, src, dname), await self._observe(dst_host, dst, dname)
+        if source.reachable and src is not None:
+            try:
+                job = await src.migration_job(dname)
+            except HostUnreachable:
+                source = Side(reachable=False)
+        if job is not None and job.target_uri and job.target_uri != target_uri:
+            job = None  # a job of an earlier attempt, to another target
+        watch.job = job
+        where = locate(job, source, target)
+        if where.outcome is Outcome.RUNNING:
+            assert src is not None and job is not None
+            return await self._running(vm, intent, job, watch, src, dname)
+        if where.outcome is Outcome.ARRIVED:
+            return await self._finalise(vm, intent, src if source.reachable else None)
+        if where.outcome is Outcome.UNKNOWN:
+            # never guess: until the hosts say where the VM runs, nothing is defined, started or
+            # undefined for it anywhere (the intent stands, so the VM controller keeps off too)
+            self._waiting(vm, intent, where.why)
+            return Result(requeue_after=POLL_UNREACHABLE_S)
+        error = f"aborted: {watch.abort_reason}" if watch.abort_reason else where.why
+        self.coordinator.fail(name, intent, error)
+        return None
+
+    async def _observe(self, host: Host | None, driver: HypervisorDriver | None, dname: str) -> Side:
+        """What ``host`` says about the domain; a fenced host is known to run nothing."""
+        if driver is None:
+            fenced = host is not None and host.spec.fenced
+            return Side(reachable=fenced)
+        try:
+            return Side(reachable=True, info=await driver.get_info(dname))
+        except HostUnreachable:
+            return Side(reachable=False)
+
+    def _waiting(self, vm: VirtualMachine, intent: MigrationIntent, why: str) -> None:
+        message = f"waiting to learn where the VM runs: {why}"
+        current = get_condition(vm.status.conditions, VMCondition.MIGRATION)
+        if current is not None and current.message == message:
+            return
+        log.info("migration of %s to %s: %s", vm.metadata.name, intent.target, message)
+
+        def note(current: VirtualMachine) -> None:
+            current.status.conditions = set_condition(
+                current.status.conditions,
+                VMCondition.MIGRATION,
+                ConditionStatus.UNKNOWN,
+                "LocationUnknown",
+                message,
+                now=self.ctx.now(),
+            )
+
+        self.coordinator.write_vm(vm.metadata.name, note)
+
+    def _overdue(self, vm: VirtualMachine, intent: MigrationIntent) -> bool:
+        per_gib = self.ctx.settings.get_int("migration.completion_timeout_per_gib_s")
+        copied = sum(vm_view(self.ctx.cache, vm).local_disks_gib.values()) if intent.copy_storage else 0
+        limit = completion_deadline_s(vm.spec.memory_mib, copied, per_gib)
+        return (self.ctx.now() - intent.started_at).total_seconds() > limit
+
+    def _abort_reason(self, vm: VirtualMachine, intent: MigrationIntent, watch: FlightState) -> str:
+        ctx = self.ctx
+        if vm.metadata.deletion_requested_at is not None:
+            return "the VM is being deleted"
+        intents = read_intents(vm.metadata.annotations)
+        if intents.stop is not None or intents.restart is not None:
+            return "a stop or restart of the VM was asked"
+        owner = requesting_operation(intent.requested_by)
+        if owner is not None:
+            op = ctx.store.find(VirtualMachineOperation, owner)
+            if op is None or op.status.phase.finished:
+                return f"operation {owner} is {'gone' if op is None else op.status.phase.value}"
+        now = ctx.now()
+        progress_timeout = ctx.settings.get_int("migration.progress_timeout_s")
+        if watch.progress_at is not None and (now - watch.progress_at).total_seconds() > progress_timeout:
+            return f"no progress for {progress_timeout}s"
+        if self._overdue(vm, intent):
+            per_gib = ctx.settings.get_int("migration.completion_timeout_per_gib_s")
+            return f"not completed within the completion timeout ({per_gib}s per GiB)"
+        return ""
+
+    async def _running(
+        self,
+        vm: VirtualMachine,
+        intent: MigrationIntent,
+        job: MigrationJob,
+        watch: FlightState,
+        src: HypervisorDriver,
+        dname: str,
+    ) -> Result:
+        now = self.ctx.now()
+        if job.data_processed_mib > watch.processed_mib:
+            watch.processed_mib = job.data_processed_mib
+            watch.progress_at = now
+        reason = watch.abort_reason or self._abort_reason(vm, intent, watch)
+        if reason:
+            if not watch.abort_reason:
+                watch.abort_reason = reason
+                self.ctx.event(
+                    vm,
+                    "MigrationAborting",
+                    f"aborting the migration to {intent.target}: {reason}",
+                    warning=True,
+                )
+            with contextlib.suppress(NotFound):
+                await src.abort_migration(dname)
+            return Result(requeue_after=0.05)
+        progress_timeout = self.ctx.settings.get_int("migration.progress_timeout_s")
+        return Result(requeue_after=min(POLL_S, max(0.05, progress_timeout / 4)))
+
+    async def _finalise(
+        self, vm: VirtualMachine, intent: MigrationIntent, src: HypervisorDriver | None
+    ) -> Result | None:
+        ctx = self.ctx
+        if intent.copy_storage:
+            await self._move_volumes(vm, intent, src)
+        if src is not None:
+            dname = domain_name(vm.metadata.uid)
+            try:
+                leftover = await src.get_info(dname)
+                if leftover is not None and leftover.state not in LIVE_STATES:
+                    await src.undefine(dname)
+            except DriverError as exc:
+                log.info("could not remove the source definition of %s: %s", dname, exc)
+
+        def finish(current: VirtualMachine) -> None:
+            current.metadata.annotations = write_migration(current.metadata.annotations, None)
+            current.status.host = intent.target
+            current.status.conditions = set_condition(
+                current.status.conditions,
+                VMCondition.MIGRATION,
+                True,
+                "Migrated",
+                f"migrated from {intent.source} to {intent.target} (attempt {intent.attempt})",
+                now=ctx.now(),
+            )
+
+        written = self.coordinator.write_vm(vm.metadata.name, finish)
+        self.coordinator.flights.pop(vm.metadata.name, None)
+        ctx.metrics.migration_ended(MigrationResult.COMPLETED)
+        ctx.event(
+            written, "Migrated", f"now on {intent.target} (from {intent.source}, attempt {intent.attempt})"
+        )
+        ctx.event(("Host", intent.source), "VMMigratedOut", f"VM {vm.metadata.name} left for {intent.target}")
+        ctx.event(
+            ("Host", intent.target), "VMMigratedIn", f"VM {vm.metadata.name} arrived from {intent.source}"
+        )  # its slot is free: who waits for one looks again (the watches on the intent's end)
+        return None
+
+    async def _move_volumes(
+        self, vm: VirtualMachine, intent: MigrationIntent, src: HypervisorDriver | None
+    ) -> None:
+        """Copied local disks: point each Volume at the target's pool, then delete the source copy."""
+        ctx = self.ctx
+        for disk in vm.spec.disks:
+            volume = ctx.store.find(Volume, disk.volume)
+            pool = ctx.cache.pool(volume.spec.pool) if volume else None
+            if volume is None or pool is None or pool.spec.kind is not PoolKind.LOCAL:
+                continue
+            driver_name = pool_driver_name(pool)
+            if pool.spec.host == intent.source:
+                target_pool = next(
+                    (
+                        p
+                        for p in self.coordinator.local_pools_of(intent.target)
+                        if pool_driver_name(p) == driver_name
+                    ),
+                    None,
+                )
+                if target_pool is None:
+                    ctx.event(
+                        vm,
+                        "VolumeNotMoved",
+                        f"{intent.target} has no local pool {driver_name} resource for volume {volume.metadata.name}",
+                        warning=True,
+                    )
+                    continue
+
+                def repoint(current: Volume, to: str = target_pool.metadata.name) -> None:
+                    current.spec.pool = to
+
+                ctx.mutate_spec(
+                    Volume, volume.metadata.name, repoint, why="its disk was copied to the target"
+                )
+                ctx.event(volume, "Moved", f"copied to pool {target_pool.metadata.name} on {intent.target}")
+            source_pool = next(
+                (
+                    p
+                    for p in self.coordinator.local_pools_of(intent.source)
+                    if pool_driver_name(p) == driver_name
+                ),
+                None,
+            )
+            if source_pool is None or src is None:
+                continue
+            try:
+                await src.delete_volume(pool_ref(source_pool), volume_file(volume))
+            except DriverError as exc:
+                ctx.event(
+                    vm,
+                    "SourceCopyLeft",
+                    f"could not delete the copy of {volume.metadata.name} on {intent.source}: {exc}",
+                    warning=True,
+                )
+
+
+# --------------------------------------------------------------------------- watches
+
+
+def _vm_with_intent(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A VM that carries a migration intent, or just lost one (followed once more, to forget it)."""
+    vms = [vm for vm in (old, new) if isinstance(vm, VirtualMachine)]
+    if not any(read_migration(vm.metadata.annotations) is not None for vm in vms):
+        return []
+    return [Request(KIND, name_of(old, new))]
+
+
+WATCHES = (Watch(VirtualMachine.KIND, _vm_with_intent),)
+"""The follower's keys are VM names; it has no objects of its own."""
