@@ -1,14 +1,11 @@
 """Host connections (runtime/hosts.py) against a libvirt daemon that accepts the connection and
-never answers, as a stopped or hung libvirtd does: a real libvirt client on a unix socket the
-test listens on and never reads."""
+never answers, as a stopped or hung libvirtd does (``silent_daemon``, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,17 +19,6 @@ libvirt_or_skip()
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
 
 LIMIT_S = 10.0  # guards the test against a hang only
-
-
-@pytest.fixture
-def silent_daemon(tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
-    """A socket that takes connections and says nothing: (its URI, the listener)."""
-    path = tmp_path / "libvirt-sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen()
-    yield f"qemu+unix:///system?socket={path}", listener
-    listener.close()
 
 
 async def test_a_daemon_that_never_answers_is_unreachable_within_the_timeout(
