@@ -184,3 +184,14 @@ def live_server(store: Store) -> Iterator[LiveServer]:
     """The real app under uvicorn on a free port, in a thread, with tokens for every role."""
     with serving(store) as server:
         yield server
+
+
+def seed_console_world(admin: httpx.Client) -> None:
+    """One simulated host with web-1 (AlwaysOn, running once this returns) and off-1 (AlwaysOff):
+    the consoles' tests attach to the first and are refused the second."""
+    host = {"uri": "sim://host-1", "cluster": "c", "capacity": {"vcpus": 8, "memory_mib": 8192}}
+    assert admin.post("/v1/hosts", json={"metadata": {"name": "host-1"}, "spec": host}).status_code == 201
+    for name, policy in (("web-1", "AlwaysOn"), ("off-1", "AlwaysOff")):
+        body = {"metadata": {"name": name}, "spec": {"run_policy": policy, "cpu": 1, "memory_mib": 512}}
+        assert admin.post("/v1/vms", json=body).status_code == 201
+    wait_json(admin, "/v1/vms/web-1", lambda vm: vm["status"]["phase"] == "Running")

@@ -62,6 +62,13 @@ class ReconcileLog:
         return outcome
 
 
+def reconcile_log(plane: ControlPlane) -> ReconcileLog:
+    """The reconciles ``plane`` recorded (built with make_plane)."""
+    log = _LOGS.get(plane)
+    assert log is not None, "this control plane records no reconciles: build it with make_plane"
+    return log
+
+
 async def reconciled(
     plane: ControlPlane, name: str, kind: str = "VirtualMachine", timeout: float = 10.0
 ) -> Outcome:

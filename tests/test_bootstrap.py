@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from tests.conftest import make_plane
-from tests.controllers.helpers import add_host
+from tests.controllers.helpers import add_host, add_vm, vm
+from tests.reconciles import reconcile_log
 from virtplane.bootstrap import CONFLICT_REQUEUE_S, one_reconcile
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.watch import requests_for
@@ -22,6 +23,7 @@ from virtplane.domain.resources import (
     OperationType,
     PoolKind,
     Resource,
+    RunPolicy,
     StoragePool,
     StoragePoolSpec,
     VirtualMachine,
@@ -148,3 +150,39 @@ def test_bootstrap_registers_every_controllers_watches(store: Store, obj: Resour
     """A controller whose watches were left out would see its own objects only on resync."""
     plane = make_plane(store)
     assert Request(obj.KIND, "x") in requests_for(plane.watches, plane.cache, obj.KIND, None, obj)
+
+
+async def test_a_cold_start_sees_vms_running_before_it_has_started_them_all(store: Store) -> None:
+    """Issue 13, row 2: after a power outage every VM's first look starts it; the event of its
+    boot (and its own write) must be looked at before the start-up listing of the rest, not
+    after all of them."""
+    from tests.conftest import eventually
+
+    vms = [f"vm-{index:02d}" for index in range(40)]
+    first = make_plane(store, boot_seconds=0.0)
+    for host in ("h1", "h2"):
+        add_host(first, host)
+    for name in vms:
+        add_vm(first, name, RunPolicy.ALWAYS_ON, cpu=1, memory_mib=128)
+    await first.start()
+    try:
+        await eventually(lambda: all(vm(first, n).status.phase is VMPhase.RUNNING for n in vms))
+    finally:
+        await first.stop()
+
+    outage = make_plane(store, boot_seconds=0.0)  # a fresh simulator: every domain is gone
+    log = reconcile_log(outage)
+    await outage.start()
+    try:
+        await eventually(
+            lambda: (
+                all(len(log.finished[(VirtualMachine.KIND, n)]) >= 2 for n in vms)
+                and all(vm(outage, n).status.phase is VMPhase.RUNNING for n in vms)
+            )
+        )
+    finally:
+        await outage.stop()
+    looks = {n: sorted(number for number, _ in log.finished[(VirtualMachine.KIND, n)]) for n in vms}
+    last_first_look = max(numbers[0] for numbers in looks.values())
+    first_second_look = min(numbers[1] for numbers in looks.values())
+    assert first_second_look < last_first_look / 2, (first_second_look, last_first_look)

@@ -27,6 +27,7 @@ NOT_RUN = {
     "./bin/virtplane serve --demo": "set-up: the test starts the demo itself, on a free port and a fresh directory",
     "./bin/test": "set-up: the whole test suite",
     "./bin/virtplane events --follow": "follows the event log until interrupted",
+    "./bin/virtplane console web-1": "attaches the terminal until Ctrl-] (tests/cli/test_console.py: a pty)",
     "sudo apt-get install libvirt-clients libvirt-dev pkg-config gcc python3-dev": "installs system packages",
     '.venv/bin/pip install "libvirt-python==$(pkg-config --modversion libvirt)"': "changes the environment under test",
     "./bin/virtplane apply -f kvm-1.yaml": "adds a real hypervisor, reached over SSH",

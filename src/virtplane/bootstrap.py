@@ -22,13 +22,23 @@ from prometheus_client import CollectorRegistry
 
 from virtplane.api.app import create_app
 from virtplane.api.context import ApiContext
-from virtplane.controllers import host, images, maintenance, migration, operations, snapshots, storage
+from virtplane.controllers import (
+    host,
+    images,
+    maintenance,
+    migration,
+    networks,
+    operations,
+    snapshots,
+    storage,
+)
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import HostReconciler
 from virtplane.controllers.images import ImageReconciler
 from virtplane.controllers.maintenance import MaintenanceReconciler
 from virtplane.controllers.migration import KIND as MIGRATION_KIND
 from virtplane.controllers.migration import MigrationCoordinator, MigrationFollower, MigrationOperations
+from virtplane.controllers.networks import NetworkReconciler
 from virtplane.controllers.operations import OperationReconciler
 from virtplane.controllers.restore import RestoreHandler
 from virtplane.controllers.snapshots import SnapshotReconciler
@@ -36,6 +46,7 @@ from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconcile
 from virtplane.controllers.vm import VMReconciler
 from virtplane.controllers.vm import watches as vm
 from virtplane.controllers.watch import Watch, requests_for
+from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
@@ -59,7 +70,9 @@ from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
 from virtplane.services.admission import Admission
+from virtplane.services.console import ConsoleService
 from virtplane.services.maintenance import MaintenanceService
+from virtplane.services.placement import PlacementService
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
@@ -175,6 +188,8 @@ class ControlPlane:
         pools = StoragePoolReconciler(self.ctx)
         self._add(StoragePool.KIND, pools, metrics, workers=2, watches=storage.POOL_WATCHES)
         self._add(Image.KIND, ImageReconciler(self.ctx), metrics, workers=2, watches=images.WATCHES)
+        nets = NetworkReconciler(self.ctx)
+        self._add(Network.KIND, nets, metrics, workers=2, watches=networks.WATCHES)
         volumes = VolumeReconciler(self.ctx)
         self._add(Volume.KIND, volumes, metrics, workers=4, watches=storage.VOLUME_WATCHES)
         self.operations = OperationReconciler(self.ctx)
@@ -200,6 +215,8 @@ class ControlPlane:
             sim=sim,
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
+            placement=PlacementService(self.migrations),
+            consoles=ConsoleService(self.ctx),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
         )
@@ -306,30 +323,37 @@ class ControlPlane:
                 asyncio.create_task(controller.run(), name=f"controller-{controller.name}")
             )
         period = self.options.resync_period_s or self.settings.get_float("controller.resync_period_s")
+        max_per_s = self.settings.get_float("controller.resync_max_per_s")
         for kind, controller in self.controllers.items():
             self._lead_tasks.append(
                 asyncio.create_task(
                     resync_ticker(
                         lambda kind=kind: [Request(kind, n) for n in self.cache.names(kind)],  # type: ignore[misc]
-                        controller.enqueue,
+                        controller.enqueue_resync,
                         period,
+                        max_per_s=max_per_s,
                     ),
                     name=f"resync-{kind}",
                 )
             )
-        # Level-triggered start: every object is looked at once, in dependency order.
+        # Level-triggered start: every object is looked at once, in dependency order, after
+        # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for kind in (
             "Host",
             "StoragePool",
             "Image",
+            "Network",
             "Volume",
             "VirtualMachine",
             "VirtualMachineSnapshot",
             "VirtualMachineOperation",
             "HostMaintenance",
         ):
+            listed = self.controllers.get(kind)
+            if listed is None:
+                continue
             for name in self.cache.names(kind):
-                self.enqueue(kind, name)
+                listed.enqueue_resync(Request(kind, name))
         log.info("controllers running")
 
     async def _step_down(self) -> None:

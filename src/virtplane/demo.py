@@ -1,5 +1,5 @@
-"""The demo world: three simulated hosts, shared and local storage, an image library,
-VMs of every run policy.
+"""The demo world: three simulated hosts with a bridge each, shared and local storage, an
+image library, a bridge network and a user network, VMs of every run policy.
 
 ``seed`` adds only what is missing, so restarting ``serve --demo`` keeps the data;
 ``stock_library`` places the library's files on the simulated hosts, as an admin would.
@@ -7,8 +7,10 @@ VMs of every run policy.
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address, IPv4Network
 from typing import TYPE_CHECKING
 
+from virtplane.domain.networks import Network, NetworkKind, NetworkSpec
 from virtplane.domain.resources import (
     Capacity,
     Disk,
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 
 CLUSTER = "demo"
 HOSTS = ("host-1", "host-2", "host-3")
+BRIDGES = ("br0",)
+"""The Linux bridges every simulated host of the demo has."""
 LIBRARY = "images"
 LIBRARY_FILES = {  # image name: (file, kind, content, GiB)
     "debian-12": ("debian-12-generic-amd64.qcow2", ImageKind.DISK, "Debian 12 (demo image)", 2),
@@ -77,6 +81,22 @@ def demo_objects() -> list[Resource]:
                 kind=PoolKind.SHARED, cluster=CLUSTER, capacity_gib=100, content=PoolContent.IMAGES
             ),
         )
+    )
+    objects.append(
+        Network(
+            metadata=Metadata(name="lan"),
+            spec=NetworkSpec(
+                kind=NetworkKind.BRIDGE,
+                bridge=BRIDGES[0],
+                cluster=CLUSTER,
+                subnet=IPv4Network("10.42.0.0/24"),
+                gateway=IPv4Address("10.42.0.1"),
+                dns_servers=[IPv4Address("10.42.0.1")],
+            ),
+        )
+    )
+    objects.append(
+        Network(metadata=Metadata(name="user"), spec=NetworkSpec(kind=NetworkKind.USER, cluster=CLUSTER))
     )
     for image, (file, kind, _, _) in LIBRARY_FILES.items():
         objects.append(

@@ -41,6 +41,8 @@ class ServeOptions:
     # the simulator's migration link (bench/ sets an instantaneous one); defaults as SimCloud's
     sim_link_mib_s: float = 1000.0
     sim_migration_tick_s: float = 0.05
+    sim_bridges: tuple[str, ...] | None = None
+    """The Linux bridges each new simulated host has (None: the demo's with --demo, else none)."""
     lease_s: float = 15.0
 
 
@@ -84,8 +86,9 @@ def admin_token(store: Store, data_dir: Path) -> str:
     return token
 
 
-def sim_factory(plane_ref: list[ControlPlane], sim: Any) -> Any:
-    """Drivers for URIs; a sim:// host is created in the simulator the first time it is used."""
+def sim_factory(plane_ref: list[ControlPlane], sim: Any, bridges: tuple[str, ...] = ()) -> Any:
+    """Drivers for URIs; a sim:// host is created in the simulator the first time it is used,
+    with ``bridges``."""
 
     def factory(uri: str) -> HypervisorDriver:
         if uri.startswith("sim://"):
@@ -101,6 +104,7 @@ def sim_factory(plane_ref: list[ControlPlane], sim: Any) -> Any:
                     name,
                     capacity.vcpus if capacity else SIM_DEFAULT_VCPUS,
                     capacity.memory_mib if capacity else SIM_DEFAULT_MEMORY_MIB,
+                    bridges,
                 )
             driver: HypervisorDriver = sim.driver(uri)
             return driver
@@ -133,17 +137,19 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
         migration_tick_s=options.sim_migration_tick_s,
         state_path=options.data_dir / "sim.db",
     )
+    bridges = options.sim_bridges or ()
     if options.demo:
-        from virtplane.demo import stock_library
+        from virtplane.demo import BRIDGES, stock_library
 
         stock_library(sim)
+        bridges = BRIDGES if options.sim_bridges is None else bridges
     plane_ref: list[ControlPlane] = []
     console_dir = options.data_dir / "consoles"
     console_dir.mkdir(exist_ok=True)
     plane = ControlPlane(
         store,
         sim=sim,
-        driver_factory=sim_factory(plane_ref, sim),
+        driver_factory=sim_factory(plane_ref, sim, bridges),
         options=ControlPlaneOptions(
             console_dir=str(console_dir), lease_s=options.lease_s, renew_every_s=options.lease_s / 3
         ),

@@ -16,6 +16,11 @@ MANIFESTS: dict[str, dict[str, Any]] = {
         "metadata": {"name": "p9"},
         "spec": {"kind": "shared", "cluster": "c1", "capacity_gib": 100},
     },
+    "networks": {
+        "kind": "Network",
+        "metadata": {"name": "n9"},
+        "spec": {"kind": "bridge", "bridge": "br9", "cluster": "c1", "subnet": "10.9.0.0/24"},
+    },
     "volumes": {"kind": "Volume", "metadata": {"name": "v9"}, "spec": {"pool": "p9", "size_gib": 5}},
     "vms": {
         "kind": "VirtualMachine",
@@ -32,6 +37,7 @@ MANIFESTS: dict[str, dict[str, Any]] = {
 CHANGES: dict[str, dict[str, Any]] = {
     "hosts": {"spec": {"enabled": False}},
     "storagepools": {"spec": {"capacity_gib": 200}},
+    "networks": {"spec": {"vlan": 42}},
     "volumes": {"spec": {"size_gib": 6}},
     "vms": {"spec": {"cpu": 2}},
     "snapshots": {"metadata": {"labels": {"k": "v"}}},

@@ -52,6 +52,9 @@ class RecordingAdmission:
         result: Resource = self.inner.on_update(current, new)
         return result
 
+    def claims_of(self, obj: Resource) -> Any:
+        return self.inner.claims_of(obj)  # pure: no cache read, so any thread
+
     def on_delete(self, current: Resource) -> None:
         self.threads.add(threading.get_ident())
         self.inner.on_delete(current)

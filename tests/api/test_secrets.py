@@ -42,10 +42,12 @@ def test_the_password_never_comes_back(live_server: LiveServer, caplog: pytest.L
         answers.append(  # a watch streams the changes: the objects as the API shows them
             admin.get("/v1/secrets", params={"watch": "true", "resource_version": 0, "timeout_s": 0.5})
         )
+        assert admin.post("/v1/secrets", json={**SECRET, "metadata": {"name": "gone"}}).status_code == 201
+        answers.append(admin.delete("/v1/secrets/gone"))
     for answer in answers:
         assert answer.status_code < 300, answer.text
         assert PASSWORD not in answer.text, f"{answer.request.method} {answer.request.url} shows the password"
-    assert answers[-1].text.count('"type":"ADDED"') == 1, answers[-1].text
+    assert answers[-2].text.count('"type":"ADDED"') == 1, answers[-2].text
     got = answers[1].json()
     assert "password" not in got["spec"] and got["status"] == {"password_set": True}
     assert answers[4].json()["spec"] == {"username": "ops"}

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from tests.conftest import LiveServer
 from virtplane.cli.client import _error_from_response
 from virtplane.cli.context import CliOverrides
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.main import app
 from virtplane.domain.resources import RunPolicy
 
@@ -24,7 +25,7 @@ def test_the_servers_reason_and_message_are_printed(invoke: Invoke, server: Live
 
     result = invoke("vm", "restart", "web-1", role="viewer")
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.DENIED
     assert result.stderr.startswith("Error (Forbidden): "), result.stderr
     assert "operator" in result.stderr, "it says which role would do"
     assert result.stdout == ""
@@ -33,7 +34,7 @@ def test_the_servers_reason_and_message_are_printed(invoke: Invoke, server: Live
 def test_a_missing_resource_is_reported(invoke: Invoke) -> None:
     result = invoke("get", "vm", "nope")
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.NOT_FOUND
     assert result.stderr.startswith("Error (NotFound): "), result.stderr
     assert "nope" in result.stderr
 
@@ -86,7 +87,7 @@ def test_connection_refused_says_how_to_start_a_server(monkeypatch: pytest.Monke
 
     result = CliRunner().invoke(app, ["--url", url, "get", "vms"])
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.UNREACHABLE
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
     assert result.stderr.startswith(
@@ -105,7 +106,7 @@ def test_a_timeout_is_reported_as_unreachable(monkeypatch: pytest.MonkeyPatch) -
         app, ["get", "vms"], obj=CliOverrides(transport=httpx.MockTransport(time_out))
     )
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.UNREACHABLE
     assert "not reachable at http://127.0.0.1:8470 (the request timed out)" in result.stderr
 
 

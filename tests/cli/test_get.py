@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 import yaml
 
 from tests.conftest import LiveServer, eventually_sync
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.domain.resources import Host, RunPolicy, VirtualMachine
 
 from .conftest import Invoke, RecordingTransport, add_host, add_vm, read, wait_phase
@@ -187,7 +189,7 @@ def test_no_token_sends_no_authorization_header_and_the_server_says_so(
     result = invoke("get", "vms", role=None)
 
     assert "authorization" not in sent.sent[-1].headers
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.DENIED
     assert result.stderr.startswith("Error (Unauthorized): "), result.stderr
 
 
@@ -209,11 +211,71 @@ def test_describe_shows_the_resource_its_conditions_and_events(
     }
 
 
+def _section(stdout: str, title: str) -> list[list[str]]:
+    """The rows of a describe section: the lines after ``title:`` up to the blank line."""
+    rows = stdout.split(f"\n{title}:\n", 1)[1].split("\n\n", 1)[0]
+    return _table_rows(rows)
+
+
+def test_describe_vm_lists_its_operations_newest_last_and_only_its_own(
+    invoke: Invoke, fleet: LiveServer, sent: RecordingTransport
+) -> None:
+    assert invoke("vm", "start", "db-1", "--wait").exit_code == 0
+    assert invoke("vm", "restart", "web-1", "--wait").exit_code == 0
+    assert invoke("vm", "stop", "db-1", "--wait").exit_code == 0
+
+    result = invoke("describe", "vm", "db-1")
+
+    assert result.exit_code == 0, result.output
+    header, *rows = _section(result.stdout, "Operations")
+    assert header == ["NAME", "TYPE", "PHASE", "STEP", "AGE", "MESSAGE"]
+    assert [row[1:3] for row in rows] == [["Start", "Completed"], ["Stop", "Completed"]], result.stdout
+    assert all(row[0].startswith("db-1-") for row in rows), "not web-1's restart"
+    assert sent.to("GET", "/v1/operations")[-1].params["fieldSelector"] == "spec.vm=db-1"
+    assert (
+        result.stdout.index("Conditions:")
+        < result.stdout.index("Operations:")
+        < result.stdout.index("Events:")
+    )
+
+
+def test_describe_host_lists_the_vms_it_runs_and_its_maintenance(invoke: Invoke, fleet: LiveServer) -> None:
+    quiet = invoke("describe", "host", "node-1")
+    assert invoke("host", "maintenance", "enable", "node-1", "--strategy", "Error").exit_code == 0
+
+    draining = invoke("describe", "host", "node-1")
+
+    assert quiet.exit_code == 0, quiet.output
+    assert _section(quiet.stdout, "VMs") == [
+        ["NAME", "PHASE", "POLICY", "CPU", "MEMORY"],
+        ["web-1", "Running", "AlwaysOn", "2", "2Gi"],
+    ], "db-1 has never run: it is on no host"
+    assert "Maintenance of host/node-1" not in quiet.stdout
+    assert draining.exit_code == 0, draining.output
+    assert "Maintenance of host/node-1: " in draining.stdout
+
+
+def test_describe_still_shows_the_vm_when_a_part_is_refused(
+    invoke: Invoke, fleet: LiveServer, sent: RecordingTransport
+) -> None:
+    def refuse_operations(request: httpx.Request) -> None:
+        if request.url.path == "/v1/operations":
+            request.url = request.url.copy_with(path="/v1/no-such-list")
+
+    sent.before_send = refuse_operations
+    result = invoke("describe", "vm", "web-1")
+
+    assert result.exit_code == 0, result.output
+    assert "(operations unavailable: NotFound: " in result.stderr, result.stderr
+    assert "name: web-1" in result.stdout and "Events:" in result.stdout
+    assert "Operations:" not in result.stdout
+
+
 def test_delete_wait_polls_until_the_resource_is_gone(invoke: Invoke, fleet: LiveServer) -> None:
     result = invoke("delete", "vm", "web-1", "--wait")
 
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == ["vm/web-1 deletion requested", "vm/web-1 deleted"]
+    assert result.stdout.splitlines() == ["vm/web-1 deletion requested", "vm/web-1: deleted"]
     assert fleet.store.find(VirtualMachine, "web-1") is None
 
 
@@ -231,3 +293,29 @@ def test_piped_tables_have_no_trailing_padding(invoke: Invoke, fleet: LiveServer
 
     assert result.exit_code == 0, result.output
     assert all(line == line.rstrip() for line in result.stdout.splitlines())
+
+
+def test_get_networks_shows_kind_subnet_and_addresses(invoke: Invoke, server: LiveServer) -> None:
+    from virtplane.domain.networks import Network
+
+    server.store.create(
+        Network.model_validate(
+            {
+                "metadata": {"name": "lan"},
+                "spec": {
+                    "kind": "bridge",
+                    "bridge": "br0",
+                    "vlan": 7,
+                    "cluster": "east",
+                    "subnet": "10.4.0.0/29",
+                },
+            }
+        )
+    )
+    eventually_sync(lambda: server.store.get(Network, "lan").status.addresses_free == 6)
+    result = invoke("get", "nets")
+
+    assert result.exit_code == 0, result.output
+    header, *rows = _table_rows(result.stdout)
+    assert header == ["NAME", "KIND", "BRIDGE", "VLAN", "SUBNET", "SCOPE", "HOSTS", "IN-USE", "FREE", "AGE"]
+    assert [row[:9] for row in rows] == [["lan", "bridge", "br0", "7", "10.4.0.0/29", "east", "0", "0", "6"]]

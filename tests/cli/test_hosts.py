@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
 
 from tests.conftest import LiveServer, eventually_sync
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.domain.resources import (
     Disk,
     Host,
@@ -72,11 +74,42 @@ def test_wait_follows_the_drain_until_the_host_is_in_maintenance(invoke: Invoke,
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[-2].startswith("Maintenance") and lines[-1] == "host/node-1 is in Maintenance"
-    draining = [line for line in lines if line.startswith("PrepareForMaintenance  web-1: ")]
-    assert draining, "per-VM progress while it drains"
-    assert any("target=node-2" in line for line in draining), draining
+    assert lines[0].startswith("Maintenance of host/node-1: "), "the plan first"
+    assert "host/node-1: PrepareForMaintenance (draining: 1 VM(s) left)" in lines, (
+        "the host's state as a title"
+    )
+    assert "vm/web-1: migrated to node-2" in lines[-3:]
+    assert any(line.startswith("host/node-1: Maintenance (drained: ") for line in lines[-3:]), lines
+    assert lines[-1] == "host/node-1 is in Maintenance"
+    moving = [line for line in lines if line.startswith("vm/web-1: migrating to node-2, ")]
+    assert moving, "the VM's state in words, with how far it has got"
+    assert len(set(lines)) == len(lines), "one plain line per change, never the same line again"
+    assert "=" not in "".join(lines[lines.index(moving[0]) :]), "no key=value records"
     assert server.store.get(VirtualMachine, "web-1").status.host == "node-2"
+
+
+def test_wait_on_a_terminal_redraws_one_row_per_vm_with_a_progress_bar(
+    invoke: Invoke, server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.plane.settings.set("migration.bandwidth_mib_s", 500)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # Rich treats the CLI's stdout as a terminal
+
+    result = invoke("host", "maintenance", "enable", "node-1", "--wait")
+
+    assert result.exit_code == 0, result.output
+    screen = result.stdout
+    redraws = screen.count("\x1b[1A")  # Rich Live moves the cursor up to draw the table again in place
+    assert redraws >= 2, screen
+    last_frame = screen.rsplit("\x1b[2K", 1)[1]
+    rows = [line.split() for line in _without_escapes(last_frame).splitlines()]
+    assert rows[0][:2] == ["host/node-1:", "Maintenance"], rows
+    assert ["vm/web-1", "migrated", "to", "node-2", "━" * 24, "100%", "-"] in rows, rows
+    assert "migrating to node-2" in _without_escapes(screen), "the row while it moved"
+    assert "state=" not in screen
+
+
+def _without_escapes(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
 
 
 def test_wait_exits_1_on_error_in_maintenance(invoke: Invoke, server: LiveServer) -> None:
@@ -118,7 +151,7 @@ def test_show_and_cancel(invoke: Invoke, server: LiveServer) -> None:
 def test_show_of_a_host_never_in_maintenance_is_not_found(invoke: Invoke) -> None:
     result = invoke("host", "maintenance", "show", "node-2")
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.NOT_FOUND
     assert result.stderr.startswith("Error (NotInMaintenance): "), result.stderr
 
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import LiveServer, eventually_sync
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.domain.resources import (
     Disk,
     Metadata,
@@ -91,7 +92,8 @@ def test_wait_follows_the_operation_to_completion(invoke: Invoke, server: LiveSe
     created, *followed, done = result.stdout.splitlines()
     name = created.split()[0].removeprefix("operation/")
     assert done == f"operation/{name} completed"
-    assert followed[-1].startswith("Completed"), followed
+    assert followed[-1] == "vm/run-1: completed (VM run-1 is stopped)", followed
+    assert all(line.startswith("vm/run-1: ") for line in followed), "the VM's row, in words"
     assert len(followed) == len(set(followed)), "one line per change"
     assert server.store.get(VirtualMachine, "run-1").status.phase.value == "Stopped"
 
@@ -133,9 +135,9 @@ def test_wait_gives_up_after_the_timeout(invoke: Invoke, server: LiveServer, clo
 
     result = invoke("vm", "start", "web-1", "--wait", "--timeout", "5")
 
-    assert result.exit_code == 1
+    assert result.exit_code == ExitCode.TIMEOUT
     assert "Error (Timeout): gave up waiting for operation/" in result.stderr
-    assert "after 5s; last seen: InProgress" in result.stderr
+    assert "after 5s; last seen: vm/web-1: in progress" in result.stderr
     assert sum(clock.sleeps) == pytest.approx(5.0)
 
 

@@ -205,7 +205,7 @@ def test_vm_stop_with_a_selector_waits_for_every_vm(
         assert "vm/web-3: refused (NotApplicable)" in out
         for name in ("web-1", "web-2"):
             assert f"created (Stop vm/{name})" in out
-            assert any(line.startswith("Completed") and f"(vm/{name})" in line for line in out.splitlines())
+            assert f"vm/{name}: completed (VM {name} is stopped)" in out.splitlines()
         assert "Error (NotAllDone): Stop: 2 of 3 VM(s) completed; 1 refused" in stderr
         phases = {v["metadata"]["name"]: v["status"]["phase"] for v in client.get("/v1/vms").json()["items"]}
         assert phases == {"web-1": "Stopped", "web-2": "Stopped", "web-3": "Running", "db-1": "Running"}

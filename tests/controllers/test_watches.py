@@ -10,6 +10,7 @@ the keys that controller looks at again. The fleet:
 - recovery from a failed host (issue 15), cluster default: r1 holds a slot (Starting on h2),
   r2 waits for one, f (AlwaysOn, Running on fenced h4) is not released yet; r3 waits for
   a slot of cluster rack-2;
+- networks lan (VM e on h2 has a NIC on it) and wan (unused);
 - operations: start-a (under way), stop-a (finished), move-d (Migrate, under way),
   evict-b (Evict, pending), move-gone (Migrate of a VM deleted meanwhile); a snapshot snap-a.
 """
@@ -22,7 +23,16 @@ from typing import Any
 
 import pytest
 
-from virtplane.controllers import host, images, maintenance, migration, operations, snapshots, storage
+from virtplane.controllers import (
+    host,
+    images,
+    maintenance,
+    migration,
+    networks,
+    operations,
+    snapshots,
+    storage,
+)
 from virtplane.controllers.vm import watches as vm
 from virtplane.controllers.watch import Watch, requests_for
 from virtplane.domain.intents import (
@@ -33,6 +43,7 @@ from virtplane.domain.intents import (
     write_intents,
     write_migration,
 )
+from virtplane.domain.networks import Network, NetworkKind, NetworkSpec, Nic
 from virtplane.domain.resources import (
     Allocation,
     Boot,
@@ -117,6 +128,11 @@ def _vm(name: str, host: str | None, phase: VMPhase = VMPhase.RUNNING, **spec: A
     return v
 
 
+def _network(name: str) -> Network:
+    spec = NetworkSpec(kind=NetworkKind.BRIDGE, bridge=f"br-{name}", cluster="default")
+    return Network(metadata=Metadata(name=name), spec=spec)
+
+
 def _vm_d(intent: MigrationIntent | None = INTENT) -> VirtualMachine:
     d = _vm("d", "h2", VMPhase.MIGRATING)
     d.metadata.annotations = write_migration({}, intent)
@@ -158,6 +174,9 @@ def _fleet() -> list[Resource]:
         _recovering("r2", RecoveryStage.WAITING),
         _recovering("r3", RecoveryStage.WAITING, cluster="rack-2"),
         _vm("f", "h4", run_policy=RunPolicy.ALWAYS_ON),
+        _vm("e", "h2", nics=[Nic(network="lan")]),
+        _network("lan"),
+        _network("wan"),
         _op("start-a", "a", OperationType.START, OperationPhase.IN_PROGRESS),
         _op("stop-a", "a", OperationType.STOP, OperationPhase.COMPLETED),
         _op("move-d", "d", OperationType.MIGRATE, OperationPhase.IN_PROGRESS),
@@ -208,6 +227,7 @@ def _intent_ended(v: VirtualMachine) -> None:
 
 
 H1, A, D = _host("h1"), _vm("a", "h1", disks=[Disk(volume="root-a")]), _vm_d()
+E = _vm("e", "h2", nics=[Nic(network="lan")])
 DOWN = _changed(H1, _set(connection=HostConnection.DOWN))
 MAINTENANCE = _changed(H1, _set(resource_state=HostResourceState.PREPARE_FOR_MAINTENANCE))
 HEARTBEAT = _changed(H1, _heartbeat)
@@ -216,6 +236,9 @@ A_NOTE = _changed(A, _set(message="a note"))
 A_STOPPED = _changed(A, _set(phase=VMPhase.STOPPED))
 A_MOVED = _changed(A, _set(host="h2"))
 A_DISK = _changed(A, _add_disk)
+BRIDGES = _changed(H1, _set(bridges=["br-lan"]))
+E_NOTE = _changed(E, _set(message="a note"))
+E_MOVED_NIC = _changed(E, lambda v: setattr(v.spec, "nics", [Nic(network="wan")]))
 D_ARRIVED = _changed(D, lambda v: (_intent_ended(v), setattr(v.status, "host", "h1")))
 D_FAILED = _changed(D, _intent_ended)
 GONE = _changed(
@@ -243,6 +266,7 @@ def _r(kind: str, *names: str) -> set[Request]:
 
 VM, HOST, POOL, IMAGE, VOLUME = "VirtualMachine", "Host", "StoragePool", "Image", "Volume"
 OP, MIG, HM, SNAP = "VirtualMachineOperation", "Migration", "HostMaintenance", "VirtualMachineSnapshot"
+NET = "Network"
 
 ROWS: list[Any] = [
     # ----------------------------------------------------------------- the VM controller
@@ -263,6 +287,9 @@ ROWS: list[Any] = [
     pytest.param(vm.WATCHES, HOST, H1, FREED, _r(VM, "c"), id="vm: room freed wakes the unplaced only"),
     pytest.param(vm.WATCHES, HOST, None, _host("h9"), _r(VM, "c"), id="vm: a new host (the unplaced)"),
     pytest.param(vm.WATCHES, HOST, H1, None, set(), id="vm: a host deleted"),
+    pytest.param(vm.WATCHES, HOST, H1, BRIDGES, _r(VM, "c"), id="vm: a host's bridges (the unplaced)"),
+    pytest.param(vm.WATCHES, NET, None, _network("lan"), _r(VM, "e"), id="vm: a network of its NICs"),
+    pytest.param(vm.WATCHES, NET, None, _network("wan"), set(), id="vm: a network nobody uses"),
     pytest.param(vm.WATCHES, OP, None, _op("x", "a", OperationType.STOP, OperationPhase.PENDING), _r(VM, "a"), id="vm: its operation"),
     # ----------------------------------------------------------------- the host controller
     pytest.param(host.WATCHES, HOST, H1, HEARTBEAT, _r(HOST, "h1"), id="host: itself"),
@@ -270,6 +297,17 @@ ROWS: list[Any] = [
     pytest.param(host.WATCHES, VM, A, A_MOVED, _r(HOST, "h1", "h2"), id="host: a VM moved (both hosts)"),
     pytest.param(host.WATCHES, VM, A, A_STOPPED, _r(HOST, "h1"), id="host: a VM's phase"),
     pytest.param(host.WATCHES, VM, A, A_NOTE, set(), id="host: a VM's message"),
+    # ----------------------------------------------------------------- networks
+    pytest.param(networks.WATCHES, NET, None, _network("lan"), _r(NET, "lan"), id="network: itself"),
+    pytest.param(networks.WATCHES, HOST, H1, BRIDGES, _r(NET, "lan", "wan"), id="network: a host's bridges"),
+    pytest.param(networks.WATCHES, HOST, H1, DOWN, _r(NET, "lan", "wan"), id="network: a host's connection"),
+    pytest.param(networks.WATCHES, HOST, None, _host("h9"), _r(NET, "lan", "wan"), id="network: a new host"),
+    pytest.param(networks.WATCHES, HOST, H1, None, _r(NET, "lan", "wan"), id="network: a host deleted"),
+    pytest.param(networks.WATCHES, HOST, H1, HEARTBEAT, set(), id="network: a heartbeat"),
+    pytest.param(networks.WATCHES, VM, E, E_NOTE, _r(NET, "lan"), id="network: a VM with a NIC on it"),
+    pytest.param(networks.WATCHES, VM, E, E_MOVED_NIC, _r(NET, "lan", "wan"), id="network: a NIC moved (both)"),
+    pytest.param(networks.WATCHES, VM, E, None, _r(NET, "lan"), id="network: a VM deleted frees its NICs"),
+    pytest.param(networks.WATCHES, VM, A, A_NOTE, set(), id="network: a VM without NICs"),
     # ----------------------------------------------------------------- pools, images, volumes
     pytest.param(storage.POOL_WATCHES, POOL, None, _pool("shared"), _r(POOL, "shared"), id="pool: itself"),
     pytest.param(storage.POOL_WATCHES, HOST, H1, DOWN, _r(POOL, "shared", "images"), id="pool: a host's connection"),

@@ -89,12 +89,13 @@ class DoubleRunWatch:
 
 
 def second_server(data_dir: Path, port: int | None = None) -> subprocess.CompletedProcess[str]:
-    """Start another `virtplane serve`; it must exit by itself (killed after 30 s if it runs on)."""
+    """Start another `virtplane serve`; it must exit by itself (killed after 90 s if it runs on:
+    on a loaded 2-core machine its imports alone took over 30 s)."""
     args = [sys.executable, "-m", "virtplane.cli.main", "serve", "--data-dir", str(data_dir),
             "--port", str(port or free_port()), "--sim-boot-seconds", "0"]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()

@@ -64,6 +64,12 @@ def vm(name: str = "vm1", **changes: object) -> VMView:
             False,
             "shared pool pool-b not attached",
         ),
+        (
+            host("h", networks=frozenset({"lan"})),
+            vm(networks=frozenset({"lan", "san"})),
+            False,
+            "network san is not on this host",
+        ),
         (host("h", used_vcpus=7), vm(), False, "not enough vCPUs: 1 free, 2 needed"),
         (host("h", used_memory_mib=7680), vm(), False, "not enough memory: 512 MiB free, 1024 needed"),
         (
@@ -295,6 +301,7 @@ _hosts = st.lists(
         used_memory_mib=st.integers(0, 8192),
         shared_pools=st.frozensets(st.sampled_from(["pool-a", "pool-b"])),
         anti_affinity_groups=st.frozensets(st.sampled_from(["db", "web"])),
+        networks=st.frozensets(st.sampled_from(["lan", "san"])),
     ),
     max_size=5,
     unique_by=lambda h: h.name,
@@ -309,6 +316,7 @@ _vms = st.builds(
     anti_affinity_group=st.sampled_from([None, "db"]),
     host_affinity=st.frozensets(st.sampled_from(["h1", "h2", "h3"])),
     cluster=st.sampled_from([None, "c1"]),
+    networks=st.frozensets(st.sampled_from(["lan", "san"])),
 )
 
 
@@ -328,6 +336,7 @@ def test_chosen_host_always_fits_and_every_other_host_has_a_reason(
     assert chosen.free_vcpus >= the_vm.cpu
     assert chosen.free_memory_mib >= the_vm.memory_mib
     assert the_vm.shared_pools <= chosen.shared_pools
+    assert the_vm.networks <= chosen.networks
     assert the_vm.anti_affinity_group not in chosen.anti_affinity_groups
     assert not the_vm.host_affinity or chosen.name in the_vm.host_affinity
     assert the_vm.cluster in (None, chosen.cluster)

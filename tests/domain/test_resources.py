@@ -103,6 +103,7 @@ def test_every_kind_has_a_unique_plural() -> None:
         "hosts",
         "storagepools",
         "images",
+        "networks",
         "volumes",
         "vms",
         "snapshots",

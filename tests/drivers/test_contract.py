@@ -8,6 +8,7 @@ driver does not declare must raise Unsupported, one it declares must work.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import (
     Capability,
+    ConsoleStream,
     DiskAttachment,
     DomainEvent,
     DomainEventType,
@@ -30,7 +32,7 @@ from virtplane.drivers.base import (
     PoolRef,
     domain_name,
 )
-from virtplane.drivers.errors import NotFound, PermanentError, Unsupported
+from virtplane.drivers.errors import ConsoleBusy, NotFound, NotRunning, PermanentError, Unsupported
 
 from .conftest import eventually, wait_for
 
@@ -244,3 +246,39 @@ async def test_live_migration_works_where_declared_and_is_refused_elsewhere(harn
     await wait_for(
         lambda: any(e.type is DomainEventType.MIGRATED and e.domain == spec.name for e in harness.events)
     )
+
+
+async def read_until(console: ConsoleStream, text: bytes) -> bytes:
+    """What the console sent up to and including ``text``; b"" ends it early (checked by callers)."""
+    seen = b""
+    while text not in seen:
+        data = await asyncio.wait_for(console.read(), 10)
+        if not data:
+            return seen
+        seen += data
+    return seen
+
+
+async def test_the_console_of_a_running_domain_where_declared_and_unsupported_elsewhere(
+    harness: Harness,
+) -> None:
+    spec = await running(harness, "vm-console")
+    if Capability.SERIAL_CONSOLE not in harness.driver.capabilities:
+        with pytest.raises(Unsupported):
+            await harness.driver.open_console(spec.name)
+        return
+    console = await harness.driver.open_console(spec.name)
+    with pytest.raises(ConsoleBusy):
+        await harness.driver.open_console(spec.name)
+    await console.close()
+    await read_until(console, b"\0never")  # what was on its way, then the end
+    assert await asyncio.wait_for(console.read(), 10) == b"", "a closed console ends its stream"
+    console = await harness.driver.open_console(spec.name)  # free again once closed
+    await harness.driver.destroy(spec.name)
+    await asyncio.wait_for(read_until(console, b"\0never"), 10)  # returns at the end, not a hang
+    assert await asyncio.wait_for(console.read(), 10) == b""
+    await console.close()
+    with pytest.raises(NotRunning):
+        await harness.driver.open_console(spec.name)
+    with pytest.raises(NotFound):
+        await harness.driver.open_console(domain_name("nobody"))

@@ -28,7 +28,9 @@ from .conftest import wait_for
 libvirt = libvirt_or_skip()
 
 from virtplane.drivers.libvirt import LibvirtDriver  # noqa: E402
+from virtplane.drivers.libvirt.domain import LibvirtDomain  # noqa: E402
 from virtplane.drivers.libvirt.memory import state_pool_name  # noqa: E402
+from virtplane.drivers.libvirt.migration import MigrationTracker  # noqa: E402
 
 
 def make_spec(uid: str, **overrides: Any) -> DomainSpec:
@@ -264,3 +266,21 @@ def test_two_state_dirs_on_one_daemon_get_two_pools() -> None:
     names = {state_pool_name(d) for d in ("/srv/a", "/srv/b", "/var/lib/libvirt/virtplane/state")}
     assert len(names) == 3
     assert state_pool_name("/srv/a") == state_pool_name("/srv/a/")
+
+
+def test_a_domain_gone_between_its_lookup_and_the_job_query_has_no_migration() -> None:
+    """A finished live migration undefines the source domain at any moment, also between the
+    lookup and ``isActive``: that is "no migration here", not an error (a real-QEMU migration
+    test failed with Domain not found polling the job as the migration ended)."""
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXML(
+            "<domain type='test'><name>gone-mid-query</name><memory>1024</memory>"
+            "<os><type>hvm</type></os></domain>"
+        )
+        found = LibvirtDomain.find(conn, "gone-mid-query")
+        assert found is not None
+        dom.undefine()
+        assert MigrationTracker(on_failed=lambda job: None).current("gone-mid-query", found) is None
+    finally:
+        conn.close()

@@ -381,6 +381,8 @@ def test_a_file_from_before_migrations_were_stored_is_upgraded(tmp_path: Path) -
     assert domain_state(cloud, "src", "vm") == (DomainState.PAUSED, None)
     cloud.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (
+            "3",
+        )  # upgraded to the current version
         assert conn.execute("SELECT count(*) FROM migrations").fetchone() == (0,)
     assert domain_state(make_cloud(path), "src", "vm") == (DomainState.PAUSED, None)

@@ -70,7 +70,7 @@ PLACES = (("shared", "v1"), ("shared", "v3"), ("local", "v2"), ("local", "v3"), 
 """(pool, volume) pairs the volume calls pick from: most exist after ``stock``; v3 is no disk's."""
 DISKS = {"none": (), "shared": ("sim://shared/v1",), "local": ("sim://local/v2",)}
 
-TRANSIENT = {"timer", "_ports", "_log", "_entity", "_key"}
+TRANSIENT = {"timer", "_ports", "_log", "_entity", "_key", "consoles"}
 """Attributes of a record that no restart keeps: see the package docstring."""
 
 

@@ -24,7 +24,7 @@ from virtplane.api.context import ApiContext
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
 ADMIN_ONLY = frozenset(
-    {"hosts", "storagepools", "images", "settings", "tokens", "faults", "maintenance", "secrets"}
+    {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance", "secrets"}
 )
 ADMIN_READS = frozenset({"secrets"})  # credentials: admin-only, also to read (issue 15)
 PUBLIC = {
@@ -35,6 +35,7 @@ PUBLIC = {
     ("GET", "/ui"): (307,),
     ("GET", "/ui/"): (200,),
     ("GET", "/ui/static/{file_name}"): (200,),
+    ("GET", "/ui/static/vendor/{file_name}"): (404,),  # PARAMS' file_name is not a vendored file
     ("GET", "/docs"): (200,),
     ("GET", "/docs/oauth2-redirect"): (200,),
     ("GET", "/redoc"): (200,),
@@ -60,7 +61,8 @@ def _app_routes() -> list[tuple[str, str, bool]]:
     return [
         (method, route.path, bool(route.include_in_schema))
         for route in walk(list(app.routes))
-        for method in sorted(route.methods or ())
+        # WebSocket routes have no methods: tests/api/test_console.py checks the console's roles
+        for method in sorted(getattr(route, "methods", None) or ())
         if method != "HEAD"
     ]
 

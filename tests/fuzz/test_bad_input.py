@@ -28,8 +28,17 @@ VALID: dict[str, dict[str, Any]] = {
         "metadata": {"name": "p1"},
         "spec": {"kind": "shared", "cluster": "c1", "capacity_gib": 100},
     },
+    "networks": {
+        "kind": "Network",
+        "metadata": {"name": "n1"},
+        "spec": {"kind": "bridge", "bridge": "br1", "cluster": "c1", "subnet": "10.99.0.0/24"},
+    },
     "volumes": {"kind": "Volume", "metadata": {"name": "v1"}, "spec": {"pool": "p1", "size_gib": 5}},
-    "vms": {"kind": "VirtualMachine", "metadata": {"name": "vm1"}, "spec": {"run_policy": "Manual"}},
+    "vms": {
+        "kind": "VirtualMachine",
+        "metadata": {"name": "vm1"},
+        "spec": {"run_policy": "Manual", "nics": [{"network": "n1"}]},
+    },
     "snapshots": {"kind": "VirtualMachineSnapshot", "metadata": {"name": "s1"}, "spec": {"vm": "vm1"}},
     "operations": {
         "kind": "VirtualMachineOperation",
@@ -87,6 +96,8 @@ def names_of(client: httpx.Client, plural: str) -> set[str]:
 def with_name(plural: str, name: str) -> dict[str, Any]:
     doc = json.loads(json.dumps(VALID[plural]))
     doc["metadata"]["name"] = name
+    if plural == "networks":  # a second network with n1's subnet in its cluster would overlap it
+        del doc["spec"]["subnet"]
     return doc
 
 
@@ -528,7 +539,7 @@ def test_unknown_token_roles_are_422(api: httpx.Client, figures: Figures, role: 
     assert_error(response, 422)
 
 
-@pytest.mark.parametrize("references", ["vm", "pool", "snapshot"])
+@pytest.mark.parametrize("references", ["vm", "pool", "snapshot", "network"])
 @pytest.mark.parametrize("name", ["<x>", "a/b", "..", "\x00", "a" * 300])
 def test_hostile_references_are_422(api: httpx.Client, figures: Figures, references: str, name: str) -> None:
     if references == "vm":
@@ -539,6 +550,10 @@ def test_hostile_references_are_422(api: httpx.Client, figures: Figures, referen
         doc = with_name("volumes", "bad-ref")
         doc["spec"]["pool"] = name
         plural = "volumes"
+    elif references == "network":
+        doc = with_name("vms", "bad-ref")
+        doc["spec"]["nics"] = [{"network": name}]
+        plural = "vms"
     else:
         doc = with_name("volumes", "bad-ref")
         doc["spec"]["source"] = {"snapshot": name}
@@ -547,6 +562,57 @@ def test_hostile_references_are_422(api: httpx.Client, figures: Figures, referen
     figures.add("bad_input")
     assert assert_error(response, 422)["reason"] == "Invalid"
     assert "bad-ref" not in names_of(api, plural)
+
+
+# ------------------------------------------------------------------ networks and NICs
+
+HOSTILE_ADDRESSES: list[Any] = [
+    "999.1.1.1",
+    "10.99.0.1/33",
+    "::1",
+    "10.99.0.7; rm -rf /",
+    "<x>",
+    "",
+    True,
+    167772161,
+    -1,
+    10**100,
+    [],
+    {"ip": "10.99.0.7"},
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE_ADDRESSES, ids=[repr(v)[:16] for v in HOSTILE_ADDRESSES])
+@pytest.mark.parametrize("field", ["nic.ip", "nic.mac", "subnet", "gateway", "dns_servers.0", "range.start"])
+def test_hostile_addresses_are_422_and_write_nothing(
+    api: httpx.Client, figures: Figures, value: Any, field: str
+) -> None:
+    if field.startswith("nic."):
+        plural, doc = "vms", with_name("vms", "bad-address")
+        doc["spec"]["nics"] = [{"network": "n1", field[4:]: value}]
+    else:
+        plural, doc = "networks", with_name("networks", "bad-address")
+        doc["spec"]["subnet"] = "10.98.0.0/24"
+        parent, _, index = field.partition(".")
+        doc["spec"][parent] = (
+            {"start": value, "end": "10.98.0.9"} if index == "start" else [value] if index else value
+        )
+    claims_before = api.get("/v1/networks/n1").json()["spec"]
+    response = api.post(f"/v1/{plural}", json=doc)
+    figures.add("bad_input")
+    assert assert_error(response, 422)["reason"] == "Invalid"
+    assert "bad-address" not in names_of(api, plural)
+    assert api.get("/v1/networks/n1").json()["spec"] == claims_before
+
+
+@pytest.mark.parametrize("vlan", [0, 4095, -1, 10**100, "vlan", 1.5, []])
+def test_vlans_out_of_range_are_422(api: httpx.Client, figures: Figures, vlan: Any) -> None:
+    doc = with_name("networks", "bad-vlan")
+    doc["spec"] = {**doc["spec"], "subnet": "10.97.0.0/24", "vlan": vlan}
+    response = api.post("/v1/networks", json=doc)
+    figures.add("bad_input")
+    assert assert_error(response, 422)["reason"] == "Invalid"
+    assert "bad-vlan" not in names_of(api, "networks")
 
 
 # ------------------------------------------------------------------ hostile label and annotation values

@@ -58,8 +58,12 @@ def test_roles_plan_and_cancel(live_server: LiveServer) -> None:
     with live_server.client("operator") as operator:
         assert operator.delete(PATH).status_code == 403
     with live_server.client("admin") as admin:
-        cancelled = admin.delete(PATH)
+        bad = admin.delete(PATH, params={"return_vms": "maybe"})
+        assert bad.status_code == 422 and bad.json()["reason"] == "Invalid"
+        assert "return_vms" in bad.json()["message"]
+        cancelled = admin.delete(PATH, params={"return_vms": "true"})
         assert cancelled.status_code == 200 and cancelled.json()["cancel"] is True
+        assert cancelled.json()["return_vms"] is True
     _wait_state(live_server, "h1", "Enabled")
 
 

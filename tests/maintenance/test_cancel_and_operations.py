@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import eventually
 from tests.controllers.helpers import operate, wait_op
 from tests.maintenance.conftest import Cluster
@@ -61,6 +63,26 @@ async def test_cancel_with_return_vms_brings_the_vms_back(cluster: Cluster) -> N
     for i in range(2):
         assert cluster.settled(f"v{i}", "h1")
         assert cluster.maintenance("h1").status.progress[f"v{i}"].state == "Returned"
+
+
+@pytest.mark.parametrize(("setting", "asked"), [(False, True), (True, False)])
+async def test_the_cancel_s_own_return_vms_wins_over_the_setting(
+    cluster: Cluster, setting: bool, asked: bool
+) -> None:
+    await slow_cluster(cluster, 2)
+    cluster.plane.settings.set("migration.bandwidth_mib_s", 0)
+    cluster.plane.settings.set("host.maintenance.return_vms", setting)
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance")
+    went_to = {f"v{i}": cluster.vm(f"v{i}").status.host for i in range(2)}
+    assert "h1" not in went_to.values()
+    shown = cluster.plane.api_context.maintenance.cancel("h1", "test", return_vms=asked)
+    assert shown["return_vms"] is asked
+    await eventually(lambda: cluster.maintenance("h1").status.phase.value == "Cancelled", timeout=15)
+    for vm, host in went_to.items():
+        back = cluster.maintenance("h1").status.progress[vm].state == "Returned"
+        assert back is asked
+        assert cluster.settled(vm, "h1" if asked else host or "")
 
 
 def migrate_op(cluster: Cluster, vm: str, kind: OperationType, target: str | None = None) -> str:

@@ -83,6 +83,8 @@ def test_a_target_whose_driver_cannot_migrate_is_no_target(live_server: LiveServ
             "fault-injection",
             "live-migration",
             "memory-snapshot",
+            "serial-console",
+            "user-network",
             "volume-resize",
         ]
         dry = admin.post("/v1/hosts/s/maintenance", json={"strategy": "Error", "dry_run": True}).json()

@@ -258,8 +258,11 @@ async def test_no_key_is_ever_reconciled_by_two_workers_at_once() -> None:
         max_in_flight_per_key[req] = max(max_in_flight_per_key[req], in_flight[req])
         max_in_flight_total = max(max_in_flight_total, sum(in_flight.values()))
         try:
-            for other in keys:  # events on every key keep arriving mid-reconcile
-                controller.enqueue(other)
+            for index, other in enumerate(keys):  # events and resyncs keep arriving mid-reconcile
+                if (index + counts[req]) % 2:
+                    controller.enqueue_resync(other)
+                else:
+                    controller.enqueue(other)
                 await asyncio.sleep(0)
             counts[req] += 1
             if counts[req] < rounds_per_key:

@@ -1,4 +1,5 @@
 import asyncio
+import itertools
 import random
 
 import pytest
@@ -6,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from virtplane.reconcile.clock import FakeClock, MonotonicClock
-from virtplane.reconcile.queue import QueueShutDown, WorkQueue
+from virtplane.reconcile.queue import DEFAULT_FAIRNESS, Priority, QueueShutDown, WorkQueue
 from virtplane.reconcile.ratelimit import ItemBackoff
 from virtplane.reconcile.types import Request
 
@@ -36,8 +37,10 @@ async def finished(task: "asyncio.Task[str]") -> str:
     return task.result()
 
 
-def make_queue(clock: FakeClock | None = None, backoff: ItemBackoff | None = None) -> WorkQueue[str]:
-    return WorkQueue(clock=clock or FakeClock(), backoff=backoff)
+def make_queue(
+    clock: FakeClock | None = None, backoff: ItemBackoff | None = None, fairness: int = DEFAULT_FAIRNESS
+) -> WorkQueue[str]:
+    return WorkQueue(clock=clock or FakeClock(), backoff=backoff, fairness=fairness)
 
 
 async def test_re_adding_a_queued_key_merges_it() -> None:
@@ -251,6 +254,123 @@ async def test_hundred_thousand_keys_are_each_drained_once_in_ready_order() -> N
     assert queue.processing_count == 0
 
 
+# --- Priorities: event-woken keys before resync keys, without starving them ---
+
+
+async def test_an_event_key_is_handed_out_before_earlier_resync_keys() -> None:
+    queue = make_queue()
+    for name in ("r1", "r2", "r3"):
+        queue.add(name, Priority.RESYNC)
+    queue.add("crashed")
+    assert await queue.get() == "crashed"
+    assert [await queue.get() for _ in range(3)] == ["r1", "r2", "r3"]
+
+
+async def test_a_resync_key_ready_now_goes_before_an_event_key_not_yet_due() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add_after("poll", 1.0)
+    queue.add("resync", Priority.RESYNC)
+    assert await queue.get() == "resync"
+    assert await try_get(queue) is None
+    clock.advance(1.0)
+    assert await queue.get() == "poll"
+
+
+async def test_an_event_upgrades_a_queued_resync_key_and_a_resync_never_downgrades() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add("a", Priority.RESYNC)
+    queue.add_after("a", 5.0)  # a later event still makes the earlier look an event look
+    assert (queue.ready_at("a"), queue.priority("a")) == (0.0, Priority.EVENT)
+    queue.add_after("b", 5.0)
+    queue.add("b", Priority.RESYNC)  # the resync brings it forward, the event keeps its rank
+    assert (queue.ready_at("b"), queue.priority("b")) == (0.0, Priority.EVENT)
+    queue.add("c", Priority.RESYNC)
+    queue.add("c", Priority.RESYNC)
+    assert queue.priority("c") is Priority.RESYNC
+    assert len(queue) == 3
+
+
+async def test_a_key_parked_while_processing_keeps_the_higher_priority() -> None:
+    queue = make_queue()
+    queue.add("a", Priority.RESYNC)
+    assert await queue.get() == "a"
+    queue.add("a", Priority.RESYNC)
+    queue.add("a")
+    queue.add("a", Priority.RESYNC)
+    assert queue.priority("a") is Priority.EVENT
+    queue.add("r", Priority.RESYNC)
+    queue.done("a")
+    assert await queue.get() == "a"
+
+
+async def test_a_stream_of_events_lets_a_ready_resync_key_through_after_fairness_events() -> None:
+    queue = make_queue(fairness=3)
+    queue.add("resync", Priority.RESYNC)
+    handed_out = []
+    for index in range(8):
+        queue.add(f"e{index}")
+        key = await queue.get()
+        queue.done(key)
+        handed_out.append(key)
+        if key == "resync":
+            break
+    assert handed_out == ["e0", "e1", "e2", "resync"]
+
+
+async def test_events_alone_do_not_use_up_the_fairness_of_a_later_resync_key() -> None:
+    queue = make_queue(fairness=2)
+    for index in range(5):
+        queue.add(f"e{index}")
+    assert [await queue.get() for _ in range(3)] == ["e0", "e1", "e2"]
+    queue.add("resync", Priority.RESYNC)
+    assert [await queue.get() for _ in range(3)] == ["e3", "e4", "resync"]
+
+
+def test_fairness_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="fairness"):
+        WorkQueue(clock=FakeClock(), fairness=0)
+
+
+_priorities = st.sampled_from(list(Priority))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    resync_keys=st.integers(min_value=1, max_value=20),
+    fairness=st.integers(min_value=1, max_value=10),
+    events_per_get=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=40),
+)
+def test_no_resync_key_starves_under_any_stream_of_events(
+    resync_keys: int, fairness: int, events_per_get: list[int]
+) -> None:
+    """However many events keep arriving, the n-th ready resync key is handed out within
+    n x (fairness + 1) gets."""
+    asyncio.run(_run_starvation(resync_keys, fairness, events_per_get))
+
+
+async def _run_starvation(resync_keys: int, fairness: int, events_per_get: list[int]) -> None:
+    queue = make_queue(fairness=fairness)
+    waiting = [f"r{index}" for index in range(resync_keys)]
+    for key in waiting:
+        queue.add(key, Priority.RESYNC)
+    bound = resync_keys * (fairness + 1)
+    event_counter = itertools.count()
+    for gets in range(1, bound + 1):
+        # Never run out of events: the worst case for the resync keys.
+        for _ in range(events_per_get[gets % len(events_per_get)] + 1):
+            queue.add(f"e{next(event_counter)}")
+        key = await queue.get()
+        queue.done(key)
+        if key in waiting:
+            assert key == waiting.pop(0), "resync keys keep their order"
+            assert gets <= (resync_keys - len(waiting)) * (fairness + 1)
+        if not waiting:
+            return
+    raise AssertionError(f"resync keys {waiting} still waiting after {bound} gets")
+
+
 # --- Model check: the queue against a plain dictionary model over random operations ---
 
 _keys = st.sampled_from(["a", "b", "c", "d"])
@@ -259,6 +379,7 @@ Operation = tuple[str, str, float]
 _operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), _keys, st.sampled_from([0.0, 1.0, 2.0, 5.0])),
+        st.tuples(st.just("resync"), _keys, st.sampled_from([0.0, 1.0])),
         st.tuples(st.just("advance"), st.just(""), st.sampled_from([0.5, 1.0, 3.0])),
         st.tuples(st.just("get"), st.just(""), st.just(0.0)),
         st.tuples(st.just("done"), _keys, st.just(0.0)),
@@ -267,35 +388,48 @@ _operations = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(_operations)
-def test_queue_matches_a_simple_model(operations: list[Operation]) -> None:
-    asyncio.run(_run_model(operations))
+@settings(max_examples=300, deadline=None)
+@given(_operations, st.integers(min_value=1, max_value=3))
+def test_queue_matches_a_simple_model(operations: list[Operation], fairness: int) -> None:
+    asyncio.run(_run_model(operations, fairness))
 
 
-async def _run_model(operations: list[Operation]) -> None:
+async def _run_model(operations: list[Operation], fairness: int) -> None:
+    """The model: each queued key has (ready time, priority); a get hands out the earliest
+    ready key of the higher priority, unless ``fairness`` event keys went out in a row while
+    a resync key was ready; a key is never handed out while it is processing."""
     clock = FakeClock()
-    queue = make_queue(clock)
-    pending: dict[str, float] = {}
-    dirty: dict[str, float] = {}
+    queue = make_queue(clock, fairness=fairness)
+    pending: dict[str, tuple[float, Priority]] = {}
+    dirty: dict[str, tuple[float, Priority]] = {}
     processing: set[str] = set()
+    streak = 0
     for name, key, seconds in operations:
-        if name == "add":
-            queue.add_after(key, seconds)
+        if name in ("add", "resync"):
+            priority = Priority.EVENT if name == "add" else Priority.RESYNC
+            queue.add_after(key, seconds, priority)
             ready_at = clock.now() + seconds
             target = dirty if key in processing else pending
-            target[key] = min(ready_at, target.get(key, ready_at))
+            old_at, old_priority = target.get(key, (ready_at, priority))
+            target[key] = (min(ready_at, old_at), max(priority, old_priority))
         elif name == "advance":
             clock.advance(seconds)
         elif name == "get":
             got = await try_get(queue)
-            ready = {k: at for k, at in pending.items() if at <= clock.now()}
+            ready = {k: entry for k, entry in pending.items() if entry[0] <= clock.now()}
             if not ready:
                 assert got is None
                 continue
             assert got is not None
             assert got not in processing
-            assert pending[got] == min(ready.values())
+            events = [at for at, p in ready.values() if p is Priority.EVENT]
+            resyncs = [at for at, p in ready.values() if p is Priority.RESYNC]
+            if events and not (resyncs and streak >= fairness):
+                assert pending[got] == (min(events), Priority.EVENT)
+                streak = streak + 1 if resyncs else 0
+            else:
+                assert pending[got] == (min(resyncs), Priority.RESYNC)
+                streak = 0
             del pending[got]
             processing.add(got)
         else:
@@ -306,5 +440,7 @@ async def _run_model(operations: list[Operation]) -> None:
                     pending[key] = dirty.pop(key)
         assert len(queue) == len(pending) + len(dirty)
         for k in ["a", "b", "c", "d"]:
-            assert queue.ready_at(k) == pending.get(k, dirty.get(k))
+            entry = pending.get(k, dirty.get(k))
+            assert queue.ready_at(k) == (entry[0] if entry else None)
+            assert queue.priority(k) == (entry[1] if entry else None)
             assert queue.is_processing(k) == (k in processing)

@@ -66,6 +66,30 @@ async def test_ticker_spreads_every_key_over_each_period() -> None:
     assert all(second - first == pytest.approx(600.0) for first, second in times_by_key.values())
 
 
+async def test_a_fleet_larger_than_the_rate_cap_gets_a_longer_period() -> None:
+    """Row 7 of issue 13: idle CPU is keys / period x the no-op cost; the cap bounds it."""
+    keys = fleet(10_000)
+    time = FakeTime(limit=2 * 200.0)
+    enqueued: list[tuple[float, Request]] = []
+    with pytest.raises(_Stop):
+        await resync_ticker(
+            lambda: keys,
+            lambda key: enqueued.append((time.now, key)),
+            60.0,
+            max_per_s=50.0,
+            sleep=time.sleep,
+        )
+    assert time.sleeps == [2.0] * 200  # 10,000 keys at 50 per s: a pass takes 200 s, not 60
+    assert Counter(key for at, key in enqueued if at < 200.0) == Counter(keys)
+
+
+async def test_a_fleet_within_the_rate_cap_keeps_the_period() -> None:
+    time = FakeTime(limit=60.0)
+    with pytest.raises(_Stop):
+        await resync_ticker(lambda: fleet(1000), lambda key: None, 60.0, max_per_s=50.0, sleep=time.sleep)
+    assert time.sleeps == [0.6] * 100
+
+
 async def test_ticker_sees_keys_added_between_periods() -> None:
     keys = fleet(2)
     time = FakeTime(limit=2 * 10.0)
@@ -115,7 +139,9 @@ async def test_ticker_stops_when_cancelled() -> None:
         await task
 
 
-@pytest.mark.parametrize(("period", "slices"), [(0.0, 10), (10.0, 0)])
-async def test_ticker_rejects_nonsense_settings(period: float, slices: int) -> None:
+@pytest.mark.parametrize(
+    ("period", "slices", "max_per_s"), [(0.0, 10, None), (10.0, 0, None), (10.0, 10, 0.0)]
+)
+async def test_ticker_rejects_nonsense_settings(period: float, slices: int, max_per_s: float | None) -> None:
     with pytest.raises(ValueError):
-        await resync_ticker(list, lambda key: None, period, slices=slices)
+        await resync_ticker(list, lambda key: None, period, slices=slices, max_per_s=max_per_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy
 
 from virtplane.domain.resources import (
     EventType,
@@ -12,7 +13,7 @@ from virtplane.domain.resources import (
     VirtualMachineSpec,
     VMPhase,
 )
-from virtplane.store.errors import Conflict, StatusOnly
+from virtplane.store.errors import AlreadyExists, Conflict, StatusOnly
 from virtplane.store.store import EventRecord, Store
 
 
@@ -91,3 +92,62 @@ def test_mutate_status_only_refuses_a_spec_change(store: Store) -> None:
         store.mutate(VirtualMachine, "a", lambda v: setattr(v.spec, "cpu", 4), status_only=True)
     store.mutate(VirtualMachine, "a", lambda v: setattr(v.spec, "cpu", 4))  # the API's general write
     assert store.get(VirtualMachine, "a").spec.cpu == 4
+
+
+# --- Creations: their events in the same transaction, and many objects in one ---
+
+
+class Commits:
+    """Counts the store's committed transactions (reads roll back, so these are writes)."""
+
+    def __init__(self, store: Store) -> None:
+        self.count = 0
+        sqlalchemy.event.listen(store.engine, "commit", self._on_commit)
+
+    def _on_commit(self, _connection: object) -> None:
+        self.count += 1
+
+
+def test_a_creation_writes_its_events_in_its_own_transaction(store: Store) -> None:
+    commits = Commits(store)
+    vm_a = VirtualMachine(metadata=Metadata(name="a"), spec=VirtualMachineSpec())
+    store.create(vm_a, events=[event("Created")])
+    assert commits.count == 1
+    assert reasons(store) == ["Created"]
+    with pytest.raises(AlreadyExists):
+        store.create(vm_a, events=[event("Created")])
+    assert reasons(store) == ["Created"], "no event for a creation that never happened"
+
+
+def test_create_many_answers_for_each_object_in_one_transaction(store: Store) -> None:
+    store.create(VirtualMachine(metadata=Metadata(name="taken")))
+    before = store.revision()
+    commits = Commits(store)
+    names = ["b", "taken", "c", "b", "d"]  # one exists, one comes twice
+    outcomes = store.create_many(
+        [VirtualMachine(metadata=Metadata(name=n, labels={"n": str(i)})) for i, n in enumerate(names)],
+        events=lambda obj: [
+            (obj.KIND, obj.metadata.name, "Created", obj.metadata.labels["n"], EventType.NORMAL)
+        ],
+    )
+    assert commits.count == 1
+    assert [type(o).__name__ for o in outcomes] == [
+        "VirtualMachine",
+        "AlreadyExists",
+        "VirtualMachine",
+        "AlreadyExists",
+        "VirtualMachine",
+    ]
+    created = [o for o in outcomes if isinstance(o, VirtualMachine)]
+    assert [o.metadata.labels["n"] for o in created] == ["0", "2", "4"]
+    assert all(store.get(VirtualMachine, o.metadata.name) == o for o in created)
+    revisions = [o.metadata.resource_version for o in created]
+    assert revisions == sorted(set(revisions)) and revisions[0] > before, "a revision each, in order"
+    assert [(c.name, c.op) for c in store.changes_since(before)] == [
+        ("b", "added"),
+        ("c", "added"),
+        ("d", "added"),
+    ]
+    events = store.list_events(kind="VirtualMachine")
+    assert [(e.name, e.message) for e in events] == [("b", "0"), ("c", "2"), ("d", "4")]
+    assert store.create_many([]) == []

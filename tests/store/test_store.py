@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+import json
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from virtplane.domain.resources import EventType, Metadata, VirtualMachine, VirtualMachineSpec
 from virtplane.store import AlreadyExists, Conflict, NotFound, Store, sqlite_url
+
+_BODY = "SELECT body FROM objects WHERE kind = 'VirtualMachine' AND name = :name"
+_SET_BODY = "UPDATE objects SET body = :body WHERE kind = 'VirtualMachine' AND name = :name"
 
 
 def vm(name: str, cpu: int = 1) -> VirtualMachine:
@@ -18,11 +23,11 @@ def test_migrations_create_the_schema_on_an_empty_database(tmp_path: Path) -> No
     store = Store(sqlite_url(tmp_path / "empty.db"))
     assert store.schema_revision() is None
     store.migrate()
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
     tables = set(inspect(store.engine).get_table_names())
     assert {"objects", "changes", "events", "tokens", "leases", "alembic_version"} <= tables
     store.migrate()  # idempotent
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
 
 
 def test_sqlite_runs_in_wal_mode(store: Store) -> None:
@@ -72,6 +77,40 @@ def test_an_update_that_changes_nothing_writes_nothing(store: Store) -> None:
     same = store.update(obj)
     assert same.metadata.resource_version == obj.metadata.resource_version
     assert store.revision() == before
+
+
+def test_a_body_stored_before_a_field_existed_is_no_change(store: Store) -> None:
+    """A row written by an older schema lacks fields added since (with their defaults): the
+    store compares in the current schema, so an unchanged object is still no write."""
+    created = store.create(vm("web-1"))
+    with store.engine.begin() as connection:
+        body = json.loads(connection.execute(text(_BODY), {"name": "web-1"}).scalar_one())
+        del body["spec"]["termination_grace_period_s"], body["status"]["message"]
+        connection.execute(text(_SET_BODY), {"name": "web-1", "body": json.dumps(body)})
+    before = store.revision()
+    same = store.update_status(store.get(VirtualMachine, "web-1"))
+    assert store.revision() == before
+    assert same.metadata.resource_version == created.metadata.resource_version
+
+
+def test_identity_and_versions_are_the_stores_whatever_the_writer_sends(store: Store) -> None:
+    created = store.create(vm("web-1"))
+    edited = created.model_copy(deep=True)
+    edited.metadata.uid = "forged"
+    edited.metadata.generation = 7
+    edited.metadata.created_at = datetime(2000, 1, 1, tzinfo=UTC)
+    edited.status.message = "observed"
+    written = store.update(edited)
+    assert written.metadata.uid == created.metadata.uid
+    assert written.metadata.generation == created.metadata.generation
+    assert written.metadata.created_at == created.metadata.created_at
+    assert written.metadata.resource_version > created.metadata.resource_version
+    assert written.metadata.updated_at is not None and created.metadata.updated_at is not None
+    assert written.metadata.updated_at > created.metadata.updated_at
+    assert edited.metadata.uid == "forged", "the caller's object is left as it was"
+    written.status.message = "changed after the write"
+    assert store.get(VirtualMachine, "web-1").status.message == "observed"
+    assert edited.status.message == "observed"
 
 
 def test_concurrent_writers_one_wins_per_version(store: Store) -> None:
@@ -175,3 +214,22 @@ def test_tokens_are_stored_hashed(store: Store) -> None:
     with store.engine.connect() as connection:
         stored = connection.exec_driver_sql("SELECT token_sha256 FROM tokens").scalars().all()
     assert token not in stored
+
+
+def test_claims_are_written_with_their_holder_or_not_at_all(store: Store) -> None:
+    from virtplane.domain.ipam import Claim
+    from virtplane.store.claims import ClaimTaken
+
+    ip = Claim("ip/lan", "10.0.0.2")
+    first = store.create(VirtualMachine(metadata=Metadata(name="a")), claims=[ip])
+    with pytest.raises(ClaimTaken, match="VirtualMachine a"):
+        store.create(
+            VirtualMachine(metadata=Metadata(name="b")), claims=[Claim("mac", "52:54:00:00:00:01"), ip]
+        )
+    assert store.find(VirtualMachine, "b") is None
+    assert [c for c, _ in store.claims("")] == [ip]  # b's MAC was not kept either
+    # an update replaces the holder's claims in its transaction; deletion releases them
+    store.update(first, claims=[Claim("ip/lan", "10.0.0.3")])
+    assert [(c.value, h.name) for c, h in store.claims("ip/")] == [("10.0.0.3", "a")]
+    store.delete(VirtualMachine, "a")
+    assert store.claims("") == []

@@ -13,12 +13,16 @@ from virtplane import __version__
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
+from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
+from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.resources import resources_router
 from virtplane.api.routes.settings import router as settings_router
+from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.web import router as web_router
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -80,13 +84,17 @@ def create_app(
         async def metrics() -> Response:  # on the event loop: collectors read the cache it updates
             return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(whoami_router)
     app.include_router(actions_router)
     app.include_router(resources_router())
     app.include_router(settings_router)
     app.include_router(events_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)
+    app.include_router(placement_router)
+    app.include_router(console_router)
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)
+    document_error_responses(app)
     return app

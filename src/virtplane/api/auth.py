@@ -52,25 +52,34 @@ class TokenCache:
         return principal
 
 
+def authorize(cache: TokenCache, token: str, role: Role) -> Principal:
+    """The principal of ``token`` if it has at least ``role``; ApiError 401 or 403 otherwise."""
+    if not token.strip():
+        raise ApiError(401, "Unauthorized", "send a token: 'Authorization: Bearer TOKEN'")
+    principal = cache.lookup(token.strip())
+    if principal is None:
+        raise ApiError(401, "Unauthorized", "the token is not valid")
+    if not principal.can(role):
+        raise ApiError(
+            403,
+            "Forbidden",
+            f"{principal.name} has role {principal.role.value}; this needs {role.value} or higher",
+        )
+    return principal
+
+
+def bearer_token(authorization: str) -> str:
+    """The token of an ``Authorization: Bearer TOKEN`` header ("" for anything else)."""
+    scheme, _, token = authorization.partition(" ")
+    return token if scheme.lower() == "bearer" else ""
+
+
 def require(role: Role) -> Callable[[Request], Principal]:
     """A FastAPI dependency: the caller's principal, if it has at least ``role``."""
 
     def dependency(request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, "Unauthorized", "send a token: 'Authorization: Bearer TOKEN'")
-        cache: TokenCache = request.app.state.tokens
-        principal = cache.lookup(token.strip())
-        if principal is None:
-            raise ApiError(401, "Unauthorized", "the token is not valid")
-        if not principal.can(role):
-            raise ApiError(
-                403,
-                "Forbidden",
-                f"{principal.name} has role {principal.role.value}; this needs {role.value} or higher",
-            )
-        return principal
+        token = bearer_token(request.headers.get("authorization", ""))
+        return authorize(request.app.state.tokens, token, role)
 
     dependency.__name__ = f"require_{role.value}"
     return dependency

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from virtplane.api.watch import Streams, WatchOptions
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import Resource
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
@@ -21,6 +22,8 @@ class Admission(Protocol):
 
     def on_delete(self, current: Resource) -> None: ...
 
+    def claims_of(self, obj: Resource) -> list[Claim]: ...
+
 
 class AllowAll:
     def on_create(self, obj: Resource) -> Resource:
@@ -32,6 +35,9 @@ class AllowAll:
     def on_delete(self, current: Resource) -> None:
         return None
 
+    def claims_of(self, obj: Resource) -> list[Claim]:
+        return []
+
 
 @dataclass
 class ApiContext:
@@ -40,6 +46,8 @@ class ApiContext:
     admission: Admission = field(default_factory=AllowAll)
     sim: Any = None  # virtplane.drivers.sim.SimCloud when the simulator runs in this process
     maintenance: Any = None  # the host maintenance service, when wired
+    placement: Any = None  # the placement service (migration targets), when wired
+    consoles: Any = None  # virtplane.services.console.ConsoleService, when wired
     controllers: Callable[[], dict[str, Any]] = field(default=lambda: {"role": "none"})
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from virtplane.domain import errors as domain
 from virtplane.domain.settings import SettingError
 from virtplane.store import errors as store
+from virtplane.store.claims import ClaimTaken
 
 log = logging.getLogger("virtplane.api")
 
@@ -59,16 +60,25 @@ STATUS_OF: tuple[tuple[type[Exception], int, str | None], ...] = (
     (domain.Refused, 409, None),
     (store.NotFound, 404, "NotFound"),
     (store.AlreadyExists, 409, "AlreadyExists"),
+    (ClaimTaken, 409, None),  # MacInUse or AddressInUse
     (store.Conflict, 409, "Conflict"),
 )
 
 
-def _mapped(exc: Exception) -> JSONResponse:
+def mapped_error(exc: Exception) -> ApiError | None:
+    """The answer ``STATUS_OF`` gives ``exc``; None for an exception not in the table."""
     for kind, status, reason in STATUS_OF:
         if isinstance(exc, kind):
-            own = exc.reason if isinstance(exc, domain.DomainError) else type(exc).__name__
-            return error_response(status, reason or own, str(exc))
-    raise exc  # not in the table: the 500 handler logs it
+            own = exc.reason if isinstance(exc, domain.DomainError | ClaimTaken) else type(exc).__name__
+            return ApiError(status, reason or own, str(exc))
+    return None
+
+
+def _mapped(exc: Exception) -> JSONResponse:
+    error = mapped_error(exc)
+    if error is None:
+        raise exc  # not in the table: the 500 handler logs it
+    return error_response(error.status, error.reason, error.message)
 
 
 _HTTP_REASONS = {

@@ -12,7 +12,8 @@ from rich.text import Text
 from virtplane.cli.client import CliError, JsonObject
 from virtplane.cli.context import CliState
 from virtplane.cli.output import dig
-from virtplane.cli.waiting import OPERATION_END_PHASES, operation_line
+from virtplane.cli.progress_view import operation_row
+from virtplane.cli.waiting import OPERATION_END_PHASES
 from virtplane.cli.watching import watch_operations
 from virtplane.domain.names import BATCH_LABEL
 
@@ -56,7 +57,7 @@ def run_on_selection(
             f"{BATCH_LABEL}={batch}",
             set(created),
             done=lambda op: dig(op, "status.phase") in OPERATION_END_PHASES,
-            describe=lambda op: _progress(op, created),
+            row=operation_row,
             timeout_s=timeout_s,
         )
         failed = sum(1 for op in latest.values() if dig(op, "status.phase") != "Completed")
@@ -67,10 +68,3 @@ def run_on_selection(
             "NotAllDone", f"{summary}; {refused} refused" + (f", {failed} did not complete" if failed else "")
         )
     state.console.print(Text(summary, style="green"))
-
-
-def _progress(operation: JsonObject, vms: dict[str, str]) -> str:
-    """``operation/web-1-stop-x1y2z (vm/web-1)  step=Stop  stopping``: the phase is printed before it."""
-    name = str(dig(operation, "metadata.name"))
-    detail = operation_line(operation).split("  ", 1)[1:]
-    return "  ".join([f"operation/{name} (vm/{vms.get(name)})", *detail])

@@ -26,6 +26,7 @@ __all__ = [
     "CliError",
     "JsonObject",
     "ServerUnreachable",
+    "WaitTimedOut",
     "WatchExpired",
 ]
 
@@ -40,7 +41,8 @@ JsonObject = dict[str, Any]
 
 
 class CliError(Exception):
-    """A failure to report to the user as ``Error (reason): message`` with exit code 1."""
+    """A failure to report to the user as ``Error (reason): message``; its exit code is in
+    ``exit_codes.exit_code_for``."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
@@ -71,6 +73,13 @@ class ServerUnreachable(CliError):
             "--url or VIRTPLANE_URL.",
         )
         self.url = url
+
+
+class WaitTimedOut(CliError):
+    """``--wait`` gave up; the work it followed goes on in the server."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("Timeout", message)
 
 
 def _error_from_response(response: httpx.Response) -> ApiError:

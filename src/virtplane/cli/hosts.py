@@ -10,13 +10,8 @@ from rich.text import Text
 
 from virtplane.cli.client import ApiError, CliError, JsonObject
 from virtplane.cli.context import CliState, state_of
-from virtplane.cli.output import (
-    OutputFormat,
-    dig,
-    print_maintenance,
-    print_structured,
-    progress_summary,
-)
+from virtplane.cli.maintenance_view import maintenance_frame, print_maintenance
+from virtplane.cli.output import OutputFormat, dig, print_structured
 from virtplane.cli.waiting import wait_for
 
 __all__ = ["register"]
@@ -115,7 +110,7 @@ def _wait_for_maintenance(state: CliState, host: str, timeout: float) -> None:
         state,
         what=f"host/{host}",
         fetch=fetch,
-        describe=_maintenance_line,
+        frame=maintenance_frame,
         is_done=lambda s: dig(s, "host.status.resource_state") in (MAINTENANCE_DONE, MAINTENANCE_FAILED),
         timeout_s=timeout,
     )
@@ -127,18 +122,6 @@ def _wait_for_maintenance(state: CliState, host: str, timeout: float) -> None:
         )
         raise CliError(MAINTENANCE_FAILED, f"host/{host}: {message}")
     state.console.print(Text(f"host/{host} is in Maintenance", style="green"))
-
-
-def _maintenance_line(snapshot: JsonObject) -> str:
-    """``PrepareForMaintenance  web-1: phase=Migrating, target=node-2; db-1: phase=Stopped  <message>``."""
-    parts = [str(dig(snapshot, "host.status.resource_state", "Unknown"))]
-    progress = dig(snapshot, "maintenance.progress", {})
-    if isinstance(progress, dict) and progress:
-        parts.append("; ".join(f"{vm}: {progress_summary(entry)}" for vm, entry in sorted(progress.items())))
-    message = dig(snapshot, "maintenance.message") or dig(snapshot, "host.status.message")
-    if message:
-        parts.append(str(message))
-    return "  ".join(parts)
 
 
 def maintenance_cancel(ctx: typer.Context, host: HostArgument) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from virtplane.cli.client import CliError
 
-__all__ = ["EVENTS", "KINDS", "KindInfo", "kind_by_name", "resolve_kind"]
+__all__ = ["EVENTS", "KINDS", "KindInfo", "complete_kind", "kind_by_name", "resolve_kind"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ KINDS: tuple[KindInfo, ...] = (
         "StoragePool", "storagepools", "storagepool", ("pool", "pools", "storagepool", "storagepools", "sp")
     ),
     KindInfo("Image", "images", "image", ("img", "imgs", "image", "images")),
+    KindInfo("Network", "networks", "network", ("net", "nets", "network", "networks")),
     KindInfo("Volume", "volumes", "volume", ("vol", "vols", "volume", "volumes")),
     KindInfo("VirtualMachine", "vms", "vm", ("vm", "vms", "virtualmachine", "virtualmachines")),
     KindInfo(
@@ -61,6 +62,11 @@ def resolve_kind(text: str, *, allow_events: bool = False) -> KindInfo:
         accepted = ", ".join(i.plural for i in (*KINDS, *((EVENTS,) if allow_events else ())))
         raise CliError("UnknownKind", f"unknown kind {text!r}; use one of: {accepted} (or their singulars)")
     return info
+
+
+def complete_kind(incomplete: str) -> list[str]:
+    """Shell completion of a KIND argument: the plurals (``vms``, ``hosts``...) it starts."""
+    return [info.plural for info in (*KINDS, EVENTS) if info.plural.startswith(incomplete.lower())]
 
 
 def kind_by_name(kind: str) -> KindInfo | None:

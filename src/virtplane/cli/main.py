@@ -10,24 +10,26 @@ import typer
 from typer.core import TyperGroup
 
 from virtplane import __version__
-from virtplane.cli import hosts, resources, settings, vms
+from virtplane.cli import console, hosts, resources, settings, vms
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock
+from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
 
 __all__ = ["app", "main"]
 
 
 class VirtplaneGroup(TyperGroup):
-    """The root command group: turns every ``CliError`` into ``Error (reason): message`` and exit 1."""
+    """The root command group: turns every ``CliError`` into ``Error (reason): message`` and
+    its exit code (``exit_codes``)."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
         try:
             return super().invoke(ctx)
         except CliError as error:
             print_error(make_console(stderr=True), error.reason, error.message)
-            raise typer.Exit(1) from None
+            raise typer.Exit(exit_code_for(error)) from None
 
 
 app = typer.Typer(
@@ -40,7 +42,9 @@ app = typer.Typer(
     "  virtplane get vms\n"
     "  virtplane --url http://10.0.0.5:8470 --token $TOKEN get hosts -o wide\n"
     "  virtplane apply -f fleet.yaml\n"
-    "  virtplane vm stop web-1 --wait",
+    "  virtplane vm stop web-1 --wait\n\n"
+    "Shell completion: virtplane --install-completion (bash, zsh, fish, PowerShell).\n\n"
+    f"Exit codes:\n{exit_code_table()}",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -189,6 +193,7 @@ resources.register(app)
 vms.register(app)
 hosts.register(app)
 settings.register(app)
+console.register(app)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Generic resource commands: apply, get, describe, delete, events."""
+"""Generic resource commands: apply, get, describe (in ``describing``), delete, events."""
 
 from __future__ import annotations
 
@@ -13,20 +13,14 @@ from rich.text import Text
 
 from virtplane.cli.client import ApiError, CliError, JsonObject, ServerUnreachable
 from virtplane.cli.context import CliState, state_of
-from virtplane.cli.kinds import EVENTS, KindInfo, resolve_kind
+from virtplane.cli.describing import describe
+from virtplane.cli.exit_codes import ExitCode
+from virtplane.cli.kinds import EVENTS, KindInfo, complete_kind, resolve_kind
 from virtplane.cli.manifests import Manifest, apply_manifest, load_manifests
-from virtplane.cli.output import (
-    OutputFormat,
-    dig,
-    print_describe,
-    print_error,
-    print_events,
-    print_maintenance,
-    print_resources,
-    print_structured,
-    styled,
-)
-from virtplane.cli.waiting import wait_for
+from virtplane.cli.output import OutputFormat, print_error, print_structured, styled
+from virtplane.cli.progress_view import Tone
+from virtplane.cli.tables import event_id, print_events, print_resources, sorted_events
+from virtplane.cli.waiting import one_row, wait_for
 from virtplane.cli.watching import follow_events, watch_resources
 from virtplane.domain.resources import KIND_BY_NAME
 from virtplane.domain.selectors import (
@@ -38,8 +32,6 @@ from virtplane.domain.selectors import (
 
 __all__ = ["register"]
 
-DESCRIBE_EVENT_LIMIT = 20
-
 OutputOption = Annotated[
     OutputFormat,
     typer.Option("--output", "-o", case_sensitive=False, help="table, wide (more columns), json or yaml."),
@@ -50,6 +42,7 @@ KindArgument = Annotated[
         help="vms, hosts, pools, volumes, snapshots, operations, settings or events "
         "(singular, plural, kind name or short alias)",
         show_default=False,
+        autocompletion=complete_kind,
     ),
 ]
 
@@ -87,7 +80,7 @@ def apply(
             continue
         state.console.print(Text.assemble(f"{manifest.reference} ", styled(result)))
     if failures:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _read_source(filename: str) -> str:
@@ -177,35 +170,6 @@ def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dic
     return params
 
 
-def describe(
-    ctx: typer.Context,
-    kind: KindArgument,
-    name: Annotated[str, typer.Argument(help="The resource's name (a setting's key).", show_default=False)],
-) -> None:
-    """Show one resource in full, with its conditions and its last 20 events."""
-    state = state_of(ctx)
-    info = resolve_kind(kind)
-    resource = state.client.get(info.plural, name)
-    try:
-        events = _sorted_events(state.client.events(kind=info.kind, name=name, limit=DESCRIBE_EVENT_LIMIT))
-    except ApiError as error:
-        state.err_console.print(
-            Text(f"(events unavailable: {error.reason}: {error.message})", style="yellow")
-        )
-        events = []
-    print_describe(state.console, info, resource, events[-DESCRIBE_EVENT_LIMIT:])
-    if info.kind == "Host" and dig(resource, "status.resource_state", "Enabled") not in (
-        "Enabled",
-        "Disabled",
-    ):
-        try:
-            maintenance = state.client.get_path(f"/v1/hosts/{name}/maintenance")
-        except ApiError:
-            return
-        state.console.print()
-        print_maintenance(state.console, maintenance)
-
-
 def delete(
     ctx: typer.Context,
     kind: KindArgument,
@@ -228,7 +192,9 @@ def delete(
         state,
         what=reference,
         fetch=lambda: _get_or_gone(state, info, name),
-        describe=lambda r: f"{reference} deleted" if r.get("gone") else f"{reference} still being deleted",
+        frame=one_row(
+            reference, lambda r: ("deleted", Tone.GOOD) if r.get("gone") else ("being deleted", Tone.BUSY)
+        ),
         is_done=lambda r: bool(r.get("gone")),
         timeout_s=timeout,
     )
@@ -266,7 +232,7 @@ def _events(
     state: CliState, kind: str | None, name: str | None, limit: int, follow: bool, output: OutputFormat
 ) -> None:
     items, newest = state.client.events_page(kind=kind, name=name, limit=limit)
-    recent = _sorted_events(items)
+    recent = sorted_events(items)
     if not follow:
         _print_event_list(state, recent, output)
         return
@@ -275,15 +241,6 @@ def _events(
     follow_events(
         state, newest, params, lambda event: _print_follow_lines(state, [event], output, last_id=-1)
     )
-
-
-def _sorted_events(items: list[JsonObject]) -> list[JsonObject]:
-    return sorted(items, key=lambda event: (_event_id(event), str(event.get("time", ""))))
-
-
-def _event_id(event: JsonObject) -> int:
-    value = event.get("id")
-    return value if isinstance(value, int) else 0
 
 
 def _print_event_list(state: CliState, items: list[JsonObject], output: OutputFormat) -> None:
@@ -300,10 +257,10 @@ def _print_follow_lines(
 ) -> int:
     """Print the events newer than ``last_id``, one per line; return the newest id seen."""
     for event in items:
-        event_id = _event_id(event)
-        if event_id <= last_id:
+        this_id = event_id(event)
+        if this_id <= last_id:
             continue
-        last_id = event_id
+        last_id = this_id
         if output in (OutputFormat.JSON, OutputFormat.YAML):
             sys.stdout.write(json.dumps(event, default=str) + "\n")
             sys.stdout.flush()

@@ -11,7 +11,8 @@ from rich.text import Text
 from virtplane.cli.client import JsonObject
 from virtplane.cli.context import state_of
 from virtplane.cli.kinds import resolve_kind
-from virtplane.cli.output import OutputFormat, dig, print_resources, print_structured
+from virtplane.cli.output import OutputFormat, dig, print_structured
+from virtplane.cli.tables import print_resources
 
 __all__ = ["register"]
 

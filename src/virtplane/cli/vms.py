@@ -13,8 +13,9 @@ from virtplane.cli.client import CliError, JsonObject
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.kinds import resolve_kind
 from virtplane.cli.output import dig, print_yaml
+from virtplane.cli.progress_view import Tone
 from virtplane.cli.resources import selector_params
-from virtplane.cli.waiting import OPERATION_END_PHASES, operation_line, wait_for, wait_for_operation
+from virtplane.cli.waiting import follow_operation, one_row, wait_for, wait_for_operation
 from virtplane.domain.names import generated_name, random_suffix
 from virtplane.domain.resources import API_VERSION
 
@@ -251,7 +252,7 @@ def snapshot_create(
         state,
         what=f"snapshot/{snapshot_name}",
         fetch=lambda: state.client.get("snapshots", snapshot_name),
-        describe=_snapshot_line,
+        frame=one_row(f"snapshot/{snapshot_name}", _snapshot_words),
         is_done=lambda s: dig(s, "status.phase") in ("Ready", "Failed"),
         timeout_s=timeout,
     )
@@ -263,10 +264,17 @@ def snapshot_create(
     state.console.print(Text(f"snapshot/{snapshot_name} ready", style="green"))
 
 
-def _snapshot_line(snapshot: JsonObject) -> str:
+_SNAPSHOT_WORDS = {
+    "Pending": ("waiting to start", Tone.BUSY),
+    "InProgress": ("taking the snapshot", Tone.BUSY),
+    "Ready": ("ready", Tone.GOOD),
+    "Failed": ("failed", Tone.BAD),
+}
+
+
+def _snapshot_words(snapshot: JsonObject) -> tuple[str, Tone]:
     phase = str(dig(snapshot, "status.phase", "Pending"))
-    message = dig(snapshot, "status.message")
-    return f"{phase}  {message}" if message else phase
+    return _SNAPSHOT_WORDS.get(phase, (phase, Tone.BUSY))
 
 
 def restore(
@@ -301,14 +309,7 @@ def restore(
 
 
 def _print_dry_run_report(state: CliState, name: str, timeout: float) -> None:
-    operation = wait_for(
-        state,
-        what=f"operation/{name}",
-        fetch=lambda: state.client.get("operations", name),
-        describe=operation_line,
-        is_done=lambda op: dig(op, "status.phase") in OPERATION_END_PHASES,
-        timeout_s=timeout,
-    )
+    operation = follow_operation(state, name, timeout)
     state.console.print(Text("Dry-run report:", style="bold"))
     progress = dig(operation, "status.progress", {})
     if progress:

@@ -15,10 +15,12 @@ from contextlib import closing
 
 from rich.text import Text
 
-from virtplane.cli.client import CliError, JsonObject, WatchExpired
+from virtplane.cli.client import CliError, JsonObject, WaitTimedOut, WatchExpired
 from virtplane.cli.context import CliState
 from virtplane.cli.kinds import KindInfo
-from virtplane.cli.output import OutputFormat, dig, print_table, resource_table, styled
+from virtplane.cli.output import OutputFormat, dig, print_table
+from virtplane.cli.progress_view import Frame, ProgressView, Row
+from virtplane.cli.tables import resource_table
 
 __all__ = ["follow_events", "watch_operations", "watch_resources"]
 
@@ -129,27 +131,41 @@ def watch_operations(
     selector: str,
     expected: set[str],
     done: Callable[[JsonObject], bool],
-    describe: Callable[[JsonObject], str],
+    row: Callable[[JsonObject], Row],
     timeout_s: float,
 ) -> dict[str, JsonObject]:
     """Follow the operations ``selector`` selects until each of ``expected`` is ``done``.
 
-    Prints ``describe`` of each operation whenever it changes; returns the last state of
-    each. Raises ``CliError`` (Timeout) after ``timeout_s``.
+    Shows the ``row`` of each operation (``progress_view``) whenever one changes; returns
+    the last state of each. Raises ``CliError`` (Timeout) after ``timeout_s``.
     """
+    with ProgressView(state.console) as view:
+        return _watch_operations(
+            state, selector, expected, done, lambda ops: view.show(_frame(ops, row)), timeout_s
+        )
+
+
+def _frame(operations: dict[str, JsonObject], row: Callable[[JsonObject], Row]) -> Frame:
+    return Frame(rows=tuple(sorted((row(op) for op in operations.values()), key=lambda r: r.name)))
+
+
+def _watch_operations(
+    state: CliState,
+    selector: str,
+    expected: set[str],
+    done: Callable[[JsonObject], bool],
+    show: Callable[[dict[str, JsonObject]], None],
+    timeout_s: float,
+) -> dict[str, JsonObject]:
     params: Params = {"labelSelector": selector}
     latest: dict[str, JsonObject] = {}
-    shown: dict[str, str] = {}
 
     def take(operation: JsonObject) -> None:
         name = str(dig(operation, "metadata.name", ""))
         if name not in expected:
             return
         latest[name] = operation
-        line = describe(operation)
-        if shown.get(name) != line:
-            shown[name] = line
-            state.console.print(Text.assemble(styled(dig(operation, "status.phase", "Pending")), f"  {line}"))
+        show(latest)
 
     deadline = state.clock.monotonic() + timeout_s
     items, revision = state.client.list_all("operations", params)
@@ -159,7 +175,7 @@ def watch_operations(
         remaining = deadline - state.clock.monotonic()
         if remaining <= 0:
             waiting = sorted(n for n in expected if n not in latest or not done(latest[n]))
-            raise CliError("Timeout", f"gave up after {timeout_s:g}s waiting for {', '.join(waiting)}")
+            raise WaitTimedOut(f"gave up after {timeout_s:g}s waiting for {', '.join(waiting)}")
         try:
             with closing(_changes(state, "operations", revision, params, timeout_s=remaining)) as changes:
                 for event in changes:

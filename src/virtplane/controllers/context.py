@@ -12,12 +12,13 @@ written then; a reconcile that lost a write race drops them (``events_scope``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
 from virtplane.runtime.cache import Cache
@@ -104,9 +105,17 @@ class ControllerContext:
         self.cache.put(written)
         return written
 
-    def mutate_spec(self, cls: type[R], name: str, change: Callable[[R], None], why: str) -> R:
-        """``mutate`` that may change the spec; see ``write_spec``."""
+    def mutate_spec(
+        self,
+        cls: type[R],
+        name: str,
+        change: Callable[[R], None],
+        why: str,
+        claims: Callable[[R], Sequence[Claim]] | None = None,
+    ) -> R:
+        """``mutate`` that may change the spec; see ``write_spec``. ``claims``: what the changed
+        object holds alone (a VM's MACs and addresses), written with it."""
         assert why, "say why a controller changes a spec"
-        written = self.store.mutate(cls, name, change, events=self._take_events())
+        written = self.store.mutate(cls, name, change, events=self._take_events(), claims=claims)
         self.cache.put(written)
         return written

@@ -65,6 +65,7 @@ class HostReconciler:
             answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
+            status.bridges = sorted(facts.bridges)  # which bridge networks the host has
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
@@ -177,6 +178,16 @@ def _reachability(host: Host) -> tuple[object, ...]:
     # silent_since flips once when a host stops or starts answering: placement skips a silent host
     answering = status.silent_since is None
     return (host.spec, status.resource_state, status.connection, answering, status.fence)
+
+
+def networks_changed(old: Resource | None, new: Resource | None) -> bool:
+    """A host appeared, or the bridges it reports or its capabilities (a user network) changed:
+    which networks it has."""
+    if not isinstance(new, Host):
+        return False
+    if not isinstance(old, Host):
+        return True
+    return (new.status.bridges, new.status.capabilities) != (old.status.bridges, old.status.capabilities)
 
 
 def room_freed(old: Resource | None, new: Resource | None) -> bool:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.storage import image_ref
+from virtplane.domain.networks import NetworkKind
 from virtplane.domain.resources import Host, ImageKind, PoolKind, VirtualMachine, VolumePhase
-from virtplane.drivers.base import DiskAttachment, HypervisorDriver, ImageRef
+from virtplane.drivers.base import DiskAttachment, HypervisorDriver, ImageRef, NicAttachment
 from virtplane.drivers.errors import HostUnreachable
 from virtplane.runtime.cache import Cache
 
@@ -53,6 +54,21 @@ def vm_disks(cache: Cache, vm: VirtualMachine) -> tuple[list[DiskAttachment], st
             )
         )
     return disks, ""
+
+
+def vm_nics(cache: Cache, vm: VirtualMachine) -> tuple[tuple[NicAttachment, ...], str]:
+    """The VM's NICs on its networks' bridges, or why not (a network gone: the API refuses to
+    delete one that a VM lists, so only a race gets here)."""
+    nics = []
+    for nic in vm.spec.nics:
+        network = cache.network(nic.network)
+        if network is None:
+            return (), f"network {nic.network} does not exist"
+        bridge = None if network.spec.kind is NetworkKind.USER else network.spec.bridge
+        nics.append(
+            NicAttachment(mac=nic.mac or "", bridge=bridge, vlan=network.spec.vlan, network=nic.network)
+        )
+    return tuple(nics), ""
 
 
 BootImages = tuple[ImageRef | None, ImageRef | None]

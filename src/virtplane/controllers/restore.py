@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.networks import nic_conflicts, vm_claims
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.crashpoints import crashpoint
@@ -36,6 +37,7 @@ from virtplane.domain.intents import (
     strip_system,
     write_intents,
 )
+from virtplane.domain.networks import Nic
 from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
     OperationPhase,
@@ -52,6 +54,7 @@ from virtplane.domain.restore import RestoreStep, not_past
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable
 from virtplane.reconcile.types import Result
+from virtplane.store.claims import ClaimTaken
 
 log = logging.getLogger("virtplane.controllers.restore")
 
@@ -100,11 +103,18 @@ class RestoreHandler:
         self, name: str, change: Callable[[VirtualMachine], None], *, overwrite: bool = False
     ) -> VirtualMachine:
         """The VM controller looks again after each write: its watch on the VM."""
-        if overwrite:
+        if not overwrite:
+            return self.ctx.mutate(VirtualMachine, name, change)
+        try:  # with the restored NICs' MACs and addresses, claimed in the same write
             return self.ctx.mutate_spec(
-                VirtualMachine, name, change, why="a restore overwrites the VM from its snapshot"
+                VirtualMachine,
+                name,
+                change,
+                why="a restore overwrites the VM from its snapshot",
+                claims=vm_claims,
             )
-        return self.ctx.mutate(VirtualMachine, name, change)
+        except ClaimTaken as taken:  # taken between the check and the write
+            raise RestoreFailed("AddressInUse", f"a NIC of the snapshot: {taken}") from taken
 
     # ------------------------------------------------------------------ steps
 
@@ -147,6 +157,8 @@ class RestoreHandler:
             else:
                 report[f"volume/{disk.volume}"] = f"revert to snapshot {snap.metadata.name}"
         captured = snap.status.captured
+        for index in self._dropped_nics(op, vm, captured.spec.nics):
+            report[f"nic/{index}"] = "dropped"
         changes = [
             f"{field}: {getattr(vm.spec, field)!r} -> {getattr(captured.spec, field)!r}"
             for field in type(vm.spec).model_fields
@@ -164,6 +176,18 @@ class RestoreHandler:
                 "DiskSnapshotMissing", f"Strict restore: disk(s) {', '.join(missing)} cannot be restored"
             )
         return report
+
+    def _dropped_nics(self, op: VirtualMachineOperation, vm: VirtualMachine, nics: list[Nic]) -> set[int]:
+        """The snapshot's NICs the VM cannot have back now (network gone, MAC or address taken by
+        another VM meanwhile): Strict fails with the reason, BestEffort drops them and says so."""
+        assert op.spec.restore is not None
+        conflicts = nic_conflicts(self.ctx.store, vm.metadata.uid, nics)
+        if conflicts and op.spec.restore.mode is RestoreMode.STRICT:
+            first = conflicts[0]
+            raise RestoreFailed(first.reason, f"Strict restore: NIC {first.index}: {first.message}")
+        for conflict in conflicts:
+            self.ctx.event(vm, "RestoreDroppedNic", f"NIC {conflict.index}: {conflict.message}", warning=True)
+        return {c.index for c in conflicts}
 
     async def _step(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
         assert op.spec.restore is not None
@@ -227,15 +251,17 @@ class RestoreHandler:
 
         if step is RestoreStep.PROCESS_RESTORE:
             snap = self._snapshot(op)
-            skipped = await self._revert_disks(op, snap)
             captured = snap.status.captured
             assert captured is not None
+            dropped = self._dropped_nics(op, vm, captured.spec.nics)
+            skipped = await self._revert_disks(op, snap)
 
             def overwrite(current: VirtualMachine) -> None:
                 # the snapshot's copy, but the intents stay the ones recorded in step 2
                 system = split_annotations(current.metadata.annotations)[1]
                 current.spec = captured.spec.model_copy(deep=True)
                 current.spec.disks = [d for d in current.spec.disks if d.volume not in skipped]
+                current.spec.nics = [n for i, n in enumerate(current.spec.nics) if i not in dropped]
                 current.metadata.labels = dict(captured.labels)
                 current.metadata.annotations = {**strip_system(captured.annotations), **system}
                 # A VM that was Running resumes the snapshot's memory, if it has any, when it
@@ -255,6 +281,8 @@ class RestoreHandler:
             vm = self._vm_write(vm.metadata.name, overwrite, overwrite=True)
             crashpoint("restore.overwritten")
             note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
+            if dropped:
+                note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
             op = self._set_step(
                 op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
             )

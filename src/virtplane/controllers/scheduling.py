@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from virtplane.domain.networks import host_lacks
 from virtplane.domain.phases import PLACED_PHASES
 from virtplane.domain.placement import HostView, VMView
 from virtplane.domain.pools import pool_driver_name
-from virtplane.domain.resources import HostConnection, PoolKind, StoragePool, VirtualMachine
+from virtplane.domain.resources import Capability, Host, HostConnection, PoolKind, StoragePool, VirtualMachine
 from virtplane.runtime.cache import Cache
 
 # Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES.
@@ -45,6 +46,7 @@ def vm_view(cache: Cache, vm: VirtualMachine) -> VMView:
         local_disks_gib=local,
         anti_affinity_group=vm.spec.placement.anti_affinity_group,
         host_affinity=frozenset(affinity),
+        networks=frozenset(nic.network for nic in vm.spec.nics),
     )
 
 
@@ -57,6 +59,16 @@ def local_pool_hosts(cache: Cache, vm: VirtualMachine) -> set[str] | None:
         if pool is not None and pool.spec.kind is PoolKind.LOCAL and pool.spec.host:
             hosts = {pool.spec.host} if hosts is None else hosts & {pool.spec.host}
     return hosts
+
+
+def host_networks(cache: Cache, host: Host) -> frozenset[str]:
+    """The Networks ``host`` has, from what it reported (its bridges, its driver's capabilities)."""
+    bridges = frozenset(host.status.bridges)
+    user = Capability.USER_NETWORK in host.status.capabilities
+    name, cluster = host.metadata.name, host.spec.cluster
+    return frozenset(
+        n.metadata.name for n in cache.networks() if host_lacks(n.spec, name, cluster, bridges, user) is None
+    )
 
 
 def host_views(cache: Cache) -> list[HostView]:
@@ -106,6 +118,7 @@ def host_views(cache: Cache) -> list[HostView]:
                 shared_pools=frozenset(shared),
                 local_pool_free_gib=local,
                 anti_affinity_groups=frozenset(groups),
+                networks=host_networks(cache, host),
             )
         )
     return views

@@ -81,6 +81,8 @@ class HostView:
     """Local pool name → free GiB in that pool on this host."""
     anti_affinity_groups: frozenset[str] = frozenset()
     """Anti-affinity groups that have a VM on this host."""
+    networks: frozenset[str] = frozenset()
+    """The Networks this host has (``domain.networks.host_lacks``)."""
 
     def __post_init__(self) -> None:
         _check_not_negative(
@@ -127,6 +129,8 @@ class VMView:
     """Hosts it may run on; empty means any."""
     cluster: str | None = None
     """The cluster it must run in; None means any."""
+    networks: frozenset[str] = frozenset()
+    """The Networks of its NICs: a host must have every one."""
 
     def __post_init__(self) -> None:
         _check_not_negative(f"VM {self.name}", cpu=self.cpu, memory_mib=self.memory_mib)
@@ -176,6 +180,9 @@ def _rejection(
     missing_pools = sorted(vm.shared_pools - host.shared_pools)
     if missing_pools:
         return f"shared pool {missing_pools[0]} not attached"
+    missing_networks = sorted(vm.networks - host.networks)
+    if missing_networks:
+        return f"network {missing_networks[0]} is not on this host"
     if host.free_vcpus < vm.cpu:
         return f"not enough vCPUs: {host.free_vcpus} free, {vm.cpu} needed"
     if host.free_memory_mib < vm.memory_mib:

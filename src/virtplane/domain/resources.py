@@ -8,116 +8,25 @@ in the name.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from virtplane.domain.base import _LABEL_KEY as _LABEL_KEY
+from virtplane.domain.base import API_VERSION as API_VERSION  # re-exported: kinds share the base
+from virtplane.domain.base import Condition as Condition
+from virtplane.domain.base import ConditionStatus as ConditionStatus
+from virtplane.domain.base import Metadata as Metadata
+from virtplane.domain.base import Name as Name
+from virtplane.domain.base import Resource as Resource
+from virtplane.domain.base import Strict as Strict
+from virtplane.domain.base import StringMap as StringMap
 from virtplane.domain.images import check_image_file
+from virtplane.domain.networks import CloudInit, Nic, NicStatus, check_nics
+from virtplane.domain.networks import Network as Network
 from virtplane.domain.progress import PlanAction, ProgressState
-
-API_VERSION = "virtplane.io/v1"
-
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_SETTING_KEY = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?$")
-
-
-def _check_dns_label(value: str) -> str:
-    if not _DNS1123_LABEL.match(value):
-        raise ValueError(
-            f"{value!r} is not a DNS-1123 label: use 1-63 lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
-    return value
-
-
-def _check_labels(value: dict[str, str]) -> dict[str, str]:
-    if len(value) > 64:
-        raise ValueError("at most 64 entries are allowed")
-    for key, item in value.items():
-        if not _LABEL_KEY.match(key):
-            raise ValueError(f"{key!r} is not a valid key (prefix/name, letters, digits, '-', '_', '.')")
-        if len(item) > 4096:
-            raise ValueError(f"the value of {key!r} is longer than 4096 characters")
-    return value
-
-
-Name = Annotated[str, AfterValidator(_check_dns_label)]
-"""A DNS-1123 label: the name of every resource (settings aside) and every reference."""
-
-StringMap = Annotated[dict[str, str], AfterValidator(_check_labels)]
-
-
-class Strict(BaseModel):
-    """Base of every user-writable block: unknown fields are an error, not silently dropped."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class Metadata(Strict):
-    name: str = Field(description="Unique within the kind; a DNS-1123 label (settings: a dotted key).")
-    uid: str = ""
-    labels: StringMap = Field(default_factory=dict)
-    annotations: StringMap = Field(default_factory=dict)
-    generation: int = 0
-    resource_version: int = 0
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    deletion_requested_at: datetime | None = None
-    finalizers: list[str] = Field(default_factory=list)
-
-
-class ConditionStatus(StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-    UNKNOWN = "Unknown"
-
-
-class Condition(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: str
-    status: ConditionStatus
-    reason: str = ""
-    message: str = ""
-    last_transition_time: datetime | None = None
-    observed_generation: int = 0
-
-
-class Resource(BaseModel):
-    """Base of every kind. Subclasses narrow ``kind``, ``spec`` and ``status``."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
-
-    KIND: ClassVar[str] = ""
-    PLURAL: ClassVar[str] = ""
-    NAME_IS_DNS_LABEL: ClassVar[bool] = True
-
-    api_version: Literal["virtplane.io/v1"] = Field(default="virtplane.io/v1", alias="apiVersion")
-    kind: str = ""
-    metadata: Metadata
-
-    @model_validator(mode="after")
-    def _check_kind_and_name(self) -> Resource:
-        if not self.kind:
-            self.kind = self.KIND
-        elif self.kind != self.KIND:
-            raise ValueError(f"kind is {self.kind!r}, expected {self.KIND!r}")
-        if self.NAME_IS_DNS_LABEL:
-            _check_dns_label(self.metadata.name)
-        elif not _SETTING_KEY.match(self.metadata.name):
-            raise ValueError(f"{self.metadata.name!r} is not a valid key")
-        return self
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
 
 # --------------------------------------------------------------------------- Host
 
@@ -147,6 +56,9 @@ class Capability(StrEnum):
     DISK_SNAPSHOT = "disk-snapshot"
     VOLUME_RESIZE = "volume-resize"
     FAULT_INJECTION = "fault-injection"
+    USER_NETWORK = "user-network"
+    """QEMU's user-mode network (kind ``user``): the simulator only, see docs/decisions.md."""
+    SERIAL_CONSOLE = "serial-console"
 
 
 class Capacity(Strict):
@@ -200,6 +112,13 @@ class HostSpec(Strict):
     uri: str = Field(
         min_length=1, max_length=1024, description="libvirt URI, or sim://NAME for a simulated host"
     )
+    migration_address: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^(\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$",
+        description="The IP address or name on which this host receives live-migration data; "
+        "unset, libvirt uses the host's own hostname.",
+    )
     cluster: Name = "default"
     capacity: Capacity | None = Field(default=None, description="Overrides what the hypervisor reports.")
     enabled: bool = Field(default=True, description="False disables the host (no new VMs).")
@@ -243,6 +162,9 @@ class HostStatus(BaseModel):
     allocated: Allocation = Field(default_factory=Allocation)
     capabilities: list[Capability] = Field(
         default_factory=list, description="What the host's driver can do, recorded when it connects."
+    )
+    bridges: list[str] = Field(
+        default_factory=list, description="The Linux bridges the host reports (for bridge networks)."
     )
     last_heartbeat: datetime | None = None
     silent_since: datetime | None = Field(
@@ -496,6 +418,10 @@ class VirtualMachineSpec(Strict):
         le=1000,
         description="After a host failure, VMs with a higher priority start elsewhere first.",
     )
+    nics: Annotated[list[Nic], AfterValidator(check_nics)] = Field(default_factory=list, max_length=16)
+    cloud_init: CloudInit | None = Field(
+        default=None, description="First-boot configuration: a NoCloud seed attached as a read-only CD-ROM."
+    )
 
     @model_validator(mode="after")
     def _unique_disks(self) -> VirtualMachineSpec:
@@ -515,6 +441,7 @@ class VirtualMachineStatus(BaseModel):
     start_failures: int = Field(default=0, description="Start attempts since the VM last reached Running.")
     next_start_at: datetime | None = None
     stopping_since: datetime | None = None
+    nics: list[NicStatus] = Field(default_factory=list, description="Each NIC's network, MAC and address.")
     message: str = ""
 
 
@@ -674,6 +601,10 @@ class HostMaintenanceSpec(Strict):
     )
     dry_run: bool = False
     cancel: bool = Field(default=False, description="Set to cancel: the host returns to Enabled.")
+    return_vms: bool | None = Field(
+        default=None,
+        description="On cancel: migrate back the VMs that left. Overrides the setting host.maintenance.return_vms.",
+    )
     request: int = Field(
         default=1, ge=1, description="Bumped by each repeated request; a new value retries a failed drain."
     )
@@ -797,6 +728,7 @@ KINDS: tuple[type[Resource], ...] = (
     Host,
     StoragePool,
     Image,
+    Network,
     Volume,
     VirtualMachine,
     VirtualMachineSnapshot,

@@ -298,9 +298,19 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         "controller.resync_period_s",
         SettingType.FLOAT,
         60.0,
-        "Every object is reconciled at least this often, even without events.",
+        "Every object is reconciled at least this often, even without events "
+        "(longer for large fleets: see controller.resync_max_per_s).",
         minimum=1,
         maximum=86400,
+    ),
+    SettingDef(
+        "controller.resync_max_per_s",
+        SettingType.FLOAT,
+        50.0,
+        "At most this many objects of one kind are resynced per second: a fleet larger than "
+        "resync_period_s x this gets a longer period, so an idle fleet's cost stops growing.",
+        minimum=0.1,
+        maximum=100000,
     ),
 )
 

@@ -71,6 +71,17 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class NicAttachment:
+    """A NIC on one of the host's Linux bridges (``bridge`` None: QEMU's user network, which
+    only the simulator offers)."""
+
+    mac: str
+    bridge: str | None
+    vlan: int | None = None  # carried by the bridge itself, never tagged by us (docs/decisions.md)
+    network: str = ""  # the Network resource name, for messages
+
+
+@dataclass(frozen=True)
 class DomainSpec:
     name: str  # domain_name(vm_uid)
     vm_name: str
@@ -82,6 +93,8 @@ class DomainSpec:
     initrd: ImageRef | None = None
     cmdline: str = ""
     console_log: str | None = None
+    nics: tuple[NicAttachment, ...] = ()
+    seed: str | None = None  # path of the NoCloud seed ISO on the host (a volume of the VM's pool)
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,7 @@ class HostFacts:
     hostname: str
     vcpus: int
     memory_mib: int
+    bridges: tuple[str, ...] = ()  # the Linux bridges bridge networks can use
 
 
 @dataclass(frozen=True)
@@ -168,6 +182,24 @@ class MigrationRequest:
     copy_disks: tuple[str, ...] = ()  # paths of local disks to copy; shared disks are never copied
     bandwidth_mib_s: int | None = None
     spec: DomainSpec | None = field(default=None)  # lets the target pre-create copied disks
+    migration_address: str | None = None  # where the target receives the data (its Host spec)
+
+
+class ConsoleStream(Protocol):
+    """A domain's serial console as a byte stream, open until ``close`` or until the guest's
+    instance ends here (it stops, crashes, or migrates away): then ``read`` returns b"".
+
+    One session per domain at a time: ``open_console`` raises ``ConsoleBusy`` while another
+    is open (as libvirt does without VIR_DOMAIN_CONSOLE_FORCE)."""
+
+    async def read(self) -> bytes:
+        """The next bytes the guest wrote (waits for them); b"" once the console has ended."""
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data`` to the guest, as typed; after the end it is dropped."""
+
+    async def close(self) -> None:
+        """End the session (idempotent); the console is free for the next one."""
 
 
 @runtime_checkable
@@ -209,6 +241,10 @@ class HypervisorDriver(Protocol):
 
     async def resume(self, name: str) -> None: ...
 
+    async def open_console(self, name: str) -> ConsoleStream:
+        """Attach to the serial console of a live domain: ``NotFound`` (no such domain here),
+        ``NotRunning`` (it has no live instance), ``ConsoleBusy``, ``Unsupported``."""
+
     # -- storage (directory pools, qcow2 volumes)
     async def ensure_pool(self, pool: PoolRef) -> None: ...
 
@@ -222,6 +258,11 @@ class HypervisorDriver(Protocol):
     ) -> VolumeInfo:
         """A new volume, or the one of that name from an earlier, interrupted call; ``source`` is
         checked again (as ``inspect_image``) right before it is copied."""
+
+    async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
+        """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the
+        driver so remote hosts get it; written whole each time, so only while no running domain
+        uses it."""
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
 
@@ -262,6 +303,7 @@ class HypervisorDriver(Protocol):
 __all__ = [
     "DOMAIN_PREFIX",
     "Capability",
+    "ConsoleStream",
     "DiskAttachment",
     "DomainEvent",
     "DomainEventType",
@@ -276,6 +318,7 @@ __all__ = [
     "MigrationJob",
     "MigrationPhase",
     "MigrationRequest",
+    "NicAttachment",
     "PoolRef",
     "VolumeInfo",
     "domain_name",

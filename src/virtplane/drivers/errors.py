@@ -2,11 +2,13 @@
 
 DriverError
  ├── TransientError   retry later (connection lost, host busy, timeout)
- │    └── HostUnreachable   the host connection is away
+ │    ├── HostUnreachable   the host connection is away
+ │    └── ConsoleBusy       another session holds the domain's console
  ├── PermanentError   retrying the same call will not help (bad spec, unsupported)
  │    ├── Unsupported       the driver lacks the capability
  │    ├── ImageRefused      a library file is not a usable image (a link out, a device, ...)
- │    └── DriverUnavailable the driver cannot load here (a library is missing on this machine)
+ │    ├── DriverUnavailable the driver cannot load here (a library is missing on this machine)
+ │    └── NotRunning        the domain has no live instance for what was asked (its console)
  └── NotFound         the domain, volume or snapshot does not exist
 """
 
@@ -25,7 +27,15 @@ class HostUnreachable(TransientError):
     pass
 
 
+class ConsoleBusy(TransientError):
+    """Another session has the domain's console; it is free again once that one closes."""
+
+
 class PermanentError(DriverError):
+    pass
+
+
+class NotRunning(PermanentError):
     pass
 
 
@@ -46,11 +56,13 @@ class NotFound(DriverError):
 
 
 __all__ = [
+    "ConsoleBusy",
     "DriverError",
     "DriverUnavailable",
     "HostUnreachable",
     "ImageRefused",
     "NotFound",
+    "NotRunning",
     "PermanentError",
     "TransientError",
     "Unsupported",

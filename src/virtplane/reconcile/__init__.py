@@ -10,7 +10,7 @@ from virtplane.reconcile.controller import (
     Verdict,
     decide,
 )
-from virtplane.reconcile.queue import QueueShutDown, WorkQueue
+from virtplane.reconcile.queue import Priority, QueueShutDown, WorkQueue
 from virtplane.reconcile.ratelimit import ItemBackoff
 from virtplane.reconcile.sources import resync_slices, resync_ticker
 from virtplane.reconcile.types import Reconciler, Request, Result, TerminalError
@@ -24,6 +24,7 @@ __all__ = [
     "MonotonicClock",
     "ObservableClock",
     "Outcome",
+    "Priority",
     "QueueAction",
     "QueueShutDown",
     "ReconcileTimeout",

@@ -28,7 +28,7 @@ from typing import TypeAlias
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from virtplane.reconcile.clock import Clock, MonotonicClock
-from virtplane.reconcile.queue import QueueShutDown, WorkQueue
+from virtplane.reconcile.queue import Priority, QueueShutDown, WorkQueue
 from virtplane.reconcile.ratelimit import ItemBackoff
 from virtplane.reconcile.types import Reconciler, Request, Result, TerminalError
 
@@ -143,11 +143,15 @@ class Controller:
         self._finished = asyncio.Event()
         self._worker_tasks: set[asyncio.Task[None]] = set()
 
-    def enqueue(self, req: Request, delay: float = 0.0) -> None:
+    def enqueue(self, req: Request, delay: float = 0.0, priority: Priority = Priority.EVENT) -> None:
         if delay > 0:
-            self.queue.add_after(req, delay)
+            self.queue.add_after(req, delay, priority)
         else:
-            self.queue.add(req)
+            self.queue.add(req, priority)
+
+    def enqueue_resync(self, req: Request) -> None:
+        """Look at ``req`` again though nothing is known to have changed: after event-woken keys."""
+        self.queue.add(req, Priority.RESYNC)
 
     async def run(self) -> None:
         """Run the workers until ``stop`` (or until this task is cancelled). Runs once."""

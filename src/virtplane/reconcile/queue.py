@@ -6,11 +6,20 @@ Every key is in at most one of three places:
 - *processing*: handed out by ``get`` and not yet ``done``;
 - *dirty*: added again while processing, parked until ``done`` puts it back in pending.
 
-Re-adding a pending key merges it and the earliest ready time wins. The heap uses
-lazy deletion: an entry whose (ready time, sequence) no longer matches the key's
-current one is skipped when it reaches the top, and the heap is rebuilt when such
-stale entries outnumber live ones. Waiting uses one ``asyncio.Event`` for the whole
-queue and a timeout to the earliest ready time, never a timer per key.
+Re-adding a pending key merges it: the earliest ready time and the higher priority win.
+
+Two priorities: keys woken by an event or a change (``Priority.EVENT``, the default)
+are handed out before keys woken only by the periodic resync or the start-up listing
+(``Priority.RESYNC``), so a crashed VM does not wait behind a hundred resync keys and a
+cold start sees its first VMs boot before it has started the last. No key starves:
+while a resync key is ready, at most ``fairness`` event keys are handed out in a row
+before it. Within a priority, keys come out in ready order, FIFO among equals.
+
+Each priority has its own heap with lazy deletion: an entry whose (ready time,
+sequence, priority) no longer matches the key's current one is skipped when it
+reaches the top, and the heaps are rebuilt when stale entries outnumber live ones.
+Waiting uses one ``asyncio.Event`` for the whole queue and a timeout to the earliest
+ready time, never a timer per key.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Hashable
+from enum import IntEnum
 from typing import Generic, TypeVar
 
 from virtplane.reconcile.clock import Clock, MonotonicClock, ObservableClock
@@ -31,20 +41,42 @@ K = TypeVar("K", bound=Hashable)
 _COMPACT_SLACK = 1024
 
 
+# Event keys handed out in a row, while a resync key is ready, before that resync key.
+DEFAULT_FAIRNESS = 8
+
+
+class Priority(IntEnum):
+    """Why a key was added; a higher priority is handed out first."""
+
+    RESYNC = 0  # only the periodic resync or the start-up listing: nothing is known to have changed
+    EVENT = 1  # a change, a driver event, a requeue the reconciler asked for
+
+
 class QueueShutDown(Exception):
     """Raised by ``WorkQueue.get`` once the queue is shut down."""
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, clock: Clock | None = None, backoff: ItemBackoff | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        backoff: ItemBackoff | None = None,
+        fairness: int = DEFAULT_FAIRNESS,
+    ) -> None:
+        if fairness < 1:
+            raise ValueError(f"fairness must be at least 1, got {fairness}")
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self.backoff = backoff if backoff is not None else ItemBackoff()
-        self._pending: dict[K, tuple[float, int]] = {}
-        self._heap: list[tuple[float, int, K]] = []
+        self._fairness = fairness
+        self._pending: dict[K, tuple[float, int, Priority]] = {}
+        self._heaps: dict[Priority, list[tuple[float, int, K]]] = {p: [] for p in Priority}
         # The sequence breaks ties between equal ready times (FIFO) and keeps keys out of comparisons.
         self._sequence = itertools.count()
         self._processing: set[K] = set()
-        self._dirty: dict[K, float] = {}
+        self._dirty: dict[K, tuple[float, Priority]] = {}
+        # Event keys handed out in a row while a resync key was ready.
+        self._event_streak = 0
         self._wakeup = asyncio.Event()
         self._shut_down = False
         # Fake time never passes on its own, so wait for its announcements instead of real timeouts.
@@ -54,22 +86,29 @@ class WorkQueue(Generic[K]):
             self._unsubscribe = self._clock.subscribe(self._wakeup.set)
             self._timeouts_follow_real_time = False
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, priority: Priority = Priority.EVENT) -> None:
         """Make ``key`` ready now."""
-        self.add_after(key, 0.0)
+        self.add_after(key, 0.0, priority)
 
-    def add_after(self, key: K, delay: float) -> None:
-        """Make ``key`` ready after ``delay`` seconds, unless it is already due sooner."""
+    def add_after(self, key: K, delay: float, priority: Priority = Priority.EVENT) -> None:
+        """Make ``key`` ready after ``delay`` seconds, unless it is already due sooner.
+
+        A key already queued keeps the earlier of the two ready times and the higher of
+        the two priorities: one look at it answers both wakes (level-triggered).
+        """
         if self._shut_down:
             return
         ready_at = self._clock.now() + max(delay, 0.0)
         if key in self._processing:
-            self._dirty[key] = min(ready_at, self._dirty.get(key, math.inf))
+            parked_at, parked_priority = self._dirty.get(key, (math.inf, Priority.RESYNC))
+            self._dirty[key] = (min(ready_at, parked_at), max(priority, parked_priority))
             return
         current = self._pending.get(key)
-        if current is not None and current[0] <= ready_at:
-            return
-        self._push(key, ready_at)
+        if current is not None:
+            if current[0] <= ready_at and current[2] >= priority:
+                return
+            ready_at, priority = min(ready_at, current[0]), max(priority, current[2])
+        self._push(key, ready_at, priority)
 
     def add_rate_limited(self, key: K) -> None:
         """Requeue ``key`` after its next backoff delay (which also counts one more failure)."""
@@ -87,17 +126,21 @@ class WorkQueue(Generic[K]):
         while True:
             if self._shut_down:
                 raise QueueShutDown
-            top = self._peek()
             now = self._clock.now()
-            if top is not None and top[0] <= now:
-                heapq.heappop(self._heap)
-                key = top[2]
-                del self._pending[key]
-                self._processing.add(key)
-                return key
+            event = self._peek(Priority.EVENT)
+            resync = self._peek(Priority.RESYNC)
+            event_ready = event is not None and event[0] <= now
+            resync_ready = resync is not None and resync[0] <= now
+            if event_ready and not (resync_ready and self._event_streak >= self._fairness):
+                self._event_streak = self._event_streak + 1 if resync_ready else 0
+                return self._take(Priority.EVENT)
+            if resync_ready:
+                self._event_streak = 0
+                return self._take(Priority.RESYNC)
             timeout: float | None = None
-            if top is not None and self._timeouts_follow_real_time:
-                timeout = top[0] - now
+            tops = [top[0] for top in (event, resync) if top is not None]
+            if tops and self._timeouts_follow_real_time:
+                timeout = min(tops) - now
             # No await between the check above and this clear, so no add can slip in between.
             self._wakeup.clear()
             try:
@@ -111,9 +154,9 @@ class WorkQueue(Generic[K]):
         if key not in self._processing:
             return
         self._processing.discard(key)
-        ready_at = self._dirty.pop(key, None)
-        if ready_at is not None and not self._shut_down:
-            self._push(key, ready_at)
+        parked = self._dirty.pop(key, None)
+        if parked is not None and not self._shut_down:
+            self._push(key, *parked)
 
     def shutdown(self) -> None:
         """Wake every waiter; ``get`` raises ``QueueShutDown`` from now on and adds are ignored."""
@@ -136,10 +179,13 @@ class WorkQueue(Generic[K]):
 
     def ready_at(self, key: K) -> float | None:
         """When ``key`` becomes ready (for a dirty key: once it is done), or None if not queued."""
-        entry = self._pending.get(key)
-        if entry is not None:
-            return entry[0]
-        return self._dirty.get(key)
+        entry = self._pending.get(key) or self._dirty.get(key)
+        return entry[0] if entry is not None else None
+
+    def priority(self, key: K) -> Priority | None:
+        """The priority ``key`` will be handed out with, or None if not queued."""
+        entry = self._pending.get(key) or self._dirty.get(key)
+        return entry[-1] if entry is not None else None
 
     def __len__(self) -> int:
         """Distinct keys waiting to be handed out, including those parked behind their own processing."""
@@ -148,24 +194,38 @@ class WorkQueue(Generic[K]):
     def __contains__(self, key: object) -> bool:
         return key in self._pending or key in self._dirty
 
-    def _push(self, key: K, ready_at: float) -> None:
+    def _push(self, key: K, ready_at: float, priority: Priority) -> None:
         sequence = next(self._sequence)
-        self._pending[key] = (ready_at, sequence)
-        heapq.heappush(self._heap, (ready_at, sequence, key))
-        if len(self._heap) > 2 * len(self._pending) + _COMPACT_SLACK:
-            self._heap = [(at, seq, k) for k, (at, seq) in self._pending.items()]
-            heapq.heapify(self._heap)
+        self._pending[key] = (ready_at, sequence, priority)
+        heapq.heappush(self._heaps[priority], (ready_at, sequence, key))
+        if sum(map(len, self._heaps.values())) > 2 * len(self._pending) + _COMPACT_SLACK:
+            self._compact()
         self._wakeup.set()
 
-    def _peek(self) -> tuple[float, int, K] | None:
-        """The earliest live heap entry, dropping stale ones on the way."""
-        heap = self._heap
+    def _compact(self) -> None:
+        """Rebuild the heaps from the live entries only."""
+        self._heaps = {p: [] for p in Priority}
+        for key, (ready_at, sequence, priority) in self._pending.items():
+            self._heaps[priority].append((ready_at, sequence, key))
+        for heap in self._heaps.values():
+            heapq.heapify(heap)
+
+    def _peek(self, priority: Priority) -> tuple[float, int, K] | None:
+        """The earliest live entry of ``priority``'s heap, dropping stale ones on the way."""
+        heap = self._heaps[priority]
         while heap:
             ready_at, sequence, key = heap[0]
-            if self._pending.get(key) == (ready_at, sequence):
+            if self._pending.get(key) == (ready_at, sequence, priority):
                 return heap[0]
             heapq.heappop(heap)
         return None
 
+    def _take(self, priority: Priority) -> K:
+        """Hand out the top of ``priority``'s heap (``_peek`` has just cleaned it)."""
+        key = heapq.heappop(self._heaps[priority])[2]
+        del self._pending[key]
+        self._processing.add(key)
+        return key
 
-__all__ = ["QueueShutDown", "WorkQueue"]
+
+__all__ = ["DEFAULT_FAIRNESS", "Priority", "QueueShutDown", "WorkQueue"]

@@ -38,6 +38,7 @@ async def resync_ticker(
     enqueue: Callable[[Request], None],
     period_s: float,
     *,
+    max_per_s: float | None = None,
     slices: int = 100,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
@@ -45,23 +46,29 @@ async def resync_ticker(
 
     Each pass lists the keys, splits them into ``slices`` even groups and enqueues
     one group every ``period_s / slices`` seconds, so 10,000 keys arrive as a steady
-    trickle rather than a thundering herd. A failing listing is logged and retried
-    next period.
+    trickle rather than a thundering herd. With ``max_per_s``, a pass over more keys
+    than ``period_s x max_per_s`` takes longer instead: an idle fleet's resync costs at
+    most that many reconciles a second, however large it grows. A failing listing is
+    logged and retried next period.
     """
     if period_s <= 0:
         raise ValueError(f"period_s must be positive, got {period_s!r}")
+    if max_per_s is not None and max_per_s <= 0:
+        raise ValueError(f"max_per_s must be positive or None, got {max_per_s!r}")
     if slices < 1:
         raise ValueError(f"slices must be at least 1, got {slices}")
     while True:
         try:
-            groups = resync_slices(controller_keys(), slices)
+            keys = set(controller_keys())
+            groups = resync_slices(keys, slices)
         except Exception:
             logger.exception("resync could not list keys; trying again next period")
             groups = []
         if not groups:
             await sleep(period_s)
             continue
-        interval = period_s / len(groups)
+        this_pass_s = period_s if max_per_s is None else max(period_s, len(keys) / max_per_s)
+        interval = this_pass_s / len(groups)
         for group in groups:
             for key in group:
                 enqueue(key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     KIND_BY_NAME,
     Host,
@@ -148,6 +149,13 @@ class Cache:
     def pool(self, name: str) -> StoragePool | None:
         obj = self._objects["StoragePool"].get(name)
         return obj if isinstance(obj, StoragePool) else None
+
+    def networks(self) -> list[Network]:
+        return [o for o in self._objects["Network"].values() if isinstance(o, Network)]
+
+    def network(self, name: str) -> Network | None:
+        obj = self._objects["Network"].get(name)
+        return obj if isinstance(obj, Network) else None
 
     def image(self, name: str) -> Image | None:
         obj = self._objects["Image"].get(name)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from virtplane.drivers.base import DomainEvent, HypervisorDriver
 from virtplane.drivers.errors import DriverError, HostUnreachable
+from virtplane.loops import call_on_loop
 
 log = logging.getLogger("virtplane.hosts")
 
@@ -40,18 +41,7 @@ class HostConnections:
 
     def _sink(self, event: DomainEvent) -> None:
         """Driver events may come from a libvirt thread: hop onto the loop."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._on_event(event)
-        else:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._on_event, event)
+        call_on_loop(self._loop, self._on_event, event)
 
     async def get(self, uri: str) -> HypervisorDriver:
         """The connected driver for ``uri``; raises HostUnreachable if it cannot connect, or

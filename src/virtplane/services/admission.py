@@ -11,6 +11,8 @@ from __future__ import annotations
 from virtplane.domain.attachments import attached_elsewhere, users_of
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.intents import read_intents
+from virtplane.domain.ipam import Claim
+from virtplane.domain.networks import Network, nic_claims
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
 from virtplane.domain.resources import (
@@ -30,6 +32,7 @@ from virtplane.domain.resources import (
     VolumePhase,
 )
 from virtplane.runtime.cache import Cache
+from virtplane.services.networks import NetworkAdmission
 from virtplane.store.store import Store
 
 IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, Image)
@@ -39,6 +42,11 @@ class Admission:
     def __init__(self, store: Store, cache: Cache) -> None:
         self.store = store
         self.cache = cache
+        self.networks = NetworkAdmission(store, cache)
+
+    def claims_of(self, obj: Resource) -> list[Claim]:
+        """What ``obj`` holds alone, written with it (a VM's MACs and addresses)."""
+        return nic_claims(obj.spec.nics) if isinstance(obj, VirtualMachine) else []
 
     def on_create(self, obj: Resource) -> Resource:
         if isinstance(obj, VirtualMachineOperation):
@@ -50,6 +58,9 @@ class Admission:
         elif isinstance(obj, VirtualMachine):
             self._admit_boot(obj)
             self._admit_disks(obj, set())
+            self.networks.admit_nics(obj, None)
+        elif isinstance(obj, Network):
+            self.networks.admit_network(obj, None)
         elif isinstance(obj, Image):
             self._library(obj.spec.pool)
         elif isinstance(obj, StoragePool):
@@ -174,6 +185,9 @@ class Admission:
             if current.spec.boot != new.spec.boot:
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
+            self.networks.admit_nics(new, current)
+        elif isinstance(current, Network) and isinstance(new, Network):
+            self.networks.admit_network(new, current)
         elif isinstance(current, Secret) and isinstance(new, Secret) and new.spec.password is None:
             new.spec.password = current.spec.password  # write-only: a write without it keeps it
         elif isinstance(current, Host) and isinstance(new, Host) and current.spec.fencing != new.spec.fencing:
@@ -221,6 +235,10 @@ class Admission:
             )
             if users:
                 raise Refused("SecretInUse", f"secret {name} holds the BMC credentials of {', '.join(users)}")
+        elif isinstance(current, Network):
+            users = self.networks.network_users(name)
+            if users:
+                raise Refused("NetworkInUse", f"network {name} is used by VM {', '.join(users)}")
         elif isinstance(current, Host):
             vms = self.cache.vms_on_host(name)
             if vms:

@@ -63,6 +63,7 @@ def view(maintenance: HostMaintenance, host: Host | None) -> dict[str, Any]:
         "requested_strategy": maintenance.spec.strategy.value if maintenance.spec.strategy else None,
         "dry_run": maintenance.spec.dry_run,
         "cancel": maintenance.spec.cancel,
+        "return_vms": maintenance.spec.return_vms,
         "plan": {
             "feasible": not blocked,
             "items": [i.model_dump(mode="json") for i in status.plan],
@@ -156,6 +157,7 @@ class MaintenanceService:
             def ask(m: HostMaintenance) -> None:
                 m.spec.strategy = strategy
                 m.spec.cancel = False
+                m.spec.return_vms = None
                 m.spec.dry_run = False
                 m.spec.request += 1
 
@@ -172,7 +174,8 @@ class MaintenanceService:
             raise NotFound("NotInMaintenance", f"host {host_name} is not in maintenance")
         return view(current, host)
 
-    def cancel(self, host_name: str, by: str) -> dict[str, Any]:
+    def cancel(self, host_name: str, by: str, return_vms: bool | None = None) -> dict[str, Any]:
+        """Cancel; ``return_vms`` (None: the setting decides) is fixed by the first cancel."""
         host = self._host(host_name)
         current = self.ctx.store.find(HostMaintenance, host_name)
         if current is None or _phase(current) is MaintenancePhase.CANCELLED:
@@ -182,8 +185,10 @@ class MaintenanceService:
 
         def cancel(m: HostMaintenance) -> None:
             m.spec.cancel = True
+            m.spec.return_vms = return_vms
 
         written = self.ctx.store.mutate(HostMaintenance, host_name, cancel)
         self.ctx.cache.put(written)
-        self.ctx.event(("Host", host_name), "MaintenanceCancelRequested", f"by {by}")
+        said = "" if return_vms is None else f", return_vms={str(return_vms).lower()}"
+        self.ctx.event(("Host", host_name), "MaintenanceCancelRequested", f"by {by}{said}")
         return view(written, host)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from virtplane.loops import call_on_loop
 from virtplane.store.store import Change, Store
 
 log = logging.getLogger("virtplane.store.feed")
@@ -37,18 +38,7 @@ class ChangeFeed:
         self._handlers.append(handler)
 
     def _on_commit(self, _revision: int) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._wake.set()
-        else:
-            with contextlib.suppress(RuntimeError):  # loop closing during shutdown
-                loop.call_soon_threadsafe(self._wake.set)
+        call_on_loop(self._loop, self._wake.set)
 
     async def run(self, from_revision: int | None = None) -> None:
         """Deliver every change after ``from_revision`` (default: now) to the handlers, forever."""

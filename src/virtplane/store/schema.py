@@ -102,3 +102,16 @@ leases = Table(
     Column("holder", String(255), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
 )
+
+# Values an object holds alone (an address on a network, a MAC): the primary key makes
+# two holders impossible, also between replicas; written in the holder's own transaction.
+claims = Table(
+    "claims",
+    metadata,
+    Column("scope", String(128), primary_key=True),
+    Column("value", String(255), primary_key=True),
+    Column("owner_kind", String(64), nullable=False),
+    Column("owner_name", String(255), nullable=False),
+    Column("owner_uid", String(36), nullable=False),
+)
+Index("ix_claims_owner", claims.c.owner_uid)

@@ -5,7 +5,8 @@ JSON API with ``Authorization: Bearer``. Everything ships in the package
 (``web/static``); nothing is fetched from elsewhere.
 
 Routes: ``/`` and ``/ui`` redirect to ``/ui/``, which is ``index.html``;
-``/ui/static/{file}`` serves the files next to it.
+``/ui/static/{file}`` serves the files next to it, ``/ui/static/vendor/{file}`` the
+third-party files shipped with them (xterm.js for the console).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 from virtplane.api.errors import ApiError
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+VENDOR_DIR = STATIC_DIR / "vendor"
 
 _MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -66,9 +68,14 @@ def static_file(file_name: str) -> Response:
     return _file(file_name)
 
 
-def _file(file_name: str) -> Response:
-    """One file of ``static/`` by plain name: no sub-directories, no dot-files, known types only."""
-    path = STATIC_DIR / file_name
+@router.get("/ui/static/vendor/{file_name}")
+def vendor_file(file_name: str) -> Response:
+    return _file(file_name, VENDOR_DIR)
+
+
+def _file(file_name: str, directory: Path = STATIC_DIR) -> Response:
+    """One file of ``directory`` by plain name: no sub-directories, no dot-files, known types only."""
+    path = directory / file_name
     media_type = _MEDIA_TYPES.get(path.suffix)
     if not _FILE_NAME.match(file_name) or media_type is None or not path.is_file():
         raise ApiError(404, "NotFound", f"no such file: {file_name}")

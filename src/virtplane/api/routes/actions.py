@@ -32,6 +32,7 @@ from virtplane.domain.resources import (
 from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
 from virtplane.store.errors import AlreadyExists
 from virtplane.store.lists import matching_names
+from virtplane.store.store import EventRecord
 
 router = APIRouter(tags=["VirtualMachine"])
 
@@ -110,16 +111,24 @@ def _act(ctx: ApiContext, selection: Selection, principal: Principal, kind: Oper
         for vm in matching_names(ctx.store, VirtualMachine.KIND, labels=labels, fields=fields)
     ]
     outcomes: list[Outcome] = []
-    events: list[tuple[str, str, str, str, EventType]] = []
+
+    def created_event(operation: VirtualMachineOperation) -> list[EventRecord]:
+        message = f"created by {principal.name} (batch {batch})"
+        return [(operation.KIND, operation.metadata.name, "Created", message, EventType.NORMAL)]
+
     for start in range(0, len(operations), ADMIT_CHUNK):
         chunk = operations[start : start + ADMIT_CHUNK]
-        for operation, refusal in zip(chunk, admit(ctx, _admit_each, ctx.admission, chunk), strict=True):
+        refusals = admit(ctx, _admit_each, ctx.admission, chunk)
+        admitted = [operation for operation, refusal in zip(chunk, refusals, strict=True) if refusal is None]
+        # One transaction for the chunk's operations and their events; a generated name taken
+        # meanwhile is that VM's refusal, never an overwrite.
+        written = iter(ctx.store.create_many(admitted, events=created_event))
+        for operation, refusal in zip(chunk, refusals, strict=True):
             vm, name = operation.spec.vm, operation.metadata.name
             if refusal is None:
-                try:
-                    ctx.store.create(operation)
-                except AlreadyExists as exists:  # a generated name taken meanwhile: refuse, never overwrite
-                    refusal = Refused("AlreadyExists", str(exists))
+                result = next(written)
+                if isinstance(result, AlreadyExists):
+                    refusal = Refused("AlreadyExists", str(result))
             if refusal is not None:
                 outcomes.append(
                     Outcome(vm=vm, operation=None, reason=refusal.reason, message=refusal.message)
@@ -128,16 +137,6 @@ def _act(ctx: ApiContext, selection: Selection, principal: Principal, kind: Oper
             outcomes.append(
                 Outcome(vm=vm, operation=name, reason="Created", message=f"{kind.value} of VM {vm}")
             )
-            events.append(
-                (
-                    operation.KIND,
-                    name,
-                    "Created",
-                    f"created by {principal.name} (batch {batch})",
-                    EventType.NORMAL,
-                )
-            )
-    ctx.store.record_events(events)
     created = sum(1 for o in outcomes if o.operation is not None)
     metadata = ActionMetadata(
         batch=batch, selected=len(outcomes), created=created, refused=len(outcomes) - created

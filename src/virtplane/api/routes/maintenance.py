@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from virtplane.api.auth import Principal, Role, require
@@ -79,6 +79,12 @@ async def get_maintenance(
     summary="Cancel a host's maintenance: the host returns to Enabled",
 )
 async def cancel_maintenance(
-    name: str, request: Request, principal: Principal = Depends(require(Role.ADMIN))
+    name: str,
+    request: Request,
+    return_vms: bool | None = Query(
+        default=None,
+        description="Migrate back the VMs that left the host. Default: the setting host.maintenance.return_vms.",
+    ),
+    principal: Principal = Depends(require(Role.ADMIN)),
 ) -> dict[str, Any]:
-    return await _call(request, _service(request).cancel, name, principal.name)
+    return await _call(request, _service(request).cancel, name, principal.name, return_vms)

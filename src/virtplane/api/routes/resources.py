@@ -30,12 +30,16 @@ from virtplane.api.lists import label_selector as parse_labels
 from virtplane.api.shown import public_doc
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, HostMaintenance, Resource, Setting
+from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
 from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
+from virtplane.store.claims import ClaimTaken
 from virtplane.store.errors import AlreadyExists, Conflict
 
 PATCH_ATTEMPTS = 10
 """A merge patch without a resource_version is re-applied to a fresh read this often on a conflict."""
+
+CLAIM_ATTEMPTS = 5
+"""Admission runs again this often when a value it chose (an address, a MAC) was taken meanwhile."""
 
 
 T = TypeVar("T")
@@ -166,9 +170,20 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         new: Resource = body
         if ctx.store.find(cls, new.metadata.name) is not None:
             raise AlreadyExists(kind, new.metadata.name)
-        obj = admit(ctx, ctx.admission.on_create, _user_writable(new, None))
-        created = ctx.store.create(obj)
-        ctx.store.record_event(kind, created.name, "Created", f"created by {principal.name}")
+        for attempt in range(CLAIM_ATTEMPTS):
+            obj = admit(ctx, ctx.admission.on_create, _user_writable(new, None))
+            try:
+                created = ctx.store.create(
+                    obj,
+                    claims=ctx.admission.claims_of(obj),
+                    events=[
+                        (kind, obj.metadata.name, "Created", f"created by {principal.name}", EventType.NORMAL)
+                    ],
+                )
+                break
+            except ClaimTaken:  # chosen from what was free a moment ago: choose again
+                if attempt == CLAIM_ATTEMPTS - 1:
+                    raise
         response.status_code = 201
         return public_doc(created)
 
@@ -183,8 +198,16 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         check = obj.metadata.resource_version != 0
         if not check:
             new.metadata.resource_version = current.metadata.resource_version
-        new = admit(ctx, ctx.admission.on_update, current, new)
-        updated = ctx.store.update(new, check_version=True)
+        for attempt in range(CLAIM_ATTEMPTS):
+            admitted = admit(ctx, ctx.admission.on_update, current, new.model_copy(deep=True))
+            try:
+                updated = ctx.store.update(
+                    admitted, check_version=True, claims=ctx.admission.claims_of(admitted)
+                )
+                break
+            except ClaimTaken:
+                if attempt == CLAIM_ATTEMPTS - 1:
+                    raise
         if updated.metadata.resource_version != current.metadata.resource_version:
             ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
         return public_doc(updated)
@@ -293,6 +316,7 @@ WRITE_ROLES: dict[str, Role] = {
     "Host": Role.ADMIN,
     "StoragePool": Role.ADMIN,
     "Image": Role.ADMIN,
+    "Network": Role.ADMIN,
     "Volume": Role.OPERATOR,
     "VirtualMachine": Role.OPERATOR,
     "VirtualMachineSnapshot": Role.OPERATOR,

@@ -1,7 +1,7 @@
 """Cancelling a maintenance: nothing new is scheduled, migrations in flight end (finish, or
 abort on their timeouts), the host returns to Enabled, the VMs maintenance stopped are
-released (their recorded power state starts them again); with ``host.maintenance.return_vms``
-the VMs that left get one attempt to come back."""
+released (their recorded power state starts them again); with ``return_vms`` (the cancel's
+own, else the setting ``host.maintenance.return_vms``) the VMs that left get one attempt to come back."""
 
 from __future__ import annotations
 
@@ -46,7 +46,10 @@ class Cancel(Tracker):
                 return Result(requeue_after=POLL_S)
             self._transition(name, HostEvent.CANCEL, "maintenance cancelled")
         self._release(name)
-        if ctx.settings.get_bool("host.maintenance.return_vms") and not await self._return_vms(m, host):
+        return_vms = m.spec.return_vms
+        if return_vms is None:  # not said with the cancel: the setting decides
+            return_vms = ctx.settings.get_bool("host.maintenance.return_vms")
+        if return_vms and not await self._return_vms(m, host):
             self.save(m)
             return Result(requeue_after=POLL_S)
         m.status.phase = MaintenancePhase.CANCELLED

@@ -34,6 +34,7 @@ from virtplane.controllers.migration.flights import (
     slot_refusal,
 )
 from virtplane.controllers.scheduling import host_views, vm_view
+from virtplane.controllers.seed import place_seed_on_target
 from virtplane.controllers.storage import pool_ref
 from virtplane.controllers.vm import build_domain_spec
 from virtplane.domain.conditions import VMCondition, set_condition
@@ -169,9 +170,7 @@ class MigrationCoordinator:
             choice = self.choose_target(vm, only=target)
             if choice.host != target:
                 return Refused(f"target host {target} cannot take VM {vm_name}: {choice.reasons.get(target)}")
-            flights = [i for _, i in in_flight(ctx.cache.vms())]
-            cluster_of = {h.metadata.name: h.spec.cluster for h in ctx.cache.hosts()}
-            waiting = slot_refusal(flights, source, target, cluster_of, self.limits())
+            waiting = self.waiting_for_slot(source, target)  # again: the look above was unlocked
             if waiting:
                 return Waiting(waiting)
             disks, problem = vm_disks(ctx.cache, vm)
@@ -186,6 +185,7 @@ class MigrationCoordinator:
                 try:
                     for pool in self.local_pools_of(target):
                         await dst_driver.ensure_pool(pool_ref(pool))
+                    await place_seed_on_target(ctx.cache, vm, dst_driver)
                 except DriverError as exc:
                     return Refused(f"cannot prepare the local pools of {target}: {exc}")
             intent = MigrationIntent(
@@ -217,6 +217,7 @@ class MigrationCoordinator:
             request = MigrationRequest(
                 domain=domain_name(vm.metadata.uid),
                 target_uri=target_host.spec.uri,
+                migration_address=target_host.spec.migration_address,
                 copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
                 bandwidth_mib_s=bandwidth or None,
                 spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),

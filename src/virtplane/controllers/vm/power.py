@@ -202,7 +202,7 @@ async def _start(state: VMState) -> Result | None:
         )
     await state.durable(DurablePoint.START)
     try:
-        spec = state.spec()
+        spec = await state.defined_spec(driver)
         await driver.ensure_defined(spec)
         crashpoint(CRASH_POINTS[DurablePoint.START])
         await start_domain(state, driver, spec)  # from a restored snapshot's memory, or cold

@@ -19,6 +19,7 @@ ORDER: tuple[Step[VMState], ...] = (
     Step("migration", steps.migration),  # a migration in flight owns the domain: stop here
     Step("deletion", steps.deletion),  # deleted: remove the domain, then the VM: stop here
     Step("finalizer", steps.finalizer),
+    Step("nics", steps.nics),  # status.nics: MACs and addresses, as the API filled them in
     Step("disks", steps.disks),
     Step("host", steps.host),  # unreachable: wait; fenced: release the VM
     Step("observe", steps.observe),  # read the domain; define it where it is missing

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from virtplane.controllers.lookup import BootImages
 from virtplane.domain.resources import VirtualMachine
-from virtplane.drivers.base import DiskAttachment, DomainSpec, domain_name
+from virtplane.drivers.base import DiskAttachment, DomainSpec, NicAttachment, domain_name
 
 
 def build_domain_spec(
@@ -12,6 +12,8 @@ def build_domain_spec(
     disks: list[DiskAttachment],
     console_dir: str | None = None,
     boot_images: BootImages = (None, None),
+    nics: tuple[NicAttachment, ...] = (),
+    seed: str | None = None,
 ) -> DomainSpec:
     boot = vm.spec.boot
     name = domain_name(vm.metadata.uid)
@@ -26,6 +28,8 @@ def build_domain_spec(
         initrd=boot_images[1],
         cmdline=boot.cmdline if boot else "",
         console_log=f"{console_dir}/{name}.log" if console_dir else None,
+        nics=nics,
+        seed=seed,
     )
 
 

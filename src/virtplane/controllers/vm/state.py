@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
+from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks, vm_nics
+from virtplane.controllers.seed import place_seed
 from virtplane.controllers.vm.durable import DurablePoint
 from virtplane.controllers.vm.spec import build_domain_spec
 from virtplane.domain.intents import Intents, read_intents, write_intents
@@ -63,16 +64,22 @@ class VMState:
     # ------------------------------------------------------------------ memoised reads
 
     def disks(self) -> tuple[list[DiskAttachment], str]:
-        """The VM's disks, or why it cannot be defined (its disks or boot images are not ready)."""
+        """The VM's disks, or why it cannot be defined (its disks, boot images or networks are not
+        ready)."""
         if self._disks is None:
-            disks, problem = vm_disks(self.ctx.cache, self.vm)
-            self._disks = (disks, problem or vm_boot(self.ctx.cache, self.vm)[1])
+            cache = self.ctx.cache
+            disks, problem = vm_disks(cache, self.vm)
+            self._disks = (disks, problem or vm_boot(cache, self.vm)[1] or vm_nics(cache, self.vm)[1])
         return self._disks
 
-    def spec(self) -> DomainSpec:
-        return build_domain_spec(
-            self.vm, self.disks()[0], self.console_dir, vm_boot(self.ctx.cache, self.vm)[0]
-        )
+    def spec(self, seed: str | None = None) -> DomainSpec:
+        cache = self.ctx.cache
+        boot, nics = vm_boot(cache, self.vm)[0], vm_nics(cache, self.vm)[0]
+        return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed)
+
+    async def defined_spec(self, driver: HypervisorDriver) -> DomainSpec:
+        """``spec`` with the VM's NoCloud seed placed on the host first (its domain is off)."""
+        return self.spec(await place_seed(self.ctx.cache, self.vm, driver))
 
     async def host(self) -> HostAccess:
         """The host the VM is recorded on (``status.host``), looked up once."""

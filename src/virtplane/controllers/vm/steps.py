@@ -14,6 +14,7 @@ from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.intents import Recovery as RecoveryIntent
 from virtplane.domain.intents import RecoveryStage, read_migration
+from virtplane.domain.networks import nic_statuses
 from virtplane.domain.phases import LIVE_STATES, DomainState
 from virtplane.domain.recovery import Recovery, StorageKind, recovery
 from virtplane.domain.resources import (
@@ -178,7 +179,7 @@ async def observe(state: VMState) -> Result | None:
             info = None
         if info is None and not problem and not state.intents.held_by:
             await state.durable(DurablePoint.DEFINE)
-            await driver.ensure_defined(state.spec())
+            await driver.ensure_defined(await state.defined_spec(driver))
             crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
             info = await driver.get_info(state.domain)
         elif (
@@ -187,7 +188,7 @@ async def observe(state: VMState) -> Result | None:
             and not problem
             and state.vm.metadata.generation != state.status.observed_generation
         ):
-            await driver.ensure_defined(state.spec())
+            await driver.ensure_defined(await state.defined_spec(driver))
     except HostUnreachable as exc:
         state.status.conditions = set_condition(
             state.status.conditions,
@@ -248,4 +249,21 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
     return None, ", ".join(sorted(unasked))
 
 
-__all__ = ["FINALIZER", "deletion", "disks", "finalizer", "host", "migration", "observe", "waiting_for"]
+__all__ = [
+    "FINALIZER",
+    "deletion",
+    "disks",
+    "finalizer",
+    "host",
+    "migration",
+    "nics",
+    "observe",
+    "waiting_for",
+]
+
+
+async def nics(state: VMState) -> Result | None:
+    """``status.nics`` from the NICs the API filled in and their networks' subnets."""
+    specs = {n.metadata.name: n.spec for n in state.ctx.cache.networks()}
+    state.status.nics = nic_statuses(state.vm.spec.nics, specs)
+    return None

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from virtplane.controllers.host import reachability_changed, room_freed
+from virtplane.controllers.host import networks_changed, reachability_changed, room_freed
 from virtplane.controllers.vm.recovery import slot_queue
 from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.intents import read_intents
+from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
     Image,
@@ -47,10 +48,20 @@ def _vms_on_host(cache: Cache, old: Resource | None, new: Resource | None) -> li
 
 
 def _vms_waiting_for_a_host(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
-    """VMs without a host may fit now: a host came, came back, or has more room."""
-    if not (reachability_changed(old, new) or room_freed(old, new)):
+    """VMs without a host may fit now: a host came, came back, has more room or other networks."""
+    if not (reachability_changed(old, new) or room_freed(old, new) or networks_changed(old, new)):
         return []
     return [Request(KIND, vm) for vm in cache.unscheduled_vms()]
+
+
+def _vms_on_network(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A network the VM's NICs use changed (its status.nics, or a host that has it now)."""
+    network = name_of(old, new)
+    return [
+        Request(KIND, vm.metadata.name)
+        for vm in cache.vms()
+        if any(nic.network == network for nic in vm.spec.nics)
+    ]
 
 
 def _vm_of_operation(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
@@ -77,6 +88,7 @@ WATCHES = (
     Watch(Image.KIND, _vms_booting_from),
     Watch(Host.KIND, _vms_on_host),
     Watch(Host.KIND, _vms_waiting_for_a_host),
+    Watch(Network.KIND, _vms_on_network),
     Watch(VirtualMachineOperation.KIND, _vm_of_operation),
     Watch(KIND, _vms_waiting_for_a_slot),
 )

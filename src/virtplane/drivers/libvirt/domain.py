@@ -109,6 +109,10 @@ class LibvirtDomain:
     def create(self) -> None:
         self._dom.create()
 
+    def open_console(self, stream: Any) -> None:
+        """Connect ``stream`` to the domain's first console (serial port 0), without FORCE."""
+        self._dom.openConsole(None, stream, 0)
+
     def shutdown(self, *, power_button: bool) -> None:
         """Ask the guest to power off: by the ACPI power button, or the hypervisor's default way."""
         if power_button:

@@ -39,6 +39,9 @@ _UUID_NAMESPACE = uuid.UUID("9b1f7a2e-5d0c-4e55-8a0e-4f6f1f7c2a11")
 _XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _DOMAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _DISK_FORMATS = frozenset({"qcow2", "raw"})
+_MAC = re.compile(r"^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$")
+SEED_TARGET = "sda"
+"""The seed CD-ROM's device: on SATA, which q35 has built in, apart from the virtio disks."""
 
 
 def xml_text(value: str) -> str:
@@ -118,6 +121,15 @@ def validate_spec(spec: DomainSpec, kernel_path: str | None = None, initrd_path:
         raise PermanentError("an initrd or kernel command line needs a kernel")
     if bool(spec.kernel) != bool(kernel_path) or bool(spec.initrd) != bool(initrd_path):
         raise PermanentError("the kernel and initrd images must be resolved by the driver before use")
+    if spec.seed is not None and not spec.seed.startswith("/"):
+        raise PermanentError(f"seed path {spec.seed!r} is not absolute")
+    for nic in spec.nics:
+        if nic.bridge is None:
+            raise PermanentError(
+                f"NIC {nic.mac} is on the user network {nic.network}: only simulated hosts offer one"
+            )
+        if not _MAC.match(nic.mac):
+            raise PermanentError(f"NIC MAC {nic.mac!r} is not a lower-case unicast MAC")
     for disk in spec.disks:
         if disk.format not in _DISK_FORMATS:
             raise PermanentError(f"disk format {disk.format!r} is not one of {sorted(_DISK_FORMATS)}")
@@ -185,14 +197,28 @@ def build_domain_xml(
         _sub(disk_element, "target", dev=disk_target(index), bus="virtio")
         if disk.boot_order is not None:
             _sub(disk_element, "boot", order=str(disk.boot_order))
+    if spec.seed is not None:
+        cdrom = _sub(devices, "disk", type="file", device="cdrom")
+        _sub(cdrom, "driver", name="qemu", type="raw")
+        _sub(cdrom, "source", file=spec.seed)
+        _sub(cdrom, "target", dev=SEED_TARGET, bus="sata")
+        _sub(cdrom, "readonly")
+    for nic in spec.nics:
+        assert nic.bridge is not None  # validate_spec
+        # No <vlan>: libvirt tags ports of Open vSwitch only; on a Linux bridge the bridge
+        # itself carries the VLAN (the driver checks it does, docs/decisions.md).
+        interface = _sub(devices, "interface", type="bridge")
+        _sub(interface, "mac", address=nic.mac)
+        _sub(interface, "source", bridge=nic.bridge)
+        _sub(interface, "model", type="virtio")
     serial = _sub(devices, "serial", type="pty")
     if console_log:
         _sub(serial, "log", file=console_log, append="on")
     _sub(serial, "target", port="0")
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port="0")
-    # No NIC: QEMU's user-mode network maps its gateway to the host's 127.0.0.1, where the
-    # control plane listens (docs/decisions.md); guests get networks with the bridge networks.
+    # No user-mode NIC ever: QEMU's user network maps its gateway to the host's 127.0.0.1,
+    # where the control plane listens (docs/decisions.md); guests get bridge networks only.
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
         _sub(devices, "panic", model="isa")
@@ -219,8 +245,10 @@ def parse_domain_xml(xml: str) -> DefinedDomain:
             return ""
         return instance.findtext(f"{{{INSTANCE_NS}}}{tag}", default="")
 
-    disks: list[tuple[str, str]] = []
+    disks: list[tuple[str, str]] = []  # the guest's disks: not the seed's CD-ROM
     for disk in root.findall("devices/disk"):
+        if disk.get("device", "disk") != "disk":
+            continue
         target = disk.find("target")
         source = disk.find("source")
         if target is None or source is None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from virtplane.drivers.base import (
     Capability,
+    ConsoleStream,
     DomainEventType,
     DomainInfo,
     DomainSpec,
@@ -30,7 +31,8 @@ from virtplane.drivers.base import (
     VolumeInfo,
 )
 from virtplane.drivers.errors import DriverError, PermanentError, Unsupported
-from virtplane.drivers.libvirt import _libvirt, images, stop_requests, storage
+from virtplane.drivers.libvirt import _libvirt, console, images, stop_requests, storage
+from virtplane.drivers.libvirt.bridges import check_vlans, host_bridges
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.domain_xml import build_domain_xml, parse_domain_xml, spec_digest
@@ -121,7 +123,8 @@ class LibvirtDriver:
     async def host_facts(self) -> HostFacts:
         def facts(conn: Any) -> HostFacts:
             info = conn.getInfo()
-            return HostFacts(hostname=conn.getHostname(), vcpus=int(info[2]), memory_mib=int(info[1]))
+            bridges = tuple(sorted(host_bridges(conn)))
+            return HostFacts(conn.getHostname(), vcpus=int(info[2]), memory_mib=int(info[1]), bridges=bridges)
 
         return await self._call(facts)
 
@@ -259,6 +262,13 @@ class LibvirtDriver:
 
         await self._call(resume)
 
+    async def open_console(self, name: str) -> ConsoleStream:
+        self._require(Capability.SERIAL_CONSOLE)  # libvirt's test driver has no consoles
+        loop = asyncio.get_running_loop()
+        return await self._call(
+            lambda conn: console.open_console(conn, LibvirtDomain.lookup(conn, name), loop, self._executor)
+        )
+
     # ------------------------------------------------------------------ storage
 
     async def ensure_pool(self, pool: PoolRef) -> None:
@@ -280,6 +290,12 @@ class LibvirtDriver:
             return storage.create_volume(conn, pool, name, size_gib, vol, capacity, can_resize=can_resize)
 
         return await self._call(create)
+
+    async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
+        streams = self.flavor.volume_streams
+        return await self._call(
+            lambda conn: storage.upload_volume(conn, pool, name, data, can_stream=streams)
+        )
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
         await self._call(lambda conn: storage.delete_volume(conn, pool, name))
@@ -355,6 +371,8 @@ class LibvirtDriver:
         return images.check_image(conn, image, local_view=self.flavor.local_view)
 
     def _domain_xml(self, conn: Any, spec: DomainSpec) -> str:
+        if any(nic.vlan is not None for nic in spec.nics):
+            check_vlans(spec, host_bridges(conn))
         kernel = images.image_path(conn, spec.kernel, local_view=self.flavor.local_view)
         initrd = images.image_path(conn, spec.initrd, local_view=self.flavor.local_view)
         return build_domain_xml(

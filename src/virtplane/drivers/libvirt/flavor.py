@@ -36,6 +36,9 @@ class HypervisorFlavor:
     local_view: bool
     """Library files are checked on this machine's filesystem too (``images``); the test
     driver's volumes exist only in its memory."""
+    volume_streams: bool
+    """Volumes are written and read over the connection (upload, download); the test driver
+    keeps no volume contents, so an uploaded volume is only made there."""
 
 
 QEMU = HypervisorFlavor(
@@ -46,6 +49,7 @@ QEMU = HypervisorFlavor(
             Capability.MEMORY_SNAPSHOT,
             Capability.DISK_SNAPSHOT,
             Capability.VOLUME_RESIZE,
+            Capability.SERIAL_CONSOLE,
         }
     ),
     xml=XmlOptions(),
@@ -56,10 +60,11 @@ QEMU = HypervisorFlavor(
     memory_on_host=True,
     restore_with_definition=True,
     local_view=True,
+    volume_streams=True,
 )
 
 TEST_DRIVER = HypervisorFlavor(
-    # no migration, no job control, no volume resize
+    # no migration, no job control, no volume resize, no consoles (virDomainOpenConsole)
     capabilities=frozenset({Capability.MEMORY_SNAPSHOT, Capability.DISK_SNAPSHOT}),
     xml=TEST_DRIVER_OPTIONS,
     power_button=False,
@@ -69,6 +74,7 @@ TEST_DRIVER = HypervisorFlavor(
     memory_on_host=False,
     restore_with_definition=False,
     local_view=False,
+    volume_streams=False,
 )
 
 

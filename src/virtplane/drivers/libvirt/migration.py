@@ -34,13 +34,17 @@ MIB = 1024 * 1024
 def migration_parameters(
     request: MigrationRequest, domain_xml: str, *, migration_address: str | None
 ) -> tuple[dict[str, Any], int]:
-    """``migrateToURI3`` parameters and flags for ``request``."""
+    """``migrateToURI3`` parameters and flags for ``request``; the target's migration address is
+    the request's (from its Host spec), else the driver's own ``migration_address``."""
     lv = _libvirt.load()
     params: dict[str, Any] = {}
-    if migration_address:
-        # Where the destination QEMU listens and the source connects (default: the destination's hostname).
-        params[lv.VIR_MIGRATE_PARAM_URI] = f"tcp://{migration_address}"
-        params[lv.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] = migration_address
+    address = request.migration_address or migration_address
+    if address:
+        # Where the destination QEMU listens and the source connects (default: the destination's
+        # hostname, which the source host may not resolve, or resolve to the wrong network).
+        bare = address.strip("[]")
+        params[lv.VIR_MIGRATE_PARAM_URI] = f"tcp://[{bare}]" if ":" in bare else f"tcp://{bare}"
+        params[lv.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] = bare
     if request.bandwidth_mib_s is not None:
         params[lv.VIR_MIGRATE_PARAM_BANDWIDTH] = int(request.bandwidth_mib_s)
     flags = (
@@ -98,7 +102,13 @@ class MigrationTracker:
         started by an earlier process or another replica that the hypervisor still runs."""
         if self.running(name):
             return self.job(name, dom)
-        live = live_job(dom) if dom is not None and dom.is_active() else None
+        lv = _libvirt.load()
+        try:
+            live = live_job(dom) if dom is not None and dom.is_active() else None
+        except lv.libvirtError as exc:
+            if _libvirt.error_code(exc) != lv.VIR_ERR_NO_DOMAIN:
+                raise
+            live = None  # gone since it was found: a finished migration undefines the source
         return live or self.job(name, None)
 
     def abort(self, dom: LibvirtDomain) -> None:

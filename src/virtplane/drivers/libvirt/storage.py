@@ -36,6 +36,7 @@ GIB = 1024**3
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _SNAPSHOT_SUFFIX = ".snap-"
 _BACKUP_POLL_S = 0.1
+_UPLOAD_CHUNK = 256 * 1024
 
 
 def check_name(kind: str, value: str) -> str:
@@ -157,6 +158,29 @@ def create_volume(
         return volume_info(pool.createXML(volume_xml(name, size_gib * GIB), 0))
     capacity = max(size_gib * GIB, source_capacity)
     return volume_info(_clone(pool, name, source, capacity, can_resize=can_resize))
+
+
+def upload_volume(conn: Any, ref: PoolRef, name: str, data: bytes, *, can_stream: bool) -> VolumeInfo:
+    """A raw volume holding ``data``, sent over the connection (``virStorageVolUpload``), so a
+    remote host gets it too. Written whole on every call (an earlier call may have been cut
+    off), so call it only while no running domain uses the volume.
+    ``can_stream`` False (libvirt's test driver, which keeps no contents): the volume is only made."""
+    check_name("volume name", name)
+    pool = ensure_pool(conn, ref)
+    vol = lookup_volume(pool, name)
+    if vol is not None and int(vol.info()[1]) != len(data):
+        vol.delete(0)
+        vol = None
+    if vol is None:
+        vol = pool.createXML(volume_xml(name, len(data), "raw"), 0)
+    if can_stream:
+        stream = conn.newStream(0)
+        vol.upload(stream, 0, len(data), 0)
+        view = memoryview(data)
+        while view:
+            view = view[stream.send(bytes(view[:_UPLOAD_CHUNK])) :]
+        stream.finish()
+    return volume_info(vol)
 
 
 def delete_volume(conn: Any, ref: PoolRef, name: str) -> None:

@@ -65,6 +65,15 @@ Faults (``SimCloud.inject(host, kind, domain=None, count=1)``)
 Guest faults on a domain that is not live (or paused) raise ``SimFaultError``.
 ``fault_log`` lists every injected fault.
 
+Consoles
+--------
+``open_console`` attaches to a live domain's line console (``_console``): a banner and a
+prompt, the typed bytes echoed, and answers to ``hostname``, ``uname``, ``whoami``, ``echo``
+and ``help`` at the end of each line. It ends (``read`` returns b"") when the domain's live
+instance does (stop, crash, host down, migration away) or the connection is lost
+(``disconnect``); one session per domain (``ConsoleBusy``); NotRunning when off. Sessions
+are connections: a restart keeps none.
+
 Storage
 -------
 Volume paths are ``sim://POOL/VOLUME``; ``write_volume``/``read_volume`` set and read

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -167,8 +167,8 @@ class SimCloud:
 
     # ------------------------------------------------------------------ hosts and drivers
 
-    def add_host(self, name: str, vcpus: int, memory_mib: int) -> str:
-        """Add a host; returns its URI ``sim://NAME``."""
+    def add_host(self, name: str, vcpus: int, memory_mib: int, bridges: Iterable[str] = ()) -> str:
+        """Add a host with the Linux ``bridges`` it has; returns its URI ``sim://NAME``."""
         if not name or "/" in name:
             raise ValueError(f"invalid simulated host name {name!r}")
         if name in self._hosts:
@@ -176,7 +176,13 @@ class SimCloud:
         if vcpus < 1 or memory_mib < 1:
             raise ValueError("a host needs at least one vcpu and some memory")
         with self.transaction:
-            return self._hosts.put(name, SimHost(self._host_ports, name, vcpus, memory_mib)).uri
+            host = SimHost(self._host_ports, name, vcpus, memory_mib, tuple(sorted(set(bridges))))
+            return self._hosts.put(name, host).uri
+
+    def set_bridges(self, host: str, bridges: Iterable[str]) -> None:
+        """The bridges a host has from now on, as an admin adds or removes one."""
+        with self.transaction:
+            self._host(host).bridges = tuple(sorted(set(bridges)))
 
     @property
     def host_names(self) -> list[str]:
@@ -243,6 +249,8 @@ class SimCloud:
             target.come_up()
         elif kind in (FaultKind.DISCONNECT, FaultKind.RECONNECT):
             target.link_up = kind is FaultKind.RECONNECT
+            if not target.link_up:
+                target.consoles.hang_up_all()  # their streams rode on the lost connection
         self.fault_log.append(record)
         return record
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from virtplane.drivers.base import (
     Capability,
+    ConsoleStream,
     DomainInfo,
     DomainSpec,
     DomainState,
@@ -21,7 +22,7 @@ from virtplane.drivers.base import (
     PoolRef,
     VolumeInfo,
 )
-from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError
+from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
 
 if TYPE_CHECKING:
     from ._host import SimHost
@@ -36,6 +37,8 @@ SIM_CAPABILITIES = frozenset(
         Capability.DISK_SNAPSHOT,
         Capability.VOLUME_RESIZE,
         Capability.FAULT_INJECTION,
+        Capability.USER_NETWORK,  # QEMU's user network: simulated hosts only (docs/decisions.md)
+        Capability.SERIAL_CONSOLE,
     }
 )
 
@@ -173,6 +176,14 @@ class SimDriver:
     async def resume(self, name: str) -> None:
         self._host().resume(name)
 
+    @_entry_point
+    async def open_console(self, name: str) -> ConsoleStream:
+        host = self._host()
+        domain = host.get(name)
+        if not domain.active:
+            raise NotRunning(f"domain {name} is {domain.state}: a console needs a live guest")
+        return host.consoles.open(name, (domain.live or domain.spec).vm_name)
+
     # ------------------------------------------------------------------ storage
 
     @_entry_point
@@ -188,6 +199,10 @@ class SimDriver:
         self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
     ) -> VolumeInfo:
         return self._world.storage.create_volume(self._host().name, pool, name, size_gib, source)
+
+    @_entry_point
+    async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
+        return self._world.storage.upload_volume(self._host().name, pool, name, data)
 
     @_entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:

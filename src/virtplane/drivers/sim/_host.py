@@ -26,6 +26,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import NotFound, PermanentError, TransientError
 
 from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
+from ._console import SimConsoles
 from ._model import ArmedFaults, FaultKind, SimDomain, SimFaultError, SimTiming, host_uri
 
 FAILED_BOOT_FRACTION = 0.5
@@ -58,8 +59,11 @@ class SimHost(Record):
     link_up = Persisted[bool]()
     armed = Persisted[ArmedFaults]()
     killed_by_failure = Persisted[tuple[str, ...]]()  # for the STOPPED events sent on host-up
+    bridges = Persisted[tuple[str, ...]]()  # the Linux bridges the host has (for bridge networks)
 
-    def __init__(self, ports: HostPorts, name: str, vcpus: int, memory_mib: int) -> None:
+    def __init__(
+        self, ports: HostPorts, name: str, vcpus: int, memory_mib: int, bridges: tuple[str, ...] = ()
+    ) -> None:
         self._ports = ports
         self.name = name
         self.uri = host_uri(name)
@@ -69,12 +73,14 @@ class SimHost(Record):
         self.link_up = True
         self.armed = ArmedFaults()
         self.killed_by_failure = ()
+        self.bridges = bridges
         self.domains: RecordMap[str, SimDomain] = RecordMap(ports.changes, Entity.DOMAIN, (name,))
         # the room live domains take, and incoming migrations hold from the moment they start
         self.used_vcpus = 0
         self.used_memory_mib = 0
         self.reserved_vcpus = 0
         self.reserved_memory_mib = 0
+        self.consoles = SimConsoles()  # open console sessions: connections, never persisted
 
     @property
     def reachable(self) -> bool:
@@ -92,7 +98,7 @@ class SimHost(Record):
             self.used_memory_mib += domain.live.memory_mib
 
     def facts(self) -> HostFacts:
-        return HostFacts(hostname=self.name, vcpus=self.vcpus, memory_mib=self.memory_mib)
+        return HostFacts(self.name, vcpus=self.vcpus, memory_mib=self.memory_mib, bridges=self.bridges)
 
     # ------------------------------------------------------------------ helpers
 
@@ -181,6 +187,7 @@ class SimHost(Record):
         """End ``domain``'s live instance now, failing its outgoing migration first."""
         self._ports.migrations.fail_domain(self, domain.name, f"domain stopped during migration ({reason})")
         domain.cancel_timer()
+        self.consoles.hang_up(domain.name)
         if domain.live is not None:
             self.used_vcpus -= domain.live.cpu
             self.used_memory_mib -= domain.live.memory_mib
@@ -192,6 +199,7 @@ class SimHost(Record):
     def remove(self, domain: SimDomain) -> None:
         """Forget a domain (undefine, or it left by migration) without events."""
         domain.cancel_timer()
+        self.consoles.hang_up(domain.name)
         if domain.live is not None:
             self.used_vcpus -= domain.live.cpu
             self.used_memory_mib -= domain.live.memory_mib
@@ -212,6 +220,9 @@ class SimHost(Record):
     # ------------------------------------------------------------------ lifecycle
 
     def define(self, spec: DomainSpec) -> SimDomain:
+        for nic in spec.nics:  # as QEMU, which cannot open a tap on a bridge that is not there
+            if nic.bridge is not None and nic.bridge not in self.bridges:
+                raise PermanentError(f"network {nic.network}: bridge {nic.bridge} is not on host {self.name}")
         domain = self.domains.get(spec.name)
         if domain is None:
             domain = self.domains.put(spec.name, SimDomain(spec))

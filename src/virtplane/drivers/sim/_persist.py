@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from ._precopy import Migration
     from ._storage import SavedVolume, SimPool
 
-SCHEMA_VERSION = 2
-"""2 added the ``migrations`` table; a file of version 1 is upgraded by creating it."""
+SCHEMA_VERSION = 3
+"""2 added the ``migrations`` table (a file of version 1 is upgraded by creating it); 3 the
+hosts' ``bridges`` (added to an older file's table, empty)."""
 
 
 class SimJournal:
@@ -48,7 +49,10 @@ class SimJournal:
         self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(SCHEMA)
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if row is None or row[0] == "1":
+        columns = {c[1] for c in self._conn.execute("PRAGMA table_info(hosts)")}
+        if "bridges" not in columns:  # a file of version 1 or 2
+            self._conn.execute("ALTER TABLE hosts ADD COLUMN bridges TEXT NOT NULL DEFAULT '[]'")
+        if row is None or row[0] in ("1", "2"):
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
             )

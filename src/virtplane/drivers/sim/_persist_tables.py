@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from virtplane.domain.resources import ExitReason
-from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState, ImageRef, PoolRef
+from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState, ImageRef, NicAttachment, PoolRef
 
 from . import _persist_migrations
 from ._changes import ChangeLog, Entity, Key
@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS hosts (
     up INTEGER NOT NULL,
     link_up INTEGER NOT NULL,
     armed TEXT NOT NULL,
-    killed TEXT NOT NULL
+    killed TEXT NOT NULL,
+    bridges TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS domains (
     host TEXT NOT NULL,
@@ -134,7 +135,8 @@ def spec_from_json(text: str) -> DomainSpec:
     data = json.loads(text)
     disks = tuple(DiskAttachment(**disk) for disk in data.pop("disks", ()))
     kernel, initrd = _image_from_json(data.pop("kernel", None)), _image_from_json(data.pop("initrd", None))
-    return DomainSpec(**data, disks=disks, kernel=kernel, initrd=initrd)
+    nics = tuple(NicAttachment(**nic) for nic in data.pop("nics", ()))
+    return DomainSpec(**data, disks=disks, kernel=kernel, initrd=initrd, nics=nics)
 
 
 def _armed_to_json(armed: ArmedFaults) -> str:
@@ -162,7 +164,8 @@ def _name(value: str | None) -> str | None:
 
 def _host_row(key: Key, host: SimHost) -> Row:
     armed, killed = _armed_to_json(host.armed), json.dumps(list(host.killed_by_failure))
-    return (*key, host.vcpus, host.memory_mib, int(host.up), int(host.link_up), armed, killed)
+    bridges = json.dumps(list(host.bridges))
+    return (*key, host.vcpus, host.memory_mib, int(host.up), int(host.link_up), armed, killed, bridges)
 
 
 def _domain_row(key: Key, domain: SimDomain) -> Row:
@@ -206,7 +209,7 @@ def _dirty_rate_row(key: Key, rate: float) -> Row:
 
 TABLES: dict[Entity, Table] = {
     Entity.HOST: Table(
-        "hosts", ("name", "vcpus", "memory_mib", "up", "link_up", "armed", "killed"), 1, _host_row
+        "hosts", ("name", "vcpus", "memory_mib", "up", "link_up", "armed", "killed", "bridges"), 1, _host_row
     ),
     Entity.DOMAIN: Table(
         "domains",
@@ -244,8 +247,8 @@ Rows = Callable[[Entity], Sequence[Row]]
 
 
 def hosts(rows: Rows, ports: HostPorts) -> Iterator[SimHost]:
-    for name, vcpus, memory_mib, up, link_up, armed, killed in rows(Entity.HOST):
-        host = SimHost(ports, name, vcpus, memory_mib)
+    for name, vcpus, memory_mib, up, link_up, armed, killed, bridges in rows(Entity.HOST):
+        host = SimHost(ports, name, vcpus, memory_mib, tuple(json.loads(bridges)))
         host.up, host.link_up = bool(up), bool(link_up)
         host.armed = _armed_from_json(armed)
         host.killed_by_failure = tuple(json.loads(killed))

@@ -11,6 +11,7 @@ against the pool's capacity (a pool with capacity 0 is unbounded).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -184,6 +185,16 @@ class SimStorage:
             content = image.content
         pool.check_room(size_gib, f"volume {name}")
         return pool.volumes.put(name, SimVolume(name, volume_path(ref.name, name), size_gib, content)).info()
+
+    def upload_volume(self, host: str, ref: PoolRef, name: str, data: bytes) -> VolumeInfo:
+        """A small file (a seed image) as a volume of no GiB; its content is kept as base64 text."""
+        pool = self.pool(host, ref)
+        content = base64.b64encode(data).decode()
+        volume = pool.volumes.get(name)
+        if volume is None:
+            return pool.volumes.put(name, SimVolume(name, volume_path(ref.name, name), 0, content)).info()
+        volume.content = content
+        return volume.info()
 
     def delete_volume(self, host: str, ref: PoolRef, name: str) -> None:
         pool = self.pool(host, ref)

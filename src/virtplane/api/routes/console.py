@@ -1,0 +1,157 @@
+"""``/v1/vms/{name}/console``: a WebSocket to the VM's serial console (operator role).
+
+Binary frames both ways carry the console's bytes (a text frame from the client is sent
+as UTF-8). The token comes in the ``Authorization: Bearer`` header, or, from a browser
+(which cannot set headers on a WebSocket), as the subprotocol ``virtplane.bearer.<token in
+base64url>`` next to ``virtplane.console.v1``, never in the URL (URLs end up in access logs).
+
+A refusal before the session (401, 403, 404, 409: VM not running, console busy, host away)
+is the API's usual ``{reason, message}`` answer with its status to a client that sent the
+header; a browser cannot read a refused handshake, so one that authenticated by subprotocol
+gets the connection accepted and closed at once with code 4000 + status and the reason.
+A session ends with code 1000 and, when the guest's side ended it, why (it stopped, it
+left the host); attaching and detaching are recorded as events of the VM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+
+from fastapi import APIRouter, WebSocket
+from starlette.concurrency import run_in_threadpool
+from starlette.websockets import WebSocketDisconnect
+
+from virtplane.api.auth import Principal, Role, authorize, bearer_token
+from virtplane.api.context import ApiContext
+from virtplane.api.errors import ApiError, error_response, mapped_error
+from virtplane.domain.errors import DomainError
+from virtplane.domain.resources import EventType, VirtualMachine
+from virtplane.services.console import ConsoleSession
+
+log = logging.getLogger("virtplane.api.console")
+
+router = APIRouter()
+
+SUBPROTOCOL = "virtplane.console.v1"
+TOKEN_PREFIX = "virtplane.bearer."
+REFUSAL_CODE_BASE = 4000  # a refusal after the handshake closes with 4000 + the HTTP status
+MAX_CLOSE_REASON_BYTES = 123  # what a WebSocket close frame can carry
+
+
+def _protocol_token(offered: list[str]) -> str:
+    for protocol in offered:
+        if protocol.startswith(TOKEN_PREFIX):
+            encoded = protocol.removeprefix(TOKEN_PREFIX)
+            with contextlib.suppress(binascii.Error, ValueError):
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    return ""
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to what a close frame carries, on a character boundary."""
+    return text.encode()[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
+
+
+async def _refuse(websocket: WebSocket, error: ApiError, *, browser: bool, subprotocol: str | None) -> None:
+    if not browser and "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(error_response(error.status, error.reason, error.message))
+        return
+    await websocket.accept(subprotocol=subprotocol)
+    await websocket.close(REFUSAL_CODE_BASE + error.status, close_reason(f"{error.reason}: {error.message}"))
+
+
+async def _record(ctx: ApiContext, vm: str, reason: str, message: str) -> None:
+    record = (VirtualMachine.KIND, vm, reason, message, EventType.NORMAL)
+    await run_in_threadpool(ctx.store.record_events, [record])
+
+
+async def _to_guest(websocket: WebSocket, session: ConsoleSession) -> None:
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        data = message.get("bytes") or (message.get("text") or "").encode()
+        if data:
+            await session.stream.write(data)
+
+
+async def _from_guest(websocket: WebSocket, session: ConsoleSession) -> None:
+    while data := await session.stream.read():
+        await websocket.send_bytes(data)
+
+
+async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> None:
+    """Bytes both ways until one side ends; then the other is ended too."""
+    to_guest = asyncio.create_task(_to_guest(websocket, session))
+    from_guest = asyncio.create_task(_from_guest(websocket, session))
+    try:
+        done, _ = await asyncio.wait({to_guest, from_guest}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (to_guest, from_guest):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, Exception):
+            await asyncio.gather(to_guest, from_guest, return_exceptions=True)
+        await session.stream.close()
+    if from_guest in done and from_guest.exception() is None:
+        why = await ctx.consoles.why_ended(session)
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await websocket.close(1000, close_reason(why))
+        await _record(ctx, session.vm, "ConsoleClosed", why)
+    else:
+        await _record(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
+
+
+@router.websocket("/v1/vms/{name}/console")
+async def console(websocket: WebSocket, name: str) -> None:
+    ctx: ApiContext = websocket.app.state.ctx
+    offered = list(websocket.scope.get("subprotocols", []))
+    subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+    header_token = bearer_token(websocket.headers.get("authorization", ""))
+    # a browser can read only a close, not a refused handshake
+    browser = not header_token and any(p.startswith(TOKEN_PREFIX) for p in offered)
+    principal: Principal
+    try:
+        principal = authorize(
+            websocket.app.state.tokens, header_token or _protocol_token(offered), Role.OPERATOR
+        )
+        if ctx.consoles is None:
+            raise ApiError(501, "NotImplemented", "this server has no console service")
+        if ctx.catch_up is not None:
+            await ctx.catch_up()
+        session = await ctx.consoles.open(name)
+    except ApiError as error:
+        await _refuse(websocket, error, browser=browser, subprotocol=subprotocol)
+        return
+    except DomainError as exc:
+        refusal = mapped_error(exc)
+        assert refusal is not None  # every DomainError is in the table
+        await _refuse(websocket, refusal, browser=browser, subprotocol=subprotocol)
+        return
+    try:
+        await websocket.accept(subprotocol=subprotocol)
+    except BaseException:
+        await session.stream.close()
+        raise
+    log.info("console of VM %s on host %s: attached by %s", name, session.host, principal.name)
+    await _record(
+        ctx,
+        name,
+        "ConsoleAttached",
+        f"{principal.name} attached to the serial console on host {session.host}",
+    )
+    await _relay(websocket, ctx, session)
+    log.info("console of VM %s on host %s: detached (%s)", name, session.host, principal.name)
+
+
+__all__ = [
+    "MAX_CLOSE_REASON_BYTES",
+    "REFUSAL_CODE_BASE",
+    "SUBPROTOCOL",
+    "TOKEN_PREFIX",
+    "close_reason",
+    "router",
+]

@@ -1,0 +1,103 @@
+"""A VM's NoCloud seed, from its spec and the addresses its NICs hold.
+
+The documents are ``domain.cloudinit``'s; this module only gathers their inputs from
+the store's objects. The digest of the documents is what tells the VM controller to
+rebuild the seed image when the spec (or a network's gateway or DNS) changes.
+"""
+
+from __future__ import annotations
+
+from virtplane.controllers.storage import pool_ref
+from virtplane.domain.cloudinit import SeedNic, seed_digest, seed_documents
+from virtplane.domain.networks import Network
+from virtplane.domain.resources import PoolKind, StoragePool, VirtualMachine
+from virtplane.drivers.base import HypervisorDriver
+from virtplane.drivers.errors import PermanentError
+from virtplane.runtime.cache import Cache
+from virtplane.seed_iso import build_seed_iso
+
+__all__ = ["SeedImage", "place_seed", "place_seed_on_target", "seed_pool", "vm_seed"]
+
+
+class SeedImage:
+    """The seed of one VM: its documents, their digest, and the ISO built on demand."""
+
+    def __init__(self, documents: dict[str, bytes]) -> None:
+        self.documents = documents
+        self.digest = seed_digest(documents)
+
+    def iso(self) -> bytes:
+        return build_seed_iso(self.documents)
+
+    @property
+    def file_name(self) -> str:
+        """The seed's file in the VM's pool: a new name per content, so a running guest's CD-ROM
+        is never rewritten under it."""
+        return f"vp-seed-{self.digest}.iso"
+
+
+def vm_seed(vm: VirtualMachine, networks: dict[str, Network]) -> SeedImage | None:
+    """The seed ``vm`` asks for (``spec.cloud_init``), or None."""
+    cloud = vm.spec.cloud_init
+    if cloud is None:
+        return None
+    nics = []
+    for nic in vm.spec.nics:
+        network = networks.get(nic.network)
+        spec = network.spec if network else None
+        subnet = spec.subnet if spec else None
+        nics.append(
+            SeedNic(
+                mac=nic.mac or "",
+                ip=str(nic.ip) if nic.ip and subnet else None,
+                prefix_length=subnet.prefixlen if subnet and nic.ip else None,
+                gateway=str(spec.gateway) if spec and spec.gateway else None,
+                dns_servers=tuple(str(d) for d in spec.dns_servers) if spec else (),
+            )
+        )
+    return SeedImage(
+        seed_documents(
+            instance_id=vm.metadata.uid,
+            hostname=vm.metadata.name,
+            user_data=cloud.user_data,
+            ssh_authorized_keys=list(cloud.ssh_authorized_keys),
+            nics=nics,
+            network_override=cloud.network_config,
+        )
+    )
+
+
+def seed_pool(cache: Cache, vm: VirtualMachine) -> StoragePool | None:
+    """Where the seed is kept: the pool of the VM's first disk (in boot order), which every host
+    that may run the VM sees."""
+    ordered = sorted(enumerate(vm.spec.disks), key=lambda p: p[1].boot_order or 1000 + p[0])
+    for _, disk in ordered:
+        volume = cache.volume(disk.volume)
+        pool = cache.pool(volume.spec.pool) if volume else None
+        if pool is not None:
+            return pool
+    return None
+
+
+async def place_seed(cache: Cache, vm: VirtualMachine, driver: HypervisorDriver) -> str | None:
+    """Put ``vm``'s seed on the driver's host, as a volume sent through the driver (remote hosts
+    too), and return its path there; None when the VM asks for none. Called before a define,
+    while the domain is off."""
+    seed = vm_seed(vm, {n.metadata.name: n for n in cache.networks()})
+    if seed is None:
+        return None
+    pool = seed_pool(cache, vm)
+    if pool is None:
+        raise PermanentError(
+            "spec.cloud_init: the seed is kept in the pool of the VM's first disk; it has none"
+        )
+    return (await driver.upload_volume(pool_ref(pool), seed.file_name, seed.iso())).path
+
+
+async def place_seed_on_target(cache: Cache, vm: VirtualMachine, target: HypervisorDriver) -> None:
+    """Before a migration that copies local disks: the seed, when it lives in a local pool, on the
+    target too (QEMU there opens the CD-ROM at the same path). A shared pool's seed is there
+    already, and in use by the running guest: it is never written again."""
+    pool = seed_pool(cache, vm)
+    if pool is not None and pool.spec.kind is PoolKind.LOCAL:
+        await place_seed(cache, vm, target)

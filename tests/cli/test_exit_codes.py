@@ -1,0 +1,80 @@
+"""Every exit code the CLI documents (``virtplane --help``, docs/cli.md) is what it returns in
+its case, against the live server; and shell completion works in a real bash."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import Result
+
+from tests.conftest import LiveServer
+from virtplane.cli.exit_codes import ExitCode, exit_code_table
+from virtplane.domain.resources import RunPolicy
+
+from .conftest import Invoke, add_host, add_vm, inject, wait_phase
+
+CLOSED_LOOPBACK_URL = "http://127.0.0.1:9"  # the discard port: nothing listens on it here
+
+CASES: dict[ExitCode, Callable[[Invoke], Result]] = {
+    ExitCode.OK: lambda invoke: invoke("get", "vms"),
+    ExitCode.FAILED: lambda invoke: invoke("vm", "start", "always"),  # AlwaysOn: not applicable
+    ExitCode.USAGE: lambda invoke: invoke("get", "vms", "--no-such-option"),
+    ExitCode.UNREACHABLE: lambda invoke: invoke("get", "vms", env={"VIRTPLANE_URL": CLOSED_LOOPBACK_URL}),
+    ExitCode.TIMEOUT: lambda invoke: invoke("vm", "start", "manual", "--wait", "--timeout", "2"),
+    ExitCode.DENIED: lambda invoke: invoke("vm", "stop", "always", role="viewer"),
+    ExitCode.NOT_FOUND: lambda invoke: invoke("get", "vm", "no-such-vm"),
+}
+
+
+def test_every_documented_code_has_a_case() -> None:
+    assert set(CASES) == set(ExitCode)
+    assert [line.split()[0] for line in exit_code_table().splitlines()] == [str(c.value) for c in ExitCode]
+
+
+@pytest.mark.parametrize("code", list(ExitCode), ids=lambda c: c.name)
+def test_the_cli_exits_with_the_documented_code(invoke: Invoke, server: LiveServer, code: ExitCode) -> None:
+    add_host(server, "node-1")
+    add_vm(server, "always", RunPolicy.ALWAYS_ON)
+    add_vm(server, "manual", RunPolicy.MANUAL)
+    wait_phase(server, "manual", "Stopped")
+    inject(server, "node-1", "fail-start", "manual", count=1000)  # its start never ends
+
+    result = CASES[code](invoke)
+
+    assert result.exit_code == code.value, (result.stdout, result.stderr)
+
+
+def test_help_lists_the_exit_codes(invoke: Invoke) -> None:
+    result = invoke("--help")
+
+    assert "Exit codes:" in result.stdout
+    assert "--install-completion" in result.stdout
+
+
+def _complete(words: list[str]) -> list[str]:
+    """What bash offers for ``words`` after sourcing ``virtplane --show-completion bash``."""
+    script = Path(sys.executable).parent / "virtplane"
+    assert script.exists(), "the console script is installed with the package"
+    shell = (
+        f'source <("{script}" --show-completion bash)\n'
+        f"COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}\n"
+        f'_virtplane_completion "{script}"\n'
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.split()
+
+
+def test_bash_completes_commands_kinds_and_choices() -> None:
+    assert _complete(["virtplane", "ho"]) == ["host"]
+    assert _complete(["virtplane", "describe", "v"]) == ["volumes", "vms"]
+    assert _complete(["virtplane", "host", "maintenance", "enable", "n1", "--strategy", "''"]) == [
+        "Error",
+        "Migration",
+        "ForceStop",
+        "Stop",
+    ]

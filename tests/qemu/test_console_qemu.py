@@ -1,0 +1,121 @@
+"""Issue 14's console on real libvirt + QEMU: ``virtplane console`` (a process driven through a
+pseudo-terminal) reaches a running guest's serial console through the API, which opens it
+over libvirt's console stream on the guest's host, shows the guest's prompt, and runs a
+command in it; a second session is refused while the first holds the console.
+
+The guest is the rig's busybox kernel and initrd started with ``rdinit=/bin/busybox -- sh``:
+its PID 1 is a shell on the serial console, so what is typed runs. The server runs in the
+test's event loop (uvicorn, lifespan off: the plane is started here), so the API and the
+drivers share one loop, as in ``virtplane serve``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from virtplane.domain.resources import Boot, Metadata, RunPolicy, VirtualMachine, VirtualMachineSpec, VMPhase
+
+from .plane import LIMIT_S, QemuPlane
+
+pytestmark = [pytest.mark.qemu, pytest.mark.slow]
+
+CLI = str(Path(sys.executable).parent / "virtplane")
+SHELL_BOOT = "console=ttyS0 panic=-1 quiet rdinit=/bin/busybox -- sh"
+
+
+@pytest.fixture
+async def server(qplane: QemuPlane) -> AsyncIterator[str]:
+    """The plane's app under uvicorn on a free loopback port, in this loop."""
+    config = uvicorn.Config(qplane.plane.app(), host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    served = uvicorn.Server(config)
+    task = asyncio.create_task(served.serve())
+    while not served.started:
+        assert not task.done(), "the server did not start"
+        await asyncio.sleep(0.01)
+    port = served.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+async def read_until(fd: int, text: bytes, seen: bytes = b"") -> bytes:
+    """Bytes from ``fd`` (a pty) until ``text`` came; the limit guards a hang only."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LIMIT_S
+    while text not in seen:
+        assert loop.time() < deadline, f"{text!r} never came; got {seen[-2000:]!r}"
+        if select.select([fd], [], [], 0)[0]:
+            seen += os.read(fd, 4096)
+        else:
+            await asyncio.sleep(0.05)
+    return seen
+
+
+async def test_the_cli_runs_a_command_on_a_guests_serial_console(qplane: QemuPlane, server: str) -> None:
+    await qplane.add_host("a")
+    qplane.store.create(
+        VirtualMachine(
+            metadata=Metadata(name="shell-1"),
+            spec=VirtualMachineSpec(
+                run_policy=RunPolicy.ALWAYS_ON,
+                cpu=1,
+                memory_mib=192,
+                boot=Boot(kernel="guest-kernel", initrd="guest-initrd", cmdline=SHELL_BOOT),
+            ),
+        )
+    )
+    await qplane.wait_settled("shell-1", VMPhase.RUNNING)
+    token = qplane.store.create_token("console-operator", "operator")
+    controller, terminal = pty.openpty()
+    cli = subprocess.Popen(
+        [CLI, "console", "shell-1"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env={**os.environ, "VIRTPLANE_URL": server, "VIRTPLANE_TOKEN": token},
+    )
+    try:
+        seen = await read_until(controller, b"Ctrl-] detaches")
+        os.write(controller, b"\r")  # the shell answers an empty line with its prompt
+        seen = await read_until(controller, b"# ", seen)
+        os.write(controller, b"echo VP-$((6*7)) $(busybox uname -s)\r")
+        seen = await read_until(controller, b"VP-42 Linux", seen)
+
+        url = server.replace("http://", "ws://") + "/v1/vms/shell-1/console"
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+        assert refused.value.response.status_code == 409
+        assert json.loads(refused.value.response.body or b"{}")["reason"] == "ConsoleBusy"
+
+        os.write(controller, b"\x1d")
+        await read_until(controller, b"Detached from the console of VM shell-1.", seen)
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, cli.wait, 30) == 0
+    finally:
+        cli.kill()
+        os.close(controller)
+        os.close(terminal)
+    # detached: the console is free again, and the guest still runs its shell
+    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        await ws.send(b"echo again-$((1+1))\r")
+        output = b""
+        while b"again-2" not in output:
+            message = await asyncio.wait_for(ws.recv(), LIMIT_S)
+            output += message if isinstance(message, bytes) else message.encode()
+    reasons = [reason for reason, _ in qplane.events("shell-1")]
+    assert reasons.count("ConsoleAttached") == 2

@@ -1,0 +1,67 @@
+"""The documentation site builds with MkDocs in strict mode (a warning fails it), with the
+references generated from the code: the API from the OpenAPI document, the CLI from the CLI,
+the settings from the registry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from virtplane.cli.exit_codes import ExitCode
+from virtplane.domain.settings import REGISTRY
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = [sys.executable, str(ROOT / "scripts" / "build_docs.py")]
+
+pytest.importorskip("mkdocs", reason="the docs build needs the test extras (pip install -e '.[test]')")
+
+
+def test_the_site_builds_strictly_with_every_reference(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+
+    done = subprocess.run([*BUILD, "--site-dir", str(site)], capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr
+    for page in (
+        "operator-guide",
+        "architecture",
+        "decisions",
+        "benchmarks",
+        "reference/api",
+        "reference/cli",
+    ):
+        assert (site / page / "index.html").exists(), page
+    settings = (site / "reference" / "settings" / "index.html").read_text(encoding="utf-8")
+    assert all(key in settings for key in REGISTRY), "every setting of the registry"
+    cli = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "virtplane describe" in cli and "--install-completion" in cli
+    assert all(f"{code.value}  " in cli for code in ExitCode), "the exit codes"
+    api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    assert "/v1/hosts/{name}/maintenance" in api and "409" in api
+    assert (site / "reference" / "openapi.json").exists()
+
+
+def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
+    """The strictness is real: a copy of the checkout whose guide links to a missing page."""
+    copy = tmp_path / "repo"
+    for part in ("docs", "scripts"):
+        shutil.copytree(ROOT / part, copy / part)
+    shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+    guide = copy / "docs" / "operator-guide.md"
+    guide.write_text(
+        guide.read_text(encoding="utf-8") + "\nSee [the missing page](missing.md).\n", encoding="utf-8"
+    )
+
+    done = subprocess.run(
+        [sys.executable, str(copy / "scripts" / "build_docs.py"), "--site-dir", str(tmp_path / "site")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode != 0
+    assert "missing.md" in done.stderr
