@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -38,6 +39,18 @@ def libvirt_or_skip() -> Any:
             pytest.fail(why)
         pytest.skip(why, allow_module_level=True)
     return libvirt
+
+
+@pytest.fixture
+def silent_daemon(tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
+    """A libvirt daemon that accepts connections and never answers, as a stopped or hung one
+    does: a unix socket that is listened on and never read. (Its URI, the listener.)"""
+    path = tmp_path / "libvirt-sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+    yield f"qemu+unix:///system?socket={path}", listener
+    listener.close()
 
 
 @pytest.fixture

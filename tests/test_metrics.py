@@ -111,18 +111,19 @@ async def test_a_host_in_error_in_maintenance_and_the_failed_migrations_are_repo
 async def test_a_host_that_cannot_be_reached_is_reported_by_its_connection(cluster: Cluster) -> None:
     await cluster.add_host("h1")
     await cluster.add_host("h2")
+    cluster.plane.settings.set("host.liveness.disconnected_after_s", 0.1)
     cluster.fault("h2", "disconnect")
 
-    def down() -> bool:  # Disconnected at the first failed heartbeat, Down (and staying so) after
+    def disconnected() -> bool:  # after 0.1 s of silence; Down only once fenced (issue 15)
         cluster.plane.enqueue("Host", "h2")
-        return cluster.host("h2").status.connection is HostConnection.DOWN
+        return cluster.host("h2").status.connection is HostConnection.DISCONNECTED
 
-    await eventually(down)
+    await eventually(disconnected)
     samples = await scrape(cluster.plane)
     h2 = {
         c: value(samples, "virtplane_host_connection", host="h2", connection=c.value) for c in HostConnection
     }
-    assert h2 == {c: float(c is HostConnection.DOWN) for c in HostConnection}
+    assert h2 == {c: float(c is HostConnection.DISCONNECTED) for c in HostConnection}
     assert value(samples, "virtplane_host_connection", host="h1", connection="Up") == 1.0
 
 

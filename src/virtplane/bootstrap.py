@@ -53,6 +53,7 @@ from virtplane.domain.resources import (
     Image,
     OperationType,
     Resource,
+    Secret,
     Setting,
     StoragePool,
     VirtualMachine,
@@ -61,6 +62,8 @@ from virtplane.domain.resources import (
     Volume,
 )
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
+from virtplane.fencing.base import Bmc, BmcFactory
+from virtplane.fencing.sim import SimBmcs
 from virtplane.metrics import FleetCollector, PlaneMetrics
 from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, Result, resync_ticker
 from virtplane.runtime.cache import Cache
@@ -132,6 +135,19 @@ def one_reconcile(reconciler: Reconciler, ctx: ControllerContext | None = None) 
     return reconcile
 
 
+def default_bmc_factory(bmcs: SimBmcs | None) -> BmcFactory:
+    """Simulated hosts have the simulated BMC; every other host's BMC speaks Redfish."""
+
+    def make(host: Host, secret: Secret, timeout_s: float) -> Bmc:
+        if bmcs is not None and host.spec.uri.startswith("sim://"):
+            return bmcs.bmc(host, secret, timeout_s)
+        from virtplane.fencing.redfish import redfish_bmc  # sushy loads only where a real BMC is
+
+        return redfish_bmc(host, secret, timeout_s)
+
+    return make
+
+
 class ControlPlane:
     """Everything that runs: build with ``build_control_plane``, then ``start``/``stop``."""
 
@@ -166,7 +182,9 @@ class ControlPlane:
         """Every controller's watches: who wakes whom on a change of the cache."""
         vms = VMReconciler(self.ctx, console_dir=self.options.console_dir)
         self._add(VirtualMachine.KIND, vms, metrics, watches=vm.WATCHES)
-        self._add(Host.KIND, HostReconciler(self.ctx), metrics, workers=4, watches=host.WATCHES)
+        self.bmcs = SimBmcs(sim) if sim is not None else None
+        hosts = HostReconciler(self.ctx, default_bmc_factory(self.bmcs))
+        self._add(Host.KIND, hosts, metrics, workers=4, watches=host.WATCHES)
         pools = StoragePoolReconciler(self.ctx)
         self._add(StoragePool.KIND, pools, metrics, workers=2, watches=storage.POOL_WATCHES)
         self._add(Image.KIND, ImageReconciler(self.ctx), metrics, workers=2, watches=images.WATCHES)

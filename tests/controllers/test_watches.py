@@ -3,10 +3,13 @@
 A row is (the watches of one controller, a change: kind, object before, object after) and
 the keys that controller looks at again. The fleet:
 
-- hosts h1, h2, h3 (connected); a HostMaintenance for h1 and one for h3;
+- hosts h1, h2, h3 (connected), h4 (fenced); a HostMaintenance for h1 and one for h3;
 - pools ``shared`` (volumes) and ``images`` (a library with images debian and vmlinuz);
 - VMs: a on h1 (disk root-a), b on h1 (boots vmlinuz), c Pending without a host (disk root-c,
   a copy of debian), d on h2 migrating to h1 for operation move-d;
+- recovery from a failed host (issue 15), cluster default: r1 holds a slot (Starting on h2),
+  r2 waits for one, f (AlwaysOn, Running on fenced h4) is not released yet; r3 waits for
+  a slot of cluster rack-2;
 - networks lan (VM e on h2 has a NIC on it) and wan (unused);
 - operations: start-a (under way), stop-a (finished), move-d (Migrate, under way),
   evict-b (Evict, pending), move-gone (Migrate of a VM deleted meanwhile); a snapshot snap-a.
@@ -32,12 +35,21 @@ from virtplane.controllers import (
 )
 from virtplane.controllers.vm import watches as vm
 from virtplane.controllers.watch import Watch, requests_for
-from virtplane.domain.intents import MigrationIntent, write_migration
+from virtplane.domain.intents import (
+    Intents,
+    MigrationIntent,
+    Recovery,
+    RecoveryStage,
+    write_intents,
+    write_migration,
+)
 from virtplane.domain.networks import Network, NetworkKind, NetworkSpec, Nic
 from virtplane.domain.resources import (
     Allocation,
     Boot,
     Disk,
+    FencePhase,
+    FenceStatus,
     Host,
     HostConnection,
     HostMaintenance,
@@ -53,6 +65,7 @@ from virtplane.domain.resources import (
     PoolContent,
     PoolKind,
     Resource,
+    RunPolicy,
     Setting,
     StoragePool,
     StoragePoolSpec,
@@ -89,6 +102,12 @@ def _host(name: str, **status: Any) -> Host:
     return h
 
 
+def _fenced_host(name: str) -> Host:
+    h = _host(name, connection=HostConnection.DOWN)
+    h.spec.fenced = True
+    return h
+
+
 def _pool(name: str, content: PoolContent = PoolContent.VOLUMES) -> StoragePool:
     spec = StoragePoolSpec(kind=PoolKind.SHARED, content=content, hosts=["h1", "h2"], capacity_gib=100)
     return StoragePool(metadata=Metadata(name=name), spec=spec)
@@ -120,6 +139,13 @@ def _vm_d(intent: MigrationIntent | None = INTENT) -> VirtualMachine:
     return d
 
 
+def _recovering(name: str, stage: RecoveryStage, cluster: str = "default") -> VirtualMachine:
+    phase, host = (VMPhase.STARTING, "h2") if stage is RecoveryStage.STARTING else (VMPhase.STOPPED, None)
+    v = _vm(name, host, phase)
+    v.metadata.annotations = write_intents({}, Intents(recovery=Recovery(stage, cluster, "h4")))
+    return v
+
+
 def _op(name: str, vm: str, kind: OperationType, phase: OperationPhase) -> VirtualMachineOperation:
     op = VirtualMachineOperation(
         metadata=Metadata(name=name), spec=VirtualMachineOperationSpec(vm=vm, type=kind)
@@ -133,6 +159,7 @@ def _fleet() -> list[Resource]:
         _host("h1"),
         _host("h2"),
         _host("h3"),
+        _fenced_host("h4"),
         _pool("shared"),
         _pool("images", PoolContent.IMAGES),
         _image("debian", ImageKind.DISK),
@@ -143,6 +170,10 @@ def _fleet() -> list[Resource]:
         _vm("b", "h1", boot=Boot(kernel="vmlinuz")),
         _vm("c", None, VMPhase.PENDING, disks=[Disk(volume="root-c")]),
         _vm_d(),
+        _recovering("r1", RecoveryStage.STARTING),
+        _recovering("r2", RecoveryStage.WAITING),
+        _recovering("r3", RecoveryStage.WAITING, cluster="rack-2"),
+        _vm("f", "h4", run_policy=RunPolicy.ALWAYS_ON),
         _vm("e", "h2", nics=[Nic(network="lan")]),
         _network("lan"),
         _network("wan"),
@@ -219,6 +250,14 @@ GONE = _changed(
     ),
 )
 GONE.metadata.name = "gone"
+FENCING = _changed(H1, _set(fence=FenceStatus(phase=FencePhase.POWERING_OFF, attempts=1)))
+SILENT = _changed(H1, _set(silent_since=datetime(2026, 1, 2, tzinfo=UTC)))
+R1, R2 = _recovering("r1", RecoveryStage.STARTING), _recovering("r2", RecoveryStage.WAITING)
+R3 = _recovering("r3", RecoveryStage.WAITING, cluster="rack-2")
+
+
+def _recovery_over(v: VirtualMachine) -> None:
+    v.metadata.annotations = write_intents(v.metadata.annotations, Intents())
 
 
 def _r(kind: str, *names: str) -> set[Request]:
@@ -239,6 +278,12 @@ ROWS: list[Any] = [
     pytest.param(vm.WATCHES, HOST, H1, DOWN, _r(VM, "a", "b", "c"), id="vm: its host's connection (and the unplaced)"),
     pytest.param(vm.WATCHES, HOST, H1, MAINTENANCE, _r(VM, "a", "b", "c"), id="vm: its host's state"),
     pytest.param(vm.WATCHES, HOST, H1, HEARTBEAT, set(), id="vm: a heartbeat wakes nobody"),
+    pytest.param(vm.WATCHES, HOST, H1, SILENT, _r(VM, "a", "b", "c"), id="vm: its host stopped answering (liveness)"),
+    pytest.param(vm.WATCHES, HOST, H1, FENCING, _r(VM, "a", "b", "c"), id="vm: its host's fence (the VMs say why they wait)"),
+    pytest.param(vm.WATCHES, VM, R1, _changed(R1, _recovery_over), _r(VM, "r1", "r2", "f"), id="vm: a recovery slot freed (the cluster's waiting)"),
+    pytest.param(vm.WATCHES, VM, R1, None, _r(VM, "r1", "r2", "f"), id="vm: a recovering VM deleted frees its slot"),
+    pytest.param(vm.WATCHES, VM, R3, _changed(R3, _recovery_over), _r(VM, "r3"), id="vm: a recovery over in another cluster"),
+    pytest.param(vm.WATCHES, VM, R2, _changed(R2, _set(message="x")), _r(VM, "r2"), id="vm: a recovery that goes on frees nothing"),
     pytest.param(vm.WATCHES, HOST, H1, FREED, _r(VM, "c"), id="vm: room freed wakes the unplaced only"),
     pytest.param(vm.WATCHES, HOST, None, _host("h9"), _r(VM, "c"), id="vm: a new host (the unplaced)"),
     pytest.param(vm.WATCHES, HOST, H1, None, set(), id="vm: a host deleted"),
@@ -248,7 +293,7 @@ ROWS: list[Any] = [
     pytest.param(vm.WATCHES, OP, None, _op("x", "a", OperationType.STOP, OperationPhase.PENDING), _r(VM, "a"), id="vm: its operation"),
     # ----------------------------------------------------------------- the host controller
     pytest.param(host.WATCHES, HOST, H1, HEARTBEAT, _r(HOST, "h1"), id="host: itself"),
-    pytest.param(host.WATCHES, "Setting", None, Setting(metadata=Metadata(name="x")), _r(HOST, "h1", "h2", "h3"), id="host: a setting (ratios by host)"),
+    pytest.param(host.WATCHES, "Setting", None, Setting(metadata=Metadata(name="x")), _r(HOST, "h1", "h2", "h3", "h4"), id="host: a setting (ratios by host)"),
     pytest.param(host.WATCHES, VM, A, A_MOVED, _r(HOST, "h1", "h2"), id="host: a VM moved (both hosts)"),
     pytest.param(host.WATCHES, VM, A, A_STOPPED, _r(HOST, "h1"), id="host: a VM's phase"),
     pytest.param(host.WATCHES, VM, A, A_NOTE, set(), id="host: a VM's message"),
@@ -267,6 +312,7 @@ ROWS: list[Any] = [
     pytest.param(storage.POOL_WATCHES, POOL, None, _pool("shared"), _r(POOL, "shared"), id="pool: itself"),
     pytest.param(storage.POOL_WATCHES, HOST, H1, DOWN, _r(POOL, "shared", "images"), id="pool: a host's connection"),
     pytest.param(storage.POOL_WATCHES, HOST, H1, HEARTBEAT, set(), id="pool: a heartbeat"),
+    pytest.param(storage.POOL_WATCHES, HOST, H1, FENCING, _r(POOL, "shared", "images"), id="pool: a host's fence"),
     pytest.param(images.WATCHES, IMAGE, None, _image("debian", ImageKind.DISK), _r(IMAGE, "debian"), id="image: itself"),
     pytest.param(images.WATCHES, POOL, None, _pool("images", PoolContent.IMAGES), _r(IMAGE, "debian", "vmlinuz"), id="image: its library"),
     pytest.param(images.WATCHES, POOL, None, _pool("shared"), set(), id="image: another pool"),

@@ -109,5 +109,6 @@ def test_every_kind_has_a_unique_plural() -> None:
         "snapshots",
         "operations",
         "settings",
+        "secrets",
         "maintenances",
     }

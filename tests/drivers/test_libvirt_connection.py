@@ -7,6 +7,7 @@ connection does after a keepalive timeout.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -137,4 +138,25 @@ async def test_close_stops_reconnecting() -> None:
     network.up = True
     # The reconnect thread has been joined by close(); nothing opens behind our back any more.
     assert network.opens == opens
+    assert not driver.connected
+
+
+async def test_close_returns_while_a_reconnect_waits_on_a_host_that_never_answers(
+    silent_daemon: tuple[str, Any], tmp_path: Any
+) -> None:
+    """The reconnect's open holds no lock: closing the driver (the control plane dropping a
+    lost host) does not wait for an open that a hung daemon never answers."""
+    uri, _ = silent_daemon
+    refused = uri.replace(str(tmp_path / "libvirt-sock"), str(tmp_path / "nobody-here"))
+    opens = []
+
+    def opener(_: str) -> Any:
+        opens.append(uri)
+        return libvirt.open(refused if len(opens) == 1 else uri)  # refused first, then silent
+
+    driver = LibvirtDriver(uri, opener=opener, reconnect_initial_s=0.01, reconnect_max_s=0.01)
+    with pytest.raises(HostUnreachable):
+        await driver.connect()
+    await wait_for(lambda: len(opens) >= 2)  # the reconnect is in the silent daemon's open
+    await asyncio.wait_for(driver.close(), 5.0)
     assert not driver.connected

@@ -24,8 +24,9 @@ from virtplane.api.context import ApiContext
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
 ADMIN_ONLY = frozenset(
-    {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance"}
+    {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance", "secrets"}
 )
+ADMIN_READS = frozenset({"secrets"})  # credentials: admin-only, also to read (issue 15)
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),
@@ -79,9 +80,9 @@ def _fill(path: str) -> str:
 
 def _needs(method: str, path: str) -> str:
     """The lowest role that may call ``method path``."""
-    if method not in WRITE_METHODS:
-        return "viewer"
     parts = path.strip("/").split("/")
+    if method not in WRITE_METHODS:
+        return "admin" if len(parts) > 1 and parts[1] in ADMIN_READS else "viewer"
     resource = parts[-1] if parts[-1] in ADMIN_ONLY else parts[1]
     if resource in OPERATOR_WRITES:
         return "operator"
@@ -191,6 +192,9 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("PATCH", "/v1/images/{name}") == "admin"
     assert _needs("GET", "/v1/images/{name}") == "viewer"
     assert _needs("GET", "/v1/hosts/{name}/maintenance") == "viewer"
+    assert _needs("GET", "/v1/secrets") == "admin"  # issue 15: credentials are admin-only
+    assert _needs("GET", "/v1/secrets/{name}") == "admin"
+    assert _needs("PUT", "/v1/secrets/{name}") == "admin"
     assert _needs("POST", "/v1/vms/actions/stop") == "operator"  # many VMs at once (issue 13)
     assert _needs("POST", "/v1/vms/actions/start") == "operator"
     assert _needs("POST", "/v1/vms/actions/restart") == "operator"

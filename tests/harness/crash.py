@@ -3,7 +3,8 @@
 Runs the real server as a subprocess (6 hosts, 60 VMs of every run policy by
 default), drives rounds of random actions — restores, maintenance enable/cancel
 with every strategy, start/stop/restart, guest shutdowns and crashes, failing
-boots, failing migrations, a host going down — and kills the server with SIGKILL
+boots, failing migrations, a host going down and back (a flap), a host failing for good
+until its simulated BMC fences it (issue 15) — and kills the server with SIGKILL
 in the middle of each round, restarting it on the same data. A model of what each
 VM's power state must be is kept here, in the test process; at the end every
 invariant is checked against the API and against the simulated hypervisors' own
@@ -42,6 +43,7 @@ class Report:
     operations: int = 0
     restores: int = 0
     maintenances: int = 0
+    fences: int = 0
     invariant_violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -100,7 +102,16 @@ class Harness:
 
     def seed_fleet(self) -> None:
         self.server.start()
-        objects: list[tuple[str, dict[str, Any]]] = []
+        objects: list[tuple[str, dict[str, Any]]] = [
+            (
+                "secrets",
+                {
+                    "kind": "Secret",
+                    "metadata": {"name": "bmc"},
+                    "spec": {"username": "root", "password": "pw"},
+                },
+            )
+        ]
         for host in self.host_names:
             objects.append(
                 (
@@ -112,6 +123,13 @@ class Harness:
                             "uri": f"sim://{host}",
                             "cluster": "c1",
                             "capacity": {"vcpus": 64, "memory_mib": 65536},
+                            "fencing": {
+                                "redfish": {
+                                    "address": f"https://bmc-{host}.invalid",
+                                    "system_id": host,
+                                    "credentials_secret": "bmc",
+                                }
+                            },
                         },
                     },
                 )
@@ -175,6 +193,12 @@ class Harness:
                 ("vm.start.backoff_base_s", "0.05"),
                 ("vm.start.backoff_cap_s", "0.5"),
                 ("migration.progress_timeout_s", "5"),
+                # a host down for over a second is fenced; the flaps of host_down_up are shorter
+                ("host.liveness.disconnected_after_s", "0.4"),
+                ("host.liveness.reconnected_after_s", "0.3"),
+                ("host.fencing.after_s", "0.8"),
+                ("host.fencing.retry_base_s", "0.1"),
+                ("host.fencing.retry_cap_s", "1"),
             ):
                 c.patch(f"/v1/settings/{key}", json={"spec": {"value": value}})
         self.wait_quiet(timeout=120)
@@ -240,6 +264,8 @@ class Harness:
             busy_hosts |= self.maintenance_action(pending)
         if self.rng.random() < 0.1:
             busy_hosts |= self.host_down_up(pending)
+        elif self.rng.random() < 0.1:
+            busy_hosts |= self.host_down_up(pending, fenced=True)
         busy_vms = self.follow_up()
         statuses = {v["metadata"]["name"]: v["status"] for v in self.get("/v1/vms")["items"]}
         candidates = [v for v in self.vm_names if statuses[v]["host"] not in busy_hosts and v not in busy_vms]
@@ -319,7 +345,9 @@ class Harness:
             pending.append(("maintenance", host, strategy))
         return {host}
 
-    def host_down_up(self, pending: list[tuple[str, str, str]]) -> set[str]:
+    def host_down_up(self, pending: list[tuple[str, str, str]], fenced: bool = False) -> set[str]:
+        """A host goes down: back after a short while (a flap, never fenced), or, ``fenced``,
+        for good until its BMC fences it; then it is repaired and an admin clears the fence."""
         host = self.rng.choice(self.host_names)
         # Manual VMs running there stay stopped after a host failure (§3); the others come back.
         statuses = {v["metadata"]["name"]: v["status"] for v in self.get("/v1/vms")["items"]}
@@ -333,10 +361,24 @@ class Harness:
                 self.expected[vm] = "Stopped"
             elif status["phase"] == "Migrating":
                 self.maybe_host_failed.add(vm)
+        if fenced:
+            pending.append(("fence", host, ""))
+            return {host}
         time.sleep(self.rng.uniform(0.05, 0.3))
         self.fault(host, "host-up")
         pending.append(("host-up", host, ""))
         return {host}
+
+    def repair(self, host: str) -> None:
+        """The host is back (its stale domains get removed); the admin returns it to service."""
+        self.fault(host, "host-up")
+        for _ in range(100):
+            response = self.call("PATCH", f"/v1/hosts/{host}", {"spec": {"fenced": False}})
+            if response is not None and response.status_code == 200:
+                return
+            self.ensure_running()
+            time.sleep(0.05)
+        self.report.invariant_violations.append(f"could not clear the fence of {host}")
 
     # ------------------------------------------------------------------ waiting and the model
 
@@ -363,6 +405,16 @@ class Harness:
                     self.expected[extra] = "Stopped"
                 if kind == "crash" and policy == "Manual":
                     self.expected[extra] = "Stopped"
+            elif kind == "fence":
+                host = self.wait_until(f"/v1/hosts/{name}", lambda h: h["spec"]["fenced"], deadline + 20)
+                if host is None or not host["spec"]["fenced"]:
+                    status = host["status"] if host else None
+                    self.report.invariant_violations.append(f"host {name} was not fenced in time: {status}")
+                else:
+                    self.report.fences += 1
+                # its must-run VMs on shared storage recover elsewhere before it comes back
+                self.wait_quiet(timeout=20, allow_held=True, ignore_host=name)
+                self.repair(name)
             elif kind == "maintenance":
                 self.wait_until(
                     f"/v1/hosts/{name}",
@@ -423,10 +475,13 @@ class Harness:
             return "Stopped"
         return self.expected[vm]
 
-    def wait_quiet(self, timeout: float = 60.0, allow_held: bool = False) -> bool:
+    def wait_quiet(
+        self, timeout: float = 60.0, allow_held: bool = False, ignore_host: str | None = None
+    ) -> bool:
         """Until every operation ended and every VM settled in Running or Stopped.
 
         ``allow_held``: VMs that a host maintenance holds stopped count as settled.
+        ``ignore_host``: VMs still on this (fenced) host wait for it, and count as settled.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -435,10 +490,13 @@ class Harness:
             busy = [o for o in ops if o["status"]["phase"] not in FINISHED]
             unsettled = [
                 v for v in vms
-                if v["status"]["phase"] not in ("Running", "Stopped")
-                or (
-                    any(k.startswith("virtplane.io/") for k in v["metadata"]["annotations"])
-                    and not (allow_held and v["metadata"]["annotations"].get("virtplane.io/held-by", "").startswith("maintenance/"))
+                if (ignore_host is None or v["status"]["host"] != ignore_host)
+                and (
+                    v["status"]["phase"] not in ("Running", "Stopped")
+                    or (
+                        any(k.startswith("virtplane.io/") for k in v["metadata"]["annotations"])
+                        and not (allow_held and v["metadata"]["annotations"].get("virtplane.io/held-by", "").startswith("maintenance/"))
+                    )
                 )
             ]  # fmt: skip
             if not busy and not unsettled:
@@ -469,6 +527,8 @@ class Harness:
         for host in self.get("/v1/hosts")["items"]:
             if host["status"]["resource_state"] != "Enabled":
                 self.call("DELETE", f"/v1/hosts/{host['metadata']['name']}/maintenance")
+            if host["spec"]["fenced"]:  # a round cut short before the repair
+                self.repair(host["metadata"]["name"])
         if not self.wait_quiet(timeout=120):
             self.report.invariant_violations.append(
                 "the fleet did not settle within 120 s after the workload"
@@ -515,6 +575,8 @@ class Harness:
                 bad.append(
                     f"host {name} is {host['status']['resource_state']} after every maintenance was cancelled"
                 )
+            if host["spec"]["fenced"] or host["status"]["fence"] is not None:
+                bad.append(f"host {name} is still fenced after its repair: {host['status']['fence']}")
         self.vms_final = vms
 
     def check_hypervisors(self) -> None:

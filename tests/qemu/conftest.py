@@ -70,15 +70,14 @@ class Rig:
     local_pool: PoolRef
     library_pool: PoolRef
 
-    def start_host(self, name: str) -> QemuHost:
+    def start_command(self, name: str) -> list[str]:
+        """What starts host ``name``'s daemon (again: the same UUID, socket and ports)."""
         host_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.base}/{name}"))
         port = 49152 + 64 * sorted(self.hosts).index(name)
-        out = subprocess.run(
-            ["bash", str(SCRIPTS / "libvirt-host.sh"), "start", str(self.base), name, host_uuid, str(port)],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        return ["bash", str(SCRIPTS / "libvirt-host.sh"), "start", str(self.base), name, host_uuid, str(port)]
+
+    def start_host(self, name: str) -> QemuHost:
+        out = subprocess.run(self.start_command(name), check=True, capture_output=True, text=True)
         return QemuHost(name, out.stdout.strip().splitlines()[-1])
 
     def stop_host(self, name: str) -> None:

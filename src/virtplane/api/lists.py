@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import Response
 
 from virtplane.api.errors import ApiError
+from virtplane.api.shown import public_bodies
 from virtplane.api.watch import require_resumable
 from virtplane.domain.resources import Resource
 from virtplane.domain.selectors import Selector, SelectorError, parse_field_selector, parse_label_selector
@@ -148,7 +149,8 @@ def page_response(
     else:
         after, revision = "", store.revision()  # read first: every page is at least this new
     page = list_page(store, cls.KIND, limit=limit, after=after, labels=labels, fields=fields)
-    # Stored bodies are in the current schema (store.bodies), so they are the answer as they are.
-    items = page.bodies
+    # Stored bodies are in the current schema (store.bodies), so they are the answer as they are,
+    # but for what the API never shows (a Secret's password).
+    items = public_bodies(cls, page.bodies)
     next_token = None if page.last_name is None else encode_continue(cls.KIND, page.last_name, revision)
     return list_response(items, next_token, revision)

@@ -39,6 +39,7 @@ from anyio import to_thread
 from fastapi.responses import StreamingResponse
 
 from virtplane.api.errors import ApiError
+from virtplane.api.shown import public_json
 from virtplane.domain.resources import API_VERSION, Resource
 from virtplane.domain.selectors import Selector
 from virtplane.store.lists import current_objects, events_after, kind_changes
@@ -189,7 +190,7 @@ class _ObjectReader:
         if self.selective:
             self.matched.add(name)
             self.unmatched.discard(name)
-        lines.append(_line(event, obj.model_dump_json()))
+        lines.append(_line(event, public_json(obj)))  # a Secret without its password
         return lines
 
 

@@ -42,6 +42,7 @@ KINDS: tuple[KindInfo, ...] = (
         ("op", "ops", "operation", "operations", "virtualmachineoperation", "virtualmachineoperations"),
     ),
     KindInfo("Setting", "settings", "setting", ("setting", "settings")),
+    KindInfo("Secret", "secrets", "secret", ("secret", "secrets")),
 )
 
 EVENTS = KindInfo("Event", "events", "event", ("ev", "event", "events"))

@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
@@ -32,6 +33,7 @@ from virtplane.domain.resources import (
 )
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import DriverError, DriverUnavailable
+from virtplane.fencing.base import BmcFactory
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
 
@@ -42,8 +44,9 @@ RETRY_CONNECT_S = 5.0
 
 
 class HostReconciler:
-    def __init__(self, ctx: ControllerContext) -> None:
+    def __init__(self, ctx: ControllerContext, bmc_factory: BmcFactory | None = None) -> None:
         self.ctx = ctx
+        self.fencer = Fencer(ctx, bmc_factory)
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
@@ -53,12 +56,13 @@ class HostReconciler:
         now = ctx.now()
         status = host.status.model_copy(deep=True)
         was = status.connection
+        answered = False
         try:
             driver = await ctx.hosts.get(host.spec.uri)
             facts = await driver.host_facts()
             if host.spec.fenced:
                 await self._remove_stale_domains(host, driver)
-            status.connection = HostConnection.UP
+            answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
             status.bridges = sorted(facts.bridges)  # which bridge networks the host has
@@ -67,9 +71,6 @@ class HostReconciler:
             requeue = HEARTBEAT_S
         except DriverError as exc:
             await ctx.hosts.drop(host.spec.uri)
-            status.connection = (
-                HostConnection.DISCONNECTED if was is HostConnection.UP else HostConnection.DOWN
-            )
             status.message = f"cannot reach {host.spec.uri}: {exc}"
             if isinstance(exc, DriverUnavailable):  # nothing is wrong with the host: say what to install
                 status.message = str(exc)
@@ -82,6 +83,7 @@ class HostReconciler:
                     now=now,
                 )
             requeue = RETRY_CONNECT_S
+        pending = track_liveness(host, status, answered, now, liveness_thresholds(ctx.settings))
         if status.connection != was:
             ctx.event(
                 host,
@@ -112,6 +114,10 @@ class HostReconciler:
         )
         if beat_due and status.connection is HostConnection.UP:
             status.last_heartbeat = now
+        host, fence_requeue = await self.fencer.step(host, status, now)
+        for later in (pending, fence_requeue):
+            if later is not None:
+                requeue = max(0.05, min(requeue, later))
         if status != host.status:
             host.status = status
             ctx.write(host)
@@ -157,18 +163,21 @@ class HostReconciler:
 
 
 def reachability_changed(old: Resource | None, new: Resource | None) -> bool:
-    """A host appeared, or its spec, state or connection changed: what can matter to its VMs,
-    pools and images. Allocation and heartbeat changes are the host's own bookkeeping and
-    wake nobody (at 10,000 VMs this is the hot path)."""
+    """A host appeared, or its spec, state, liveness or fence changed: what can matter to its
+    VMs (which show why they wait), pools and images. Allocation and heartbeat changes are the
+    host's own bookkeeping and wake nobody (at 10,000 VMs this is the hot path)."""
     if not isinstance(new, Host):
         return False
     if not isinstance(old, Host):
         return True
-    return (new.spec, new.status.resource_state, new.status.connection) != (
-        old.spec,
-        old.status.resource_state,
-        old.status.connection,
-    )
+    return _reachability(new) != _reachability(old)
+
+
+def _reachability(host: Host) -> tuple[object, ...]:
+    status = host.status
+    # silent_since flips once when a host stops or starts answering: placement skips a silent host
+    answering = status.silent_since is None
+    return (host.spec, status.resource_state, status.connection, answering, status.fence)
 
 
 def networks_changed(old: Resource | None, new: Resource | None) -> bool:

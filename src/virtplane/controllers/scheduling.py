@@ -106,7 +106,8 @@ def host_views(cache: Cache) -> list[HostView]:
                 name=name,
                 cluster=host.spec.cluster,
                 state=host.status.resource_state,
-                connected=host.status.connection is HostConnection.UP,
+                # a host that stopped answering takes no new VM, even before it counts as Disconnected
+                connected=host.status.connection is HostConnection.UP and host.status.silent_since is None,
                 vcpus=capacity.vcpus if capacity else 0,
                 memory_mib=capacity.memory_mib if capacity else 0,
                 cpu_allocation_ratio=ratios.cpu if ratios else 1.0,

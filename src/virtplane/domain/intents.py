@@ -26,6 +26,8 @@ MAINTENANCE_POWER_STATE = f"{SYSTEM_PREFIX}maintenance-power-state"
 HELD_BY = f"{SYSTEM_PREFIX}held-by"
 RESUME_FROM_MEMORY = f"{SYSTEM_PREFIX}resume-from-memory"
 """The snapshot whose saved memory the start after a restore resumes (see ``memory_resume_stands``)."""
+RECOVERY = f"{SYSTEM_PREFIX}recovery"
+"""Released from a fenced host, to start elsewhere in its turn: ``STAGE:CLUSTER:HOST``."""
 MIGRATION = f"{SYSTEM_PREFIX}migration"
 """A live migration in flight (JSON of ``MigrationIntent``); kept apart from the power intents."""
 
@@ -48,6 +50,32 @@ class RestartStage(StrEnum):
     STARTING = "starting"
 
 
+class RecoveryStage(StrEnum):
+    WAITING = "waiting"
+    """Waiting for a recovery slot of its cluster."""
+    STARTING = "starting"
+    """Holds a slot: starting elsewhere, until it runs."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A VM released from a fenced host that must run again (issue 15)."""
+
+    stage: RecoveryStage
+    cluster: str  # the failed host's: whose recovery slots it takes
+    from_host: str
+
+    def encode(self) -> str:
+        return f"{self.stage.value}:{self.cluster}:{self.from_host}"
+
+    @staticmethod
+    def decode(raw: str | None) -> Recovery | None:
+        stage, _, rest = (raw or "").partition(":")
+        cluster, _, from_host = rest.partition(":")
+        parsed = _enum_or_none(RecoveryStage, stage)
+        return Recovery(parsed, cluster, from_host) if parsed and cluster and from_host else None
+
+
 @dataclass(frozen=True)
 class Intents:
     start: bool = False
@@ -58,6 +86,7 @@ class Intents:
     maintenance_power_state: PowerState | None = None
     held_by: str | None = None  # the operation or maintenance holding the VM (Maintenance condition)
     resume_from_memory: str | None = None  # a snapshot: the start after its restore resumes its memory
+    recovery: Recovery | None = None  # released from a fenced host: to start elsewhere, in its turn
 
     def with_(self, **changes: object) -> Intents:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -87,6 +116,7 @@ def read_intents(annotations: Mapping[str, str]) -> Intents:
         maintenance_power_state=_enum_or_none(PowerState, annotations.get(MAINTENANCE_POWER_STATE)),
         held_by=annotations.get(HELD_BY) or None,
         resume_from_memory=annotations.get(RESUME_FROM_MEMORY) or None,
+        recovery=Recovery.decode(annotations.get(RECOVERY)),
     )
 
 
@@ -107,6 +137,8 @@ def write_intents(annotations: Mapping[str, str], intents: Intents) -> dict[str,
         result[HELD_BY] = intents.held_by
     if intents.resume_from_memory:
         result[RESUME_FROM_MEMORY] = intents.resume_from_memory
+    if intents.recovery is not None:
+        result[RECOVERY] = intents.recovery.encode()
     return result
 
 
@@ -119,6 +151,7 @@ _INTENT_KEYS = frozenset(
         MAINTENANCE_POWER_STATE,
         HELD_BY,
         RESUME_FROM_MEMORY,
+        RECOVERY,
     }
 )
 

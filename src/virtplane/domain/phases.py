@@ -27,6 +27,7 @@ __all__ = [
     "LIVE_STATES",
     "MIGRATABLE_PHASES",
     "PLACED_PHASES",
+    "RECOVERY_END_PHASES",
     "RESTORE_RUNNING_PHASES",
     "TRANSITION_PHASES",
     "UP_PHASES",
@@ -110,3 +111,8 @@ PLACED_PHASES = frozenset(VMPhase)
 Stopped ones too. A stopped VM keeps its host and starts there again without a new placement
 check (only the host's state and connection are looked at), so its room stays held; this is
 why placement counts more than ``ALLOCATED_PHASES``."""
+
+RECOVERY_END_PHASES = frozenset({VMPhase.RUNNING, VMPhase.STOPPED})
+"""A VM released from a fenced host ends its recovery, and frees its recovery slot, when its
+power decision rests in one of these with nothing left to do: it runs elsewhere, or it is no
+longer meant to run. Starting still holds the slot (the boot is what the slot limits)."""

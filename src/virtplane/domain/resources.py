@@ -86,6 +86,28 @@ class Allocation(BaseModel):
     vms: int = 0
 
 
+class RedfishFencing(Strict):
+    """The host's BMC, reached over Redfish (DMTF), that can power the host off."""
+
+    address: str = Field(
+        max_length=1024,
+        pattern=r"^https?://[^\s/?#@]+(:\d{1,5})?/?$",
+        description="The BMC's base URL, http(s)://HOST[:PORT] (no path, no credentials).",
+    )
+    system_id: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9._~-]+$",
+        description="The host's ComputerSystem id on the BMC (the last part of /redfish/v1/Systems/ID).",
+    )
+    credentials_secret: Name = Field(description="A Secret with the BMC's username and password.")
+    verify_tls: bool = Field(default=True, description="Check the BMC's TLS certificate.")
+
+
+class FencingSpec(Strict):
+    redfish: RedfishFencing | None = None
+
+
 class HostSpec(Strict):
     uri: str = Field(
         min_length=1, max_length=1024, description="libvirt URI, or sim://NAME for a simulated host"
@@ -105,6 +127,30 @@ class HostSpec(Strict):
         description="Set by an admin once the host is known to be powered off (fenced): its VMs on "
         "shared storage are recovered on other hosts as after a host failure. Unset it when the host is back.",
     )
+    fencing: FencingSpec | None = Field(
+        default=None,
+        description="How to power the host off when it fails (its BMC); without it, a failed host "
+        "waits for an admin to set spec.fenced.",
+    )
+
+
+class FencePhase(StrEnum):
+    POWERING_OFF = "PoweringOff"
+    """Recorded before the BMC is asked to power the host off; carried through once recorded."""
+    RETRYING = "Retrying"
+    """The BMC did not power the host off, or did not confirm Off; next try at next_attempt_at."""
+    FENCED = "Fenced"
+    """The BMC confirmed Off: spec.fenced is set, until an admin clears it."""
+
+
+class FenceStatus(BaseModel):
+    phase: FencePhase
+    attempts: int = 0
+    started_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    confirmed_at: datetime | None = None
+    reason: str = ""
+    message: str = ""
 
 
 class HostStatus(BaseModel):
@@ -121,6 +167,13 @@ class HostStatus(BaseModel):
         default_factory=list, description="The Linux bridges the host reports (for bridge networks)."
     )
     last_heartbeat: datetime | None = None
+    silent_since: datetime | None = Field(
+        default=None, description="Since when the host has not answered, without a break (liveness)."
+    )
+    answering_since: datetime | None = Field(
+        default=None, description="Since when the host has answered, without a break (liveness)."
+    )
+    fence: FenceStatus | None = Field(default=None, description="Fencing through the BMC, when under way.")
     conditions: list[Condition] = Field(default_factory=list)
     message: str = ""
 
@@ -359,6 +412,12 @@ class VirtualMachineSpec(Strict):
     placement: Placement = Field(default_factory=Placement)
     termination_grace_period_s: int = Field(default=60, ge=0, le=3600)
     boot: Boot | None = None
+    recovery_priority: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="After a host failure, VMs with a higher priority start elsewhere first.",
+    )
     nics: Annotated[list[Nic], AfterValidator(check_nics)] = Field(default_factory=list, max_length=16)
     cloud_init: CloudInit | None = Field(
         default=None, description="First-boot configuration: a NoCloud seed attached as a read-only CD-ROM."
@@ -617,6 +676,32 @@ class Setting(Resource):
     status: SettingStatus = Field(default_factory=SettingStatus)
 
 
+# --------------------------------------------------------------------------- Secret
+
+
+class SecretSpec(Strict):
+    """Credentials (a BMC's). Write-only: the API never returns ``password``."""
+
+    username: str = Field(min_length=1, max_length=255)
+    password: str | None = Field(
+        default=None,
+        max_length=1024,
+        repr=False,  # never in a log line or a traceback
+        description="Required on create; a write without it keeps the stored one. Never returned.",
+    )
+
+
+class SecretStatus(BaseModel):
+    password_set: bool = False
+
+
+class Secret(Resource):
+    KIND: ClassVar[str] = "Secret"
+    PLURAL: ClassVar[str] = "secrets"
+    spec: SecretSpec
+    status: SecretStatus = Field(default_factory=SecretStatus)
+
+
 # --------------------------------------------------------------------------- Event
 
 
@@ -650,6 +735,7 @@ KINDS: tuple[type[Resource], ...] = (
     VirtualMachineOperation,
     HostMaintenance,
     Setting,
+    Secret,
 )
 KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
 KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}

@@ -235,6 +235,66 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=86400,
     ),
     SettingDef(
+        "host.liveness.disconnected_after_s",
+        SettingType.FLOAT,
+        30.0,
+        "A host that does not answer (connection or heartbeat) for this long without a break "
+        "becomes Disconnected: no new VMs; its VMs wait. Shorter drops leave it Up.",
+        minimum=0.01,
+        maximum=86400,
+    ),
+    SettingDef(
+        "host.liveness.reconnected_after_s",
+        SettingType.FLOAT,
+        60.0,
+        "A Disconnected host must answer this long without a break to be Up again, so that a "
+        "flapping host neither takes VMs nor gets fenced.",
+        minimum=0.0,
+        maximum=86400,
+    ),
+    SettingDef(
+        "host.fencing.after_s",
+        SettingType.FLOAT,
+        60.0,
+        "A Disconnected host with spec.fencing is powered off through its BMC once it has not "
+        "answered for this long without a break (counted from the first missed answer).",
+        minimum=0.01,
+        maximum=86400,
+    ),
+    SettingDef(
+        "host.fencing.retry_base_s",
+        SettingType.FLOAT,
+        5.0,
+        "Delay before the first retry of a fence the BMC did not carry out; it doubles each time.",
+        minimum=0.001,
+        maximum=3600,
+    ),
+    SettingDef(
+        "host.fencing.retry_cap_s",
+        SettingType.FLOAT,
+        300.0,
+        "Longest delay between two fencing attempts.",
+        minimum=0.01,
+        maximum=86400,
+    ),
+    SettingDef(
+        "host.fencing.timeout_s",
+        SettingType.FLOAT,
+        10.0,
+        "How long one call to a BMC may take before it counts as not answering.",
+        minimum=0.01,
+        maximum=600,
+    ),
+    SettingDef(
+        "host.recovery.max_starting_per_cluster",
+        SettingType.INT,
+        10,
+        "VMs of a failed host that may be starting elsewhere at the same time, per cluster; "
+        "the others wait their turn by spec.recovery_priority.",
+        minimum=1,
+        maximum=10000,
+    ),
+    SettingDef(
         "controller.resync_period_s",
         SettingType.FLOAT,
         60.0,

@@ -23,6 +23,7 @@ from virtplane.domain.resources import (
     OperationPhase,
     PoolContent,
     Resource,
+    Secret,
     StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
@@ -64,7 +65,20 @@ class Admission:
             self._library(obj.spec.pool)
         elif isinstance(obj, StoragePool):
             self._admit_pool(obj)
+        elif isinstance(obj, Secret) and not obj.spec.password:
+            raise Invalid("PasswordRequired", f"secret {obj.metadata.name} needs spec.password")
+        elif isinstance(obj, Host):
+            self._admit_fencing(obj)
         return obj
+
+    def _admit_fencing(self, host: Host) -> None:
+        redfish = host.spec.fencing.redfish if host.spec.fencing else None
+        if redfish is not None and self.store.find(Secret, redfish.credentials_secret) is None:
+            raise Invalid(
+                "SecretNotFound",
+                f"spec.fencing.redfish.credentials_secret: secret {redfish.credentials_secret} does not "
+                "exist; create it first (kind Secret, admin)",
+            )
 
     # -- the image library (DESIGN.md §8: operators name images, never paths on a host)
 
@@ -174,6 +188,10 @@ class Admission:
             self.networks.admit_nics(new, current)
         elif isinstance(current, Network) and isinstance(new, Network):
             self.networks.admit_network(new, current)
+        elif isinstance(current, Secret) and isinstance(new, Secret) and new.spec.password is None:
+            new.spec.password = current.spec.password  # write-only: a write without it keeps it
+        elif isinstance(current, Host) and isinstance(new, Host) and current.spec.fencing != new.spec.fencing:
+            self._admit_fencing(new)
         return new
 
     def on_delete(self, current: Resource) -> None:
@@ -207,6 +225,16 @@ class Admission:
             )
             if users:
                 raise Refused("ImageInUse", f"image {name} is used by {', '.join(users)}")
+        elif isinstance(current, Secret):
+            users = sorted(
+                h.metadata.name
+                for h in self.cache.hosts()
+                if h.spec.fencing
+                and h.spec.fencing.redfish
+                and h.spec.fencing.redfish.credentials_secret == name
+            )
+            if users:
+                raise Refused("SecretInUse", f"secret {name} holds the BMC credentials of {', '.join(users)}")
         elif isinstance(current, Network):
             users = self.networks.network_users(name)
             if users:

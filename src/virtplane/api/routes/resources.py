@@ -27,6 +27,7 @@ from virtplane.api.lists import (
 )
 from virtplane.api.lists import field_selector as parse_fields
 from virtplane.api.lists import label_selector as parse_labels
+from virtplane.api.shown import public_doc
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
@@ -99,7 +100,7 @@ def _user_writable(obj: Resource, current: Resource | None) -> Resource:
 
 def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> None:
     plural, kind = cls.PLURAL, cls.KIND
-    read = Depends(require(Role.VIEWER))
+    read = Depends(require(READ_ROLES.get(kind, Role.VIEWER)))
     write = Depends(require(write_role))
     tag = kind
 
@@ -157,7 +158,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         return stream_response(stream)
 
     def get_object(name: str, request: Request, _: Principal = read) -> Any:
-        return _ctx(request).store.get(cls, name).model_dump(mode="json")
+        return public_doc(_ctx(request).store.get(cls, name))
 
     def create_object(
         request: Request,
@@ -184,7 +185,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
                 if attempt == CLAIM_ATTEMPTS - 1:
                     raise
         response.status_code = 201
-        return created.model_dump(mode="json")
+        return public_doc(created)
 
     def _apply_update(ctx: ApiContext, name: str, obj: Resource, principal: Principal) -> Any:
         if obj.metadata.name != name:
@@ -209,7 +210,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
                     raise
         if updated.metadata.resource_version != current.metadata.resource_version:
             ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
-        return updated.model_dump(mode="json")
+        return public_doc(updated)
 
     def replace_object(
         name: str,
@@ -320,7 +321,10 @@ WRITE_ROLES: dict[str, Role] = {
     "VirtualMachine": Role.OPERATOR,
     "VirtualMachineSnapshot": Role.OPERATOR,
     "VirtualMachineOperation": Role.OPERATOR,
+    "Secret": Role.ADMIN,
 }
+READ_ROLES: dict[str, Role] = {"Secret": Role.ADMIN}
+"""Kinds that not every role may read (the rest: viewer)."""
 
 
 def resources_router() -> APIRouter:

@@ -12,10 +12,19 @@ from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
-from virtplane.domain.intents import read_migration
+from virtplane.domain.intents import Recovery as RecoveryIntent
+from virtplane.domain.intents import RecoveryStage, read_migration
 from virtplane.domain.networks import nic_statuses
 from virtplane.domain.phases import LIVE_STATES, DomainState
-from virtplane.domain.resources import ExitReason, VirtualMachine, VMPhase
+from virtplane.domain.recovery import Recovery, StorageKind, recovery
+from virtplane.domain.resources import (
+    ExitReason,
+    FencePhase,
+    Host,
+    HostConnection,
+    VirtualMachine,
+    VMPhase,
+)
 from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound
 from virtplane.reconcile.types import Result
 
@@ -86,37 +95,73 @@ async def disks(state: VMState) -> Result | None:
 
 
 async def host(state: VMState) -> Result | None:
-    """The host must answer; a fenced one releases the VM (DESIGN.md §3, host down)."""
+    """The host must answer; when it does not, the recovery table decides (DESIGN.md §3, host
+    down): wait for it, or, once it is fenced, release the VM to run elsewhere or stay stopped."""
     access = await state.host()
     status = state.status
     if not access.problem:
         status.conditions = remove_condition(status.conditions, VMCondition.HOST_REACHABLE)
         return None
-    status.conditions = set_condition(
-        status.conditions, VMCondition.HOST_REACHABLE, False, "HostUnreachable", access.problem, now=state.now
-    )
-    if (
-        access.host is not None
-        and access.host.spec.fenced
-        and local_pool_hosts(state.ctx.cache, state.vm) is None
-    ):
-        # The admin confirmed the host is off: what ran there died with it. Released from the
-        # host, the run policy decides: start elsewhere, or stay stopped.
-        if status.phase is not VMPhase.STOPPED:
-            status.last_exit = ExitReason.HOST_FAILURE
-            status.last_exit_at = state.now
-        status.host = None
-        status.phase = VMPhase.STOPPED
-        state.ctx.event(
-            state.vm,
-            "HostFenced",
-            f"host {access.host.metadata.name} is fenced: the VM is released from it",
-            warning=True,
+    failed = access.host
+    if failed is None:
+        status.conditions = set_condition(
+            status.conditions,
+            VMCondition.HOST_REACHABLE,
+            False,
+            "HostUnreachable",
+            access.problem,
+            now=state.now,
         )
-        raise StopChain(Result(requeue_after=RELEASED_S))
-    if access.host is not None:  # the host exists but cannot be reached: wait, never guess
+        return None  # no host recorded: placement happens at the start
+    local = local_pool_hosts(state.ctx.cache, state.vm) is not None
+    action = recovery(
+        state.vm.spec.run_policy,
+        StorageKind.LOCAL if local else StorageKind.SHARED,
+        HostConnection.DOWN if failed.spec.fenced else failed.status.connection,
+    )
+    if action is Recovery.WAIT:  # the host may still run the VM: wait, never guess
+        reason, message = waiting_for(failed, local, access.problem)
+        status.conditions = set_condition(
+            status.conditions, VMCondition.HOST_REACHABLE, False, reason, message, now=state.now
+        )
         raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
-    return None  # no host recorded: placement happens at the start
+    # The host is confirmed off: what ran there died with it. Released from the host, the run
+    # policy decides: start elsewhere (in its turn, see recovery.py), or stay stopped.
+    name = failed.metadata.name
+    if status.phase is not VMPhase.STOPPED:
+        status.last_exit = ExitReason.HOST_FAILURE
+        status.last_exit_at = state.now
+        if action is Recovery.RESTART_ELSEWHERE:
+            stage = RecoveryIntent(RecoveryStage.WAITING, failed.spec.cluster, name)
+            state.intents = state.intents.with_(recovery=stage)
+    status.host = None
+    status.phase = VMPhase.STOPPED
+    status.conditions = remove_condition(status.conditions, VMCondition.HOST_REACHABLE)
+    outcome = "to start elsewhere" if state.intents.recovery else "it stays stopped"
+    state.ctx.event(
+        state.vm, "HostFenced", f"host {name} is fenced: the VM is released from it, {outcome}", warning=True
+    )
+    raise StopChain(Result(requeue_after=RELEASED_S))
+
+
+def waiting_for(host: Host, local: bool, problem: str) -> tuple[str, str]:
+    """Why a VM of an unreachable host waits: the reason and message of its HostReachable."""
+    name, fence = host.metadata.name, host.status.fence
+    if host.spec.fenced and local:
+        return "WaitingForHost", f"host {name} is fenced and holds a disk of the VM: it waits for the host"
+    if fence is not None and fence.phase is FencePhase.RETRYING:
+        return fence.reason, f"host {name} could not be fenced: {fence.message}"
+    if fence is not None and fence.phase is FencePhase.POWERING_OFF:
+        return "Fencing", f"host {name}: {fence.message}"
+    if host.status.connection is HostConnection.DISCONNECTED and not (
+        host.spec.fencing and host.spec.fencing.redfish
+    ):
+        return (
+            "WaitingForFence",
+            f"host {name} is Disconnected ({problem}); it has no spec.fencing: the VM waits until the "
+            "host answers or an admin confirms it is off (spec.fenced: true)",
+        )
+    return "HostUnreachable", problem
 
 
 async def observe(state: VMState) -> Result | None:
@@ -204,7 +249,17 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
     return None, ", ".join(sorted(unasked))
 
 
-__all__ = ["FINALIZER", "deletion", "disks", "finalizer", "host", "migration", "nics", "observe"]
+__all__ = [
+    "FINALIZER",
+    "deletion",
+    "disks",
+    "finalizer",
+    "host",
+    "migration",
+    "nics",
+    "observe",
+    "waiting_for",
+]
 
 
 async def nics(state: VMState) -> Result | None:

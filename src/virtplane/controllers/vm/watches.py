@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from virtplane.controllers.host import networks_changed, reachability_changed, room_freed
+from virtplane.controllers.vm.recovery import slot_queue
 from virtplane.controllers.watch import Watch, itself, name_of
+from virtplane.domain.intents import read_intents
 from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
@@ -68,6 +70,18 @@ def _vm_of_operation(cache: Cache, old: Resource | None, new: Resource | None) -
     return [Request(KIND, op.spec.vm)] if isinstance(op, VirtualMachineOperation) else []
 
 
+def _vms_waiting_for_a_slot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """A VM's recovery ended (it runs, is no longer meant to, or went): its slot, or its place
+    in the queue, is free, and the others waiting for one of the cluster look again."""
+    before = read_intents(old.metadata.annotations).recovery if isinstance(old, VirtualMachine) else None
+    after = read_intents(new.metadata.annotations).recovery if isinstance(new, VirtualMachine) else None
+    if before is None or after is not None:
+        return []
+    name = name_of(old, new)
+    waiting = slot_queue(cache, before.cluster)[0]
+    return [Request(KIND, vm.name) for vm in waiting if vm.name != name]
+
+
 WATCHES = (
     itself(KIND),
     Watch(Volume.KIND, _vms_using_volume),
@@ -76,4 +90,5 @@ WATCHES = (
     Watch(Host.KIND, _vms_waiting_for_a_host),
     Watch(Network.KIND, _vms_on_network),
     Watch(VirtualMachineOperation.KIND, _vm_of_operation),
+    Watch(KIND, _vms_waiting_for_a_slot),
 )

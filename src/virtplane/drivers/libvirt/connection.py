@@ -76,12 +76,16 @@ class LibvirtConnection:
             if self._conn is not None:
                 return
             self._closing.clear()
-            try:
-                self._open_once()
-            except HostUnreachable:
+        try:
+            conn = self._dial()
+        except HostUnreachable:
+            with self._lock:
                 self._start_reconnecting()
-                raise
-        self._on_up()
+            raise
+        if self._install(conn):
+            self._on_up()
+        elif self._conn is None:
+            raise HostUnreachable(f"{self.uri}: closed while connecting")
 
     def close(self) -> None:
         self._closing.set()
@@ -89,7 +93,9 @@ class LibvirtConnection:
             conn, self._conn = self._conn, None
         reconnector = self._reconnector
         if reconnector is not None and reconnector is not threading.current_thread():
-            reconnector.join(timeout=10)
+            # Between its waits it sees the close at once; in an open that a hung host never
+            # answers it may stay for ever, and installs nothing when it comes back (_install).
+            reconnector.join(timeout=1)
         if conn is not None:
             self._dispose(conn)
 
@@ -115,7 +121,10 @@ class LibvirtConnection:
 
     # -- internals
 
-    def _open_once(self) -> None:
+    def _dial(self) -> Any:
+        """A new connection, ready to use. Blocking, and for ever if the host accepts and never
+        answers (libvirt's open has no timeout): so no lock is held while it runs, and a caller
+        that must not wait bounds it (``runtime.hosts``)."""
         ensure_event_loop()  # keepalive and events need the loop before the connection opens
         try:
             conn = self._opener(self.uri)
@@ -137,8 +146,17 @@ class LibvirtConnection:
             self._dispose(conn)
             self.last_error = str(exc)
             raise HostUnreachable(f"{self.uri}: {exc}") from exc
-        self._conn = conn
-        self.last_error = ""
+        return conn
+
+    def _install(self, conn: Any) -> bool:
+        """Make ``conn`` the connection, unless closed meanwhile or another got there first."""
+        with self._lock:
+            if self._closing.is_set() or self._conn is not None:
+                self._dispose(conn)
+                return False
+            self._conn = conn
+            self.last_error = ""
+            return True
 
     def _closed_by_libvirt(self, conn: Any, reason: int, _opaque: object) -> None:
         lv = _libvirt.load()
@@ -166,17 +184,16 @@ class LibvirtConnection:
             self._dispose(dead)
         delay = self._reconnect_initial_s
         while not self._closing.wait(delay):
-            with self._lock:
-                if self._closing.is_set():
-                    return
-                if self._conn is not None:
-                    return
-                try:
-                    self._open_once()
-                except HostUnreachable as exc:
-                    log.debug("reconnect to %s failed: %s", self.uri, exc)
-                    delay = min(delay * 2, self._reconnect_max_s)
-                    continue
+            if self._conn is not None:
+                return
+            try:
+                conn = self._dial()
+            except HostUnreachable as exc:
+                log.debug("reconnect to %s failed: %s", self.uri, exc)
+                delay = min(delay * 2, self._reconnect_max_s)
+                continue
+            if not self._install(conn):
+                return
             log.info("libvirt connection to %s is back", self.uri)
             self._on_up()
             return

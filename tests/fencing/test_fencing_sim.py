@@ -1,0 +1,205 @@
+"""Host failure on the simulator (issue 15): detect, fence through the (simulated) BMC, recover once."""
+
+from __future__ import annotations
+
+from tests.conftest import eventually
+from tests.fencing.conftest import FencedCluster
+from virtplane.domain.conditions import VMCondition, get_condition
+from virtplane.domain.intents import read_intents
+from virtplane.domain.resources import (
+    ExitReason,
+    FencePhase,
+    Host,
+    HostConnection,
+    RunPolicy,
+    VirtualMachine,
+    VMPhase,
+)
+from virtplane.fencing.sim import BmcFault
+
+ON, OFF, MANUAL, AOUSM = (
+    RunPolicy.ALWAYS_ON,
+    RunPolicy.ALWAYS_OFF,
+    RunPolicy.MANUAL,
+    RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY,
+)
+
+
+async def _fleet(cluster: FencedCluster) -> None:
+    """h1 (with a BMC) runs a VM of every policy on shared storage and one on its local pool; h2 is empty."""
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_vm("aousm", policy=AOUSM)
+    await cluster.add_vm("manual", policy=ON)
+    cluster.store.mutate(VirtualMachine, "manual", lambda v: setattr(v.spec, "run_policy", MANUAL))
+    await cluster.add_vm("off", policy=ON, running=False)  # ran on h1, then AlwaysOff
+    await cluster.add_vm("local", policy=ON, pool="h1-local")
+    await cluster.add_host("h2")
+
+
+def _reason(cluster: FencedCluster, vm: str) -> str | None:
+    condition = get_condition(cluster.vm(vm).status.conditions, VMCondition.HOST_REACHABLE)
+    return condition.reason if condition else None
+
+
+async def test_host_down_every_policy_and_storage(cluster: FencedCluster) -> None:
+    await _fleet(cluster)
+    cluster.fault("h1", "host-down")
+    await eventually(lambda: cluster.host("h1").spec.fenced)
+    host = cluster.host("h1")
+    assert host.status.connection is HostConnection.DOWN
+    assert host.status.fence is not None and host.status.fence.phase is FencePhase.FENCED
+    for name in ("on", "aousm"):  # must run: elsewhere, once
+        await eventually(lambda name=name: cluster.settled(name, "h2"))  # type: ignore[misc]
+        assert "Recovered" in cluster.events("VirtualMachine", name)
+        assert read_intents(cluster.vm(name).metadata.annotations).recovery is None
+    manual = cluster.vm("manual")
+    assert manual.status.phase is VMPhase.STOPPED and manual.status.last_exit is ExitReason.HOST_FAILURE
+    assert manual.status.host is None and cluster.runs_on("manual") == []
+    off = cluster.vm("off")
+    assert off.status.phase is VMPhase.STOPPED and cluster.runs_on("off") == []
+    await eventually(lambda: _reason(cluster, "local") == "WaitingForHost")
+    assert cluster.vm("local").status.host == "h1", "a VM on local storage waits for its host"
+
+    # The host comes back: the domains of the VMs that left are destroyed, never started; it
+    # takes no VM until an admin clears the fence.
+    cluster.fault("h1", "host-up")
+    await eventually(lambda: cluster.host_events("h1").count("StaleDomainRemoved") >= 4)
+    for name in ("on", "aousm"):
+        assert cluster.runs_on(name) == ["h2"], "never on two hosts"
+    assert cluster.runs_on("local") == [], "still fenced: nothing starts on it"
+    cluster.store.mutate(Host, "h1", lambda h: setattr(h.spec, "fenced", False))
+    await eventually(lambda: cluster.settled("local", "h1"), timeout=15)
+    assert cluster.host("h1").status.fence is None
+
+
+async def test_a_bmc_that_times_out_then_answers(cluster: FencedCluster) -> None:
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_host("h2")
+    cluster.bmcs.inject("h1", BmcFault.TIMEOUT, count=3)
+    cluster.fault("h1", "host-down")
+    await eventually(lambda: cluster.host("h1").spec.fenced)
+    failures = [e for e in cluster.store.list_events(kind="Host", name="h1") if e.reason == "FenceFailed"]
+    assert len(failures) == 3 and all("did not answer" in e.message for e in failures)
+    await eventually(lambda: cluster.settled("on", "h2"))
+
+
+async def test_wrong_credentials_leave_the_vms_waiting_with_the_reason(cluster: FencedCluster) -> None:
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_host("h2")
+    cluster.bmcs.inject("h1", BmcFault.WRONG_CREDENTIALS, count=10_000)
+    cluster.fault("h1", "host-down")
+    await eventually(lambda: _reason(cluster, "on") == "BmcCredentialsRejected")
+    fence = cluster.host("h1").status.fence
+    assert fence is not None and fence.phase is FencePhase.RETRYING and "rejected" in fence.message
+    await eventually(lambda: cluster.host_events("h1").count("FenceFailed") >= 3)
+    assert cluster.vm("on").status.host == "h1" and not cluster.host("h1").spec.fenced
+    assert "HostFenced" not in cluster.events("VirtualMachine", "on"), "no recovery without a confirmed Off"
+    cluster.bmcs.faults.clear()  # the admin fixed the credentials
+    await eventually(lambda: cluster.settled("on", "h2"))
+
+
+async def test_an_unknown_system_id(cluster: FencedCluster) -> None:
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_host("h2")
+
+    def wrong(host: Host) -> None:
+        assert host.spec.fencing and host.spec.fencing.redfish
+        host.spec.fencing.redfish.system_id = "no-such-system"
+
+    cluster.store.mutate(Host, "h1", wrong)
+    cluster.fault("h1", "host-down")
+    await eventually(lambda: _reason(cluster, "on") == "BmcSystemNotFound")
+    assert "no-such-system" in (cluster.host("h1").status.fence or cluster.host("h1").status).message
+    assert cluster.vm("on").status.host == "h1"
+
+
+async def test_a_flapping_host_is_not_fenced(cluster: FencedCluster) -> None:
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_host("h2")
+    for _ in range(8):  # short drops, each over before the host counts as Disconnected
+        cluster.fault("h1", "disconnect")
+        cluster.probe("h1")
+        await eventually(lambda: cluster.host("h1").status.silent_since is not None)
+        cluster.fault("h1", "reconnect")
+        cluster.probe("h1")
+        await eventually(lambda: cluster.host("h1").status.silent_since is None)
+    assert cluster.host("h1").status.connection is HostConnection.UP
+    assert cluster.bmcs.calls == [], "the BMC was never asked"
+    assert "Fencing" not in cluster.host_events("h1")
+    assert cluster.settled("on", "h1")
+
+
+async def test_partition_fenced_first_recovered_after(cluster: FencedCluster) -> None:
+    """virtplane cannot reach the host, whose VMs keep running; its BMC can: the host is powered
+    off (its VMs die) before any of them starts elsewhere."""
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_host("h2")
+    cluster.fault("h1", "disconnect")
+    cluster.probe("h1")
+    await eventually(lambda: cluster.settled("on", "h2"))
+    assert ("h1", "force_off") in cluster.bmcs.calls
+    events = cluster.store.list_events(limit=10_000)
+    fenced = next(e.id for e in events if e.kind == "Host" and e.reason == "Fenced")
+    started = [e.id for e in events if e.name == "on" and e.reason == "Started"]
+    assert started[-1] > fenced, "the recovery starts only after the BMC confirmed Off"
+    cluster.fault("h1", "reconnect")
+    cluster.fault("h1", "host-up")
+    await eventually(lambda: "StaleDomainRemoved" in cluster.host_events("h1"))
+    assert cluster.runs_on("on") == ["h2"]
+
+
+async def test_an_off_the_bmc_does_not_confirm_is_not_an_off(cluster: FencedCluster) -> None:
+    """The BMC takes ForceOff but the host stays on (partitioned, its VMs running): nothing moves."""
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_host("h2")
+    cluster.bmcs.inject("h1", BmcFault.NO_CONFIRM, count=2)
+    cluster.fault("h1", "disconnect")
+    cluster.probe("h1")
+    await eventually(lambda: cluster.host("h1").spec.fenced)
+    failures = [
+        e.message for e in cluster.store.list_events(kind="Host", name="h1") if e.reason == "FenceFailed"
+    ]
+    assert len(failures) == 2 and all("reports the host On" in m for m in failures), failures
+    await eventually(lambda: cluster.settled("on", "h2"))
+    assert cluster.bmcs.calls.count(("h1", "force_off")) == 3
+
+
+async def test_recoveries_are_rate_limited_per_cluster_in_priority_order(cluster: FencedCluster) -> None:
+    cluster.plane.settings.set("host.recovery.max_starting_per_cluster", 1)
+    await cluster.add_host("h1")
+    cluster.give_bmc("h1")
+    priorities = {"a": 0, "b": 10, "c": 5, "d": 0, "e": 7}
+    for name, priority in priorities.items():
+        await cluster.add_vm(name, policy=ON, recovery_priority=priority)
+    await cluster.add_host("h2", memory_mib=32768)
+    cluster.fault("h1", "host-down")
+    for name in priorities:
+        await eventually(lambda name=name: cluster.settled(name, "h2"))  # type: ignore[misc]
+    # the complete record of the recovery, in the order it was written
+    record = [
+        (e.reason, e.name)
+        for e in cluster.store.list_events(kind="VirtualMachine", limit=10_000)
+        if e.reason in ("RecoveryStarted", "Recovered")
+    ]
+    started = [name for reason, name in record if reason == "RecoveryStarted"]
+    # one slot at a time, so the order is exact: priority first, then name
+    assert started == ["b", "e", "c", "a", "d"], started
+    holding, most = 0, 0
+    for reason, _ in record:
+        holding += 1 if reason == "RecoveryStarted" else -1
+        most = max(most, holding)
+    assert most == 1 and holding == 0, record
