@@ -18,6 +18,7 @@ POINTS = (
     "restore.overwritten",  # disks reverted and the VM overwritten from the snapshot
     "vm.domain-recreated",  # the domain was defined again, the intent not yet consumed
     "vm.before-start",  # the start request is stored, the domain not started
+    "vm.seed-written",  # a new seed file is on the host, the domain not yet defined with it
 )
 
 
