@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.crash.server import ServerProcess
+from tests.crash.server import ServerProcess, intents_left
 
 
 @pytest.fixture
@@ -75,8 +75,7 @@ def seed(server: ServerProcess, policy: str = "AlwaysOnUnlessStoppedManually") -
 
 def settled(phase: str) -> Any:
     def check(vm: dict[str, Any]) -> bool:
-        intents = [k for k in vm["metadata"]["annotations"] if k.startswith("virtplane.io/")]
-        return bool(vm["status"]["phase"] == phase and not intents)
+        return bool(vm["status"]["phase"] == phase and not intents_left(vm))
 
     return check
 

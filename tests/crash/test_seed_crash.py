@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.crash.server import ServerProcess
+from tests.crash.server import ServerProcess, intents_left
 from tests.crash.test_kill_restart import finished, operation, post
 from virtplane.controllers.seed import vm_seed
 from virtplane.domain.resources import VirtualMachine
-from virtplane.domain.seeds import SEED_VOLUMES, SeedVolume, read_seed_volumes
+from virtplane.domain.seeds import SeedVolume, read_seed_volumes
 from virtplane.drivers.sim import SimCloud, SimFaultError
 from virtplane.store.store import Store, sqlite_url
 
@@ -35,10 +35,7 @@ def settled(phase: str) -> Any:
     """In ``phase`` with no intent left (the seed record is no power intent)."""
 
     def check(vm: dict[str, Any]) -> bool:
-        keys = [
-            k for k in vm["metadata"]["annotations"] if k.startswith("virtplane.io/") and k != SEED_VOLUMES
-        ]
-        return bool(vm["status"]["phase"] == phase and not keys)
+        return bool(vm["status"]["phase"] == phase and not intents_left(vm))
 
     return check
 
