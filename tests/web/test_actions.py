@@ -14,6 +14,7 @@ Screenshots of the main views go to ``$VIRTPLANE_SCREENSHOTS`` when it is set
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,9 @@ def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: DemoServe
         expect(page.locator("#vms th.actions")).to_be_hidden()
     else:
         web = vm_row(page, "web-1").locator("button[data-action]")
-        expect(web).to_have_text(["Stop…", "Restart", "Migrate…", "Snapshot…", "Restore…", "Delete…", "Console"])
+        expect(web).to_have_text(
+            ["Stop…", "Restart", "Migrate…", "Snapshot…", "Restore…", "Delete…", "Console"]
+        )
         expect(vm_row(page, "archive-1").locator("button[data-action]")).to_have_text(
             ["Start", "Snapshot…", "Restore…", "Delete…"]
         )
@@ -178,6 +181,36 @@ def test_migrate_to_a_host_picked_from_the_placement_verdicts(
     (migrate,) = wait_for(lambda: completed(demo, "app-1", "Migrate", 1), "the Migrate Completed")
     assert migrate["spec"]["migrate"] == {"target_host": target}
     assert vm(demo, "app-1")["status"]["host"] == target
+
+
+def test_a_failed_migration_shows_on_the_vm_until_one_arrives(page: Page, demo: DemoServer) -> None:
+    console(page, demo, "operator")
+    with demo.client("admin") as admin:
+        hit = admin.post("/v1/vms/web-1/faults", json={"kind": "fail-migration"})
+        assert hit.status_code == 200, hit.text
+    row = vm_row(page, "web-1")
+    chip = row.locator("td.conditions .chip", has_text="Migration")
+    expect(chip).to_have_count(0)
+
+    row.locator('button[data-action="migrate"]').click()
+    dialog(page, "migrate").locator('[data-act="confirm"]').click()  # Automatic
+    expect(chip).to_have_text("✗ Migration (MigrationFailed)")
+    expect(chip).to_have_class(re.compile(r"\btone-warn\b"))
+    expect(chip).to_have_attribute(
+        "title", re.compile(r"^MigrationFailed: attempt 1 to host-\d .*injected fault")
+    )
+    wait_for(
+        lambda: [op for op in operations_of(demo, "web-1", "Migrate") if op["status"]["phase"] == "Failed"],
+        "the Migrate Failed in the API",
+    )
+
+    row.locator('button[data-action="migrate"]').click()
+    dialog(page, "migrate").locator('[data-act="confirm"]').click()
+    (done,) = wait_for(lambda: completed(demo, "web-1", "Migrate", 1), "the second Migrate Completed")
+    expect(chip).to_have_count(0)
+    shown = page.locator(f'#operations tr[data-name="{done["metadata"]["name"]}"] td.progress')
+    expect(shown).to_contain_text("100%")
+    expect(shown).to_contain_text("state=Migrated")
 
 
 def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(

@@ -41,9 +41,7 @@ def sign_in(page: Page, server: DemoServer, role: str) -> None:
     expect(page.locator("#whoami")).to_have_text(f"web-{role} · {role}")  # the actions are drawn for it
 
 
-def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(
-    page: Page, demo: DemoServer
-) -> None:
+def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(page: Page, demo: DemoServer) -> None:
     sign_in(page, demo, "operator")
     web = page.locator('#vms tr[data-name="web-1"]')
     expect(web.locator("td.phase")).to_have_text("Running")
