@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,3 +61,25 @@ def serve_demo(data_dir: Path, running: tuple[str, ...] = ("web-1",)) -> Iterato
         yield DemoServer(process, tokens)
     finally:
         process.stop()
+
+
+# --------------------------------------------------------------------------- what the API says
+
+
+def vm(demo: DemoServer, name: str) -> dict[str, Any]:
+    with demo.client("viewer") as client:
+        found: dict[str, Any] = client.get(f"/v1/vms/{name}").json()
+    return found
+
+
+def operations_of(demo: DemoServer, vm_name: str, kind: str) -> list[dict[str, Any]]:
+    with demo.client("viewer") as client:
+        items = client.get("/v1/operations", params={"fieldSelector": f"spec.vm={vm_name}"}).json()["items"]
+    return [op for op in items if op["spec"]["type"] == kind]
+
+
+def completed(demo: DemoServer, vm_name: str, kind: str, count: int) -> list[dict[str, Any]]:
+    """The VM's operations of ``kind`` once ``count`` of them have Completed."""
+    ops = operations_of(demo, vm_name, kind)
+    done = [op for op in ops if op["status"]["phase"] == "Completed"]
+    return done if len(done) >= count else []

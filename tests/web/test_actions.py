@@ -4,8 +4,8 @@ One server for the module: the command itself in a subprocess (``tests.web.demo_
 three simulated hosts, shared and local storage, an image library, VMs of every run policy),
 with guests that boot fast and a migration link given by its ``--sim-link-mib-s``. Each test
 acts on VMs of its own, so the tests do not depend on each other's order; the maintenance
-test, which moves whatever runs on host-1, comes last. Every check of the page is compared with what the JSON
-API says.
+test, which moves whatever runs on host-1, comes last. Every check of the page is compared
+with what the JSON API says.
 
 Screenshots of the main views go to ``$VIRTPLANE_SCREENSHOTS`` when it is set
 (``scripts/screenshots.sh`` sets it to docs/screenshots), else to a temporary directory.
@@ -13,15 +13,14 @@ Screenshots of the main views go to ``$VIRTPLANE_SCREENSHOTS`` when it is set
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.web.demo_server import DemoServer, serve_demo
+from tests.web.demo_server import DemoServer, completed, operations_of, serve_demo, vm
 from tests.web.test_dashboard import signed_in, wait_for
 
 if TYPE_CHECKING:
@@ -41,14 +40,6 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wanted = os.environ.get("VIRTPLANE_SCREENSHOTS")
-    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 def console(page: Page, demo: DemoServer, role: str) -> None:
     """Signed in, live, and the role known to the page (the actions are drawn for it)."""
     signed_in(page, demo, role)
@@ -65,25 +56,6 @@ def host_row(page: Page, name: str) -> Locator:
 
 def dialog(page: Page, name: str) -> Locator:
     return page.locator(f'dialog[data-dialog="{name}"]')
-
-
-def vm(demo: DemoServer, name: str) -> dict[str, Any]:
-    with demo.client("viewer") as client:
-        found: dict[str, Any] = client.get(f"/v1/vms/{name}").json()
-    return found
-
-
-def operations_of(demo: DemoServer, vm_name: str, kind: str) -> list[dict[str, Any]]:
-    with demo.client("viewer") as client:
-        items = client.get("/v1/operations", params={"fieldSelector": f"spec.vm={vm_name}"}).json()["items"]
-    return [op for op in items if op["spec"]["type"] == kind]
-
-
-def completed(demo: DemoServer, vm_name: str, kind: str, count: int) -> list[dict[str, Any]]:
-    """The VM's operations of ``kind`` once ``count`` of them have Completed."""
-    ops = operations_of(demo, vm_name, kind)
-    done = [op for op in ops if op["status"]["phase"] == "Completed"]
-    return done if len(done) >= count else []
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
