@@ -90,7 +90,7 @@ class QemuPlane:
     def host_state(self, name: str) -> str:
         return self.store.get(Host, name).status.resource_state.value
 
-    async def add_host(self, name: str, *, enabled: bool = True) -> None:
+    async def add_host(self, name: str, *, enabled: bool = True, migration_address: str | None = None) -> None:
         self.store.create(
             Host(
                 metadata=Metadata(name=name),
@@ -98,6 +98,7 @@ class QemuPlane:
                     uri=self.rig.hosts[name].uri,
                     capacity=Capacity(vcpus=4, memory_mib=2048),
                     enabled=enabled,
+                    migration_address=migration_address,
                 ),
             )
         )
@@ -195,6 +196,12 @@ class QemuPlane:
         return live
 
     async def operate(self, vm: str, kind: OperationType, **spec: Any) -> VirtualMachineOperation:
+        op = await self.finished(vm, kind, **spec)
+        assert op.status.phase is OperationPhase.COMPLETED, (op.status.reason, op.status.message)
+        return op
+
+    async def finished(self, vm: str, kind: OperationType, **spec: Any) -> VirtualMachineOperation:
+        """A new operation on ``vm`` once it has finished, however it did."""
         name = f"{vm}-{kind.value.lower()}-{next(_ids)}"
         self.store.create(
             VirtualMachineOperation(
@@ -204,9 +211,7 @@ class QemuPlane:
         await eventually(
             lambda: self.store.get(VirtualMachineOperation, name).status.phase.finished, timeout=LIMIT_S
         )
-        op = self.store.get(VirtualMachineOperation, name)
-        assert op.status.phase is OperationPhase.COMPLETED, (op.status.reason, op.status.message)
-        return op
+        return self.store.get(VirtualMachineOperation, name)
 
     async def restore(self, vm: str, snapshot: str) -> VirtualMachineOperation:
         return await self.operate(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -69,3 +70,13 @@ def page(browser: Browser) -> Iterator[Page]:
     finally:
         context.close()
     assert not errors, f"the page raised script errors or opened dialogs: {errors}"
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots of the main views go: ``$VIRTPLANE_SCREENSHOTS`` (scripts/screenshots.sh
+    sets it to docs/screenshots), else a temporary directory, so a test run changes no file."""
+    wanted = os.environ.get("VIRTPLANE_SCREENSHOTS")
+    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import FULL_RUN, LiveServer
+from tests.web.demo_server import DemoServer
 from virtplane.domain.resources import EventType
 
 if TYPE_CHECKING:
@@ -91,14 +92,14 @@ def demo_world(live_server: LiveServer) -> None:
         )
 
 
-def sign_in(page: Page, live_server: LiveServer, token: str) -> None:
+def sign_in(page: Page, live_server: LiveServer | DemoServer, token: str) -> None:
     page.goto(live_server.url + "/")
     expect(page.locator("#login")).to_be_visible()
     page.fill("#token-input", token)
     page.click("#login-submit")
 
 
-def signed_in(page: Page, live_server: LiveServer, role: str = "admin") -> None:
+def signed_in(page: Page, live_server: LiveServer | DemoServer, role: str = "admin") -> None:
     sign_in(page, live_server, live_server.tokens[role])
     expect(page.locator("#dashboard")).to_be_visible()
     expect(page.locator("#status-text")).to_contain_text("live")
