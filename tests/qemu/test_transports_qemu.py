@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import eventually
+from tests.crash.server import free_port
 from virtplane.domain.resources import (
     Host,
     HostConnection,
@@ -33,7 +34,6 @@ from .plane import QemuPlane
 from .transports import (
     Pki,
     Sshd,
-    free_port,
     keygen,
     make_pki,
     require_tool,
@@ -122,9 +122,12 @@ async def test_a_refused_certificate_or_key_says_why_on_the_host(
     for name, (uri, _) in refused.items():
         qplane.store.create(Host(metadata=Metadata(name=name), spec=HostSpec(uri=uri)))
 
+    def said(name: str) -> str:
+        return qplane.store.get(Host, name).status.message
+
     async with qplane.api() as api:
         for name, (_, reason) in refused.items():
-            await eventually(lambda n=name: qplane.store.get(Host, n).status.message, timeout=REFUSAL_LIMIT_S)
+            await eventually(lambda: said(name), timeout=REFUSAL_LIMIT_S)  # noqa: B023 (awaited here)
             host = qplane.store.get(Host, name)
             assert host.status.connection is not HostConnection.UP
             assert reason in host.status.message, host.status.message

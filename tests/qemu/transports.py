@@ -7,6 +7,7 @@ made if missing, as the openssh-server package's unit does). All traffic stays o
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -18,19 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.crash.server import free_port
+
 SSHD = Path("/usr/sbin/sshd")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def require_tool(path: str | Path) -> None:
     """Skip without a tool, or fail with VIRTPLANE_QEMU_REQUIRED=1 (scripts/system-deps.sh installs it)."""
-    import os
-
     if shutil.which(str(path)) is None:
         problem = f"{path} is not installed (run scripts/system-deps.sh)"
         if os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1":
