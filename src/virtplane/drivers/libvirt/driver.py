@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from virtplane.drivers.base import (
@@ -33,6 +32,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import DriverError, PermanentError, Unsupported
 from virtplane.drivers.libvirt import _libvirt, console, images, stop_requests, storage
 from virtplane.drivers.libvirt.bridges import check_vlans, host_bridges
+from virtplane.drivers.libvirt.calls import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.domain_xml import build_domain_xml, parse_domain_xml, spec_digest
@@ -66,8 +66,8 @@ class LibvirtDriver:
         console_dir: str | None = None,
         state_dir: str | None = None,
         migration_address: str | None = None,
-        keepalive_interval_s: int = 5,
-        keepalive_count: int = 3,
+        keepalive_interval_s: int = 0,  # off: see docs/decisions.md (a stopped daemon)
+        keepalive_count: int = 0,
         reconnect_initial_s: float = 0.5,
         reconnect_max_s: float = 30.0,
         opener: Opener | None = None,
@@ -78,7 +78,7 @@ class LibvirtDriver:
         self._migration_address = migration_address
         self._stops = StopRequests()
         self._memory = MemoryImages(self.flavor, state_dir)
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="libvirt")
+        self._calls = CallPool(uri)
         self._events = EventRelay(uri, stop_asked=self._stops.asked)
         self._migrations = MigrationTracker(on_failed=self._events.migration_failed)
         self._connection = LibvirtConnection(
@@ -110,11 +110,13 @@ class LibvirtDriver:
 
     async def connect(self) -> None:
         _libvirt.load()
-        await self._blocking(self._connection.open)
+        await self._calls.run(self._connection.open)
 
     async def close(self) -> None:
-        await self._blocking(self._connection.close)
-        self._executor.shutdown(wait=False)
+        """Close the connection; callers still waiting for a call read HostUnreachable at once."""
+        self._calls.close()
+        # not on the pool: its threads may all be in calls that a silent daemon holds
+        await asyncio.to_thread(self._connection.close)
         self._memory.close()
 
     def set_event_sink(self, sink: EventSink | None) -> None:
@@ -266,7 +268,9 @@ class LibvirtDriver:
         self._require(Capability.SERIAL_CONSOLE)  # libvirt's test driver has no consoles
         loop = asyncio.get_running_loop()
         return await self._call(
-            lambda conn: console.open_console(conn, LibvirtDomain.lookup(conn, name), loop, self._executor)
+            lambda conn: console.open_console(
+                conn, LibvirtDomain.lookup(conn, name), loop, self._calls.executor
+            )
         )
 
     # ------------------------------------------------------------------ storage
@@ -390,25 +394,22 @@ class LibvirtDriver:
             return os.path.join(self._console_dir, f"{spec.name}.log")
         return None
 
-    async def _blocking(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
     async def _call(self, fn: Callable[[Any], T]) -> T:
-        """Run ``fn(virConnect)`` in the executor; libvirt errors become driver errors."""
-        return await self._blocking(lambda: self._call_blocking(fn))
+        """Run ``fn(virConnect)`` on the pool; libvirt errors become driver errors."""
+        return await self._calls.run(lambda: self._call_blocking(fn))
 
     def _call_blocking(self, fn: Callable[[Any], T]) -> T:
         lv = _libvirt.load()
-        conn = self._connection.get()
-        try:
-            return fn(conn)
-        except DriverError:
-            raise
-        except lv.libvirtError as exc:
-            alive = self._connection.is_alive()
-            if not alive:
-                self._connection.lost(str(exc))
-            raise _libvirt.translate(exc, connection_alive=alive) from exc
+        with self._connection.using() as conn:  # not closed while the call is in it
+            try:
+                return fn(conn)
+            except DriverError:
+                raise
+            except lv.libvirtError as exc:
+                alive = self._connection.is_alive()
+                if not alive:
+                    self._connection.lost(str(exc))
+                raise _libvirt.translate(exc, connection_alive=alive) from exc
 
     def _info_unless_gone(self, dom: LibvirtDomain) -> DomainInfo | None:
         """What is reported of ``dom``; None when it was undefined since it was found."""
