@@ -32,7 +32,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import DriverError, PermanentError, Unsupported
 from virtplane.drivers.libvirt import _libvirt, console, images, stop_requests, storage
 from virtplane.drivers.libvirt.bridges import check_vlans, host_bridges
-from virtplane.drivers.libvirt.calls import CallPool
+from virtplane.drivers.libvirt.call_pool import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.domain_xml import build_domain_xml, parse_domain_xml, spec_digest
