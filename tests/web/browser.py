@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Dialog, Page
 
 CHROMIUM = "/usr/bin/chromium"
+PAGE_TIMEOUT_MS = 20_000
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -42,6 +43,11 @@ def chromium() -> Iterator[Browser]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         missing("playwright is not installed (pip install playwright; the test extra has it)")
+    from playwright.sync_api import expect
+
+    # expect()'s own default is 5 s; on two loaded cores a drain's return migrations take longer
+    # (seen at 1.1-1.6 s on a quiet machine). One bound for the page's waits and the checks.
+    expect.set_options(timeout=PAGE_TIMEOUT_MS)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -66,7 +72,7 @@ def checked_page(browser: Browser) -> Iterator[Page]:
 
     page.on("pageerror", on_error)
     page.on("dialog", on_dialog)
-    page.set_default_timeout(20_000)
+    page.set_default_timeout(PAGE_TIMEOUT_MS)
     try:
         yield page
     finally:
