@@ -1,5 +1,5 @@
 #!/bin/bash
-# Build the busybox initramfs used by the real-guest tests (TCG, no network).
+# Build the busybox initramfs used by the real-guest tests (TCG).
 # usage: build-initrd.sh KERNEL_TREE OUT.gz
 #   KERNEL_TREE: a linux-image-*-cloud-amd64 package unpacked with `dpkg-deb -x`.
 # What the guest does, so tests can watch it through the serial log:
@@ -23,7 +23,9 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods,etc/acpi/PWRF}
 cp /bin/busybox "$root/bin/busybox"
 # Load order matters: virtio core first, then the PCI transport, then block; evdev+button for ACPI.
-modules="virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk failover net_failover virtio_net evdev button"
+# scsi+sr+isofs read the seed's CD-ROM (virtio-scsi: the Debian cloud kernel has no AHCI).
+modules="virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk failover net_failover virtio_net
+ scsi_common scsi_mod virtio_scsi cdrom sr_mod isofs evdev button"
 for mod in $modules; do
   file=$(find "$moddir" -name "$mod.ko*" | head -1)
   [ -n "$file" ] || { echo "module $mod not found in $moddir" >&2; exit 1; }
@@ -33,7 +35,7 @@ for mod in $modules; do
     *) cp "$file" "$root/mods/$mod.ko" ;;
   esac
 done
-echo "$modules" >"$root/mods/order"
+echo $modules >"$root/mods/order"
 
 # acpid runs the script named after the event's directory/code: PWRF/00000080 is the power button.
 cat >"$root/etc/acpi/PWRF/00000080" <<'SCRIPT'
@@ -49,6 +51,37 @@ cat >"$root/init" <<'SCRIPT'
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+read_seed() {
+  # sr_mod probes the CD-ROM asynchronously: wait for it when a virtio-scsi controller (id 8) is there.
+  if grep -qx 0x0008 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+    for _ in $(seq 50); do findfs LABEL=cidata >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  seed=$(findfs LABEL=cidata 2>/dev/null) || { echo "cidata: none"; return; }
+  mkdir -p /seed && mount -t iso9660 -o ro "$seed" /seed || { echo "cidata: cannot mount $seed"; return; }
+  name=$(sed -n 's/.*"local-hostname": *"\([^"]*\)".*/\1/p' /seed/meta-data)
+  [ -n "$name" ] && hostname "$name" && echo "cidata: hostname $name"
+  # virtplane writes network-config as indented JSON (which is YAML), one key per line:
+  # an ethernet is an object at depth 2; print "mac address/prefix gateway" for each.
+  awk '
+    function flush() { if (mac != "") print mac, (addr == "" ? "-" : addr), (gw == "" ? "-" : gw); mac = addr = gw = "" }
+    /^    "[^"]*": \{/ { flush() }
+    /"macaddress":/ { split($0, q, "\""); mac = q[4] }
+    /"via":/ { split($0, q, "\""); gw = q[4] }
+    /^ *"[0-9.]+\/[0-9]+",?$/ { if (addr == "") { split($0, q, "\""); addr = q[2] } }
+    END { flush() }' /seed/network-config >/tmp/nics
+  while read -r mac addr gw; do
+    dev=""
+    for path in /sys/class/net/*; do [ "$(cat "$path/address")" = "$mac" ] && dev=${path##*/}; done
+    [ -n "$dev" ] || { echo "cidata: no NIC with mac $mac"; continue; }
+    ip link set "$dev" up
+    [ "$addr" != "-" ] && ip addr add "$addr" dev "$dev"
+    [ "$gw" != "-" ] && ip route add default via "$gw" dev "$dev"
+    echo "cidata: $dev $addr via $gw mac $mac"
+  done </tmp/nics
+  if head -c 2 /seed/user-data | grep -q '#!'; then
+    cp /seed/user-data /tmp/user-data && chmod +x /tmp/user-data && /tmp/user-data &
+  fi
+}
 # Two passes: a module whose dependency comes later in the list loads on the second one.
 for pass in 1 2; do for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done; done
 # virtio-blk probes asynchronously: give an attached disk (virtio device id 2) a moment to appear.
@@ -56,6 +89,7 @@ if grep -qx 0x0002 /sys/bus/virtio/devices/*/device 2>/dev/null; then
   for _ in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done
 fi
 acpid -c /etc/acpi -l /tmp/acpid.log
+read_seed
 reboot_after=0
 poweroff_after=0
 dirty_mib=0

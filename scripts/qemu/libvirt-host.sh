@@ -7,6 +7,8 @@
 # So /var/lib/libvirt/images is per-host (local storage at the same path on every
 # host), while any directory outside those (e.g. BASE/shared) is seen by all
 # hosts: shared storage. Prints the connection URI on stdout.
+# env VP_NETNS=NAME: the daemon (and so its guests' taps and migration sockets) runs in that
+# network namespace (`ip netns add NAME` first); its socket is still reached from outside.
 set -euo pipefail
 action=${1:?start|stop}; base=${2:?base dir}; name=${3:?host name}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -62,7 +64,7 @@ if [ -d "$base/qemu-caps" ] && [ ! -d "$hostdir/cache/qemu/capabilities" ]; then
   cp -r "$base/qemu-caps" "$hostdir/cache/qemu/capabilities"
 fi
 rm -f "$sock"
-unshare --mount --propagation private /bin/sh -c "
+${VP_NETNS:+ip netns exec "$VP_NETNS"} unshare --mount --propagation private /bin/sh -c "
   mount --bind '$hostdir/etc' /etc/libvirt &&
   mount --bind '$hostdir/run' /run/libvirt &&
   mount --bind '$hostdir/lib' /var/lib/libvirt &&
@@ -70,7 +72,7 @@ unshare --mount --propagation private /bin/sh -c "
   mount --bind '$hostdir/log' /var/log/libvirt &&
   exec python3 '$here/subreaper.py' /usr/sbin/libvirtd -f '$hostdir/etc/libvirtd.conf' -p '$pidfile'
 " </dev/null >"$hostdir/log/stdout.log" 2>&1 &
-echo $! >"$hostdir/subreaper.pid"  # unshare and sh exec, so this is the subreaper
+echo $! >"$hostdir/subreaper.pid"  # ip netns exec, unshare and sh exec, so this is the subreaper
 for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "libvirtd $name did not start; see $hostdir/log" >&2; exit 1; }
 echo "qemu+unix:///system?socket=$sock"

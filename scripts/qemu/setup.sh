@@ -61,11 +61,15 @@ if [ ! -f "$cache/guest/vmlinuz" ] || [ ! -d "$cache/kernel/lib/modules" ]; then
   rm -rf "$cache/download"
 fi
 
-# --- guest initramfs (rebuilt when its script changes)
+# --- guest initramfs (rebuilt when its script or the cache key changes)
+# Key 2: the guest reads its NoCloud seed (scsi, sr_mod, isofs modules; the seed reader in init).
+cache_key=2
 initrd_script=$repo/scripts/qemu/build-initrd.sh
-stamp=$(sha256sum "$initrd_script" | cut -c1-16)
+stamp="$cache_key-$(sha256sum "$initrd_script" | cut -c1-16)"
 if [ ! -f "$cache/guest/initrd.gz" ] || [ "$(cat "$cache/guest/initrd.stamp" 2>/dev/null)" != "$stamp" ]; then
-  bash "$initrd_script" "$cache/kernel" "$cache/guest/initrd.gz"
+  # Built aside and moved in: a test copying the guest never reads half an initramfs.
+  bash "$initrd_script" "$cache/kernel" "$cache/guest/initrd.gz.new"
+  mv "$cache/guest/initrd.gz.new" "$cache/guest/initrd.gz"
   echo "$stamp" >"$cache/guest/initrd.stamp"
 fi
 

@@ -19,6 +19,7 @@ POINTS = (
     "vm.domain-recreated",  # the domain was defined again, the intent not yet consumed
     "vm.before-start",  # the start request is stored, the domain not started
     "host.before-fence",  # the fence is recorded on the host, the BMC not asked yet
+    "vm.seed-written",  # a new seed file is on the host, the domain not yet defined with it
 )
 
 

@@ -1,5 +1,6 @@
 """The demo world: three simulated hosts with a bridge each, shared and local storage, an
-image library, a bridge network and a user network, VMs of every run policy.
+image library, a bridge network and a user network, VMs of every run policy (each with a NIC
+on the user network).
 
 ``seed`` adds only what is missing, so restarting ``serve --demo`` keeps the data;
 ``stock_library`` places the library's files on the simulated hosts, as an admin would.
@@ -10,7 +11,8 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from typing import TYPE_CHECKING
 
-from virtplane.domain.networks import Network, NetworkKind, NetworkSpec
+from virtplane.domain.ipam import Claim
+from virtplane.domain.networks import Network, NetworkKind, NetworkSpec, Nic, nic_claims
 from virtplane.domain.resources import (
     Capacity,
     Disk,
@@ -33,6 +35,8 @@ from virtplane.domain.resources import (
     VolumeSource,
     VolumeSpec,
 )
+from virtplane.runtime.cache import Cache
+from virtplane.services.networks import NetworkAdmission
 from virtplane.store.errors import AlreadyExists
 from virtplane.store.store import Store
 
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 CLUSTER = "demo"
 HOSTS = ("host-1", "host-2", "host-3")
 BRIDGES = ("br0",)
+USER_NETWORK = "user"
+"""The network every demo VM has a NIC on (QEMU's user networking: no bridge needed)."""
 """The Linux bridges every simulated host of the demo has."""
 LIBRARY = "images"
 LIBRARY_FILES = {  # image name: (file, kind, content, GiB)
@@ -96,7 +102,9 @@ def demo_objects() -> list[Resource]:
         )
     )
     objects.append(
-        Network(metadata=Metadata(name="user"), spec=NetworkSpec(kind=NetworkKind.USER, cluster=CLUSTER))
+        Network(
+            metadata=Metadata(name=USER_NETWORK), spec=NetworkSpec(kind=NetworkKind.USER, cluster=CLUSTER)
+        )
     )
     for image, (file, kind, _, _) in LIBRARY_FILES.items():
         objects.append(
@@ -125,6 +133,7 @@ def demo_objects() -> list[Resource]:
                     cpu=cpu,
                     memory_mib=memory,
                     disks=[Disk(volume=f"{name}-root", boot_order=1)],
+                    nics=[Nic(network=USER_NETWORK)],
                     placement=Placement(anti_affinity_group=group),
                     termination_grace_period_s=10,
                 ),
@@ -134,11 +143,21 @@ def demo_objects() -> list[Resource]:
 
 
 def seed(store: Store) -> int:
-    """Create the demo objects that do not exist yet; returns how many were created."""
+    """Create the demo objects that do not exist yet; returns how many were created.
+
+    A VM's NICs get their MACs as through the API: the same admission fills them in, and
+    the VM is written with its claims on them."""
+    nics = NetworkAdmission(store, Cache(store))  # (admitting NICs reads only the store)
     created = 0
     for obj in demo_objects():
+        if store.find(type(obj), obj.metadata.name) is not None:
+            continue
+        claims: list[Claim] = []
+        if isinstance(obj, VirtualMachine):
+            nics.admit_nics(obj, None)
+            claims = nic_claims(obj.spec.nics)
         try:
-            store.create(obj)
+            store.create(obj, claims=claims)
             created += 1
         except AlreadyExists:
             pass

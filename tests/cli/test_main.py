@@ -26,6 +26,7 @@ class RecordedServeOptions:
     log_format: str = "text"
     sim_boot_seconds: float = 1.5
     sim_shutdown_seconds: float = 0.5
+    sim_link_mib_s: float = 1000.0
     lease_s: float = 15.0
 
 
@@ -65,6 +66,7 @@ def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions
     args = ["serve", "--demo", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--port", "9000"]
     args += ["--db", "postgresql+psycopg://db/virtplane", "--log-level", "DEBUG"]
     args += ["--sim-boot-seconds", "0.1", "--sim-shutdown-seconds", "0.2", "--leader-lease-seconds", "6"]
+    args += ["--sim-link-mib-s", "50000"]
 
     result = CliRunner().invoke(app, args)
 
@@ -79,6 +81,7 @@ def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions
             log_level="debug",
             sim_boot_seconds=0.1,
             sim_shutdown_seconds=0.2,
+            sim_link_mib_s=50000.0,
             lease_s=6.0,
         )
     ]

@@ -25,6 +25,7 @@ log-level = "DEBUG"
 log-format = "json"
 sim-boot-seconds = 0.1
 sim-shutdown-seconds = 0.2
+sim-link-mib-s = 50000
 leader-lease-seconds = 6
 """
 
@@ -69,6 +70,7 @@ def test_every_flag_of_serve_can_come_from_the_file(
             log_format="json",
             sim_boot_seconds=0.1,
             sim_shutdown_seconds=0.2,
+            sim_link_mib_s=50000,
             lease_s=6.0,
         )
     ]

@@ -13,6 +13,18 @@ from typing import Any
 
 import httpx
 
+from virtplane.domain.intents import SYSTEM_PREFIX
+from virtplane.domain.seeds import SEED_VOLUMES
+
+# A system annotation that is a record of what exists (the VM's seed files), not an intent
+# waiting to be carried out: a settled VM may keep it.
+RECORDS = frozenset({SEED_VOLUMES})
+
+
+def intents_left(vm: dict[str, Any]) -> list[str]:
+    """The VM's system annotations that are intents still to carry out."""
+    return [k for k in vm["metadata"]["annotations"] if k.startswith(SYSTEM_PREFIX) and k not in RECORDS]
+
 
 def free_port() -> int:
     with socket.socket() as s:

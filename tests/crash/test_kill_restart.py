@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.crash.server import ServerProcess
+from tests.crash.server import ServerProcess, intents_left
 
 
 @pytest.fixture
@@ -42,20 +42,7 @@ def seed(server: ServerProcess, policy: str = "AlwaysOnUnlessStoppedManually") -
                 "spec": {"uri": "sim://h1", "capacity": {"vcpus": 16, "memory_mib": 32768}},
             },
         )
-        post(
-            c,
-            "/v1/storagepools",
-            {
-                "kind": "StoragePool",
-                "metadata": {"name": "shared"},
-                "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 100},
-            },
-        )
-        post(
-            c,
-            "/v1/volumes",
-            {"kind": "Volume", "metadata": {"name": "a-root"}, "spec": {"pool": "shared", "size_gib": 1}},
-        )
+        post_shared_root(c)
         post(
             c,
             "/v1/vms",
@@ -73,10 +60,27 @@ def seed(server: ServerProcess, policy: str = "AlwaysOnUnlessStoppedManually") -
             assert c.patch(f"/v1/settings/{key}", json={"spec": {"value": value}}).status_code == 200
 
 
+def post_shared_root(c: httpx.Client) -> None:
+    """A shared pool and the volume ``a-root`` on it: the disk of the VM these tests kill around."""
+    post(
+        c,
+        "/v1/storagepools",
+        {
+            "kind": "StoragePool",
+            "metadata": {"name": "shared"},
+            "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 100},
+        },
+    )
+    post(
+        c,
+        "/v1/volumes",
+        {"kind": "Volume", "metadata": {"name": "a-root"}, "spec": {"pool": "shared", "size_gib": 1}},
+    )
+
+
 def settled(phase: str) -> Any:
     def check(vm: dict[str, Any]) -> bool:
-        intents = [k for k in vm["metadata"]["annotations"] if k.startswith("virtplane.io/")]
-        return bool(vm["status"]["phase"] == phase and not intents)
+        return bool(vm["status"]["phase"] == phase and not intents_left(vm))
 
     return check
 

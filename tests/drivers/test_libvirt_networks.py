@@ -58,7 +58,9 @@ def test_one_bridge_interface_per_nic_and_the_seed_as_a_read_only_cdrom() -> Non
     (cdrom,) = root.findall("devices/disk[@device='cdrom']")
     assert cdrom.find("source").get("file") == SEED  # type: ignore[union-attr]
     assert cdrom.find("readonly") is not None
-    assert cdrom.find("target").attrib == {"dev": "sda", "bus": "sata"}  # type: ignore[union-attr]
+    assert cdrom.find("target").attrib == {"dev": "sda", "bus": "scsi"}  # type: ignore[union-attr]
+    (controller,) = root.findall("devices/controller[@type='scsi']")
+    assert controller.get("model") == "virtio-scsi"  # the cloud kernels have no AHCI for SATA
     # the guest's disks (what snapshots and migrations copy) are not the seed
     assert parse_domain_xml(ET.tostring(root, encoding="unicode")).disks == (("vda", "/pools/a/root.qcow2"),)
 

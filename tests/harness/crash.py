@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from tests.crash.server import ServerProcess
+from tests.crash.server import ServerProcess, intents_left
 
 POLICIES = ("AlwaysOn", "AlwaysOff", "Manual", "AlwaysOnUnlessStoppedManually")
 STRATEGIES = ("Error", "Migration", "ForceStop", "Stop")
@@ -494,7 +494,7 @@ class Harness:
                 and (
                     v["status"]["phase"] not in ("Running", "Stopped")
                     or (
-                        any(k.startswith("virtplane.io/") for k in v["metadata"]["annotations"])
+                        intents_left(v)
                         and not (allow_held and v["metadata"]["annotations"].get("virtplane.io/held-by", "").startswith("maintenance/"))
                     )
                 )
@@ -561,7 +561,7 @@ class Harness:
                 bad.append(
                     f"VM {name} ({self.policy[name]}) is {phase}, expected {want}; last_exit {vm['status']['last_exit']}"
                 )
-            leftovers = [k for k in vm["metadata"]["annotations"] if k.startswith("virtplane.io/")]
+            leftovers = intents_left(vm)
             if leftovers:
                 bad.append(f"VM {name} has intents left over: {leftovers}")
             host = vm["status"]["host"]

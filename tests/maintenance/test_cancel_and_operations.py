@@ -8,8 +8,10 @@ from tests.conftest import eventually
 from tests.controllers.helpers import operate, wait_op
 from tests.maintenance.conftest import Cluster
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+from virtplane.domain.conditions import VMCondition
 from virtplane.domain.intents import MigrationIntent, read_migration, write_migration
 from virtplane.domain.resources import (
+    ConditionStatus,
     Metadata,
     MigrateSpec,
     OperationPhase,
@@ -85,8 +87,10 @@ async def test_the_cancel_s_own_return_vms_wins_over_the_setting(
         assert cluster.settled(vm, "h1" if asked else host or "")
 
 
-def migrate_op(cluster: Cluster, vm: str, kind: OperationType, target: str | None = None) -> str:
-    name = f"{vm}-{kind.value.lower()}"
+def migrate_op(
+    cluster: Cluster, vm: str, kind: OperationType, target: str | None = None, *, attempt: int = 1
+) -> str:
+    name = f"{vm}-{kind.value.lower()}" + (f"-{attempt}" if attempt > 1 else "")
     cluster.store.create(
         VirtualMachineOperation(
             metadata=Metadata(name=name),
@@ -110,6 +114,30 @@ async def test_migrate_to_a_named_host_and_evict(cluster: Cluster) -> None:
     op = await wait_op(cluster.plane, migrate_op(cluster, "a", OperationType.EVICT))
     assert op.status.phase is OperationPhase.COMPLETED, op.status.message
     assert cluster.vm("a").status.host in ("h1", "h2")
+
+
+async def test_a_migration_that_ended_leaves_its_operation_done_and_no_migration_condition(
+    cluster: Cluster,
+) -> None:
+    """A failed attempt leaves a False Migration condition saying why, until a migration of
+    the VM succeeds; a Completed Migrate shows its move Migrated at 100 %, not Migrating at 0 %."""
+    await cluster.add_host("h1")
+    await cluster.add_vm("a")
+    await cluster.add_host("h2")
+    cluster.fault("h1", "fail-migration", "a", count=1)
+    failed = await wait_op(cluster.plane, migrate_op(cluster, "a", OperationType.MIGRATE, "h2"))
+    assert failed.status.phase is OperationPhase.FAILED
+    assert failed.status.progress["state"] == "Failed"
+    (why,) = [c for c in cluster.vm("a").status.conditions if c.type == VMCondition.MIGRATION]
+    assert (why.status, why.reason) == (ConditionStatus.FALSE, "MigrationFailed")
+
+    done = await wait_op(cluster.plane, migrate_op(cluster, "a", OperationType.MIGRATE, "h2", attempt=2))
+    assert done.status.phase is OperationPhase.COMPLETED, done.status.message
+    assert (done.status.progress["state"], done.status.progress["progress_pct"]) == ("Migrated", 100.0)
+    assert done.status.step == "Migrated"
+    current = cluster.vm("a")
+    assert current.status.host == "h2"
+    assert [c.type for c in current.status.conditions if c.type == VMCondition.MIGRATION] == []
 
 
 async def test_migrate_to_a_disabled_host_fails_and_the_vm_stays(cluster: Cluster) -> None:

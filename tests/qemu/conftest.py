@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -69,6 +70,7 @@ class Rig:
     shared_pool: PoolRef
     local_pool: PoolRef
     library_pool: PoolRef
+    netns: str | None = None  # the network namespace the daemons (and their guests' NICs) run in
 
     def start_command(self, name: str) -> list[str]:
         """What starts host ``name``'s daemon (again: the same UUID, socket and ports)."""
@@ -77,7 +79,13 @@ class Rig:
         return ["bash", str(SCRIPTS / "libvirt-host.sh"), "start", str(self.base), name, host_uuid, str(port)]
 
     def start_host(self, name: str) -> QemuHost:
-        out = subprocess.run(self.start_command(name), check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            self.start_command(name),
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "VP_NETNS": self.netns or ""},
+        )
         return QemuHost(name, out.stdout.strip().splitlines()[-1])
 
     def stop_host(self, name: str) -> None:
@@ -88,13 +96,25 @@ class Rig:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-@pytest.fixture(scope="session")
-def rig() -> Iterator[Rig]:
+def require_prerequisites() -> None:
+    """Skip (or fail, with VIRTPLANE_QEMU_REQUIRED=1) when a part of the rig cannot be had."""
     problem = _missing_prerequisites()
     if problem is not None:
         if os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1":
             pytest.fail(problem)
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def rig() -> Iterator[Rig]:
+    require_prerequisites()
+    with running_rig() as started:
+        yield started
+
+
+@contextmanager
+def running_rig(netns: str | None = None) -> Iterator[Rig]:
+    """Two daemons, a and b (in ``netns`` if given), with the guest's image library."""
     import libvirt
 
     base = Path(tempfile.mkdtemp(prefix="vp-qemu-"))  # short: unix socket paths are limited to 108 bytes
@@ -112,6 +132,7 @@ def rig() -> Iterator[Rig]:
         shared_pool=PoolRef(name="shared", path=str(base / "shared"), shared=True),
         local_pool=PoolRef(name="local", path=LOCAL_IMAGES),
         library_pool=PoolRef(name="library", path=str(base / "library"), shared=True),
+        netns=netns,
     )
     caps_cache = CACHE / "qemu-caps"
     try:

@@ -6,7 +6,9 @@ URIs, with a shared directory pool (seen by both daemons) and a local pool per h
 The guests are the busybox test guest (192 MiB): their serial consoles show ``GUEST-UP`` and
 ``DISK0: <first 16 bytes of vda>`` at boot, ``TICK n`` every 2 s, and the kernel's
 ``POWERED_DOWN`` when they power off in order (on the ACPI power button); a destroyed guest
-says nothing more. That is what tests read besides the drivers' own view.
+says nothing more. A guest with a NoCloud seed says what it took from it before GUEST-UP
+(``cidata: hostname NAME``, ``cidata: eth0 ADDRESS/PREFIX via GATEWAY mac MAC``) and runs a
+user data that starts with ``#!``. That is what tests read besides the drivers' own view.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class QemuPlane:
     def host_state(self, name: str) -> str:
         return self.store.get(Host, name).status.resource_state.value
 
-    async def add_host(self, name: str, *, enabled: bool = True) -> None:
+    async def add_host(self, name: str, *, enabled: bool = True, migration_address: str | None = None) -> None:
         self.store.create(
             Host(
                 metadata=Metadata(name=name),
@@ -96,6 +98,7 @@ class QemuPlane:
                     uri=self.rig.hosts[name].uri,
                     capacity=Capacity(vcpus=4, memory_mib=2048),
                     enabled=enabled,
+                    migration_address=migration_address,
                 ),
             )
         )
@@ -129,8 +132,11 @@ class QemuPlane:
         """Where a host's local file of ``volume`` is, seen from this process."""
         return self.rig.base / "hosts" / host / "lib" / "images" / volume_file(self.store.get(Volume, volume))
 
-    def add_vm(self, name: str, policy: RunPolicy, *volumes: str, grace_s: int = 20) -> VirtualMachine:
-        """A guest booting the test kernel; the first volume is its /dev/vda."""
+    def add_vm(
+        self, name: str, policy: RunPolicy, *volumes: str, grace_s: int = 20, **spec: Any
+    ) -> VirtualMachine:
+        """A guest booting the test kernel; the first volume is its /dev/vda; ``spec`` adds fields
+        (``nics``, ``cloud_init``)."""
         return self.store.create(
             VirtualMachine(
                 metadata=Metadata(name=name, labels={"scenario": "qemu"}),
@@ -143,6 +149,7 @@ class QemuPlane:
                     boot=Boot(
                         kernel="guest-kernel", initrd="guest-initrd", cmdline="console=ttyS0 panic=-1 quiet"
                     ),
+                    **spec,
                 ),
             )
         )
@@ -189,6 +196,12 @@ class QemuPlane:
         return live
 
     async def operate(self, vm: str, kind: OperationType, **spec: Any) -> VirtualMachineOperation:
+        op = await self.finished(vm, kind, **spec)
+        assert op.status.phase is OperationPhase.COMPLETED, (op.status.reason, op.status.message)
+        return op
+
+    async def finished(self, vm: str, kind: OperationType, **spec: Any) -> VirtualMachineOperation:
+        """A new operation on ``vm`` once it has finished, however it did."""
         name = f"{vm}-{kind.value.lower()}-{next(_ids)}"
         self.store.create(
             VirtualMachineOperation(
@@ -198,9 +211,7 @@ class QemuPlane:
         await eventually(
             lambda: self.store.get(VirtualMachineOperation, name).status.phase.finished, timeout=LIMIT_S
         )
-        op = self.store.get(VirtualMachineOperation, name)
-        assert op.status.phase is OperationPhase.COMPLETED, (op.status.reason, op.status.message)
-        return op
+        return self.store.get(VirtualMachineOperation, name)
 
     async def restore(self, vm: str, snapshot: str) -> VirtualMachineOperation:
         return await self.operate(

@@ -13,8 +13,9 @@ from virtplane.domain.resources import (
     VirtualMachineSpec,
     VMPhase,
 )
+from virtplane.store.database import EventRecord
 from virtplane.store.errors import AlreadyExists, Conflict, StatusOnly
-from virtplane.store.store import EventRecord, Store
+from virtplane.store.store import Store
 
 
 def event(reason: str) -> EventRecord:

@@ -1,11 +1,11 @@
-"""Every dashboard action, clicked in a real headless Chromium, against the demo world.
+"""Every dashboard action, clicked in a real headless Chromium, against ``virtplane serve --demo``.
 
-One server for the module: the objects of ``serve --demo`` (``virtplane.demo``: three
-simulated hosts, shared and local storage, an image library, VMs of every run policy) served
-by the real app under uvicorn, with a simulator that migrates fast. Each test acts on VMs of
-its own, so the tests do not depend on each other's order; the maintenance test, which moves
-whatever runs on host-1, comes last. Every check of the page is compared with what the JSON
-API says.
+One server for the module: the command itself in a subprocess (``tests.web.demo_server``:
+three simulated hosts, shared and local storage, an image library, VMs of every run policy),
+with guests that boot fast and a migration link given by its ``--sim-link-mib-s``. Each test
+acts on VMs of its own, so the tests do not depend on each other's order; the maintenance
+test, which moves whatever runs on host-1, comes last. Every check of the page is compared
+with what the JSON API says.
 
 Screenshots of the main views go to ``$VIRTPLANE_SCREENSHOTS`` when it is set
 (``scripts/screenshots.sh`` sets it to docs/screenshots), else to a temporary directory.
@@ -13,22 +13,20 @@ Screenshots of the main views go to ``$VIRTPLANE_SCREENSHOTS`` when it is set
 
 from __future__ import annotations
 
-import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import LiveServer, make_plane, serving
+from tests.web.demo_server import DemoServer, completed, operations_of, serve_demo, vm
 from tests.web.test_dashboard import signed_in, wait_for
-from virtplane.demo import seed, stock_library
-from virtplane.drivers.sim import SimCloud
-from virtplane.store.store import Store, sqlite_url
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
 
+DEMO_RUNNING = ("web-1", "web-2", "app-1", "db-1")
 pytestmark = pytest.mark.browser
 try:
     from playwright.sync_api import expect
@@ -37,39 +35,12 @@ except ImportError:  # tests.web.test_dashboard already failed or skipped the ru
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    store = Store(sqlite_url(tmp_path_factory.mktemp("demo") / "demo.db"))
-    store.migrate()
-    seed(store)
-    # a 28 GiB block migration (db-1's memory and local disk) takes about half a second
-    sim = SimCloud(boot_seconds=0.02, shutdown_seconds=0.02, time_scale=60.0, migration_tick_s=0.01)
-    stock_library(sim)
-    with serving(store, make_plane(store, sim=sim), name="web") as server:
-        with server.client() as admin:
-            wait_for(
-                lambda: all(
-                    admin.get(f"/v1/vms/{vm}").json()["status"]["phase"] == "Running"
-                    for vm in ("web-1", "web-2", "app-1", "db-1")
-                ),
-                "the demo's running VMs Running",
-            )
-            wait_for(
-                lambda: admin.get("/v1/images/debian-12").json()["status"].get("phase") == "Ready",
-                "the demo image Ready",
-            )
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
+    with serve_demo(tmp_path_factory.mktemp("demo") / "data", running=DEMO_RUNNING) as server:
         yield server
-    store.close()
 
 
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wanted = os.environ.get("VIRTPLANE_SCREENSHOTS")
-    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def console(page: Page, demo: LiveServer, role: str) -> None:
+def console(page: Page, demo: DemoServer, role: str) -> None:
     """Signed in, live, and the role known to the page (the actions are drawn for it)."""
     signed_in(page, demo, role)
     expect(page.locator("#whoami")).to_have_text(f"web-{role} · {role}")
@@ -87,27 +58,8 @@ def dialog(page: Page, name: str) -> Locator:
     return page.locator(f'dialog[data-dialog="{name}"]')
 
 
-def vm(demo: LiveServer, name: str) -> dict[str, Any]:
-    with demo.client("viewer") as client:
-        found: dict[str, Any] = client.get(f"/v1/vms/{name}").json()
-    return found
-
-
-def operations_of(demo: LiveServer, vm_name: str, kind: str) -> list[dict[str, Any]]:
-    with demo.client("viewer") as client:
-        items = client.get("/v1/operations", params={"fieldSelector": f"spec.vm={vm_name}"}).json()["items"]
-    return [op for op in items if op["spec"]["type"] == kind]
-
-
-def completed(demo: LiveServer, vm_name: str, kind: str, count: int) -> list[dict[str, Any]]:
-    """The VM's operations of ``kind`` once ``count`` of them have Completed."""
-    ops = operations_of(demo, vm_name, kind)
-    done = [op for op in ops if op["status"]["phase"] == "Completed"]
-    return done if len(done) >= count else []
-
-
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
-def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: LiveServer, role: str) -> None:
+def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: DemoServer, role: str) -> None:
     console(page, demo, role)
     expect(vm_row(page, "web-1").locator("td.phase")).to_have_text("Running")
     vm_buttons = page.locator("#vms button[data-action]")
@@ -118,7 +70,9 @@ def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: LiveServe
         expect(page.locator("#vms th.actions")).to_be_hidden()
     else:
         web = vm_row(page, "web-1").locator("button[data-action]")
-        expect(web).to_have_text(["Stop…", "Restart", "Migrate…", "Snapshot…", "Restore…", "Delete…"])
+        expect(web).to_have_text(
+            ["Stop…", "Restart", "Migrate…", "Snapshot…", "Restore…", "Delete…", "Console"]
+        )
         expect(vm_row(page, "archive-1").locator("button[data-action]")).to_have_text(
             ["Start", "Snapshot…", "Restore…", "Delete…"]
         )
@@ -136,7 +90,7 @@ def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: LiveServe
     )
 
 
-def test_start_restart_stop_and_a_forced_stop_after_a_confirmation(page: Page, demo: LiveServer) -> None:
+def test_start_restart_stop_and_a_forced_stop_after_a_confirmation(page: Page, demo: DemoServer) -> None:
     console(page, demo, "operator")
     batch = vm_row(page, "batch-1")  # Manual: stopped until started
     expect(batch.locator("td.phase")).to_have_text("Stopped")
@@ -171,7 +125,7 @@ def test_start_restart_stop_and_a_forced_stop_after_a_confirmation(page: Page, d
 
 
 def test_migrate_to_a_host_picked_from_the_placement_verdicts(
-    page: Page, demo: LiveServer, screenshots: Path
+    page: Page, demo: DemoServer, screenshots: Path
 ) -> None:
     console(page, demo, "operator")
     source = vm(demo, "app-1")["status"]["host"]
@@ -201,8 +155,38 @@ def test_migrate_to_a_host_picked_from_the_placement_verdicts(
     assert vm(demo, "app-1")["status"]["host"] == target
 
 
+def test_a_failed_migration_shows_on_the_vm_until_one_arrives(page: Page, demo: DemoServer) -> None:
+    console(page, demo, "operator")
+    with demo.client("admin") as admin:
+        hit = admin.post("/v1/vms/web-1/faults", json={"kind": "fail-migration"})
+        assert hit.status_code == 200, hit.text
+    row = vm_row(page, "web-1")
+    chip = row.locator("td.conditions .chip", has_text="Migration")
+    expect(chip).to_have_count(0)
+
+    row.locator('button[data-action="migrate"]').click()
+    dialog(page, "migrate").locator('[data-act="confirm"]').click()  # Automatic
+    expect(chip).to_have_text("✗ Migration (MigrationFailed)")
+    expect(chip).to_have_class(re.compile(r"\btone-warn\b"))
+    expect(chip).to_have_attribute(
+        "title", re.compile(r"^MigrationFailed: attempt 1 to host-\d .*injected fault")
+    )
+    wait_for(
+        lambda: [op for op in operations_of(demo, "web-1", "Migrate") if op["status"]["phase"] == "Failed"],
+        "the Migrate Failed in the API",
+    )
+
+    row.locator('button[data-action="migrate"]').click()
+    dialog(page, "migrate").locator('[data-act="confirm"]').click()
+    (done,) = wait_for(lambda: completed(demo, "web-1", "Migrate", 1), "the second Migrate Completed")
+    expect(chip).to_have_count(0)
+    shown = page.locator(f'#operations tr[data-name="{done["metadata"]["name"]}"] td.progress')
+    expect(shown).to_contain_text("100%")
+    expect(shown).to_contain_text("state=Migrated")
+
+
 def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(
-    page: Page, demo: LiveServer, screenshots: Path
+    page: Page, demo: DemoServer, screenshots: Path
 ) -> None:
     console(page, demo, "operator")
     web = vm_row(page, "web-2")
@@ -251,7 +235,7 @@ def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(
     assert vm(demo, "web-2")["metadata"]["labels"] == {"app": "web"}
 
 
-def test_delete_a_vm_after_a_confirmation(page: Page, demo: LiveServer) -> None:
+def test_delete_a_vm_after_a_confirmation(page: Page, demo: DemoServer) -> None:
     with demo.client("operator") as client:
         body = {
             "kind": "VirtualMachine",
@@ -269,7 +253,7 @@ def test_delete_a_vm_after_a_confirmation(page: Page, demo: LiveServer) -> None:
         wait_for(lambda: client.get("/v1/vms/doomed-1").status_code == 404, "doomed-1 gone from the API")
 
 
-def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: LiveServer) -> None:
+def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: DemoServer) -> None:
     console(page, demo, "operator")
     page.locator("#create-vm").click()
     form = dialog(page, "create-vm")
@@ -301,7 +285,7 @@ def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: LiveSe
     expect(made.locator("td.phase")).to_have_text("Running")
 
 
-def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Page, demo: LiveServer) -> None:
+def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Page, demo: DemoServer) -> None:
     console(page, demo, "operator")
     # a refusal of an action: AlwaysOff is never started
     vm_row(page, "archive-1").locator('button[data-action="start"]').click()
@@ -335,7 +319,7 @@ def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Pag
     expect(form.locator('[data-act="confirm"]')).to_be_enabled()  # fix the name and try again
 
 
-def test_disable_and_enable_a_host(page: Page, demo: LiveServer) -> None:
+def test_disable_and_enable_a_host(page: Page, demo: DemoServer) -> None:
     console(page, demo, "admin")
     row = host_row(page, "host-3")
     row.locator('button[data-action="disable"]').click()
@@ -352,7 +336,7 @@ def test_disable_and_enable_a_host(page: Page, demo: LiveServer) -> None:
 
 @pytest.mark.parametrize("return_vms", [True, False], ids=["return-vms", "leave-them"])
 def test_maintenance_preview_then_drain_then_cancel(
-    page: Page, demo: LiveServer, screenshots: Path, return_vms: bool
+    page: Page, demo: DemoServer, screenshots: Path, return_vms: bool
 ) -> None:
     console(page, demo, "admin")
     with demo.client("admin") as client:
@@ -422,7 +406,7 @@ def test_maintenance_preview_then_drain_then_cancel(
             )
 
 
-def test_the_main_view(page: Page, demo: LiveServer, screenshots: Path) -> None:
+def test_the_main_view(page: Page, demo: DemoServer, screenshots: Path) -> None:
     console(page, demo, "admin")
     expect(vm_row(page, "web-1").locator("td.phase")).to_have_text("Running")
     expect(page.locator("#ops-panel tbody tr").first).to_be_visible()

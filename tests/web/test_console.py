@@ -1,6 +1,7 @@
 """The dashboard's console in headless Chromium against ``virtplane serve --demo``: a Console
 button on a running VM opens a terminal (xterm.js, shipped with the package) that types a
-line into the simulated guest and shows its answer; a viewer is told why it is refused."""
+line into the simulated guest and shows its answer; a viewer, whom the API refuses a
+console, gets no button."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import FULL_RUN
-from tests.crash.server import ServerProcess
+from tests.web.browser import sign_in
+from tests.web.demo_server import DemoServer, serve_demo
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -28,30 +30,21 @@ except ImportError:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(Path(tmp_path_factory.mktemp("demo")) / "data", demo=True, boot_s=0.05)
-    server.start()
-    try:
-        server.wait_for("/v1/vms/web-1", lambda vm: vm["status"]["phase"] == "Running")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
+    with serve_demo(Path(tmp_path_factory.mktemp("demo")) / "data") as server:
         yield server
-    finally:
-        server.stop()
 
 
-def sign_in(page: Page, server: ServerProcess, token: str) -> None:
-    page.goto(server.url + "/")
-    page.fill("#token-input", token)
-    page.click("#login-submit")
-    expect(page.locator("#dashboard")).to_be_visible()
+def signed_in_as(page: Page, server: DemoServer, role: str) -> None:
+    sign_in(page, server.url, server.tokens[role])
+    expect(page.locator("#whoami")).to_have_text(f"web-{role} · {role}")  # the actions are drawn for it
 
 
-def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(
-    page: Page, demo: ServerProcess
-) -> None:
-    sign_in(page, demo, demo.token)
+def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(page: Page, demo: DemoServer) -> None:
+    signed_in_as(page, demo, "operator")
     web = page.locator('#vms tr[data-name="web-1"]')
     expect(web.locator("td.phase")).to_have_text("Running")
-    web.locator("button.console-open").click()
+    web.locator('button[data-action="console"]').click()
     expect(page.locator("#console-title")).to_have_text("Console: web-1")
     expect(page.locator("#console-status")).to_have_text("attached")
     rows = page.locator("#console-terminal .xterm-rows")
@@ -69,12 +62,9 @@ def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(
     assert "ConsoleAttached" in reasons
 
 
-def test_a_viewer_sees_why_the_console_is_refused(page: Page, demo: ServerProcess) -> None:
-    with demo.client() as admin:
-        created = admin.post("/v1/tokens", json={"name": "console-viewer", "role": "viewer"})
-    if created.status_code == 404:
-        pytest.skip("this server makes no tokens over the API")
-    assert created.status_code in (200, 201), created.text
-    sign_in(page, demo, created.json()["token"])
-    page.locator('#vms tr[data-name="web-1"] button.console-open').click()
-    expect(page.locator("#console-status")).to_contain_text("refused (403): Forbidden")
+def test_a_viewer_gets_no_console_button_as_the_api_refuses_it_one(page: Page, demo: DemoServer) -> None:
+    signed_in_as(page, demo, "viewer")
+    web = page.locator('#vms tr[data-name="web-1"]')
+    expect(web.locator("td.phase")).to_have_text("Running")
+    # (tests/api/test_console.py: a viewer's console is refused with 403 Forbidden)
+    expect(page.locator('#vms button[data-action="console"]')).to_have_count(0)

@@ -42,8 +42,9 @@ from virtplane.api.errors import ApiError
 from virtplane.api.shown import public_json
 from virtplane.domain.resources import API_VERSION, Resource
 from virtplane.domain.selectors import Selector
+from virtplane.store.changes import Change
 from virtplane.store.lists import current_objects, events_after, kind_changes
-from virtplane.store.store import Change, Store
+from virtplane.store.store import Store
 
 __all__ = ["Streams", "WatchOptions", "event_stream", "object_stream", "require_resumable", "stream_response"]
 

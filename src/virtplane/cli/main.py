@@ -149,6 +149,16 @@ def serve(
             "--sim-shutdown-seconds", min=0.0, help="How long a simulated guest takes to power off."
         ),
     ] = 0.5,
+    sim_link_mib_s: Annotated[
+        float,
+        typer.Option(
+            "--sim-link-mib-s",
+            min=0.001,
+            help="The simulated hosts' migration link in MiB/s: a live migration copies the guest's "
+            "memory (and local disks) at this rate (the demo's 28 GiB block migration takes 28 s at "
+            "the default; tests raise it).",
+        ),
+    ] = 1000.0,
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -182,6 +192,7 @@ def serve(
                 log_format=log_format,
                 sim_boot_seconds=sim_boot_seconds,
                 sim_shutdown_seconds=sim_shutdown_seconds,
+                sim_link_mib_s=sim_link_mib_s,
                 lease_s=lease_seconds,
             )
         )

@@ -23,8 +23,9 @@ from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
+from virtplane.store.database import EventRecord, utcnow
 from virtplane.store.settings import Settings
-from virtplane.store.store import EventRecord, Store, utcnow
+from virtplane.store.store import Store
 
 R = TypeVar("R", bound=Resource)
 

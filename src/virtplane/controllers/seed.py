@@ -7,16 +7,26 @@ rebuild the seed image when the spec (or a network's gateway or DNS) changes.
 
 from __future__ import annotations
 
-from virtplane.controllers.storage import pool_ref
+from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.storage import pool_driver, pool_ref
 from virtplane.domain.cloudinit import SeedNic, seed_digest, seed_documents
 from virtplane.domain.networks import Network
 from virtplane.domain.resources import PoolKind, StoragePool, VirtualMachine
+from virtplane.domain.seeds import SeedVolume
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import PermanentError
 from virtplane.runtime.cache import Cache
 from virtplane.seed_iso import build_seed_iso
 
-__all__ = ["SeedImage", "place_seed", "place_seed_on_target", "seed_pool", "vm_seed"]
+__all__ = [
+    "SeedImage",
+    "delete_seeds",
+    "place_seed",
+    "place_seed_on_target",
+    "seed_pool",
+    "seed_volume",
+    "vm_seed",
+]
 
 
 class SeedImage:
@@ -77,6 +87,31 @@ def seed_pool(cache: Cache, vm: VirtualMachine) -> StoragePool | None:
         if pool is not None:
             return pool
     return None
+
+
+def seed_volume(cache: Cache, vm: VirtualMachine) -> SeedVolume | None:
+    """Where ``place_seed`` writes the VM's seed, or None when it asks for none (or has no pool)."""
+    seed = vm_seed(vm, {n.metadata.name: n for n in cache.networks()})
+    pool = seed_pool(cache, vm)
+    if seed is None or pool is None:
+        return None
+    return SeedVolume(pool.metadata.name, seed.file_name)
+
+
+async def delete_seeds(ctx: ControllerContext, volumes: list[SeedVolume]) -> list[SeedVolume]:
+    """Delete seed files through a host that sees their pool; returns the ones that are gone (a
+    pool that no longer exists took its files with it). One whose pool no host can reach now
+    stays, for a later call."""
+    gone = []
+    for volume in volumes:
+        pool = ctx.cache.pool(volume.pool)
+        if pool is not None:
+            driver = await pool_driver(ctx, pool)
+            if driver is None:
+                continue
+            await driver.delete_volume(pool_ref(pool), volume.file)
+        gone.append(volume)
+    return gone
 
 
 async def place_seed(cache: Cache, vm: VirtualMachine, driver: HypervisorDriver) -> str | None:

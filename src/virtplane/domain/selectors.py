@@ -23,7 +23,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
-from virtplane.domain.resources import _LABEL_KEY, Resource
+from virtplane.domain.base import _LABEL_KEY, Resource
 
 __all__ = [
     "SELECTABLE_FIELDS",

@@ -23,7 +23,8 @@ from virtplane.domain.resources import (
     VirtualMachineSnapshot,
     Volume,
 )
-from virtplane.store.store import Change, Store
+from virtplane.store.changes import Change
+from virtplane.store.store import Store
 
 CacheListener = Callable[[str, str, Resource | None, Resource | None], None]
 """(kind, name, old, new) after the cache applied a change; new is None when deleted."""

@@ -21,7 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from virtplane.store.store import Store, utcnow
+from virtplane.store.database import utcnow
+from virtplane.store.store import Store
 
 log = logging.getLogger("virtplane.leader")
 

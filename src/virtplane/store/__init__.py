@@ -1,8 +1,10 @@
 """Durable state: SQLAlchemy over SQLite (embedded) or PostgreSQL."""
 
+from virtplane.store.changes import Change
+from virtplane.store.database import sqlite_url, utcnow
 from virtplane.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 from virtplane.store.feed import ChangeFeed
-from virtplane.store.store import Change, Store, sqlite_url, utcnow
+from virtplane.store.store import Store
 
 __all__ = [
     "AlreadyExists",

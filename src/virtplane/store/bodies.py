@@ -30,7 +30,7 @@ from virtplane.domain.resources import KINDS, Resource
 from virtplane.store import schema
 
 if TYPE_CHECKING:
-    from virtplane.store.store import Store
+    from virtplane.store.database import Database
 
 _BATCH = 500
 _objects = schema.objects
@@ -48,7 +48,7 @@ def _state_name(cls: type[Resource]) -> str:
     return f"schema:{cls.KIND}"
 
 
-def normalize_bodies(store: Store, kinds: Iterable[type[Resource]] = KINDS) -> dict[str, int]:
+def normalize_bodies(store: Database, kinds: Iterable[type[Resource]] = KINDS) -> dict[str, int]:
     """Rewrite the bodies of every kind whose schema changed since they were written; how many, by kind."""
     rewritten: dict[str, int] = {}
     with store.engine.connect() as connection:
@@ -74,7 +74,7 @@ def normalize_bodies(store: Store, kinds: Iterable[type[Resource]] = KINDS) -> d
     return rewritten
 
 
-def _rewrite(store: Store, cls: type[Resource]) -> int:
+def _rewrite(store: Database, cls: type[Resource]) -> int:
     """Every body of ``cls`` through the current model, a batch per transaction; how many changed."""
     changed = 0
     after = ""

@@ -5,7 +5,7 @@ writes made by other processes (several replicas on one PostgreSQL).
 
 Remembering only the highest revision delivered is safe because the store makes
 revisions visible in the order it hands them out (on PostgreSQL writers draw and
-commit them under one advisory lock; see ``virtplane.store.store``): no revision
+commit them under one advisory lock; see ``virtplane.store.database``): no revision
 below one a reader has seen can commit later.
 """
 
@@ -17,7 +17,8 @@ import logging
 from collections.abc import Callable
 
 from virtplane.loops import call_on_loop
-from virtplane.store.store import Change, Store
+from virtplane.store.changes import Change
+from virtplane.store.store import Store
 
 log = logging.getLogger("virtplane.store.feed")
 

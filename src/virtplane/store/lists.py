@@ -19,7 +19,9 @@ from sqlalchemy import ColumnElement, Select, and_, not_, or_, select, true
 from virtplane.domain.resources import Event
 from virtplane.domain.selectors import SELECTABLE_FIELDS, Operator, Requirement, Selector
 from virtplane.store import schema
-from virtplane.store.store import Change, Store, event_from_row
+from virtplane.store.changes import Change
+from virtplane.store.events import event_from_row
+from virtplane.store.store import Store
 
 __all__ = [
     "Current",

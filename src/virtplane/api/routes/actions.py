@@ -30,9 +30,9 @@ from virtplane.domain.resources import (
     VirtualMachineOperationSpec,
 )
 from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
+from virtplane.store.database import EventRecord
 from virtplane.store.errors import AlreadyExists
 from virtplane.store.lists import matching_names
-from virtplane.store.store import EventRecord
 
 router = APIRouter(tags=["VirtualMachine"])
 

@@ -253,6 +253,10 @@ class MigrationCoordinator:
     def fail(self, name: str, intent: MigrationIntent, error: str) -> None:
         """A failed attempt: the intent goes, the VM stays where it runs and says why."""
         ctx = self.ctx
+        target = ctx.cache.host(intent.target)
+        address = target.spec.migration_address if target is not None else None
+        # libvirt's own errors ("Failed to bind socket") do not say where the data was to go
+        to = f"{intent.target} (migration address {address})" if address else intent.target
 
         def clear(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
@@ -261,7 +265,7 @@ class MigrationCoordinator:
                 VMCondition.MIGRATION,
                 False,
                 "MigrationFailed",
-                f"attempt {intent.attempt} to {intent.target} failed: {error}",
+                f"attempt {intent.attempt} to {to} failed: {error}",
                 now=ctx.now(),
             )
 
@@ -271,6 +275,6 @@ class MigrationCoordinator:
         ctx.event(
             written,
             "MigrationFailed",
-            f"attempt {intent.attempt} to {intent.target} failed, the VM stays on {intent.source}: {error}",
+            f"attempt {intent.attempt} to {to} failed, the VM stays on {intent.source}: {error}",
             warning=True,
         )  # its slot is free: who waits for one looks again (the watches on the intent's end)

@@ -30,7 +30,7 @@ from virtplane.controllers.migration_outcome import Outcome, Side, locate
 from virtplane.controllers.scheduling import vm_view
 from virtplane.controllers.storage import pool_ref, volume_file
 from virtplane.controllers.watch import Watch, name_of
-from virtplane.domain.conditions import VMCondition, get_condition, set_condition
+from virtplane.domain.conditions import VMCondition, get_condition, remove_condition, set_condition
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
 from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.pools import pool_driver_name
@@ -209,14 +209,9 @@ class MigrationFollower:
         def finish(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
             current.status.host = intent.target
-            current.status.conditions = set_condition(
-                current.status.conditions,
-                VMCondition.MIGRATION,
-                True,
-                "Migrated",
-                f"migrated from {intent.source} to {intent.target} (attempt {intent.attempt})",
-                now=ctx.now(),
-            )
+            # The condition speaks of a migration under way or of one that failed; once the VM
+            # has arrived neither holds (the Migrated event and the operation keep the record).
+            current.status.conditions = remove_condition(current.status.conditions, VMCondition.MIGRATION)
 
         written = self.coordinator.write_vm(vm.metadata.name, finish)
         self.coordinator.flights.pop(vm.metadata.name, None)

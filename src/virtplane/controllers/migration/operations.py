@@ -58,6 +58,20 @@ class MigrationOperations:
     def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
         finish_operation(self.ctx, op, phase, reason, message)
 
+    def _finish_move(
+        self,
+        op: VirtualMachineOperation,
+        progress: MoveProgress,
+        phase: OperationPhase,
+        reason: str,
+        message: str,
+    ) -> None:
+        """End the operation with the move's last state, which a display shows (Migrated, 100 %),
+        not the last one saved while it ran (Migrating, 0 %)."""
+        op.status.progress = progress.as_dict()
+        op.status.step = progress.state.value
+        self._finish(op, phase, reason, message)
+
     def _save(self, op: VirtualMachineOperation, progress: MoveProgress, message: str) -> None:
         new = progress.as_dict()
         if op.status.progress != new or op.status.message != message:
@@ -85,12 +99,11 @@ class MigrationOperations:
             self._save(op, progress, f"migrating to {intent.target} (attempt {intent.attempt})")
             return Result(requeue_after=POLL_S)
         if progress.state is ProgressState.MIGRATED:
-            self._finish(
-                op, OperationPhase.COMPLETED, "Migrated", f"VM {vm.metadata.name} is on {progress.target}"
-            )
+            message = f"VM {vm.metadata.name} is on {progress.target}"
+            self._finish_move(op, progress, OperationPhase.COMPLETED, "Migrated", message)
             return None
         if progress.state is ProgressState.FAILED:
-            self._finish(op, OperationPhase.FAILED, "MigrationFailed", progress.message)
+            self._finish_move(op, progress, OperationPhase.FAILED, "MigrationFailed", progress.message)
             return None
         if vm.status.phase not in MIGRATABLE_PHASES:
             self._finish(
@@ -111,7 +124,7 @@ class MigrationOperations:
         choice = self.coordinator.choose_target(vm, exclude=frozenset(progress.tried), only=explicit)
         if choice.host is None:
             failed = advance(progress, NoTarget(why_no_target(choice)))
-            self._finish(op, OperationPhase.FAILED, "NoTarget", failed.message)
+            self._finish_move(op, failed, OperationPhase.FAILED, "NoTarget", failed.message)
             return None
         result = await self.coordinator.begin(
             vm.metadata.name, choice.host, requested_by=tag, attempt=progress.attempts + 1
@@ -125,7 +138,7 @@ class MigrationOperations:
                 progress, TargetRefused(choice.host, result.message), max_attempts=max_attempts
             )
             if progress.state is ProgressState.FAILED:
-                self._finish(op, OperationPhase.FAILED, "MigrationFailed", progress.message)
+                self._finish_move(op, progress, OperationPhase.FAILED, "MigrationFailed", progress.message)
                 return None
             self._save(op, progress, result.message)
             return Result(requeue_after=0.0)

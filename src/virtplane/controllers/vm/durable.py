@@ -28,6 +28,11 @@ class DurablePoint(StrEnum):
     """Before a cold boot that replaces a resume from a snapshot's memory: the dropped
     resume intent, so the image is never resumed later over a guest that booted."""
 
+    SEED = "seed"
+    """Before a seed file is written to a host: the file, on the VM's record of its seeds
+    (``domain.seeds``), so it is deleted when no longer used, or with the VM. Crash point
+    after the upload: vm.seed-written."""
+
     STOP = "stop"
     """Before a shutdown or power-off: the stop intent and the exit reason it will record."""
 
@@ -35,6 +40,7 @@ class DurablePoint(StrEnum):
 CRASH_POINTS: dict[DurablePoint, str] = {
     DurablePoint.DEFINE: "vm.domain-recreated",
     DurablePoint.START: "vm.before-start",
+    DurablePoint.SEED: "vm.seed-written",
 }
 """The crash points that follow a durable point (crashpoints.POINTS lists them all)."""
 

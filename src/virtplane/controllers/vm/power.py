@@ -202,8 +202,7 @@ async def _start(state: VMState) -> Result | None:
         )
     await state.durable(DurablePoint.START)
     try:
-        spec = await state.defined_spec(driver)
-        await driver.ensure_defined(spec)
+        spec = await state.define(driver)
         crashpoint(CRASH_POINTS[DurablePoint.START])
         await start_domain(state, driver, spec)  # from a restored snapshot's memory, or cold
     except DriverError as exc:

@@ -1,6 +1,6 @@
 """One VM reconcile's state: the VM as read, the status being computed, and memoised reads.
 
-Steps read and change only this object (``status``, ``intents``, ``finalizers``) and
+Steps read and change only this object (``status``, ``intents``, ``finalizers``, ``seeds``) and
 the reads it memoises (``disks``, ``host``, ``domain``); nothing passes between
 steps any other way. ``save`` writes the changes once, at the end; ``durable``
 writes them early, at a named durable point, when a driver call follows.
@@ -8,18 +8,24 @@ writes them early, at a named durable point, when a driver call follows.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks, vm_nics
-from virtplane.controllers.seed import place_seed
-from virtplane.controllers.vm.durable import DurablePoint
+from virtplane.controllers.seed import delete_seeds, place_seed, seed_volume
+from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.spec import build_domain_spec
+from virtplane.crashpoints import crashpoint
 from virtplane.domain.intents import Intents, read_intents, write_intents
 from virtplane.domain.power import PowerDecision
 from virtplane.domain.resources import Host, VirtualMachine, VirtualMachineStatus
+from virtplane.domain.seeds import SeedVolume, read_seed_volumes, write_seed_volumes
 from virtplane.drivers.base import DiskAttachment, DomainInfo, DomainSpec, HypervisorDriver, domain_name
+from virtplane.drivers.errors import DriverError
+
+log = logging.getLogger("virtplane.controllers.vm")
 
 
 @dataclass
@@ -40,6 +46,7 @@ class VMState:
     status: VirtualMachineStatus = field(init=False)
     intents: Intents = field(init=False)
     finalizers: list[str] = field(init=False)
+    seeds: list[SeedVolume] = field(init=False)  # the seed files written for it and not yet deleted
     info: DomainInfo | None = None  # the domain as observed this reconcile (None: not there, or not asked)
     decision: PowerDecision | None = None  # what ``decide`` chose, for ``act``
     gone: bool = False  # deleted from the store: nothing left to write
@@ -52,6 +59,7 @@ class VMState:
         self.status = VirtualMachineStatus.model_validate(self.vm.status.model_dump())
         self.intents = read_intents(self.vm.metadata.annotations)
         self.finalizers = list(self.vm.metadata.finalizers)
+        self.seeds = read_seed_volumes(self.vm.metadata.annotations)
 
     @property
     def name(self) -> str:
@@ -77,9 +85,31 @@ class VMState:
         boot, nics = vm_boot(cache, self.vm)[0], vm_nics(cache, self.vm)[0]
         return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed)
 
-    async def defined_spec(self, driver: HypervisorDriver) -> DomainSpec:
-        """``spec`` with the VM's NoCloud seed placed on the host first (its domain is off)."""
-        return self.spec(await place_seed(self.ctx.cache, self.vm, driver))
+    async def define(self, driver: HypervisorDriver) -> DomainSpec:
+        """Define the domain (it is off or missing) with the VM's NoCloud seed placed on the host
+        first, recorded on the VM before it is written; then delete the seeds it no longer uses."""
+        current = seed_volume(self.ctx.cache, self.vm)
+        if current is not None and current not in self.seeds:
+            self.seeds.append(current)
+            await self.durable(DurablePoint.SEED)
+        spec = self.spec(await place_seed(self.ctx.cache, self.vm, driver))
+        crashpoint(CRASH_POINTS[DurablePoint.SEED])
+        await driver.ensure_defined(spec)
+        await self.delete_seeds(keep=current)
+        return spec
+
+    async def delete_seeds(self, keep: SeedVolume | None = None) -> bool:
+        """Delete the recorded seeds but ``keep`` and strike off the ones gone (written with the
+        next save); whether none is left. A seed that cannot be deleted now is tried again at
+        the next define, and before the VM is deleted."""
+        old = [seed for seed in self.seeds if seed != keep]
+        try:
+            gone = await delete_seeds(self.ctx, old)
+        except DriverError as exc:
+            log.warning("seed volumes of %s not deleted yet: %s", self.name, exc)
+            return False
+        self.seeds = [seed for seed in self.seeds if seed not in gone]
+        return len(gone) == len(old)
 
     async def host(self) -> HostAccess:
         """The host the VM is recorded on (``status.host``), looked up once."""
@@ -95,10 +125,13 @@ class VMState:
 
     # ------------------------------------------------------------------ writes
 
+    def _annotations(self) -> dict[str, str]:
+        return write_seed_volumes(write_intents(self.vm.metadata.annotations, self.intents), self.seeds)
+
     def _changed(self) -> VirtualMachine:
         new = self.vm.model_copy(deep=True)
         new.status = self.status.model_copy(deep=True)
-        new.metadata.annotations = write_intents(self.vm.metadata.annotations, self.intents)
+        new.metadata.annotations = self._annotations()
         new.metadata.finalizers = list(self.finalizers)
         return new
 
@@ -108,7 +141,7 @@ class VMState:
         if (
             self.status == self.vm.status
             and self.finalizers == self.vm.metadata.finalizers
-            and write_intents(self.vm.metadata.annotations, self.intents) == self.vm.metadata.annotations
+            and self._annotations() == self.vm.metadata.annotations
         ):
             return self.vm  # nothing changed (most reconciles): no copies, no dumps
         changed = self._changed()

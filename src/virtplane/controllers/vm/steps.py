@@ -65,6 +65,10 @@ async def deletion(state: VMState) -> Result | None:
     if access.driver is not None:
         await access.driver.destroy(state.domain)
         await access.driver.undefine(state.domain)
+    if not await state.delete_seeds():
+        state.save()
+        state.ctx.event(vm, "DeletionWaiting", "waiting for a host that sees its seed's pool", warning=True)
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
     if FINALIZER in state.finalizers:
         state.finalizers.remove(FINALIZER)
         state.save()
@@ -179,7 +183,7 @@ async def observe(state: VMState) -> Result | None:
             info = None
         if info is None and not problem and not state.intents.held_by:
             await state.durable(DurablePoint.DEFINE)
-            await driver.ensure_defined(await state.defined_spec(driver))
+            await state.define(driver)
             crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
             info = await driver.get_info(state.domain)
         elif (
@@ -188,7 +192,7 @@ async def observe(state: VMState) -> Result | None:
             and not problem
             and state.vm.metadata.generation != state.status.observed_generation
         ):
-            await driver.ensure_defined(await state.defined_spec(driver))
+            await state.define(driver)
     except HostUnreachable as exc:
         state.status.conditions = set_condition(
             state.status.conditions,

@@ -41,7 +41,8 @@ _DOMAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _DISK_FORMATS = frozenset({"qcow2", "raw"})
 _MAC = re.compile(r"^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$")
 SEED_TARGET = "sda"
-"""The seed CD-ROM's device: on SATA, which q35 has built in, apart from the virtio disks."""
+"""The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
+(Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
 
 
 def xml_text(value: str) -> str:
@@ -198,10 +199,11 @@ def build_domain_xml(
         if disk.boot_order is not None:
             _sub(disk_element, "boot", order=str(disk.boot_order))
     if spec.seed is not None:
+        _sub(devices, "controller", type="scsi", index="0", model="virtio-scsi")
         cdrom = _sub(devices, "disk", type="file", device="cdrom")
         _sub(cdrom, "driver", name="qemu", type="raw")
         _sub(cdrom, "source", file=spec.seed)
-        _sub(cdrom, "target", dev=SEED_TARGET, bus="sata")
+        _sub(cdrom, "target", dev=SEED_TARGET, bus="scsi")
         _sub(cdrom, "readonly")
     for nic in spec.nics:
         assert nic.bridge is not None  # validate_spec

@@ -13,7 +13,8 @@ from virtplane.drivers.base import DomainEvent, DomainSpec, DomainState
 
 from ._changes import ChangeLog, Entity, RecordMap
 from ._driver import SimDriver
-from ._host import HostPorts, SimHost
+from ._host import SimHost
+from ._host_record import HostPorts
 from ._migration import MigrationEngine
 from ._model import (
     ARMED_KINDS,

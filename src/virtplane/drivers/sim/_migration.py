@@ -31,6 +31,7 @@ from ._precopy import DiskCopy, InjectedFault, Migration
 
 if TYPE_CHECKING:
     from ._host import SimHost
+    from ._host_record import HostRecord
     from ._storage import SimStorage
 
 
@@ -132,12 +133,12 @@ class MigrationEngine:
 
     # ------------------------------------------------------------------ hooks for faults and stops
 
-    def fail_domain(self, source: SimHost, name: str, error: str) -> None:
+    def fail_domain(self, source: HostRecord, name: str, error: str) -> None:
         migration = self._jobs.get(name)
         if migration is not None and migration.source is source and migration.phase is MigrationPhase.RUNNING:
             self._finish(migration, MigrationPhase.FAILED, error)
 
-    def fail_host(self, host: SimHost, error: str) -> None:
+    def fail_host(self, host: HostRecord, error: str) -> None:
         for migration in list(self._jobs.values()):
             if migration.phase is MigrationPhase.RUNNING and host in (migration.source, migration.target):
                 self._finish(migration, MigrationPhase.FAILED, f"{error}: {host.uri}")

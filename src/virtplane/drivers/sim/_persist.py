@@ -25,7 +25,8 @@ from ._changes import ChangeLog, Entity
 from ._persist_tables import SCHEMA, TABLES, Row
 
 if TYPE_CHECKING:
-    from ._host import HostPorts, SimHost
+    from ._host import SimHost
+    from ._host_record import HostPorts
     from ._model import SimDomain
     from ._precopy import Migration
     from ._storage import SavedVolume, SimPool

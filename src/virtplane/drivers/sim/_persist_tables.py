@@ -26,7 +26,8 @@ from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState, Imag
 
 from . import _persist_migrations
 from ._changes import ChangeLog, Entity, Key
-from ._host import HostPorts, SimHost
+from ._host import SimHost
+from ._host_record import HostPorts
 from ._model import ARMED_KINDS, ArmedFaults, FaultKind, SimDomain
 from ._storage import SavedVolume, SimPool, SimVolume
 

@@ -11,8 +11,9 @@ const VM_PHASES = ["Running", "Starting", "Stopping", "Migrating", "Pending", "S
 const HOST_STATES = ["Enabled", "Disabled", "PrepareForMaintenance", "Maintenance"];
 const OP_PHASES = ["Pending", "InProgress", "Completed", "Failed"];
 export const FINISHED_OPS = new Set(["Completed", "Failed", "Superseded"]);
-// Conditions where True is the notable state, not the healthy one.
-const NEGATIVE_CONDITIONS = new Set(["StartFailed", "RestartRequired", "Maintenance", "Migration"]);
+// Conditions where True is the notable state, not the healthy one. (Migration is not one: it
+// is Unknown while a migration runs, False after one failed, and gone once the VM arrived.)
+const NEGATIVE_CONDITIONS = new Set(["StartFailed", "RestartRequired", "Maintenance"]);
 
 export function render(data) {
   renderCounts("host-counts", "host-total", data.hosts, (h) => h.status && h.status.resource_state, HOST_STATES);

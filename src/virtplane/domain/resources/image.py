@@ -1,0 +1,67 @@
+"""An image: a file in an image library (a disk image, a kernel or an initrd), named."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, ClassVar
+
+from pydantic import AfterValidator, BaseModel, Field, model_validator
+
+from virtplane.domain.base import Name, Resource, Strict
+from virtplane.domain.images import check_image_file
+
+
+class ImageKind(StrEnum):
+    DISK = "Disk"
+    KERNEL = "Kernel"
+    INITRD = "Initrd"
+
+
+class ImageFormat(StrEnum):
+    QCOW2 = "qcow2"
+    RAW = "raw"
+
+
+class ImageSpec(Strict):
+    pool: Name = Field(description="A StoragePool with content: images (an image library).")
+    file: Annotated[str, AfterValidator(check_image_file)] = Field(
+        description="The file's name inside the library pool: a plain name, never a path."
+    )
+    kind: ImageKind
+    format: ImageFormat | None = Field(
+        default=None, description="Disk images: qcow2 (the default) or raw. Kernels and initrds are raw."
+    )
+
+    @model_validator(mode="after")
+    def _check_format(self) -> ImageSpec:
+        if self.kind is not ImageKind.DISK and self.format is ImageFormat.QCOW2:
+            raise ValueError("kernels and initrds are raw files: leave spec.format out or set raw")
+        return self
+
+    @property
+    def effective_format(self) -> ImageFormat:
+        if self.format is not None:
+            return self.format
+        return ImageFormat.QCOW2 if self.kind is ImageKind.DISK else ImageFormat.RAW
+
+
+class ImagePhase(StrEnum):
+    PENDING = "Pending"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class ImageStatus(BaseModel):
+    phase: ImagePhase = ImagePhase.PENDING
+    size_bytes: int = 0
+    virtual_size_gib: int = Field(default=0, description="Disk images: the smallest volume they fit.")
+    hosts: list[str] = Field(default_factory=list, description="Hosts where the file was checked and found.")
+    message: str = ""
+    observed_generation: int = 0
+
+
+class Image(Resource):
+    KIND: ClassVar[str] = "Image"
+    PLURAL: ClassVar[str] = "images"
+    spec: ImageSpec
+    status: ImageStatus = Field(default_factory=ImageStatus)

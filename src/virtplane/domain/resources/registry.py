@@ -1,0 +1,32 @@
+"""Every kind, by its kind name and by its plural (the API's paths)."""
+
+from __future__ import annotations
+
+from virtplane.domain.base import Resource
+from virtplane.domain.networks import Network
+from virtplane.domain.resources.host import Host
+from virtplane.domain.resources.host_maintenance import HostMaintenance
+from virtplane.domain.resources.image import Image
+from virtplane.domain.resources.operation import VirtualMachineOperation
+from virtplane.domain.resources.secret import Secret
+from virtplane.domain.resources.setting import Setting
+from virtplane.domain.resources.snapshot import VirtualMachineSnapshot
+from virtplane.domain.resources.storage_pool import StoragePool
+from virtplane.domain.resources.virtual_machine import VirtualMachine
+from virtplane.domain.resources.volume import Volume
+
+KINDS: tuple[type[Resource], ...] = (
+    Host,
+    StoragePool,
+    Image,
+    Network,
+    Volume,
+    VirtualMachine,
+    VirtualMachineSnapshot,
+    VirtualMachineOperation,
+    HostMaintenance,
+    Setting,
+    Secret,
+)
+KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
+KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}

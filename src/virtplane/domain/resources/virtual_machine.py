@@ -1,0 +1,113 @@
+"""A virtual machine: what it runs, how it runs, and where it is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, ClassVar
+
+from pydantic import AfterValidator, BaseModel, Field, model_validator
+
+from virtplane.domain.base import Condition, Name, Resource, Strict
+from virtplane.domain.networks import CloudInit, Nic, NicStatus, check_nics
+
+
+class RunPolicy(StrEnum):
+    ALWAYS_ON = "AlwaysOn"
+    ALWAYS_OFF = "AlwaysOff"
+    MANUAL = "Manual"
+    ALWAYS_ON_UNLESS_STOPPED_MANUALLY = "AlwaysOnUnlessStoppedManually"
+
+
+class LiveMigrationPolicy(StrEnum):
+    ALLOWED = "Allowed"
+    NEVER = "Never"
+
+
+class VMPhase(StrEnum):
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    MIGRATING = "Migrating"
+    PAUSED = "Paused"
+    DEGRADED = "Degraded"
+
+
+class ExitReason(StrEnum):
+    GUEST_SHUTDOWN = "guest-shutdown"
+    GUEST_RESET = "guest-reset"
+    CRASH = "crash"
+    HOST_FAILURE = "host-failure"
+    STOPPED_BY_USER = "stopped-by-user"
+    STOPPED_BY_SYSTEM = "stopped-by-system"
+    VANISHED = "vanished"
+    START_FAILED = "start-failed"
+
+
+class Disk(Strict):
+    volume: Name
+    boot_order: int | None = Field(default=None, ge=1, le=64)
+
+
+class Placement(Strict):
+    host_affinity: list[Name] = Field(default_factory=list, description="Run only on these hosts.")
+    anti_affinity_group: Name | None = Field(default=None, description="VMs of a group never share a host.")
+
+
+class Boot(Strict):
+    """Direct kernel boot: the kernel and initrd are Images from the image library, by name."""
+
+    kernel: Name = Field(description="The name of an Image of kind Kernel.")
+    initrd: Name | None = Field(default=None, description="The name of an Image of kind Initrd.")
+    cmdline: str = Field(default="", max_length=4096)
+
+
+class VirtualMachineSpec(Strict):
+    run_policy: RunPolicy = RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY
+    cpu: int = Field(default=1, ge=1, le=256)
+    memory_mib: int = Field(default=512, ge=16, le=4 * 1024 * 1024)
+    disks: list[Disk] = Field(default_factory=list, max_length=32)
+    live_migration_policy: LiveMigrationPolicy = LiveMigrationPolicy.ALLOWED
+    placement: Placement = Field(default_factory=Placement)
+    termination_grace_period_s: int = Field(default=60, ge=0, le=3600)
+    boot: Boot | None = None
+    recovery_priority: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="After a host failure, VMs with a higher priority start elsewhere first.",
+    )
+    nics: Annotated[list[Nic], AfterValidator(check_nics)] = Field(default_factory=list, max_length=16)
+    cloud_init: CloudInit | None = Field(
+        default=None, description="First-boot configuration: a NoCloud seed attached as a read-only CD-ROM."
+    )
+
+    @model_validator(mode="after")
+    def _unique_disks(self) -> VirtualMachineSpec:
+        names = [d.volume for d in self.disks]
+        if len(names) != len(set(names)):
+            raise ValueError("a volume is listed twice in spec.disks")
+        return self
+
+
+class VirtualMachineStatus(BaseModel):
+    phase: VMPhase = VMPhase.PENDING
+    host: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    last_exit: ExitReason | None = None
+    last_exit_at: datetime | None = None
+    observed_generation: int = 0
+    start_failures: int = Field(default=0, description="Start attempts since the VM last reached Running.")
+    next_start_at: datetime | None = None
+    stopping_since: datetime | None = None
+    nics: list[NicStatus] = Field(default_factory=list, description="Each NIC's network, MAC and address.")
+    message: str = ""
+
+
+class VirtualMachine(Resource):
+    KIND: ClassVar[str] = "VirtualMachine"
+    PLURAL: ClassVar[str] = "vms"
+    spec: VirtualMachineSpec = Field(default_factory=VirtualMachineSpec)
+    status: VirtualMachineStatus = Field(default_factory=VirtualMachineStatus)

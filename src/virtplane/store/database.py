@@ -1,0 +1,155 @@
+"""The database under the store: one engine, and the rules every write transaction keeps.
+
+The same code runs on SQLite (the embedded default, WAL mode) and PostgreSQL. Every
+write is one short transaction that (1) appends a row to ``changes``, whose id is the
+new store-wide revision, and (2) writes the object with ``resource_version`` = that
+revision, guarded by the version the caller read. A stale write raises ``Conflict``;
+nothing is ever half-written.
+
+Several replicas may share one PostgreSQL database, so two rules hold under real
+concurrency there:
+
+- The version check cannot be raced: a writer locks the object's row (``SELECT ...
+  FOR UPDATE``) before comparing versions, and the write itself is an ``UPDATE ...
+  WHERE resource_version = <the version it read>`` whose row count is checked
+  (``virtplane.store.writes``).
+- Revisions become visible in the order they were handed out. A writer takes a
+  transaction-scoped advisory lock just before it draws the next revision and holds it
+  until it commits, so revision N+1 can only be drawn after N committed (or rolled
+  back). A reader of ``changes_since`` therefore never sees a revision while a smaller
+  one is still in flight, and a watcher that remembers the highest revision it saw
+  misses nothing. Events get the same treatment under their own lock, for readers
+  that follow them by id. On SQLite the database's single writer gives both for free.
+
+Calls are synchronous and short. Async code calls them directly (SQLite answers in
+well under a millisecond); FastAPI runs sync routes in its thread pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from virtplane.domain.resources import EventType
+from virtplane.store import statements
+
+ChangeListener = Callable[[int], None]
+"""Called after each commit with the new revision; from whichever thread wrote."""
+
+EventRecord = tuple[str, str, str, str, EventType]
+"""An event to append: (kind, name, reason, message, type)."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(value: datetime) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite hands back naive UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Keys of the transaction-scoped PostgreSQL advisory locks (any fixed 64-bit numbers).
+LOCK_REVISIONS = 0x7670_0001  # drawing a revision and committing it
+LOCK_EVENTS = 0x7670_0002  # drawing an event id and committing it
+LOCK_MIGRATE = 0x7670_0003  # running the Alembic migrations
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode stays consistent after a crash of the process; only an OS
+    # crash can lose the last transactions. busy_timeout covers other processes.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+class Database:
+    """The engine, the write transaction, and the listeners told of each commit."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False}
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = create_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        # SQLite allows one writer; serialising writers inside the process avoids
+        # SQLITE_BUSY churn between API threads and the controllers.
+        self._write_lock = threading.Lock() if self.is_sqlite else None
+        self._listeners: list[ChangeListener] = []
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ChangeListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        lock = self._write_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _notify(self, revision: int) -> None:
+        for listener in list(self._listeners):
+            listener(revision)
+
+    def _advisory_lock(self, connection: Connection, key: int) -> None:
+        """On PostgreSQL, wait for ``key`` and hold it until this transaction ends."""
+        if not self.is_sqlite:
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+    def _record_change(self, connection: Connection, kind: str, name: str, op: str) -> int:
+        """Append to the change feed; the new row's id is the revision of this write.
+
+        Call it last in a write, right before the commit: from here to the commit every
+        other writer waits, so revisions commit in the order they are drawn.
+        """
+        self._advisory_lock(connection, LOCK_REVISIONS)
+        result = connection.execute(statements.INSERT_CHANGE, {"kind": kind, "name": name, "op": op})
+        revision = result.inserted_primary_key
+        assert revision is not None
+        return int(revision[0])
+
+    def _append_events(self, connection: Connection, items: Sequence[EventRecord]) -> None:
+        """Append events inside a writer's transaction (before its revision is drawn: the lock
+        order is always events, then revisions)."""
+        if not items:
+            return
+        self._advisory_lock(connection, LOCK_EVENTS)
+        now = utcnow()
+        connection.execute(
+            statements.INSERT_EVENTS,
+            [
+                {"time": now, "kind": k, "name": n, "reason": r, "message": m, "type": t.value}
+                for k, n, r, m, t in items
+            ],
+        )

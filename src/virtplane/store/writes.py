@@ -1,0 +1,221 @@
+"""Writing existing objects: update, status-only update, mutate, delete.
+
+Each write locks the object's row, compares versions, and is an ``UPDATE ... WHERE
+resource_version = <the version it read>`` whose row count is checked, so a lost race
+is a ``Conflict`` and never a lost update. A write that changes nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from virtplane.domain.intents import split_annotations
+from virtplane.domain.ipam import Claim
+from virtplane.domain.resources import Resource
+from virtplane.store import claims as claim_table
+from virtplane.store import statements
+from virtplane.store.claims import Holder
+from virtplane.store.database import EventRecord, utcnow
+from virtplane.store.errors import Conflict, NotFound, StatusOnly
+from virtplane.store.reads import ObjectReads
+
+R = TypeVar("R", bound=Resource)
+
+# Metadata a writer cannot change: identity, and what the store itself keeps up to date.
+_KEPT_BY_THE_STORE = ("uid", "created_at", "generation", "resource_version", "updated_at")
+
+
+def _owned_by_users(doc: dict[str, Any]) -> Any:
+    """What only the API writes (of an object's JSON document): spec, labels and the user's
+    (non-system) annotations."""
+    meta = doc["metadata"]
+    return (doc.get("spec"), meta["labels"], split_annotations(meta["annotations"])[0])
+
+
+class ObjectWrites(ObjectReads):
+    @staticmethod
+    def _locked_row(connection: Connection, kind: str, name: str) -> Any:
+        """The object's body and version, its row locked against other writers until commit."""
+        return connection.execute(statements.LOCKED_ROW, statements.key(kind, name)).first()
+
+    @staticmethod
+    def _write_object(
+        connection: Connection, kind: str, name: str, expected: int, revision: int, generation: int, body: str
+    ) -> None:
+        """UPDATE the object if it still has version ``expected``; a lost race is a Conflict."""
+        result = connection.execute(
+            statements.UPDATE_OBJECT,
+            {
+                **statements.key(kind, name),
+                "b_expected": expected,
+                "b_revision": revision,
+                "b_generation": generation,
+                "b_body": body,
+            },
+        )
+        if result.rowcount != 1:
+            actual = connection.execute(
+                statements.GET_VERSION, statements.key(kind, name)
+            ).scalar_one_or_none()
+            if actual is None:
+                raise NotFound(kind, name)
+            raise Conflict(kind, name, expected, int(actual))
+
+    def update(
+        self,
+        obj: R,
+        *,
+        check_version: bool = True,
+        events: Sequence[EventRecord] = (),
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
+        """Write metadata, spec and status of ``obj`` in one go.
+
+        With ``check_version`` the write succeeds only if the stored resource_version is
+        still ``obj.metadata.resource_version`` (optimistic concurrency). ``generation``
+        goes up when the spec changed. Identity fields (uid, created_at) are kept. A write
+        that changes nothing is skipped and returns the stored object. ``events`` are
+        appended in the same transaction: they exist exactly when the write does (also
+        when it changed nothing; never when it failed). ``claims``, when given, become the
+        object's claims in the same transaction (``ClaimTaken`` if one is another's).
+        """
+        return self._update(obj, check_version=check_version, events=events, status_only=False, claims=claims)
+
+    def update_status(self, obj: R, *, events: Sequence[EventRecord] = ()) -> R:
+        """What controllers write: status, finalizers and system annotations (the durable
+        intents under ``virtplane.io/``), with a version check and ``events``, as ``update``.
+
+        Spec, labels and the user's annotations belong to the API: a write that would change
+        them raises ``StatusOnly`` and writes nothing. The few controller steps that must
+        change a spec go through ``update`` under a name that says why (see
+        ``ControllerContext.write_spec``).
+        """
+        return self._update(obj, check_version=True, events=events, status_only=True)
+
+    def _update(
+        self,
+        obj: R,
+        *,
+        check_version: bool,
+        events: Sequence[EventRecord],
+        status_only: bool,
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
+        # The comparisons run on JSON documents: one dump of the caller's object and one of the
+        # stored one (parsed into the current schema, so a default added since it was written
+        # is no change), instead of a deep copy and a dump per comparison.
+        kind, name, cls = obj.KIND, obj.metadata.name, type(obj)
+        doc = obj.model_dump(mode="json")
+        with self._write() as connection:
+            row = self._locked_row(connection, kind, name)
+            if row is None:
+                raise NotFound(kind, name)
+            if check_version and obj.metadata.resource_version != row.resource_version:
+                raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
+            current = cls.model_validate_json(row.body)
+            stored = current.model_dump(mode="json")
+            if status_only and _owned_by_users(doc) != _owned_by_users(stored):
+                raise StatusOnly(kind, name)
+            if claims is not None:
+                claim_table.replace_claims(connection, Holder(kind, name, current.metadata.uid), claims)
+            self._append_events(connection, events)
+            meta, stored_meta = doc["metadata"], stored["metadata"]
+            for field in _KEPT_BY_THE_STORE:
+                meta[field] = stored_meta[field]
+            if doc == stored:
+                return current
+            if doc.get("spec") != stored.get("spec"):
+                meta["generation"] += 1
+            revision = self._record_change(connection, kind, name, "modified")
+            meta["updated_at"] = utcnow()
+            meta["resource_version"] = revision
+            new = cls.model_validate(doc)
+            self._write_object(
+                connection,
+                kind,
+                name,
+                row.resource_version,
+                revision,
+                meta["generation"],
+                new.model_dump_json(),
+            )
+        self._notify(revision)
+        return new
+
+    def mutate(
+        self,
+        cls: type[R],
+        name: str,
+        change: Callable[[R], None],
+        *,
+        attempts: int = 20,
+        events: Sequence[EventRecord] = (),
+        status_only: bool = False,
+        claims: Callable[[R], Sequence[Claim]] | None = None,
+    ) -> R:
+        """Read, apply ``change`` to a copy, write with a version check; re-read on Conflict.
+        ``claims``, when given, says what the changed object holds (see ``update``).
+
+        For small server-side edits (an intent annotation, a status field) where the
+        change is a pure function of the current object; ``status_only`` as ``update_status``.
+        """
+        for attempt in range(attempts):
+            current = self.get(cls, name)
+            change(current)
+            try:
+                return self._update(
+                    current,
+                    check_version=True,
+                    events=events,
+                    status_only=status_only,
+                    claims=None if claims is None else claims(current),
+                )
+            except Conflict:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def delete(self, cls: type[Resource], name: str, *, expected_version: int | None = None) -> bool:
+        """Delete an object, or mark it for deletion while finalizers remain.
+
+        Returns True if the row is gone, False if it was only marked.
+        """
+        kind = cls.KIND
+        with self._write() as connection:
+            row = self._locked_row(connection, kind, name)
+            if row is None:
+                raise NotFound(kind, name)
+            if expected_version is not None and expected_version != row.resource_version:
+                raise Conflict(kind, name, expected_version, row.resource_version)
+            current = cls.model_validate_json(row.body)
+            if current.metadata.finalizers:
+                if current.metadata.deletion_requested_at is not None:
+                    return False
+                current.metadata.deletion_requested_at = utcnow()
+                revision = self._record_change(connection, kind, name, "modified")
+                current.metadata.resource_version = revision
+                self._write_object(
+                    connection,
+                    kind,
+                    name,
+                    row.resource_version,
+                    revision,
+                    current.metadata.generation,
+                    current.model_dump_json(),
+                )
+                gone = False
+            else:
+                revision = self._record_change(connection, kind, name, "deleted")
+                result = connection.execute(
+                    statements.DELETE_OBJECT,
+                    {**statements.key(kind, name), "b_expected": row.resource_version},
+                )
+                if result.rowcount != 1:  # cannot happen while the row is locked
+                    raise Conflict(kind, name, row.resource_version, -1)
+                claim_table.release(connection, current.metadata.uid)
+                gone = True
+        self._notify(revision)
+        return gone
