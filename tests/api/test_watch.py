@@ -18,7 +18,11 @@ import pytest
 import uvicorn
 
 from tests.conftest import LiveServer, make_plane
-from virtplane.domain.resources import Metadata, VirtualMachineSnapshot, VirtualMachineSnapshotSpec
+from virtplane.domain.resources import (
+    Metadata,
+    Secret,
+    SecretSpec,
+)
 from virtplane.server import ApiServer
 from virtplane.store.store import Store, sqlite_url
 
@@ -179,20 +183,22 @@ def test_a_revision_older_than_the_feed_keeps_is_410(
 def test_a_watcher_that_falls_behind_compaction_gets_an_error_line(
     live_server: LiveServer, watches: Callable[..., Watch]
 ) -> None:
-    """Writes by another replica wake no one here: with a slow poll, the stream lags them."""
+    """Writes by another replica wake no one here: with a slow poll, the stream lags them.
+
+    Secrets, because no controller writes when one changes: once the stream has shown the local
+    one, it has read and waits, and only a local commit wakes it again.
+    """
     live_server.plane.api_context.watch.poll_s = 3600
     live_server.plane.api_context.watch.heartbeat_s = 3600
     replica = Store(live_server.store.url)
     try:
-        with live_server.client("operator") as client:
-            watch = watches(client, "/v1/snapshots")  # from now
+        with live_server.client("admin") as client:
+            watch = watches(client, "/v1/secrets")  # from now
+            rv(watch.next())
+            live_server.store.create(secret("local"))  # a local commit: the stream reads it, then waits
             start = rv(watch.next())
             for i in range(3):
-                replica.create(
-                    VirtualMachineSnapshot(
-                        metadata=Metadata(name=f"s-{i}"), spec=VirtualMachineSnapshotSpec(vm="none")
-                    )
-                )
+                replica.create(secret(f"s-{i}"))
             replica.compact_changes(keep_last=1)
             assert replica.compacted_revision() > start
             client.post("/v1/vms", json=vm("wake-up"))  # a local write wakes the stream
@@ -202,6 +208,10 @@ def test_a_watcher_that_falls_behind_compaction_gets_an_error_line(
             assert watch.rest() == []  # and the stream ends
     finally:
         replica.close()
+
+
+def secret(name: str) -> Secret:
+    return Secret(metadata=Metadata(name=name), spec=SecretSpec(username="u", password="p"))
 
 
 def test_a_selector_watch_sends_only_what_matches_and_a_deletion_when_it_stops(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.crash.server import ServerProcess
-from tests.crash.test_kill_restart import post, settled
+from tests.crash.test_kill_restart import post, post_shared_root, settled
 
 SETTINGS = {
     "host.liveness.disconnected_after_s": "0.2",
@@ -36,20 +36,7 @@ def _seed(server: ServerProcess) -> None:
                 "fencing": fencing,
             }
             post(c, "/v1/hosts", {"kind": "Host", "metadata": {"name": host}, "spec": spec})
-        post(
-            c,
-            "/v1/storagepools",
-            {
-                "kind": "StoragePool",
-                "metadata": {"name": "shared"},
-                "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 100},
-            },
-        )
-        post(
-            c,
-            "/v1/volumes",
-            {"kind": "Volume", "metadata": {"name": "a-root"}, "spec": {"pool": "shared", "size_gib": 1}},
-        )
+        post_shared_root(c)
         spec = {
             "run_policy": "AlwaysOn",
             "disks": [{"volume": "a-root"}],

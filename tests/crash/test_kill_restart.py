@@ -42,20 +42,7 @@ def seed(server: ServerProcess, policy: str = "AlwaysOnUnlessStoppedManually") -
                 "spec": {"uri": "sim://h1", "capacity": {"vcpus": 16, "memory_mib": 32768}},
             },
         )
-        post(
-            c,
-            "/v1/storagepools",
-            {
-                "kind": "StoragePool",
-                "metadata": {"name": "shared"},
-                "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 100},
-            },
-        )
-        post(
-            c,
-            "/v1/volumes",
-            {"kind": "Volume", "metadata": {"name": "a-root"}, "spec": {"pool": "shared", "size_gib": 1}},
-        )
+        post_shared_root(c)
         post(
             c,
             "/v1/vms",
@@ -71,6 +58,24 @@ def seed(server: ServerProcess, policy: str = "AlwaysOnUnlessStoppedManually") -
         )
         for key, value in (("vm.start.backoff_base_s", "0.2"), ("vm.start.backoff_cap_s", "1")):
             assert c.patch(f"/v1/settings/{key}", json={"spec": {"value": value}}).status_code == 200
+
+
+def post_shared_root(c: httpx.Client) -> None:
+    """A shared pool and the volume ``a-root`` on it: the disk of the VM these tests kill around."""
+    post(
+        c,
+        "/v1/storagepools",
+        {
+            "kind": "StoragePool",
+            "metadata": {"name": "shared"},
+            "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 100},
+        },
+    )
+    post(
+        c,
+        "/v1/volumes",
+        {"kind": "Volume", "metadata": {"name": "a-root"}, "spec": {"pool": "shared", "size_gib": 1}},
+    )
 
 
 def settled(phase: str) -> Any:

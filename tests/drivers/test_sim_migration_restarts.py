@@ -11,6 +11,7 @@ TIME_SCALE`` MiB per tick.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,11 @@ def running_job(job: MigrationJob | None) -> MigrationJob:
     return job
 
 
+def moved_past(seen: MigrationJob) -> Callable[[MigrationJob], bool]:
+    """A job that has ticked since ``seen``."""
+    return lambda job: job.data_processed_mib > seen.data_processed_mib
+
+
 async def source_and_target(
     cloud: SimCloud, target_vcpus: int = 8, target_memory_mib: int = 8192
 ) -> SimDriver:
@@ -87,13 +93,15 @@ def test_a_migration_in_flight_goes_on_in_the_next_process(tmp_path: Path) -> No
             await src.migrate(
                 MigrationRequest(domain=name, target_uri="sim://dst", bandwidth_mib_s=bandwidth)
             )
-        seen = await wait_for_job(src, RUNNING, lambda job: job.data_processed_mib >= 100)
+        await wait_for_job(src, RUNNING, lambda job: job.data_processed_mib >= 100)
         # wall time passes while this process runs too: each tick stores when it happened,
-        # so the next process does not count this second again
+        # so the next process does not count this second again. Both migrations must tick
+        # after the jump: one whose last tick is stamped before it would be owed the whole
+        # second (500 ticks) by the next process, as if no process had run meanwhile.
         clock.now += 1.0
-        before = seen.data_processed_mib
-        seen = await wait_for_job(src, RUNNING, lambda job: job.data_processed_mib > before)
-        return seen.data_processed_mib
+        for name in (RUNNING, PAUSED):
+            await wait_for_job(src, name, moved_past(running_job(await src.migration_job(name))))
+        return running_job(await src.migration_job(RUNNING)).data_processed_mib
 
     async def progress(cloud: SimCloud) -> dict[str, float]:
         src = await connected(cloud, "src")  # resumes the migrations; no tick runs before the reads

@@ -1,7 +1,8 @@
 """Issue 14's console on real libvirt + QEMU: ``virtplane console`` (a process driven through a
 pseudo-terminal) reaches a running guest's serial console through the API, which opens it
 over libvirt's console stream on the guest's host, shows the guest's prompt, and runs a
-command in it; a second session is refused while the first holds the console.
+command in it; a second session is refused while the first holds the console. The dashboard's
+console (xterm.js in headless Chromium) does the same.
 
 The guest is the rig's busybox kernel and initrd started with ``rdinit=/bin/busybox -- sh``:
 its PID 1 is a shell on the serial console, so what is typed runs. The server runs in the
@@ -15,6 +16,7 @@ import asyncio
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -26,6 +28,7 @@ import uvicorn
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from tests.web.browser import checked_page, chromium, sign_in
 from virtplane.domain.resources import Boot, Metadata, RunPolicy, VirtualMachine, VirtualMachineSpec, VMPhase
 
 from .plane import LIMIT_S, QemuPlane
@@ -66,11 +69,12 @@ async def read_until(fd: int, text: bytes, seen: bytes = b"") -> bytes:
     return seen
 
 
-async def test_the_cli_runs_a_command_on_a_guests_serial_console(qplane: QemuPlane, server: str) -> None:
+async def running_shell_guest(qplane: QemuPlane, name: str) -> None:
+    """A guest on host a whose serial console is a shell (PID 1), once it runs."""
     await qplane.add_host("a")
     qplane.store.create(
         VirtualMachine(
-            metadata=Metadata(name="shell-1"),
+            metadata=Metadata(name=name),
             spec=VirtualMachineSpec(
                 run_policy=RunPolicy.ALWAYS_ON,
                 cpu=1,
@@ -79,7 +83,11 @@ async def test_the_cli_runs_a_command_on_a_guests_serial_console(qplane: QemuPla
             ),
         )
     )
-    await qplane.wait_settled("shell-1", VMPhase.RUNNING)
+    await qplane.wait_settled(name, VMPhase.RUNNING)
+
+
+async def test_the_cli_runs_a_command_on_a_guests_serial_console(qplane: QemuPlane, server: str) -> None:
+    await running_shell_guest(qplane, "shell-1")
     token = qplane.store.create_token("console-operator", "operator")
     controller, terminal = pty.openpty()
     cli = subprocess.Popen(
@@ -119,3 +127,40 @@ async def test_the_cli_runs_a_command_on_a_guests_serial_console(qplane: QemuPla
             output += message if isinstance(message, bytes) else message.encode()
     reasons = [reason for reason, _ in qplane.events("shell-1")]
     assert reasons.count("ConsoleAttached") == 2
+
+
+@pytest.mark.browser
+async def test_the_dashboards_console_runs_a_command_on_a_guests_serial_console(
+    qplane: QemuPlane, server: str
+) -> None:
+    await running_shell_guest(qplane, "shell-2")
+    token = qplane.store.create_token("web-operator", "operator")
+    # Playwright's sync API runs its own loop: in a thread, while this loop serves the API
+    await asyncio.to_thread(type_in_the_dashboards_console, server, token, "shell-2")
+    reasons = [reason for reason, _ in qplane.events("shell-2")]
+    assert reasons.count("ConsoleAttached") == 1
+
+
+def type_in_the_dashboards_console(url: str, token: str, vm: str) -> None:
+    """Sign in as an operator, open the VM's console, and run a command typed into xterm.js."""
+    from playwright.sync_api import expect
+
+    limit_ms = LIMIT_S * 1000  # guards a hang only
+    with chromium() as browser, checked_page(browser) as page:
+        sign_in(page, url, token)
+        expect(page.locator("#whoami")).to_have_text("web-operator · operator")
+        row = page.locator(f'#vms tr[data-name="{vm}"]')
+        expect(row.locator("td.phase")).to_have_text("Running")
+        row.locator('button[data-action="console"]').click()
+        expect(page.locator("#console-status")).to_have_text("attached")
+        rows = page.locator("#console-terminal .xterm-rows")
+        page.locator("#console-terminal").click()
+        page.keyboard.press("Enter")  # the shell answers an empty line with its prompt
+        expect(rows).to_contain_text(re.compile(r"#\s"), timeout=limit_ms)
+        page.keyboard.type("echo vp-$((6*7))")
+        page.keyboard.press("Enter")
+        expect(rows).to_contain_text("echo vp-$((6*7))")
+        answer = rows.locator("div", has_text=re.compile(r"^\s*vp-42\s*$"))  # the answer's line
+        expect(answer).to_have_count(1, timeout=limit_ms)
+        page.click("#console-detach")
+        expect(page.locator("#console-panel")).to_be_hidden()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.conftest import eventually
 from virtplane.domain.networks import Network
-from virtplane.domain.resources import MigrateSpec, OperationType, VMPhase
+from virtplane.domain.resources import MigrateSpec, OperationType, RestoreSpec, VMPhase
 
 from .conftest import Rig, console_shows, require_prerequisites, running_rig
 from .plane import LIMIT_S, SHARED, QemuPlane
@@ -179,3 +180,52 @@ async def test_a_guest_keeps_its_address_and_answers_pings_while_it_live_migrate
     log = qplane.rig.console(qplane.domain("g1"))
     assert log.count("cidata: eth0") == 1, "the guest did not boot again: it kept the address it configured"
     assert lost <= 3, f"{lost} pings lost (target: at most 3 at 100 ms)"
+
+
+def _daemon_macs(qplane: QemuPlane, vm: str) -> list[str]:
+    """The MACs of the VM's domain as its daemon defines it (asked directly, not through the plane)."""
+    import libvirt
+
+    conn = libvirt.open(qplane.rig.hosts[qplane.vm(vm).status.host or ""].uri)
+    try:
+        xml = ET.fromstring(conn.lookupByName(qplane.domain(vm)).XMLDesc(0))
+    finally:
+        conn.close()
+    return [mac.get("address", "") for mac in xml.iterfind("devices/interface/mac")]
+
+
+async def test_a_restore_from_a_snapshot_gives_the_guest_back_its_mac_and_address(qplane: QemuPlane) -> None:
+    """g2 pings g1 all along; g1 is snapshotted, stopped and given another NIC (MAC and address),
+    restored (the default mode) and started: it boots again with the snapshot's NIC, and answers."""
+    scripts = {"g1": "", "g2": _await_peer("{peer}") + "ping -i 0.2 {peer}\n"}
+    async with qplane.api() as api:
+        addresses = await _two_guests(qplane, api, scripts)
+        g1, pinger = addresses["g1"], qplane.domain("g2")
+        (before,) = qplane.vm("g1").status.nics
+        assert _daemon_macs(qplane, "g1") == [before.mac]
+        await console_shows(qplane.rig, pinger, f"64 bytes from {g1}: seq=")
+        snap = await qplane.snapshot("g1")
+
+        await qplane.operate("g1", OperationType.STOP)
+        await qplane.wait_settled("g1", VMPhase.STOPPED)
+        other = {"network": "lan", "mac": "52:54:00:77:00:2a", "ip": "10.77.0.42"}
+        patched = await api.patch("/v1/vms/g1", json={"spec": {"nics": [other]}})
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["spec"]["nics"] == [other]
+    answered_before = max(_replies(qplane.rig.console(pinger), g1))
+
+    await qplane.operate("g1", OperationType.RESTORE, restore=RestoreSpec(snapshot=snap.metadata.name))
+    await qplane.operate("g1", OperationType.START)  # a restore keeps the power state: it was stopped
+    await qplane.wait_settled("g1", VMPhase.RUNNING)
+    (after,) = qplane.vm("g1").status.nics
+    assert (after.mac, after.ip) == (before.mac, g1)
+    assert _daemon_macs(qplane, "g1") == [before.mac]
+    line = f"cidata: eth0 {g1}/24 via {GATEWAY} mac {before.mac}"
+    log = await console_shows(qplane.rig, qplane.domain("g1"), line, count=2)  # it booted again
+    assert log.count("cidata: eth0") == 2
+    # and g2, which kept pinging, hears from g1 again, at the same address: 10 more replies
+    await eventually(
+        lambda: max(_replies(qplane.rig.console(pinger), g1)) >= answered_before + 10, timeout=LIMIT_S
+    )
+    replies = _replies(qplane.rig.console(pinger), g1)
+    assert replies[-1] - replies[0] + 1 > len(set(replies)), "g1 was down in between"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import FULL_RUN
+from tests.web.browser import sign_in
 from tests.web.demo_server import DemoServer, serve_demo
 
 if TYPE_CHECKING:
@@ -34,15 +35,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
         yield server
 
 
-def sign_in(page: Page, server: DemoServer, role: str) -> None:
-    page.goto(server.url + "/")
-    page.fill("#token-input", server.tokens[role])
-    page.click("#login-submit")
+def signed_in_as(page: Page, server: DemoServer, role: str) -> None:
+    sign_in(page, server.url, server.tokens[role])
     expect(page.locator("#whoami")).to_have_text(f"web-{role} · {role}")  # the actions are drawn for it
 
 
 def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(page: Page, demo: DemoServer) -> None:
-    sign_in(page, demo, "operator")
+    signed_in_as(page, demo, "operator")
     web = page.locator('#vms tr[data-name="web-1"]')
     expect(web.locator("td.phase")).to_have_text("Running")
     web.locator('button[data-action="console"]').click()
@@ -64,7 +63,7 @@ def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(page: Pag
 
 
 def test_a_viewer_gets_no_console_button_as_the_api_refuses_it_one(page: Page, demo: DemoServer) -> None:
-    sign_in(page, demo, "viewer")
+    signed_in_as(page, demo, "viewer")
     web = page.locator('#vms tr[data-name="web-1"]')
     expect(web.locator("td.phase")).to_have_text("Running")
     # (tests/api/test_console.py: a viewer's console is refused with 403 Forbidden)

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import FULL_RUN, LiveServer
+from tests.web.browser import sign_in
 from tests.web.demo_server import DemoServer
 from virtplane.domain.resources import EventType
 
@@ -92,15 +93,8 @@ def demo_world(live_server: LiveServer) -> None:
         )
 
 
-def sign_in(page: Page, live_server: LiveServer | DemoServer, token: str) -> None:
-    page.goto(live_server.url + "/")
-    expect(page.locator("#login")).to_be_visible()
-    page.fill("#token-input", token)
-    page.click("#login-submit")
-
-
 def signed_in(page: Page, live_server: LiveServer | DemoServer, role: str = "admin") -> None:
-    sign_in(page, live_server, live_server.tokens[role])
+    sign_in(page, live_server.url, live_server.tokens[role])
     expect(page.locator("#dashboard")).to_be_visible()
     expect(page.locator("#status-text")).to_contain_text("live")
 
@@ -169,7 +163,7 @@ def test_hosts_vms_and_operations_show_what_the_api_reports(page: Page, live_ser
 
 
 def test_a_bad_token_gets_the_401_message_and_the_form_again(page: Page, live_server: LiveServer) -> None:
-    sign_in(page, live_server, "vp_not-a-real-token")
+    sign_in(page, live_server.url, "vp_not-a-real-token")
     expect(page.locator("#login-error")).to_be_visible()
     expect(page.locator("#login-error")).to_contain_text("401")
     expect(page.locator("#login-error")).to_contain_text("token")

@@ -9,6 +9,7 @@ and the allocation ratios that apply to it, with the allocatable capacity they g
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 
@@ -31,8 +32,8 @@ from virtplane.domain.resources import (
     Setting,
     VirtualMachine,
 )
-from virtplane.drivers.base import HypervisorDriver
-from virtplane.drivers.errors import DriverError, DriverUnavailable
+from virtplane.drivers.base import HostFacts, HypervisorDriver
+from virtplane.drivers.errors import DriverError, DriverUnavailable, HostUnreachable
 from virtplane.fencing.base import BmcFactory
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
@@ -58,8 +59,7 @@ class HostReconciler:
         was = status.connection
         answered = False
         try:
-            driver = await ctx.hosts.get(host.spec.uri)
-            facts = await driver.host_facts()
+            driver, facts = await self._probe(host)
             if host.spec.fenced:
                 await self._remove_stale_domains(host, driver)
             answered = True
@@ -122,6 +122,19 @@ class HostReconciler:
             host.status = status
             ctx.write(host)
         return Result(requeue_after=requeue)
+
+    async def _probe(self, host: Host) -> tuple[HypervisorDriver, HostFacts]:
+        """The host's driver and what it reports. A probe not answered within
+        host.liveness.probe_timeout_s is a missed answer, whatever call it waits in (a stopped
+        daemon holds a call on an open connection for as long as it stays stopped): the caller drops
+        the driver, which lets go of the call without waiting for it."""
+        timeout_s = self.ctx.settings.get_float("host.liveness.probe_timeout_s")
+        try:
+            async with asyncio.timeout(timeout_s):
+                driver = await self.ctx.hosts.get(host.spec.uri)
+                return driver, await driver.host_facts()
+        except TimeoutError:
+            raise HostUnreachable(f"{host.spec.uri} did not answer within {timeout_s:g}s") from None
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
         """The allocation ratios that apply to this host (settings by host, cluster, global) and

@@ -244,6 +244,15 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=86400,
     ),
     SettingDef(
+        "host.liveness.probe_timeout_s",
+        SettingType.FLOAT,
+        10.0,
+        "How long a probe of a host (connecting, asking its facts) may take; one that takes "
+        "longer counts as no answer, and its connection is given up.",
+        minimum=0.01,
+        maximum=600,
+    ),
+    SettingDef(
         "host.liveness.reconnected_after_s",
         SettingType.FLOAT,
         60.0,

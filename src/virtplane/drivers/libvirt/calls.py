@@ -1,4 +1,4 @@
-"""How the libvirt driver calls libvirt: blocking calls in a small thread pool, errors translated.
+"""How the libvirt driver calls libvirt: blocking calls on the call pool's threads, errors translated.
 
 libvirt connections are thread-safe, so the pool's threads share one. A libvirt error
 leaves as a ``virtplane.drivers.errors`` error; one that finds the connection dead also
@@ -7,14 +7,13 @@ marks it lost, so it is reopened. What the host can do is its ``HypervisorFlavor
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from virtplane.drivers.base import Capability
 from virtplane.drivers.errors import DriverError, Unsupported
 from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.libvirt.call_pool import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection
 from virtplane.drivers.libvirt.flavor import HypervisorFlavor
 
@@ -26,7 +25,7 @@ class LibvirtCalls:
 
     _uri: str
     flavor: HypervisorFlavor
-    _executor: ThreadPoolExecutor
+    _calls: CallPool
     _connection: LibvirtConnection
 
     @property
@@ -46,22 +45,19 @@ class LibvirtCalls:
         if capability not in self.capabilities:
             raise Unsupported(f"{self._uri} does not support {capability.value}")
 
-    async def _blocking(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
     async def _call(self, fn: Callable[[Any], T]) -> T:
-        """Run ``fn(virConnect)`` in the executor; libvirt errors become driver errors."""
-        return await self._blocking(lambda: self._call_blocking(fn))
+        """Run ``fn(virConnect)`` on the pool; libvirt errors become driver errors."""
+        return await self._calls.run(lambda: self._call_blocking(fn))
 
     def _call_blocking(self, fn: Callable[[Any], T]) -> T:
         lv = _libvirt.load()
-        conn = self._connection.get()
-        try:
-            return fn(conn)
-        except DriverError:
-            raise
-        except lv.libvirtError as exc:
-            alive = self._connection.is_alive()
-            if not alive:
-                self._connection.lost(str(exc))
-            raise _libvirt.translate(exc, connection_alive=alive) from exc
+        with self._connection.using() as conn:  # not closed while the call is in it
+            try:
+                return fn(conn)
+            except DriverError:
+                raise
+            except lv.libvirtError as exc:
+                alive = self._connection.is_alive()
+                if not alive:
+                    self._connection.lost(str(exc))
+                raise _libvirt.translate(exc, connection_alive=alive) from exc

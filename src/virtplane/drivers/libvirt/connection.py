@@ -1,11 +1,20 @@
 """One libvirt connection that notices when its host goes away and comes back.
 
-Keepalive probes (remote URIs only) and libvirt's close callback tell us the
-connection died; a failed call on a connection that is no longer alive does
-too. While the host is away ``connected`` is False, every call raises
+Libvirt's close callback tells us the connection died (the daemon closed it, or ended); a
+failed call on a connection that is no longer alive does too. While the host is away ``connected`` is False, every call raises
 HostUnreachable, and a background thread reopens the connection with
 exponential backoff. ``on_down``/``on_up`` report the transitions (the driver
 turns them into HOST_DOWN/HOST_UP events).
+
+A connection is never closed while a call is in it: libvirt frees a closed connection
+that another thread is still waiting in, and the waiting call crashes the process when the
+daemon answers at last (a stopped daemon that resumes, or dies). So a call holds its
+connection (``using``), and one closed or lost meanwhile is closed when its last call
+returns; closing itself runs on a thread of its own, as libvirt's close waits for the daemon.
+Libvirt's client keepalive is off by default (``keepalive_interval_s`` 0): libvirt 9.0's
+client, when its keepalive closes a connection with several calls waiting in it, lets one
+go and crashes in another when the daemon goes away later. A host that stops answering is
+found by the host controller's probe time limit instead.
 
 All methods here block; the driver runs them in its executor.
 """
@@ -15,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from virtplane.drivers.errors import HostUnreachable
@@ -40,8 +49,8 @@ class LibvirtConnection:
         on_up: Callable[[], None],
         on_down: Callable[[str], None],
         opener: Opener | None = None,
-        keepalive_interval_s: int = 5,
-        keepalive_count: int = 3,
+        keepalive_interval_s: int = 0,
+        keepalive_count: int = 0,
         reconnect_initial_s: float = 0.5,
         reconnect_max_s: float = 30.0,
     ) -> None:
@@ -57,6 +66,8 @@ class LibvirtConnection:
         self._conn: Any = None
         self._closing = threading.Event()
         self._reconnector: threading.Thread | None = None
+        self._calls: dict[int, int] = {}  # id(virConnect) -> calls in it now
+        self._retired: dict[int, Any] = {}  # connections to close once their last call returns
         self.last_error = ""
 
     @property
@@ -69,6 +80,24 @@ class LibvirtConnection:
         if conn is None:
             raise HostUnreachable(f"{self.uri}: not connected ({self.last_error or 'never connected'})")
         return conn
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[Any]:
+        """The live virConnect, held for one call: closing or losing it meanwhile closes it only
+        once the call has returned. Raises HostUnreachable while the host is away."""
+        with self._lock:
+            conn = self.get()
+            self._calls[id(conn)] = self._calls.get(id(conn), 0) + 1
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                left = self._calls.pop(id(conn)) - 1
+                if left:
+                    self._calls[id(conn)] = left
+                retired = None if left else self._retired.pop(id(conn), None)
+            if retired is not None:
+                self._dispose_later(retired)
 
     def open(self) -> None:
         """Connect now; on failure raise HostUnreachable and keep trying in the background."""
@@ -97,7 +126,7 @@ class LibvirtConnection:
             # answers it may stay for ever, and installs nothing when it comes back (_install).
             reconnector.join(timeout=1)
         if conn is not None:
-            self._dispose(conn)
+            self._retire(conn)
 
     def is_alive(self) -> bool:
         conn = self._conn
@@ -115,7 +144,8 @@ class LibvirtConnection:
             if conn is None or self._closing.is_set():
                 return
             self.last_error = why
-            self._start_reconnecting(dead=conn)
+            self._retire(conn)
+            self._start_reconnecting()
         log.warning("libvirt connection to %s lost: %s", self.uri, why)
         self._on_down(why)
 
@@ -136,7 +166,7 @@ class LibvirtConnection:
             raise HostUnreachable(f"{self.uri}: {self.last_error}")
         try:
             interval, count = self._keepalive
-            conn.setKeepAlive(interval, count)
+            conn.setKeepAlive(interval, count)  # an interval of 0 turns it off
         except Exception:
             pass  # local drivers (test:///, qemu:///system over a unix socket opened in-process) lack it
         try:
@@ -152,7 +182,7 @@ class LibvirtConnection:
         """Make ``conn`` the connection, unless closed meanwhile or another got there first."""
         with self._lock:
             if self._closing.is_set() or self._conn is not None:
-                self._dispose(conn)
+                self._dispose_later(conn)
                 return False
             self._conn = conn
             self.last_error = ""
@@ -171,17 +201,15 @@ class LibvirtConnection:
         if conn is self._conn:
             self.lost(names.get(reason, f"closed (reason {reason})"))
 
-    def _start_reconnecting(self, dead: Any = None) -> None:
+    def _start_reconnecting(self) -> None:
         if self._reconnector is not None and self._reconnector.is_alive():
             return
         self._reconnector = threading.Thread(
-            target=self._reconnect_loop, args=(dead,), name=f"libvirt-reconnect {self.uri}", daemon=True
+            target=self._reconnect_loop, name=f"libvirt-reconnect {self.uri}", daemon=True
         )
         self._reconnector.start()
 
-    def _reconnect_loop(self, dead: Any) -> None:
-        if dead is not None:
-            self._dispose(dead)
+    def _reconnect_loop(self) -> None:
         delay = self._reconnect_initial_s
         while not self._closing.wait(delay):
             if self._conn is not None:
@@ -197,6 +225,21 @@ class LibvirtConnection:
             log.info("libvirt connection to %s is back", self.uri)
             self._on_up()
             return
+
+    def _retire(self, conn: Any) -> None:
+        """Close ``conn``, which is no longer the connection, once no call is in it."""
+        with self._lock:
+            if self._calls.get(id(conn)):
+                self._retired[id(conn)] = conn
+                return
+        self._dispose_later(conn)
+
+    def _dispose_later(self, conn: Any) -> None:
+        """Close ``conn`` on a thread of its own: libvirt's close asks the daemon, which may
+        not answer (stopped, hung) for as long as it stays so."""
+        threading.Thread(
+            target=self._dispose, args=(conn,), name=f"libvirt-close {self.uri}", daemon=True
+        ).start()
 
     @staticmethod
     def _dispose(conn: Any) -> None:

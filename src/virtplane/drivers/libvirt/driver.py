@@ -1,6 +1,6 @@
 """``LibvirtDriver``: the HypervisorDriver for any libvirt URI.
 
-Its parts, by what they operate on: ``calls`` (the thread pool every call runs in, and
+Its parts, by what they operate on: ``calls`` (every call, on ``call_pool``'s threads, and
 the translation of libvirt's errors), ``lifecycle`` (domains), ``volumes`` (pools, images,
 volumes), ``snapshots`` (disk snapshots, memory images); this module wires them and holds
 the connection, the host's facts and migration. What libvirt's test driver lacks is one
@@ -10,7 +10,7 @@ the connection, the host's facts and migration. What libvirt's test driver lacks
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import asyncio
 from typing import Any
 
 from virtplane.drivers.base import (
@@ -24,6 +24,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt
 from virtplane.drivers.libvirt.bridges import host_bridges
+from virtplane.drivers.libvirt.call_pool import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.events import EventRelay
@@ -56,8 +57,8 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
         console_dir: str | None = None,
         state_dir: str | None = None,
         migration_address: str | None = None,
-        keepalive_interval_s: int = 5,
-        keepalive_count: int = 3,
+        keepalive_interval_s: int = 0,  # off: see docs/decisions.md (a stopped daemon)
+        keepalive_count: int = 0,
         reconnect_initial_s: float = 0.5,
         reconnect_max_s: float = 30.0,
         opener: Opener | None = None,
@@ -68,7 +69,7 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
         self._migration_address = migration_address
         self._stops = StopRequests()
         self._memory = MemoryImages(self.flavor, state_dir)
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="libvirt")
+        self._calls = CallPool(uri)
         self._events = EventRelay(uri, stop_asked=self._stops.asked)
         self._migrations = MigrationTracker(on_failed=self._events.migration_failed)
         self._connection = LibvirtConnection(
@@ -87,11 +88,13 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
 
     async def connect(self) -> None:
         _libvirt.load()
-        await self._blocking(self._connection.open)
+        await self._calls.run(self._connection.open)
 
     async def close(self) -> None:
-        await self._blocking(self._connection.close)
-        self._executor.shutdown(wait=False)
+        """Close the connection; callers still waiting for a call read HostUnreachable at once."""
+        self._calls.close()
+        # not on the pool: its threads may all be in calls that a silent daemon holds
+        await asyncio.to_thread(self._connection.close)
         self._memory.close()
 
     def set_event_sink(self, sink: EventSink | None) -> None:

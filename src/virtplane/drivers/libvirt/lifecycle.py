@@ -161,7 +161,9 @@ class DomainLifecycle(LibvirtCalls):
         self._require(Capability.SERIAL_CONSOLE)  # libvirt's test driver has no consoles
         loop = asyncio.get_running_loop()
         return await self._call(
-            lambda conn: console.open_console(conn, LibvirtDomain.lookup(conn, name), loop, self._executor)
+            lambda conn: console.open_console(
+                conn, LibvirtDomain.lookup(conn, name), loop, self._calls.executor
+            )
         )
 
     def _domain_xml(self, conn: Any, spec: DomainSpec) -> str:

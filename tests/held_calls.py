@@ -1,0 +1,91 @@
+"""A libvirt daemon that can be stopped (SIGSTOP) while connections to it are open: a wrapper
+around a real test-driver connection whose opens and calls block while it is stopped, as a
+stopped daemon's do, and which records every close with the calls then in the connection
+(libvirt frees a closed connection, and a call still in it crashes the process when it
+returns, so that number must be 0)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tests.conftest import libvirt_or_skip
+
+libvirt = libvirt_or_skip()
+
+LOCAL = frozenset({"close", "registerCloseCallback", "unregisterCloseCallback", "setKeepAlive"})
+
+
+class StoppableDaemon:
+    def __init__(self, uri: str = "test:///default") -> None:
+        self.uri = uri
+        self.running = threading.Event()
+        self.running.set()
+        self.lock = threading.Lock()
+        self.in_calls = 0  # calls waiting in a stopped daemon, over all connections
+        self.closes: list[int] = []  # for each close: the calls then in that connection
+        self.connections: list[HeldConnection] = []
+
+    def stop(self) -> None:
+        self.running.clear()
+
+    def resume(self) -> None:
+        self.running.set()
+
+    def open(self, _uri: str) -> Any:
+        self._held(lambda: None)
+        self.connections.append(HeldConnection(libvirt.open(self.uri), self))
+        return self.connections[-1]
+
+    def _held(self, call: Any) -> Any:
+        with self.lock:
+            self.in_calls += 1
+        try:
+            self.running.wait()
+            return call()
+        finally:
+            with self.lock:
+                self.in_calls -= 1
+
+
+class HeldConnection:
+    def __init__(self, conn: Any, daemon: StoppableDaemon) -> None:
+        self._conn = conn
+        self._daemon = daemon
+        self.in_calls = 0
+        self.dead = False
+
+    def cut(self) -> None:
+        """What libvirt's keepalive does to a connection whose daemon stopped answering."""
+        self.dead = True
+
+    def isAlive(self) -> int:
+        return 0 if self.dead else 1
+
+    def close(self) -> int:
+        with self._daemon.lock:
+            self._daemon.closes.append(self.in_calls)
+        return int(self._conn.close())
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._conn, name)
+        if name in LOCAL or not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.dead:  # a dead connection fails at once, without asking the daemon
+                self._answer(attribute)
+            with self._daemon.lock:
+                self.in_calls += 1
+            try:
+                return self._daemon._held(lambda: self._answer(attribute, *args, **kwargs))
+            finally:
+                with self._daemon.lock:
+                    self.in_calls -= 1
+
+        return call
+
+    def _answer(self, attribute: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.dead:
+            raise libvirt.libvirtError("Cannot recv data: Connection reset by peer")
+        return attribute(*args, **kwargs)
