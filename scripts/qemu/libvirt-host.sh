@@ -9,6 +9,8 @@
 # hosts: shared storage. Prints the connection URI on stdout.
 # env VP_NETNS=NAME: the daemon (and so its guests' taps and migration sockets) runs in that
 # network namespace (`ip netns add NAME` first); its socket is still reached from outside.
+# env VP_TLS_PORT=PORT VP_TLS_DIR=DIR: the daemon also listens for qemu+tls on 127.0.0.1:PORT with
+# DIR/servercert.pem, DIR/serverkey.pem and DIR/cacert.pem (clients must show a certificate of that CA).
 set -euo pipefail
 action=${1:?start|stop}; base=${2:?base dir}; name=${3:?host name}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,6 +48,19 @@ auth_unix_rw = "none"
 auth_unix_ro = "none"
 log_outputs = "3:file:$hostdir/log/libvirtd.log"
 CONF
+listen=""
+if [ -n "${VP_TLS_PORT:-}" ]; then
+  listen=--listen
+  cat >>"$hostdir/etc/libvirtd.conf" <<CONF
+listen_tls = 1
+listen_tcp = 0
+listen_addr = "127.0.0.1"
+tls_port = "$VP_TLS_PORT"
+key_file = "${VP_TLS_DIR:?}/serverkey.pem"
+cert_file = "$VP_TLS_DIR/servercert.pem"
+ca_file = "$VP_TLS_DIR/cacert.pem"
+CONF
+fi
 # Guests run as root with no security driver, and console output goes to files
 # directly (stdio_handler=file), so neither virtlogd nor virtlockd is needed.
 cat >"$hostdir/etc/qemu.conf" <<CONF
@@ -70,7 +85,7 @@ ${VP_NETNS:+ip netns exec "$VP_NETNS"} unshare --mount --propagation private /bi
   mount --bind '$hostdir/lib' /var/lib/libvirt &&
   mount --bind '$hostdir/cache' /var/cache/libvirt &&
   mount --bind '$hostdir/log' /var/log/libvirt &&
-  exec python3 '$here/subreaper.py' /usr/sbin/libvirtd -f '$hostdir/etc/libvirtd.conf' -p '$pidfile'
+  exec python3 '$here/subreaper.py' /usr/sbin/libvirtd $listen -f '$hostdir/etc/libvirtd.conf' -p '$pidfile'
 " </dev/null >"$hostdir/log/stdout.log" 2>&1 &
 echo $! >"$hostdir/subreaper.pid"  # ip netns exec, unshare and sh exec, so this is the subreaper
 for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.05; done

@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -71,6 +71,7 @@ class Rig:
     local_pool: PoolRef
     library_pool: PoolRef
     netns: str | None = None  # the network namespace the daemons (and their guests' NICs) run in
+    host_env: dict[str, dict[str, str]] = field(default_factory=dict)  # a host's extra start-script env
 
     def start_command(self, name: str) -> list[str]:
         """What starts host ``name``'s daemon (again: the same UUID, socket and ports)."""
@@ -84,7 +85,7 @@ class Rig:
             check=True,
             capture_output=True,
             text=True,
-            env={**os.environ, "VP_NETNS": self.netns or ""},
+            env={**os.environ, "VP_NETNS": self.netns or "", **self.host_env.get(name, {})},
         )
         return QemuHost(name, out.stdout.strip().splitlines()[-1])
 
@@ -113,8 +114,9 @@ def rig() -> Iterator[Rig]:
 
 
 @contextmanager
-def running_rig(netns: str | None = None) -> Iterator[Rig]:
-    """Two daemons, a and b (in ``netns`` if given), with the guest's image library."""
+def running_rig(netns: str | None = None, host_env: dict[str, dict[str, str]] | None = None) -> Iterator[Rig]:
+    """Two daemons, a and b (in ``netns`` if given), with the guest's image library; ``host_env``
+    adds to a host's start script's environment (e.g. VP_TLS_PORT, see libvirt-host.sh)."""
     import libvirt
 
     base = Path(tempfile.mkdtemp(prefix="vp-qemu-"))  # short: unix socket paths are limited to 108 bytes
@@ -133,6 +135,7 @@ def running_rig(netns: str | None = None) -> Iterator[Rig]:
         local_pool=PoolRef(name="local", path=LOCAL_IMAGES),
         library_pool=PoolRef(name="library", path=str(base / "library"), shared=True),
         netns=netns,
+        host_env=host_env or {},
     )
     caps_cache = CACHE / "qemu-caps"
     try:

@@ -1,0 +1,136 @@
+"""Hosts reached over ``qemu+ssh`` and ``qemu+tls``, on the rig's two real libvirt daemons.
+
+Daemon a is reached through an sshd this module starts on a loopback port (its own host key,
+one authorized client key, a known_hosts of its own); daemon b listens for TLS on a loopback
+port with certificates of a CA this module makes (libvirt's ``pkipath`` layout). The control
+plane's Hosts carry those URIs; a live migration from a to b is driven by daemon a, which opens
+b's ``qemu+tls`` URI itself, with b's ``migration_address`` set so that the migration's data
+does not depend on b's host name. A refused certificate or key leaves the Host not connected,
+with libvirt's reason in its status message, within seconds (no hang, no 500).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import eventually
+from tests.crash.server import free_port
+from virtplane.domain.resources import (
+    Host,
+    HostConnection,
+    HostSpec,
+    Metadata,
+    MigrateSpec,
+    OperationType,
+    RunPolicy,
+    VMPhase,
+)
+
+from .conftest import QemuHost, Rig, console_shows, require_prerequisites, running_rig
+from .plane import QemuPlane
+from .transports import (
+    Pki,
+    Sshd,
+    keygen,
+    make_pki,
+    require_tool,
+    running_sshd,
+    ssh_command,
+    tls_uri,
+)
+
+pytestmark = [pytest.mark.qemu, pytest.mark.slow]
+
+REFUSAL_LIMIT_S = 30.0  # a refused connection fails in well under a second; this guards a hang
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    require_tool("openssl")
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    require_tool("/usr/sbin/sshd")
+    require_tool("nc")
+    with running_sshd(tmp_path_factory.mktemp("ssh")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def rig(pki: Pki, sshd: Sshd) -> Iterator[Rig]:
+    """This module's daemons: a reached over qemu+ssh, b over qemu+tls."""
+    require_prerequisites()
+    port = free_port()
+    tls = {"VP_TLS_PORT": str(port), "VP_TLS_DIR": str(pki.server_dir)}
+    with running_rig(host_env={"b": tls}) as started:
+        unix_socket = started.hosts["a"].uri.split("socket=", 1)[1]
+        started.hosts["a"] = QemuHost("a", sshd.uri(unix_socket))
+        started.hosts["b"] = QemuHost("b", tls_uri(port, pki.client_dir))
+        yield started
+
+
+async def test_hosts_over_ssh_and_tls_run_guests_and_migrate_live(qplane: QemuPlane) -> None:
+    await qplane.add_host("a")
+    assert qplane.store.get(Host, "a").spec.uri.startswith("qemu+ssh://")
+    await qplane.add_volume("tr-root")
+    qplane.add_vm("tr", RunPolicy.MANUAL, "tr-root")
+    await qplane.operate("tr", OperationType.START)
+    await console_shows(qplane.rig, qplane.domain("tr"), "GUEST-UP")
+    assert qplane.vm("tr").status.host == "a" and await qplane.runs_on("tr") == ["a"]
+
+    await qplane.add_host("b", migration_address="127.0.0.1")
+    assert qplane.store.get(Host, "b").spec.uri.startswith("qemu+tls://")
+    await qplane.operate("tr", OperationType.MIGRATE, migrate=MigrateSpec(target_host="b"))
+    current = await qplane.wait_settled("tr", VMPhase.RUNNING)
+    assert current.status.host == "b" and await qplane.runs_on("tr") == ["b"]
+    assert qplane.console("tr").count("GUEST-UP") == 1, "the same boot, moved live"
+
+    await qplane.operate("tr", OperationType.STOP)
+    assert await qplane.runs_on("tr") == []
+
+    def disabled(host: Host) -> None:
+        host.spec.enabled = False
+
+    qplane.store.mutate(Host, "a", disabled)  # so the start can only go to b, over TLS
+    await qplane.operate("tr", OperationType.START)
+    await console_shows(qplane.rig, qplane.domain("tr"), "GUEST-UP", count=2)
+    assert qplane.vm("tr").status.host == "b" and await qplane.runs_on("tr") == ["b"]
+
+
+async def test_a_refused_certificate_or_key_says_why_on_the_host(
+    qplane: QemuPlane, pki: Pki, sshd: Sshd, tmp_path: Path
+) -> None:
+    tls_port = int(qplane.rig.host_env["b"]["VP_TLS_PORT"])
+    unauthorized = tmp_path / "unauthorized_key"
+    keygen(unauthorized, "not-in-authorized-keys")
+    impostor = tmp_path / "impostor_key"  # what known_hosts says the sshd's host key is
+    keygen(impostor, "not-the-host-key")
+    wrong_known_hosts = tmp_path / "known_hosts"
+    wrong_known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {impostor.with_suffix('.pub').read_text()}")
+    suspicious_ssh = ssh_command(tmp_path, wrong_known_hosts)
+    unix_socket = qplane.rig.hosts["a"].uri.split("socket=", 1)[1].split("&", 1)[0]
+    refused = {
+        "wrong-ca": (tls_uri(tls_port, pki.stranger_dir), "Failed to verify peer's certificate"),
+        "wrong-key": (sshd.uri(unix_socket, keyfile=unauthorized), "Permission denied (publickey)"),
+        "wrong-host-key": (sshd.uri(unix_socket, command=suspicious_ssh), "Host key verification failed"),
+    }
+    for name, (uri, _) in refused.items():
+        qplane.store.create(Host(metadata=Metadata(name=name), spec=HostSpec(uri=uri)))
+
+    def said(name: str) -> str:
+        return qplane.store.get(Host, name).status.message
+
+    async with qplane.api() as api:
+        for name, (_, reason) in refused.items():
+            await eventually(lambda: said(name), timeout=REFUSAL_LIMIT_S)  # noqa: B023 (awaited here)
+            host = qplane.store.get(Host, name)
+            assert host.status.connection is not HostConnection.UP
+            assert reason in host.status.message, host.status.message
+            response = await api.get(f"/v1/hosts/{name}")
+            assert response.status_code == 200, response.text
+            assert reason in response.json()["status"]["message"]
