@@ -7,12 +7,15 @@ rebuild the seed image when the spec (or a network's gateway or DNS) changes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.storage import pool_driver, pool_ref
 from virtplane.domain.cloudinit import SeedNic, seed_digest, seed_documents
 from virtplane.domain.networks import Network
+from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import PoolKind, StoragePool, VirtualMachine
-from virtplane.domain.seeds import SeedVolume
+from virtplane.domain.seeds import SeedVolume, read_seed_volumes, write_seed_volumes
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import PermanentError
 from virtplane.runtime.cache import Cache
@@ -23,8 +26,11 @@ __all__ = [
     "delete_seeds",
     "place_seed",
     "place_seed_on_target",
+    "record_seed",
     "seed_pool",
     "seed_volume",
+    "seed_volume_on_target",
+    "strike_seeds",
     "vm_seed",
 ]
 
@@ -129,6 +135,21 @@ async def place_seed(cache: Cache, vm: VirtualMachine, driver: HypervisorDriver)
     return (await driver.upload_volume(pool_ref(pool), seed.file_name, seed.iso())).path
 
 
+def seed_volume_on_target(
+    cache: Cache, vm: VirtualMachine, target_pools: list[StoragePool]
+) -> SeedVolume | None:
+    """Where ``place_seed_on_target`` writes the VM's seed: the target's local pool (of
+    ``target_pools``) that stands for the same pool on the host as the seed's own; None when
+    the VM has no seed or keeps it in a shared pool."""
+    current = seed_volume(cache, vm)
+    pool = cache.pool(current.pool) if current else None
+    if current is None or pool is None or pool.spec.kind is not PoolKind.LOCAL:
+        return None
+    same = (p for p in target_pools if pool_driver_name(p) == pool_driver_name(pool))
+    target_pool = next(same, None)
+    return SeedVolume(target_pool.metadata.name, current.file) if target_pool else None
+
+
 async def place_seed_on_target(cache: Cache, vm: VirtualMachine, target: HypervisorDriver) -> None:
     """Before a migration that copies local disks: the seed, when it lives in a local pool, on the
     target too (QEMU there opens the CD-ROM at the same path). A shared pool's seed is there
@@ -136,3 +157,26 @@ async def place_seed_on_target(cache: Cache, vm: VirtualMachine, target: Hypervi
     pool = seed_pool(cache, vm)
     if pool is not None and pool.spec.kind is PoolKind.LOCAL:
         await place_seed(cache, vm, target)
+
+
+def record_seed(volume: SeedVolume) -> Callable[[VirtualMachine], None]:
+    """A change that puts ``volume`` on a VM's seed record, made before the file is written."""
+
+    def change(vm: VirtualMachine) -> None:
+        recorded = read_seed_volumes(vm.metadata.annotations)
+        if volume not in recorded:
+            vm.metadata.annotations = write_seed_volumes(vm.metadata.annotations, [*recorded, volume])
+
+    return change
+
+
+def strike_seeds(gone: list[SeedVolume]) -> Callable[[VirtualMachine], None]:
+    """A change that takes seed files whose deletion was confirmed off a VM's seed record."""
+
+    def change(vm: VirtualMachine) -> None:
+        recorded = read_seed_volumes(vm.metadata.annotations)
+        vm.metadata.annotations = write_seed_volumes(
+            vm.metadata.annotations, [seed for seed in recorded if seed not in gone]
+        )
+
+    return change

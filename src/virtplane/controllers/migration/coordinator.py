@@ -34,9 +34,10 @@ from virtplane.controllers.migration.flights import (
     slot_refusal,
 )
 from virtplane.controllers.scheduling import host_views, vm_view
-from virtplane.controllers.seed import place_seed_on_target
+from virtplane.controllers.seed import place_seed_on_target, record_seed, seed_volume_on_target
 from virtplane.controllers.storage import pool_ref
 from virtplane.controllers.vm import build_domain_spec
+from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, set_condition
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_migration, write_migration
@@ -51,6 +52,7 @@ from virtplane.domain.resources import (
     StoragePool,
     VirtualMachine,
 )
+from virtplane.domain.seeds import read_seed_volumes
 from virtplane.drivers.base import (
     MigrationJob,
     MigrationRequest,
@@ -185,7 +187,12 @@ class MigrationCoordinator:
                 try:
                     for pool in self.local_pools_of(target):
                         await dst_driver.ensure_pool(pool_ref(pool))
+                    copied = seed_volume_on_target(ctx.cache, vm, self.local_pools_of(target))
+                    if copied is not None and copied not in read_seed_volumes(vm.metadata.annotations):
+                        # on the VM's seed record before it is written (DESIGN.md §1)
+                        vm = self.write_vm(vm_name, record_seed(copied))
                     await place_seed_on_target(ctx.cache, vm, dst_driver)
+                    crashpoint("migration.seed-copied")
                 except DriverError as exc:
                     return Refused(f"cannot prepare the local pools of {target}: {exc}")
             intent = MigrationIntent(

@@ -28,6 +28,7 @@ from virtplane.controllers.migration.flights import (
 )
 from virtplane.controllers.migration_outcome import Outcome, Side, locate
 from virtplane.controllers.scheduling import vm_view
+from virtplane.controllers.seed import delete_seeds, strike_seeds
 from virtplane.controllers.storage import pool_ref, volume_file
 from virtplane.controllers.watch import Watch, name_of
 from virtplane.domain.conditions import VMCondition, get_condition, remove_condition, set_condition
@@ -43,6 +44,7 @@ from virtplane.domain.resources import (
     VirtualMachineOperation,
     Volume,
 )
+from virtplane.domain.seeds import SeedVolume, read_seed_volumes
 from virtplane.drivers.base import HypervisorDriver, MigrationJob, domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable, NotFound
 from virtplane.metrics import MigrationResult
@@ -195,8 +197,10 @@ class MigrationFollower:
         self, vm: VirtualMachine, intent: MigrationIntent, src: HypervisorDriver | None
     ) -> Result | None:
         ctx = self.ctx
+        left_seeds: list[SeedVolume] = []
         if intent.copy_storage:
             await self._move_volumes(vm, intent, src)
+            left_seeds = await self._delete_source_seeds(vm, intent)
         if src is not None:
             dname = domain_name(vm.metadata.uid)
             try:
@@ -208,6 +212,7 @@ class MigrationFollower:
 
         def finish(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
+            strike_seeds(left_seeds)(current)
             current.status.host = intent.target
             # The condition speaks of a migration under way or of one that failed; once the VM
             # has arrived neither holds (the Migrated event and the operation keep the record).
@@ -224,6 +229,20 @@ class MigrationFollower:
             ("Host", intent.target), "VMMigratedIn", f"VM {vm.metadata.name} arrived from {intent.source}"
         )  # its slot is free: who waits for one looks again (the watches on the intent's end)
         return None
+
+    async def _delete_source_seeds(self, vm: VirtualMachine, intent: MigrationIntent) -> list[SeedVolume]:
+        """The seed copies in the source's local pools (the target has its own): delete them and
+        return the ones gone, to take off the VM's record. One that cannot go now stays on the
+        record, for the next define or the VM's deletion."""
+        source_pools = {p.metadata.name for p in self.coordinator.local_pools_of(intent.source)}
+        left = [seed for seed in read_seed_volumes(vm.metadata.annotations) if seed.pool in source_pools]
+        try:
+            return await delete_seeds(self.ctx, left)
+        except DriverError as exc:
+            self.ctx.event(
+                vm, "SourceCopyLeft", f"could not delete the seed on {intent.source}: {exc}", warning=True
+            )
+            return []
 
     async def _move_volumes(
         self, vm: VirtualMachine, intent: MigrationIntent, src: HypervisorDriver | None
