@@ -1,4 +1,4 @@
-"""The host controller's report on a host whose driver cannot load on the control plane."""
+"""The host controller's report on a host whose driver cannot load on the control plane, or that it cannot reach."""
 
 from __future__ import annotations
 
@@ -42,3 +42,12 @@ async def test_a_missing_libvirt_python_is_a_condition_on_the_host_that_says_how
     host = plane.store.get(Host, "kvm-1")
     assert host.status.connection is HostConnection.UP, host.status.message
     assert driver_condition() is None and host.status.message == ""
+
+
+async def test_a_host_that_cannot_be_reached_names_its_uri_once(plane: ControlPlane) -> None:
+    libvirt_or_skip()
+    uri = "test:///no/such/file.xml"  # libvirt's test driver cannot open it: the connection fails
+    add_host(plane, "kvm-2", uri=uri)
+    host = await eventually(lambda: (h := plane.store.get(Host, "kvm-2")).status.message and h)
+    assert host.status.message.startswith(f"cannot reach {uri}: "), host.status.message
+    assert host.status.message.count(uri) == 1, host.status.message

@@ -71,7 +71,8 @@ class HostReconciler:
             requeue = HEARTBEAT_S
         except DriverError as exc:
             await ctx.hosts.drop(host.spec.uri)
-            status.message = f"cannot reach {host.spec.uri}: {exc}"
+            # the driver's errors mostly begin with the URI already: say it once
+            status.message = f"cannot reach {host.spec.uri}: {str(exc).removeprefix(f'{host.spec.uri}: ')}"
             if isinstance(exc, DriverUnavailable):  # nothing is wrong with the host: say what to install
                 status.message = str(exc)
                 status.conditions = set_condition(
