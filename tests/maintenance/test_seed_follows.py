@@ -37,7 +37,6 @@ async def test_the_seed_moves_with_a_local_vm_and_the_source_copy_goes(cluster: 
     await eventually(lambda: not seed_on(cluster, "h1", placed.file))
     await eventually(lambda: read_seed_volumes(cluster.vm("l").metadata.annotations) == [moved])
 
-
     cluster.store.delete(VirtualMachine, "l")
     await eventually(lambda: cluster.store.find(VirtualMachine, "l") is None)
     assert not seed_on(cluster, "h2", placed.file)

@@ -90,7 +90,9 @@ class QemuPlane:
     def host_state(self, name: str) -> str:
         return self.store.get(Host, name).status.resource_state.value
 
-    async def add_host(self, name: str, *, enabled: bool = True, migration_address: str | None = None) -> None:
+    async def add_host(
+        self, name: str, *, enabled: bool = True, migration_address: str | None = None
+    ) -> None:
         self.store.create(
             Host(
                 metadata=Metadata(name=name),
