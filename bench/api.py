@@ -221,12 +221,19 @@ async def _bulk_action(
     observe.wait_phase(server.db_path, phase, n, name_like="bulk-%", every_s=0.05)
     db = observe.connect(server.db_path)
     try:
-        finished = []
-        for name in created:
-            op = observe.body(db, "VirtualMachineOperation", name) or {}
-            status = op.get("status")
-            if isinstance(status, dict) and status.get("finished_at"):
-                finished.append(observe.parse_time(str(status["finished_at"])))
+        # Every VM shows the phase a moment before its operation says so: wait for the operations
+        # too, or the next request finds some still under way and is refused for those VMs.
+        deadline = time.monotonic() + 300
+        while True:
+            finished = []
+            for name in created:
+                op = observe.body(db, "VirtualMachineOperation", name) or {}
+                status = op.get("status")
+                if isinstance(status, dict) and status.get("finished_at"):
+                    finished.append(observe.parse_time(str(status["finished_at"])))
+            if len(finished) == len(created) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
     finally:
         db.close()
     done = max(finished) if finished else time.time()
