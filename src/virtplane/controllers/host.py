@@ -135,7 +135,7 @@ class HostReconciler:
                 driver = await self.ctx.hosts.get(host.spec.uri)
                 return driver, await driver.host_facts()
         except TimeoutError:
-            raise HostUnreachable(f"{host.spec.uri} did not answer within {timeout_s:g}s") from None
+            raise HostUnreachable(f"no answer within {timeout_s:g}s") from None
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
         """The allocation ratios that apply to this host (settings by host, cluster, global) and
