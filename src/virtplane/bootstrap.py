@@ -45,7 +45,7 @@ from virtplane.controllers.snapshots import SnapshotReconciler
 from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
 from virtplane.controllers.vm import VMReconciler
 from virtplane.controllers.vm import watches as vm
-from virtplane.controllers.watch import Watch, requests_for
+from virtplane.controllers.watch import Watch, reconciling, requests_for
 from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
@@ -125,12 +125,15 @@ def one_reconcile(reconciler: Reconciler, ctx: ControllerContext | None = None) 
     they describe may not have happened) and the key is looked at again at once, quietly."""
 
     async def reconcile(request: Request) -> Result | None:
+        token = reconciling.set(request)
         try:
             with ctx.events_scope() if ctx is not None else contextlib.nullcontext():
                 return await reconciler(request)
         except Conflict as exc:
             log.debug("%s: %s; reconciling again", request, exc)
             return Result(requeue_after=CONFLICT_REQUEUE_S)
+        finally:
+            reconciling.reset(token)
 
     return reconcile
 

@@ -135,6 +135,7 @@ def test_a_malformed_continue_token_is_a_422_and_an_expired_one_a_410(live_serve
         assert "continues a list of VirtualMachine" in body["message"]
 
         client.post("/v1/vms", json=vm("vm-3"))
+        client.post("/v1/vms", json=vm("vm-4"))  # two changes: whatever the controllers wrote meanwhile,
         live_server.store.compact_changes(keep_last=1)  # the changes after the token's revision are gone
         body = error(client.get("/v1/vms", params={"continue": token}), 410)
         assert body["reason"] == "Expired" and "list again" in body["message"]

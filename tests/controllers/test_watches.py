@@ -290,7 +290,7 @@ ROWS: list[Any] = [
     pytest.param(vm.WATCHES, HOST, H1, BRIDGES, _r(VM, "c"), id="vm: a host's bridges (the unplaced)"),
     pytest.param(vm.WATCHES, NET, None, _network("lan"), _r(VM, "e"), id="vm: a network of its NICs"),
     pytest.param(vm.WATCHES, NET, None, _network("wan"), set(), id="vm: a network nobody uses"),
-    pytest.param(vm.WATCHES, OP, None, _op("x", "a", OperationType.STOP, OperationPhase.PENDING), _r(VM, "a"), id="vm: its operation"),
+    pytest.param(vm.WATCHES, OP, None, _op("x", "a", OperationType.STOP, OperationPhase.PENDING), set(), id="vm: an operation (it asks through an intent on the VM)"),
     # ----------------------------------------------------------------- the host controller
     pytest.param(host.WATCHES, HOST, H1, HEARTBEAT, _r(HOST, "h1"), id="host: itself"),
     pytest.param(host.WATCHES, "Setting", None, Setting(metadata=Metadata(name="x")), _r(HOST, "h1", "h2", "h3", "h4"), id="host: a setting (ratios by host)"),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from virtplane import __version__
 from virtplane.api.auth import TokenCache
@@ -28,6 +30,37 @@ from virtplane.web import router as web_router
 MAX_BODY_BYTES = 1024 * 1024
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def body_refusal(headers: Headers) -> Response | None:
+    """The answer to a request whose body is too large, or of a size not known up front."""
+    length = headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        return error_response(413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    if length is None and "chunked" in headers.get("transfer-encoding", "").lower():
+        # a chunked body's size is known only once it is all read: it would slip past the limit
+        return error_response(411, "LengthRequired", "send request bodies with a Content-Length, not chunked")
+    return None
+
+
+class BodyLimit:
+    """Refuses bodies over ``MAX_BODY_BYTES`` before the route reads them.
+
+    Plain ASGI rather than ``@app.middleware("http")``: that one runs the route in a task of
+    its own and passes the answer through a stream, a few turns of the event loop on which
+    a busy control plane queues reconciles ahead of every answer.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = body_refusal(Headers(scope=scope))
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 @asynccontextmanager
@@ -54,19 +87,7 @@ def create_app(
     app.state.tokens = TokenCache(ctx.store)
     install_error_handlers(app)
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return error_response(
-                413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY_BYTES} bytes"
-            )
-        if length is None and "chunked" in request.headers.get("transfer-encoding", "").lower():
-            # a chunked body's size is known only once it is all read: it would slip past the limit
-            return error_response(
-                411, "LengthRequired", "send request bodies with a Content-Length, not chunked"
-            )
-        return await call_next(request)
+    app.add_middleware(BodyLimit)
 
     @app.get("/healthz", tags=["Health"], operation_id="healthz", summary="Liveness and store reachability")
     def healthz() -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -74,10 +74,14 @@ def bearer_token(authorization: str) -> str:
     return token if scheme.lower() == "bearer" else ""
 
 
-def require(role: Role) -> Callable[[Request], Principal]:
-    """A FastAPI dependency: the caller's principal, if it has at least ``role``."""
+def require(role: Role) -> Callable[[Request], Awaitable[Principal]]:
+    """A FastAPI dependency: the caller's principal, if it has at least ``role``.
 
-    def dependency(request: Request) -> Principal:
+    Async, so that it runs on the loop: a sync dependency costs every request a hop to a
+    worker thread and back, for what is a dict look-up but once per ``TokenCache`` period.
+    """
+
+    async def dependency(request: Request) -> Principal:
         token = bearer_token(request.headers.get("authorization", ""))
         return authorize(request.app.state.tokens, token, role)
 

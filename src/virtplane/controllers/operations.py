@@ -222,6 +222,7 @@ def _operations_of_vm(cache: Cache, old: Resource | None, new: Resource | None) 
 
 
 WATCHES = (
-    itself(VirtualMachineOperation.KIND),
+    # Each write here returns when to look again; what moves an operation on is its VM's change.
+    itself(VirtualMachineOperation.KIND, after_own_writes=False),
     Watch(VirtualMachine.KIND, _operations_of_vm),
 )

@@ -10,13 +10,14 @@ controller's watches on each change of the cache (``requests_for``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from virtplane.domain.resources import Resource
 from virtplane.reconcile.types import Request
 from virtplane.runtime.cache import Cache
 
-__all__ = ["Mapper", "Watch", "itself", "name_of", "requests_for"]
+__all__ = ["Mapper", "Watch", "itself", "name_of", "reconciling", "requests_for"]
 
 Mapper = Callable[[Cache, Resource | None, Resource | None], Iterable[Request]]
 """(cache, the object before, after) -> the keys to look at again."""
@@ -35,11 +36,24 @@ def name_of(old: Resource | None, new: Resource | None) -> str:
     return obj.metadata.name if obj is not None else ""
 
 
-def itself(kind: str) -> Watch:
-    """A controller looks again at its own objects whenever they change (or go)."""
+reconciling: ContextVar[Request | None] = ContextVar("virtplane_reconciling", default=None)
+"""The key whose reconcile runs in this context (set by bootstrap around every reconcile)."""
+
+
+def itself(kind: str, *, after_own_writes: bool = True) -> Watch:
+    """A controller looks again at its own objects whenever they change (or go).
+
+    ``after_own_writes=False``: not when the change is the object's own reconcile writing it.
+    For a controller whose every write is followed by a verdict that says when to look
+    again (and whose other wake-ups come from other objects' watches), that look only
+    repeats the reconcile that has just run.
+    """
 
     def own(_: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
-        return [Request(kind, name_of(old, new))]
+        request = Request(kind, name_of(old, new))
+        if not after_own_writes and reconciling.get() == request:
+            return []
+        return [request]
 
     return Watch(kind, own)
 

@@ -56,20 +56,24 @@ class Cache:
         return revision
 
     def apply(self, changes: Iterable[Change]) -> None:
-        """Apply a batch of changes from the feed: re-read what changed, drop what is gone."""
-        latest: dict[tuple[str, str], str] = {}
+        """Apply a batch of changes from the feed: re-read what changed, drop what is gone.
+
+        A change this cache already holds (a controller's own write, taken in by ``put``:
+        an object's resource_version is the revision of its last write) is not read again.
+        """
+        latest: dict[tuple[str, str], Change] = {}
         for change in changes:
-            latest[(change.kind, change.name)] = change.op
+            latest[(change.kind, change.name)] = change
         by_kind: dict[str, list[str]] = defaultdict(list)
-        for (kind, name), op in latest.items():
-            if op != "deleted" and kind in KIND_BY_NAME:
+        for (kind, name), change in latest.items():
+            if change.op != "deleted" and kind in KIND_BY_NAME and not self._holds(change):
                 by_kind[kind].append(name)
         fresh: dict[tuple[str, str], Resource] = {}
         for kind, names in by_kind.items():
             for name, obj in self._store.get_many(KIND_BY_NAME[kind], names).items():
                 fresh[(kind, name)] = obj
-        for (kind, name), _op in latest.items():
-            if kind not in KIND_BY_NAME:
+        for (kind, name), change in latest.items():
+            if kind not in KIND_BY_NAME or self._holds(change):
                 continue
             old = self._objects[kind].get(name)
             new = fresh.get((kind, name))
@@ -85,6 +89,11 @@ class Cache:
                 self._put(new)
             for listener in self._listeners:
                 listener(kind, name, old, new)
+
+    def _holds(self, change: Change) -> bool:
+        """This cache has the object at ``change``'s revision or later."""
+        held = self._objects[change.kind].get(change.name)
+        return held is not None and held.metadata.resource_version >= change.revision
 
     def _put(self, obj: Resource) -> None:
         kind, name = obj.KIND, obj.metadata.name

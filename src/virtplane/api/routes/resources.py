@@ -50,21 +50,21 @@ def _ctx(request: Request) -> ApiContext:
     return ctx
 
 
-def admit(ctx: ApiContext, check: Callable[..., T], *args: Any) -> T:
+async def admit_on_loop(ctx: ApiContext, check: Callable[..., T], *args: Any) -> T:
     """Run an admission check on the event loop, against a cache caught up with the store.
 
-    Called from the thread a sync route runs in. On the loop, the check never races the
-    cache's updates (which happen there too); caught up first, it sees at least every write
-    a client could have read before sending this request (read-your-writes, also on a
-    follower replica).
+    On the loop, the check never races the cache's updates (which happen there too); caught
+    up first, it sees at least every write a client could have read before sending this
+    request (read-your-writes, also on a follower replica).
     """
+    if ctx.catch_up is not None:
+        await ctx.catch_up()
+    return check(*args)
 
-    async def on_loop() -> T:
-        if ctx.catch_up is not None:
-            await ctx.catch_up()
-        return check(*args)
 
-    return from_thread.run(on_loop)
+def admit(ctx: ApiContext, check: Callable[..., T], *args: Any) -> T:
+    """``admit_on_loop`` from the thread a sync route runs in."""
+    return from_thread.run(admit_on_loop, ctx, check, *args)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -160,18 +160,21 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
     def get_object(name: str, request: Request, _: Principal = read) -> Any:
         return public_doc(_ctx(request).store.get(cls, name))
 
-    def create_object(
+    async def create_object(
         request: Request,
         response: Response,
         body: cls = Body(...),  # type: ignore[valid-type]
         principal: Principal = write,
     ) -> Any:
+        # On the loop, as the controllers' writes (each store call is short): a sync route
+        # hops to a worker thread and back to the loop twice, and under load each hop waits
+        # for the reconciles its own write has just woken.
         ctx = _ctx(request)
         new: Resource = body
         if ctx.store.find(cls, new.metadata.name) is not None:
             raise AlreadyExists(kind, new.metadata.name)
         for attempt in range(CLAIM_ATTEMPTS):
-            obj = admit(ctx, ctx.admission.on_create, _user_writable(new, None))
+            obj = await admit_on_loop(ctx, ctx.admission.on_create, _user_writable(new, None))
             try:
                 created = ctx.store.create(
                     obj,

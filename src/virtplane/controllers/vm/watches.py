@@ -13,7 +13,6 @@ from virtplane.domain.resources import (
     Image,
     Resource,
     VirtualMachine,
-    VirtualMachineOperation,
     Volume,
 )
 from virtplane.reconcile.types import Request
@@ -64,12 +63,6 @@ def _vms_on_network(cache: Cache, old: Resource | None, new: Resource | None) ->
     ]
 
 
-def _vm_of_operation(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
-    """An operation asks the VM for something (its intent is on the VM) or ended."""
-    op = new or old
-    return [Request(KIND, op.spec.vm)] if isinstance(op, VirtualMachineOperation) else []
-
-
 def _vms_waiting_for_a_slot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """A VM's recovery ended (it runs, is no longer meant to, or went): its slot, or its place
     in the queue, is free, and the others waiting for one of the cluster look again."""
@@ -82,6 +75,9 @@ def _vms_waiting_for_a_slot(cache: Cache, old: Resource | None, new: Resource | 
     return [Request(KIND, vm.name) for vm in waiting if vm.name != name]
 
 
+# No watch on operations: an operation asks through an intent written on the VM itself (woken
+# by ``itself``), and the VM's reconcile reads no operation; waking it on every write of one
+# only put no-op reconciles in front of the operation's next step.
 WATCHES = (
     itself(KIND),
     Watch(Volume.KIND, _vms_using_volume),
@@ -89,6 +85,5 @@ WATCHES = (
     Watch(Host.KIND, _vms_on_host),
     Watch(Host.KIND, _vms_waiting_for_a_host),
     Watch(Network.KIND, _vms_on_network),
-    Watch(VirtualMachineOperation.KIND, _vm_of_operation),
     Watch(KIND, _vms_waiting_for_a_slot),
 )

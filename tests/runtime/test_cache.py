@@ -1,0 +1,70 @@
+"""The cache reads again only what it does not hold yet (issue 13: every controller write
+was read back from the store when the feed delivered it, though ``put`` had it already)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from virtplane.domain.resources import Metadata, RunPolicy, VirtualMachine, VirtualMachineSpec, VMPhase
+from virtplane.runtime.cache import Cache
+from virtplane.store.store import Store
+
+
+@pytest.fixture
+def counted_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The names of every ``get_many`` the store answers."""
+    reads: list[list[str]] = []
+    get_many = store.get_many
+
+    def counting(cls: Any, names: Any) -> Any:
+        reads.append(list(names))
+        return get_many(cls, names)
+
+    monkeypatch.setattr(store, "get_many", counting)
+    return reads
+
+
+def _vm(name: str) -> VirtualMachine:
+    return VirtualMachine(metadata=Metadata(name=name), spec=VirtualMachineSpec(run_policy=RunPolicy.MANUAL))
+
+
+def test_a_change_the_cache_took_in_is_not_read_again(store: Store, counted_reads: list[list[str]]) -> None:
+    cache = Cache(store)
+    seen: list[tuple[str, VMPhase | None]] = []
+    cache.add_listener(lambda kind, name, old, new: seen.append((name, new.status.phase if new else None)))  # type: ignore[union-attr]
+    since = store.revision()
+    vm = store.create(_vm("vm-1"))
+    vm.status.phase = VMPhase.STOPPED
+    cache.put(store.update_status(vm))  # a controller's write: in the cache at once
+    seen.clear()
+
+    cache.apply(store.changes_since(since))
+
+    assert counted_reads == []  # both changes are at or below the version the cache holds
+    assert seen == []
+    held = cache.vm("vm-1")
+    assert held is not None and held.status.phase is VMPhase.STOPPED
+
+
+def test_what_the_cache_does_not_hold_is_read_and_a_deletion_applied(
+    store: Store, counted_reads: list[list[str]]
+) -> None:
+    cache = Cache(store)
+    since = store.revision()
+    vm = store.create(_vm("vm-1"))
+    cache.put(vm)
+    vm.status.phase = VMPhase.STOPPED
+    store.update_status(vm)  # another writer (the API, another replica): not in the cache yet
+    store.create(_vm("vm-2"))
+    cache.put(store.create(_vm("vm-3")))
+    store.delete(VirtualMachine, "vm-3")
+
+    cache.apply(store.changes_since(since))
+
+    assert counted_reads == [["vm-1", "vm-2"]]
+    held = cache.vm("vm-1")
+    assert held is not None and held.status.phase is VMPhase.STOPPED
+    assert cache.vm("vm-2") is not None
+    assert cache.vm("vm-3") is None
