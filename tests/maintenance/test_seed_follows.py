@@ -12,12 +12,13 @@ from tests.maintenance.conftest import Cluster
 from virtplane.domain.networks import CloudInit
 from virtplane.domain.resources import VirtualMachine
 from virtplane.domain.seeds import SeedVolume, read_seed_volumes
+from virtplane.drivers.sim import SimFaultError
 
 
 def seed_on(cluster: Cluster, host: str, file: str) -> bool:
     try:
         cluster.sim.read_volume(f"sim://local/{file}", host=host)
-    except Exception:
+    except SimFaultError:
         return False
     return True
 

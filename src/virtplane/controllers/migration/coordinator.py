@@ -185,9 +185,10 @@ class MigrationCoordinator:
             copy = self.needs_storage_copy(vm)
             if copy:
                 try:
-                    for pool in self.local_pools_of(target):
+                    target_pools = self.local_pools_of(target)
+                    for pool in target_pools:
                         await dst_driver.ensure_pool(pool_ref(pool))
-                    copied = seed_volume_on_target(ctx.cache, vm, self.local_pools_of(target))
+                    copied = seed_volume_on_target(ctx.cache, vm, target_pools)
                     if copied is not None and copied not in read_seed_volumes(vm.metadata.annotations):
                         # on the VM's seed record before it is written (DESIGN.md §1)
                         vm = self.write_vm(vm_name, record_seed(copied))
