@@ -34,6 +34,7 @@ from virtplane.domain.resources import (
     HostSpec,
     Image,
     ImageKind,
+    ImagePhase,
     ImageSpec,
     Metadata,
     OperationPhase,
@@ -289,6 +290,9 @@ def disk0(byte: int) -> str:
     return "DISK0: " + chr(byte) * 16
 
 
+GUEST_IMAGES = ("guest-kernel", "guest-initrd")
+
+
 def add_guest_images(store: Store, rig: Rig) -> None:
     """The rig's image library and the guest's kernel and initrd in it, as an admin adds them."""
     store.create(
@@ -304,9 +308,18 @@ def add_guest_images(store: Store, rig: Rig) -> None:
         )
     )
     for name, file, kind in (
-        ("guest-kernel", KERNEL_FILE, ImageKind.KERNEL),
-        ("guest-initrd", INITRD_FILE, ImageKind.INITRD),
+        (GUEST_IMAGES[0], KERNEL_FILE, ImageKind.KERNEL),
+        (GUEST_IMAGES[1], INITRD_FILE, ImageKind.INITRD),
     ):
         store.create(
             Image(metadata=Metadata(name=name), spec=ImageSpec(pool="library", file=file, kind=kind))
+        )
+
+
+async def guest_images_ready(store: Store) -> None:
+    """Until the guest's kernel and initrd are Ready (a host that sees the library is up): the
+    API refuses a VM that boots from an image still Pending (422 ImageNotReady)."""
+    for name in GUEST_IMAGES:
+        await eventually(
+            lambda name=name: store.get(Image, name).status.phase is ImagePhase.READY, timeout=LIMIT_S
         )

@@ -25,7 +25,7 @@ from virtplane.domain.resources import Metadata, PoolKind, StoragePool, StorageP
 from virtplane.store.store import Store
 
 from .conftest import Rig, console_shows
-from .plane import LIMIT_S, SHARED, QemuPlane, add_guest_images
+from .plane import LIMIT_S, SHARED, QemuPlane, add_guest_images, guest_images_ready
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
 
@@ -56,6 +56,7 @@ async def api(
     ]
     try:
         await qemu.add_host("a")
+        await guest_images_ready(store)
         yield qemu, clients[0], clients[1]
     finally:
         for client in clients:
@@ -243,7 +244,8 @@ async def test_a_guest_cannot_reach_the_hosts_loopback(
             "cmdline": f"console=ttyS0 panic=-1 quiet vp.probe=10.0.2.2:{port}",
         },
     )
-    assert (await operator.post("/v1/vms", json=vm)).status_code == 201
+    created = await operator.post("/v1/vms", json=vm)
+    assert created.status_code == 201, created.text
     await wait_phase(operator, "vms", "probe", "Running")
     console = await console_shows(rig, qemu.domain("probe"), "PROBE ", limit_s=LIMIT_S)
     assert "PROBE connected" not in console
