@@ -127,6 +127,7 @@ def _tombstone(kind: str, name: str, revision: int) -> bytes:
 class _Read:
     lines: list[bytes]
     position: int
+    covered: int  # the store revision whose changes this read has shown all of (unless ``more``)
     more: bool = False
     expired: bool = False
 
@@ -144,7 +145,7 @@ class _ObjectReader:
     def read(self, after: int) -> _Read:
         top = self.store.revision()
         if after < self.store.compacted_revision():
-            return _Read([], after, expired=True)
+            return _Read([], after, after, expired=True)
         changes = kind_changes(self.store, self.cls.KIND, after=after, upto=top, limit=self.batch)
         more = len(changes) == self.batch
         position = changes[-1].revision if more else max(top, after)
@@ -159,7 +160,7 @@ class _ObjectReader:
         for name, group in by_name.items():
             lines.extend(self._events(name, group, current.get(name)))
         self.sent = {name: rv for name, rv in self.sent.items() if rv > position}
-        return _Read(lines, position, more)
+        return _Read(lines, position, top, more)
 
     def _events(self, name: str, group: list[Change], current: Any) -> list[bytes]:
         kind = self.cls.KIND
@@ -207,10 +208,17 @@ async def _follow(
     """The stream: bookmark, then what ``read`` finds after each wake-up, until it should end."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
+    newest = 0  # the newest revision a local commit announced
+    covered = 0  # the store revision the last read showed everything up to
 
-    def on_commit(_revision: int) -> None:
+    def heard(revision: int) -> None:
+        nonlocal newest
+        newest = max(newest, revision)
+        wake.set()
+
+    def on_commit(revision: int) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closing
-            loop.call_soon_threadsafe(wake.set)
+            loop.call_soon_threadsafe(heard, revision)
 
     ending = streams.open()
     store.add_listener(on_commit)
@@ -226,7 +234,7 @@ async def _follow(
                 message = f"changes after {position} were compacted; list again"
                 yield _line("ERROR", json.dumps({"code": 410, "reason": "Expired", "message": message}))
                 return
-            position = result.position
+            position, covered = result.position, result.covered
             if result.lines:
                 yield b"".join(result.lines)
                 quiet_since = time.monotonic()
@@ -240,15 +248,27 @@ async def _follow(
                 yield bookmark(kind, position)
                 quiet_since = now
             wait = min(options.poll_s, quiet_since + options.heartbeat_s - now, deadline - now)
-            wakers = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(ending.wait())]
-            try:
-                await asyncio.wait(wakers, timeout=max(wait, 0.0), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waker in wakers:
-                    waker.cancel()
+            until = now + max(wait, 0.0)
+            while True:
+                await _first_of(wake, ending, timeout=until - time.monotonic())
+                if not wake.is_set() or newest > covered or ending.is_set():
+                    break
+                # A commit the last read covered already (it landed while that read ran): reading
+                # again for it would find nothing local, only another replica's writes half done.
+                wake.clear()
     finally:
         store.remove_listener(on_commit)
         streams.release(ending)
+
+
+async def _first_of(*events: asyncio.Event, timeout: float) -> None:
+    """Until one of ``events`` is set, or ``timeout`` seconds."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def object_stream(
@@ -279,9 +299,10 @@ def event_stream(
     """New events after the event id ``since`` (events are numbered apart from revisions)."""
 
     def read(after: int) -> _Read:
+        top = store.revision()  # first: an event commits with its revision, so all up to top are read
         events = events_after(store, after=after, limit=options.batch, kind=kind, name=name)
         lines = [_line("ADDED", event.model_dump_json()) for event in events]
-        return _Read(lines, events[-1].id if events else after, more=len(events) == options.batch)
+        return _Read(lines, events[-1].id if events else after, top, more=len(events) == options.batch)
 
     return _follow("Event", since, read, store, streams, options, timeout_s)
 
