@@ -34,7 +34,7 @@ from virtplane.controllers import (
     storage,
 )
 from virtplane.controllers.vm import watches as vm
-from virtplane.controllers.watch import Watch, requests_for
+from virtplane.controllers.watch import Watch, reconciling, requests_for
 from virtplane.domain.intents import (
     Intents,
     MigrationIntent,
@@ -235,6 +235,7 @@ FREED = _changed(H1, _set(allocated=Allocation(vcpus=2, memory_mib=2048, vms=1))
 A_NOTE = _changed(A, _set(message="a note"))
 A_STOPPED = _changed(A, _set(phase=VMPhase.STOPPED))
 A_MOVED = _changed(A, _set(host="h2"))
+A_STARTING = _changed(A, _set(phase=VMPhase.STARTING))
 A_DISK = _changed(A, _add_disk)
 BRIDGES = _changed(H1, _set(bridges=["br-lan"]))
 E_NOTE = _changed(E, _set(message="a note"))
@@ -297,6 +298,8 @@ ROWS: list[Any] = [
     pytest.param(host.WATCHES, VM, A, A_MOVED, _r(HOST, "h1", "h2"), id="host: a VM moved (both hosts)"),
     pytest.param(host.WATCHES, VM, A, A_STOPPED, _r(HOST, "h1"), id="host: a VM's phase"),
     pytest.param(host.WATCHES, VM, A, A_NOTE, set(), id="host: a VM's message"),
+    pytest.param(host.WATCHES, VM, A_STARTING, A, set(), id="host: a VM Starting -> Running (counted in both)"),
+    pytest.param(host.WATCHES, VM, A_STOPPED, A_STARTING, _r(HOST, "h1"), id="host: a VM Stopped -> Starting"),
     # ----------------------------------------------------------------- networks
     pytest.param(networks.WATCHES, NET, None, _network("lan"), _r(NET, "lan"), id="network: itself"),
     pytest.param(networks.WATCHES, HOST, H1, BRIDGES, _r(NET, "lan", "wan"), id="network: a host's bridges"),
@@ -356,3 +359,24 @@ def test_who_wakes_whom(
     requests = requests_for(watches, cache, kind, old, new)
     assert set(requests) == expected
     assert len(requests) == len(set(requests)), "each key once"
+
+
+@pytest.mark.parametrize(
+    ("during", "expected"),
+    [
+        (Request(VM, "a"), set()),  # its own reconcile wrote it: the verdict says when to look again
+        (Request(VM, "b"), _r(VM, "a")),  # another VM's reconcile (a slot, a recovery) wrote it
+        (Request("Migration", "a"), _r(VM, "a")),  # the migration follower's key has the VM's name
+        (None, _r(VM, "a")),  # the API, another replica
+    ],
+    ids=["its own reconcile", "another VM's reconcile", "the migration follower", "no reconcile"],
+)
+def test_a_vm_is_not_woken_by_its_own_reconciles_write(
+    cache: Cache, during: Request | None, expected: set[Request]
+) -> None:
+    token = reconciling.set(during)
+    try:
+        requests = requests_for([vm.WATCHES[0]], cache, VM, A, A_NOTE)
+    finally:
+        reconciling.reset(token)
+    assert set(requests) == expected

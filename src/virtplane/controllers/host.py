@@ -221,14 +221,20 @@ def _every_host(cache: Cache, old: Resource | None, new: Resource | None) -> lis
     return [Request(Host.KIND, name) for name in cache.names(Host.KIND)]
 
 
+def _counted(vm: VirtualMachine) -> tuple[bool, int, int]:
+    """What a VM adds to its host's ``status.allocated``."""
+    return vm.status.phase in ALLOCATED_PHASES, vm.spec.cpu, vm.spec.memory_mib
+
+
 def _hosts_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
-    """A VM that moved or changed phase changes what its hosts have allocated."""
+    """A VM that moved, or changed what it adds to its host's allocation (Stopped or not, its
+    size): the hosts' allocations change. Starting -> Running changes nothing there."""
     if not (isinstance(old, VirtualMachine) and isinstance(new, VirtualMachine)):
         return []
     requests = []
     if old.status.host and new.status.host != old.status.host:
         requests.append(Request(Host.KIND, old.status.host))
-    if new.status.host and (old.status.phase, old.status.host) != (new.status.phase, new.status.host):
+    if new.status.host and (new.status.host != old.status.host or _counted(new) != _counted(old)):
         requests.append(Request(Host.KIND, new.status.host))
     return requests
 
