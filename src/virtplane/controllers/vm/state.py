@@ -129,11 +129,13 @@ class VMState:
         return write_seed_volumes(write_intents(self.vm.metadata.annotations, self.intents), self.seeds)
 
     def _changed(self) -> VirtualMachine:
-        new = self.vm.model_copy(deep=True)
-        new.status = self.status.model_copy(deep=True)
-        new.metadata.annotations = self._annotations()
-        new.metadata.finalizers = list(self.finalizers)
-        return new
+        """The VM to write: this state's status, intents and finalizers on the VM as read. A
+        shallow copy (no deep copy of a whole VM per write): the write only dumps it, and
+        what is kept afterwards is the object the store returns."""
+        metadata = self.vm.metadata.model_copy(
+            update={"annotations": self._annotations(), "finalizers": list(self.finalizers)}
+        )
+        return self.vm.model_copy(update={"metadata": metadata, "status": self.status})
 
     def save(self) -> VirtualMachine:
         """Write what changed (status, intents, finalizers) with the reconcile's events; nothing
