@@ -93,14 +93,10 @@ class HostReconciler:
                 warning=status.connection is not HostConnection.UP,
             )  # the VMs on it look again (a reconnect may show domains that changed): vm.watches
 
-        used_cpu = used_mem = count = 0
-        for vm in ctx.cache.vms_on_host(host.metadata.name):
-            if vm.status.phase not in ALLOCATED_PHASES:
-                continue
-            used_cpu += vm.spec.cpu
-            used_mem += vm.spec.memory_mib
-            count += 1
-        status.allocated = Allocation(vcpus=used_cpu, memory_mib=used_mem, vms=count)
+        usage = ctx.cache.usage(host.metadata.name)
+        status.allocated = Allocation(
+            vcpus=usage.allocated_vcpus, memory_mib=usage.allocated_memory_mib, vms=usage.allocated_vms
+        )
         self._allocatable(host, status)
 
         if not in_maintenance(status.resource_state):

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from virtplane.domain.networks import host_lacks
-from virtplane.domain.phases import PLACED_PHASES
 from virtplane.domain.placement import HostView, VMView
 from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import Capability, Host, HostConnection, PoolKind, StoragePool, VirtualMachine
 from virtplane.runtime.cache import Cache
 
-# Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES.
+# Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES, as the
+# cache tallies them per host (``Cache.usage``).
 GIB = 1
 
 
@@ -77,28 +79,21 @@ def host_views(cache: Cache) -> list[HostView]:
     used_gib: dict[str, int] = {}
     for volume in volumes:
         used_gib[volume.spec.pool] = used_gib.get(volume.spec.pool, 0) + volume.spec.size_gib
+    shared_by_host: dict[str, set[str]] = defaultdict(set)
+    local_by_host: dict[str, dict[str, int]] = defaultdict(dict)
+    for pool in pools:  # each pool's hosts once (a cluster's shared pool: every host of it)
+        for name in pool_hosts(cache, pool):
+            if pool.spec.kind is PoolKind.SHARED:
+                shared_by_host[name].add(pool.metadata.name)
+            else:
+                free = pool.spec.capacity_gib - used_gib.get(pool.metadata.name, 0)
+                local_by_host[name][pool_driver_name(pool)] = free
     views = []
     for host in cache.hosts():
         name = host.metadata.name
         capacity = host.spec.capacity or host.status.capacity
-        used_cpu = used_mem = 0
-        groups: set[str] = set()
-        for vm in cache.vms_on_host(name):
-            if vm.status.phase not in PLACED_PHASES:
-                continue
-            used_cpu += vm.spec.cpu
-            used_mem += vm.spec.memory_mib
-            if vm.spec.placement.anti_affinity_group:
-                groups.add(vm.spec.placement.anti_affinity_group)
-        shared: set[str] = set()
-        local: dict[str, int] = {}
-        for pool in pools:
-            if name not in pool_hosts(cache, pool):
-                continue
-            if pool.spec.kind is PoolKind.SHARED:
-                shared.add(pool.metadata.name)
-            else:
-                local[pool_driver_name(pool)] = pool.spec.capacity_gib - used_gib.get(pool.metadata.name, 0)
+        usage = cache.usage(name)
+        shared, local = shared_by_host.get(name, set()), local_by_host.get(name, {})
         # Ratios as the host controller recorded them; none yet (never reconciled): no overcommit.
         ratios = host.status.allocation_ratios
         views.append(
@@ -113,11 +108,11 @@ def host_views(cache: Cache) -> list[HostView]:
                 cpu_allocation_ratio=ratios.cpu if ratios else 1.0,
                 memory_allocation_ratio=ratios.memory if ratios else 1.0,
                 capabilities=frozenset(host.status.capabilities),
-                used_vcpus=used_cpu,
-                used_memory_mib=used_mem,
+                used_vcpus=usage.placed_vcpus,
+                used_memory_mib=usage.placed_memory_mib,
                 shared_pools=frozenset(shared),
                 local_pool_free_gib=local,
-                anti_affinity_groups=frozenset(groups),
+                anti_affinity_groups=usage.anti_affinity_groups(),
                 networks=host_networks(cache, host),
             )
         )

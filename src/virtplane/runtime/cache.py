@@ -8,10 +8,12 @@ slightly stale cache can cost a retry, never a wrong write.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from virtplane.domain.networks import Network
+from virtplane.domain.phases import ALLOCATED_PHASES, PLACED_PHASES
 from virtplane.domain.resources import (
     KIND_BY_NAME,
     Host,
@@ -30,6 +32,47 @@ CacheListener = Callable[[str, str, Resource | None, Resource | None], None]
 """(kind, name, old, new) after the cache applied a change; new is None when deleted."""
 
 
+@dataclass(frozen=True)
+class _Share:
+    """What one VM holds on the host its status names."""
+
+    host: str
+    vcpus: int
+    memory_mib: int
+    placed: bool  # counted against the host's room by placement (``PLACED_PHASES``)
+    allocated: bool  # not Stopped: it has, or is getting, a domain there (``ALLOCATED_PHASES``)
+    group: str | None  # its anti-affinity group
+
+
+@dataclass
+class HostUsage:
+    """What the VMs recorded on one host hold there, kept as they change (not summed per look:
+    placement looks at every host, and a host with hundreds of VMs changes often)."""
+
+    placed_vcpus: int = 0  # what placement counts (``PLACED_PHASES``: Stopped VMs too)
+    placed_memory_mib: int = 0
+    allocated_vcpus: int = 0  # only those not Stopped: the host's status.allocated
+    allocated_memory_mib: int = 0
+    allocated_vms: int = 0
+    groups: Counter[str] = field(default_factory=Counter)
+
+    def add(self, share: _Share, sign: int) -> None:
+        if share.placed:
+            self.placed_vcpus += sign * share.vcpus
+            self.placed_memory_mib += sign * share.memory_mib
+        if share.allocated:
+            self.allocated_vcpus += sign * share.vcpus
+            self.allocated_memory_mib += sign * share.memory_mib
+            self.allocated_vms += sign
+        if share.group:
+            self.groups[share.group] += sign
+            if not self.groups[share.group]:
+                del self.groups[share.group]
+
+    def anti_affinity_groups(self) -> frozenset[str]:
+        return frozenset(self.groups)
+
+
 class Cache:
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -40,6 +83,8 @@ class Cache:
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
         self._unscheduled: set[str] = set()  # VMs waiting for a host
+        self._shares: dict[str, _Share] = {}  # VM -> what it added to its host's usage
+        self._usage: dict[str, HostUsage] = defaultdict(HostUsage)
         self._listeners: list[CacheListener] = []
 
     def add_listener(self, listener: CacheListener) -> None:
@@ -103,6 +148,16 @@ class Cache:
             self._vm_by_uid[obj.metadata.uid] = name
             if obj.status.host:
                 self._vms_by_host[obj.status.host].add(name)
+                share = _Share(
+                    obj.status.host,
+                    obj.spec.cpu,
+                    obj.spec.memory_mib,
+                    obj.status.phase in PLACED_PHASES,
+                    obj.status.phase in ALLOCATED_PHASES,
+                    obj.spec.placement.anti_affinity_group,
+                )
+                self._shares[name] = share
+                self._usage[share.host].add(share, +1)
             elif obj.status.phase.value == "Pending":
                 self._unscheduled.add(name)
             for disk in obj.spec.disks:
@@ -122,6 +177,9 @@ class Cache:
             self._vm_by_uid.pop(old.metadata.uid, None)
             if old.status.host:
                 self._vms_by_host[old.status.host].discard(name)
+            share = self._shares.pop(name, None)
+            if share is not None:  # what it added when it was put (also if it changed since)
+                self._usage[share.host].add(share, -1)
             self._unscheduled.discard(name)
             for disk in old.spec.disks:
                 self._vms_by_volume[disk.volume].discard(name)
@@ -196,6 +254,10 @@ class Cache:
 
     def vm_by_uid(self, uid: str) -> str | None:
         return self._vm_by_uid.get(uid)
+
+    def usage(self, host: str) -> HostUsage:
+        """What the VMs recorded on ``host`` hold there (read it; do not change it)."""
+        return self._usage.get(host) or HostUsage()
 
     def vms_on_host(self, host: str) -> list[VirtualMachine]:
         result = []
