@@ -49,6 +49,7 @@ async def test_host_down_every_policy_and_storage(cluster: FencedCluster) -> Non
     await eventually(lambda: cluster.host("h1").spec.fenced)
     host = cluster.host("h1")
     assert host.status.connection is HostConnection.DOWN
+    assert host.status.message == f"cannot reach {host.spec.uri}: the host is down", "its URI once"
     assert host.status.fence is not None and host.status.fence.phase is FencePhase.FENCED
     for name in ("on", "aousm"):  # must run: elsewhere, once
         await eventually(lambda name=name: cluster.settled(name, "h2"))  # type: ignore[misc]

@@ -107,17 +107,17 @@ class SimDriver:
 
     def _host(self) -> SimHost:
         if not self._open:
-            raise HostUnreachable(f"not connected to {self._uri}; call connect() first")
+            raise HostUnreachable(f"{self._uri}: not connected; call connect() first")
         return self._reachable_host()
 
     def _reachable_host(self) -> SimHost:
         host = self._world.host_by_uri(self._uri)
         if host is None:
-            raise HostUnreachable(f"no simulated host at {self._uri}")
+            raise HostUnreachable(f"{self._uri}: no simulated host there")
         if not host.up:
-            raise HostUnreachable(f"{self._uri} is down")
+            raise HostUnreachable(f"{self._uri}: the host is down")
         if not host.link_up:
-            raise HostUnreachable(f"lost the connection to {self._uri}")
+            raise HostUnreachable(f"{self._uri}: the connection is lost")
         return host
 
     @_entry_point
