@@ -362,21 +362,39 @@ def test_who_wakes_whom(
 
 
 @pytest.mark.parametrize(
-    ("during", "expected"),
+    ("watch", "kind", "old", "new", "during", "expected"),
     [
-        (Request(VM, "a"), set()),  # its own reconcile wrote it: the verdict says when to look again
-        (Request(VM, "b"), _r(VM, "a")),  # another VM's reconcile (a slot, a recovery) wrote it
-        (Request("Migration", "a"), _r(VM, "a")),  # the migration follower's key has the VM's name
-        (None, _r(VM, "a")),  # the API, another replica
+        # its own reconcile wrote it: that reconcile's verdict says when to look again
+        (vm.WATCHES[0], VM, A, A_NOTE, Request(VM, "a"), set()),
+        (vm.WATCHES[0], VM, A, A_NOTE, Request(VM, "b"), _r(VM, "a")),  # another VM's (a slot)
+        (vm.WATCHES[0], VM, A, A_NOTE, Request("Migration", "a"), _r(VM, "a")),  # the follower: VM names
+        (vm.WATCHES[0], VM, A, A_NOTE, None, _r(VM, "a")),  # the API, another replica
+        (host.WATCHES[0], HOST, H1, HEARTBEAT, Request(HOST, "h1"), set()),
+        (host.WATCHES[0], HOST, H1, HEARTBEAT, Request("HostMaintenance", "h1"), _r(HOST, "h1")),
+        (host.WATCHES[0], HOST, H1, HEARTBEAT, None, _r(HOST, "h1")),
     ],
-    ids=["its own reconcile", "another VM's reconcile", "the migration follower", "no reconcile"],
+    ids=[
+        "vm: its own reconcile",
+        "vm: another VM's reconcile",
+        "vm: the migration follower",
+        "vm: no reconcile",
+        "host: its own reconcile",
+        "host: its maintenance's reconcile",
+        "host: no reconcile",
+    ],
 )
-def test_a_vm_is_not_woken_by_its_own_reconciles_write(
-    cache: Cache, during: Request | None, expected: set[Request]
+def test_vms_and_hosts_are_not_woken_by_their_own_reconciles_writes(
+    watch: Watch,
+    kind: str,
+    old: Resource,
+    new: Resource,
+    during: Request | None,
+    expected: set[Request],
+    cache: Cache,
 ) -> None:
     token = reconciling.set(during)
     try:
-        requests = requests_for([vm.WATCHES[0]], cache, VM, A, A_NOTE)
+        requests = requests_for([watch], cache, kind, old, new)
     finally:
         reconciling.reset(token)
     assert set(requests) == expected

@@ -235,8 +235,11 @@ def _hosts_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> li
     return requests
 
 
+# Not woken by its own reconcile's writes: every look ends with a verdict that says when to look
+# again (the heartbeat, a retry, the next fencing step); the look after a write of the allocation
+# only repeated the probe (an operation took two host looks per host, now one).
 WATCHES = (
-    itself(Host.KIND),
+    itself(Host.KIND, after_own_writes=False),
     Watch(Setting.KIND, _every_host),
     Watch(VirtualMachine.KIND, _hosts_of_vm),
 )
