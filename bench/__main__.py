@@ -60,9 +60,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="record each row with py-spy (slows the server)"
     )
-    parser.add_argument(
-        "--save", action="store_true", help="write the JSON also for --short"
-    )
+    parser.add_argument("--save", action="store_true", help="write the JSON also for --short")
     parser.add_argument("--keep", action="store_true", help="keep the servers' data directories")
     args = parser.parse_args()
     sizes = SHORT if args.short else FULL
