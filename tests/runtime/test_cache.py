@@ -7,8 +7,19 @@ from typing import Any
 
 import pytest
 
-from virtplane.domain.resources import Metadata, RunPolicy, VirtualMachine, VirtualMachineSpec, VMPhase
+from virtplane.domain.resources import (
+    Metadata,
+    OperationPhase,
+    OperationType,
+    RunPolicy,
+    VirtualMachine,
+    VirtualMachineOperation,
+    VirtualMachineOperationSpec,
+    VirtualMachineSpec,
+    VMPhase,
+)
 from virtplane.runtime.cache import Cache
+from virtplane.store.changes import Change
 from virtplane.store.store import Store
 
 
@@ -68,3 +79,33 @@ def test_what_the_cache_does_not_hold_is_read_and_a_deletion_applied(
     assert held is not None and held.status.phase is VMPhase.STOPPED
     assert cache.vm("vm-2") is not None
     assert cache.vm("vm-3") is None
+
+
+def _op(name: str, version: int, phase: OperationPhase) -> VirtualMachineOperation:
+    op = VirtualMachineOperation(
+        metadata=Metadata(name=name, resource_version=version),
+        spec=VirtualMachineOperationSpec(vm="vm-1", type=OperationType.MIGRATE),
+    )
+    op.status.phase = phase
+    return op
+
+
+def test_the_operations_under_way_are_the_unfinished_ones(store: Store) -> None:
+    """What a freed migration slot wakes (every Migrate or Evict under way) is read from this
+    index, not from every VM's operations (a fleet's worth at each migration's end)."""
+    cache = Cache(store)
+    steps: list[tuple[VirtualMachineOperation | str, set[str]]] = [
+        (_op("a", 1, OperationPhase.PENDING), {"a"}),
+        (_op("b", 2, OperationPhase.IN_PROGRESS), {"a", "b"}),
+        (_op("a", 3, OperationPhase.COMPLETED), {"b"}),
+        (_op("c", 4, OperationPhase.FAILED), {"b"}),
+        ("b", set()),  # deleted while under way
+    ]
+    for revision, (step, expected) in enumerate(steps, start=10):
+        if isinstance(step, str):
+            cache.apply(
+                [Change(revision=revision, kind=VirtualMachineOperation.KIND, name=step, op="deleted")]
+            )
+        else:
+            cache.put(step)
+        assert {op.metadata.name for op in cache.operations_under_way()} == expected

@@ -80,6 +80,7 @@ class Cache:
         self._vms_by_host: dict[str, set[str]] = defaultdict(set)
         self._vm_by_uid: dict[str, str] = {}
         self._ops_by_vm: dict[str, set[str]] = defaultdict(set)
+        self._ops_under_way: set[str] = set()  # operations not finished yet
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
         self._unscheduled: set[str] = set()  # VMs waiting for a host
@@ -164,6 +165,8 @@ class Cache:
                 self._vms_by_volume[disk.volume].add(name)
         elif isinstance(obj, VirtualMachineOperation):
             self._ops_by_vm[obj.spec.vm].add(name)
+            if not obj.status.phase.finished:
+                self._ops_under_way.add(name)
         elif isinstance(obj, Volume):
             self._volumes_by_pool[obj.spec.pool].add(name)
 
@@ -185,6 +188,7 @@ class Cache:
                 self._vms_by_volume[disk.volume].discard(name)
         elif isinstance(old, VirtualMachineOperation):
             self._ops_by_vm[old.spec.vm].discard(name)
+            self._ops_under_way.discard(name)
         elif isinstance(old, Volume):
             self._volumes_by_pool[old.spec.pool].discard(name)
 
@@ -276,6 +280,11 @@ class Cache:
     def unscheduled_vms(self) -> list[str]:
         """VMs that want a host and have none (Pending without a host)."""
         return sorted(self._unscheduled)
+
+    def operations_under_way(self) -> list[VirtualMachineOperation]:
+        """Every operation not finished yet (a few, however many VMs and old operations there are)."""
+        found = (self._objects["VirtualMachineOperation"].get(name) for name in self._ops_under_way)
+        return [op for op in found if isinstance(op, VirtualMachineOperation)]
 
     def operations_of(self, vm: str) -> list[VirtualMachineOperation]:
         result = []

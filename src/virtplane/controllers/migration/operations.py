@@ -158,9 +158,8 @@ def _moves_waiting_for_a_slot(cache: Cache, old: Resource | None, new: Resource 
         return []
     requests = [
         Request(VirtualMachineOperation.KIND, op.metadata.name)
-        for vm in cache.vms()
-        for op in cache.operations_of(vm.metadata.name)
-        if op.spec.type in (OperationType.MIGRATE, OperationType.EVICT) and not op.status.phase.finished
+        for op in cache.operations_under_way()  # not every VM's operations: a fleet's worth
+        if op.spec.type in (OperationType.MIGRATE, OperationType.EVICT) and cache.vm(op.spec.vm) is not None
     ]
     owner = requesting_operation(ended.requested_by)
     if owner is not None:
