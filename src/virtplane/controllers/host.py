@@ -18,7 +18,6 @@ from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liv
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
-from virtplane.domain.phases import ALLOCATED_PHASES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
     Allocatable,
@@ -36,7 +35,7 @@ from virtplane.drivers.base import HostFacts, HypervisorDriver
 from virtplane.drivers.errors import DriverError, DriverUnavailable, HostUnreachable
 from virtplane.fencing.base import BmcFactory
 from virtplane.reconcile.types import Request, Result
-from virtplane.runtime.cache import Cache
+from virtplane.runtime.cache import Cache, HostShare
 
 log = logging.getLogger("virtplane.controllers.host")
 
@@ -217,20 +216,15 @@ def _every_host(cache: Cache, old: Resource | None, new: Resource | None) -> lis
     return [Request(Host.KIND, name) for name in cache.names(Host.KIND)]
 
 
-def _counted(vm: VirtualMachine) -> tuple[bool, int, int]:
-    """What a VM adds to its host's ``status.allocated``."""
-    return vm.status.phase in ALLOCATED_PHASES, vm.spec.cpu, vm.spec.memory_mib
-
-
 def _hosts_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
-    """A VM that moved, or changed what it adds to its host's allocation (Stopped or not, its
-    size): the hosts' allocations change. Starting -> Running changes nothing there."""
+    """A VM that moved, or changed what it holds on its host (``HostShare``: Stopped or not, its
+    size, its group): the hosts' allocations change. Starting -> Running changes nothing there."""
     if not (isinstance(old, VirtualMachine) and isinstance(new, VirtualMachine)):
         return []
     requests = []
     if old.status.host and new.status.host != old.status.host:
         requests.append(Request(Host.KIND, old.status.host))
-    if new.status.host and (new.status.host != old.status.host or _counted(new) != _counted(old)):
+    if new.status.host and HostShare.of(new) != HostShare.of(old):
         requests.append(Request(Host.KIND, new.status.host))
     return requests
 

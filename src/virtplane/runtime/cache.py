@@ -33,8 +33,8 @@ CacheListener = Callable[[str, str, Resource | None, Resource | None], None]
 
 
 @dataclass(frozen=True)
-class _Share:
-    """What one VM holds on the host its status names."""
+class HostShare:
+    """What one VM holds on the host its status names (None: it names no host)."""
 
     host: str
     vcpus: int
@@ -42,6 +42,19 @@ class _Share:
     placed: bool  # counted against the host's room by placement (``PLACED_PHASES``)
     allocated: bool  # not Stopped: it has, or is getting, a domain there (``ALLOCATED_PHASES``)
     group: str | None  # its anti-affinity group
+
+    @classmethod
+    def of(cls, vm: VirtualMachine) -> HostShare | None:
+        if not vm.status.host:
+            return None
+        return cls(
+            vm.status.host,
+            vm.spec.cpu,
+            vm.spec.memory_mib,
+            vm.status.phase in PLACED_PHASES,
+            vm.status.phase in ALLOCATED_PHASES,
+            vm.spec.placement.anti_affinity_group,
+        )
 
 
 @dataclass
@@ -56,7 +69,7 @@ class HostUsage:
     allocated_vms: int = 0
     groups: Counter[str] = field(default_factory=Counter)
 
-    def add(self, share: _Share, sign: int) -> None:
+    def add(self, share: HostShare, sign: int) -> None:
         if share.placed:
             self.placed_vcpus += sign * share.vcpus
             self.placed_memory_mib += sign * share.memory_mib
@@ -84,7 +97,7 @@ class Cache:
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
         self._unscheduled: set[str] = set()  # VMs waiting for a host
-        self._shares: dict[str, _Share] = {}  # VM -> what it added to its host's usage
+        self._shares: dict[str, HostShare] = {}  # VM -> what it added to its host's usage
         self._usage: dict[str, HostUsage] = defaultdict(HostUsage)
         self._listeners: list[CacheListener] = []
 
@@ -147,16 +160,9 @@ class Cache:
         self._objects[kind][name] = obj
         if isinstance(obj, VirtualMachine):
             self._vm_by_uid[obj.metadata.uid] = name
-            if obj.status.host:
-                self._vms_by_host[obj.status.host].add(name)
-                share = _Share(
-                    obj.status.host,
-                    obj.spec.cpu,
-                    obj.spec.memory_mib,
-                    obj.status.phase in PLACED_PHASES,
-                    obj.status.phase in ALLOCATED_PHASES,
-                    obj.spec.placement.anti_affinity_group,
-                )
+            share = HostShare.of(obj)
+            if share is not None:
+                self._vms_by_host[share.host].add(name)
                 self._shares[name] = share
                 self._usage[share.host].add(share, +1)
             elif obj.status.phase.value == "Pending":
