@@ -60,17 +60,31 @@ async def server(qplane: QemuPlane) -> AsyncIterator[str]:
         await asyncio.wait_for(task, 30)
 
 
-async def read_until(fd: int, text: bytes, seen: bytes = b"") -> bytes:
+async def read_until(fd: int, text: bytes, seen: bytes = b"", limit_s: float = LIMIT_S) -> bytes:
     """Bytes from ``fd`` (a pty) until ``text`` came; the limit guards a hang only."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + LIMIT_S
+    deadline = loop.time() + limit_s
     while text not in seen:
-        assert loop.time() < deadline, f"{text!r} never came; got {seen[-2000:]!r}"
+        if loop.time() >= deadline:
+            raise TimeoutError(f"{text!r} never came; got {seen[-2000:]!r}")
         if select.select([fd], [], [], 0)[0]:
             seen += os.read(fd, 4096)
         else:
             await asyncio.sleep(0.05)
     return seen
+
+
+async def shell_takes_whole_lines(fd: int, seen: bytes) -> bytes:
+    """``the_shell_takes_whole_lines`` (below) through the CLI's terminal ``fd``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LIMIT_S
+    for attempt in itertools.count():
+        os.write(fd, f"echo ready-$((100+{attempt}))\r".encode())
+        try:
+            return await read_until(fd, f"\nready-{100 + attempt}".encode(), seen, ANSWER_MS / 1000)
+        except TimeoutError:
+            assert loop.time() < deadline, f"the shell never ran a whole line: {seen[-2000:]!r}"
+    raise AssertionError("unreachable")
 
 
 async def running_shell_guest(qplane: QemuPlane, name: str) -> None:
@@ -103,8 +117,7 @@ async def test_the_cli_runs_a_command_on_a_guests_serial_console(qplane: QemuPla
     )
     try:
         seen = await read_until(controller, b"Ctrl-] detaches")
-        os.write(controller, b"\r")  # the shell answers an empty line with its prompt
-        seen = await read_until(controller, b"# ", seen)
+        seen = await shell_takes_whole_lines(controller, seen)
         os.write(controller, b"echo VP-$((6*7)) $(busybox uname -s)\r")
         seen = await read_until(controller, b"VP-42 Linux", seen)
 
