@@ -4,9 +4,11 @@ waits for)."""
 
 from __future__ import annotations
 
+from tests.conftest import eventually
 from tests.controllers.helpers import add_host, add_vm, operate, wait_op, wait_phase
 from tests.reconciles import reconcile_log
 from virtplane.bootstrap import ControlPlane
+from virtplane.domain.intents import read_migration
 from virtplane.domain.resources import (
     OperationPhase,
     OperationType,
@@ -37,3 +39,29 @@ async def test_an_operation_is_not_woken_by_its_own_writes(plane: ControlPlane) 
     looks = len(log.finished[(OP, name)])
     # its creation, then at most one look per write of its VM (the intent, Starting, Running...)
     assert looks <= 1 + len(vm_writes), (looks, vm_writes)
+
+
+async def test_a_migrate_begins_in_its_admission_look_with_the_vm_shown_migrating(
+    plane: ControlPlane,
+) -> None:
+    add_host(plane, "h1")
+    add_vm(plane, "vm-1", RunPolicy.ALWAYS_ON)
+    await wait_phase(plane, "vm-1", "Running")
+    add_host(plane, "h2")
+    await eventually(lambda: plane.cache.host("h2") is not None)
+    log = reconcile_log(plane)
+    vm_writes: list[tuple[VMPhase, bool]] = []  # each write of the VM: its phase, a migration under way
+    plane.cache.add_listener(
+        lambda kind, name, old, new: (
+            vm_writes.append((new.status.phase, read_migration(new.metadata.annotations) is not None))  # type: ignore[union-attr]
+            if kind == VirtualMachine.KIND and new is not None
+            else None
+        )
+    )
+    name = operate(plane, "vm-1", OperationType.MIGRATE)
+    assert (await wait_op(plane, name)).status.phase is OperationPhase.COMPLETED
+    # the intent is written Migrating: the VM's look after it has nothing to write
+    assert [phase for phase, migrating in vm_writes if migrating] == [VMPhase.MIGRATING], vm_writes
+    # the admission's look began the move: every later look was woken by a write of the VM
+    looks = len(log.finished[(OP, name)])
+    assert looks <= len(vm_writes), (looks, vm_writes)

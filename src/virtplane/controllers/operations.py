@@ -152,8 +152,11 @@ class OperationReconciler:
             else progress_of(op, vm).message
         )
         ctx.event(op, "InProgress", op.status.message)
-        ctx.write(op)  # the VM looks again: its watch on its operations
-        return Result(requeue_after=0.0 if op.spec.type in self.handlers else POLL_S)
+        op = ctx.write(op)  # the VM looks again: its watch on its operations
+        handler = self.handlers.get(op.spec.type)
+        if handler is not None:  # under way now (durably): its first step in this same look
+            return await handler(op, vm)
+        return Result(requeue_after=POLL_S)
 
     def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
         outcome = progress_of(op, vm)

@@ -191,6 +191,9 @@ class MigrationIntent:
     started_at: datetime
     copy_storage: bool = False
 
+    def describe(self) -> str:
+        return f"migrating from {self.source} to {self.target} (attempt {self.attempt})"
+
     def encode(self) -> str:
         raw = asdict(self)
         raw["started_at"] = self.started_at.isoformat()

@@ -36,7 +36,7 @@ from virtplane.controllers.migration.flights import (
 from virtplane.controllers.scheduling import host_views, vm_view
 from virtplane.controllers.seed import place_seed_on_target, record_seed, seed_volume_on_target
 from virtplane.controllers.storage import pool_ref
-from virtplane.controllers.vm import build_domain_spec
+from virtplane.controllers.vm import build_domain_spec, show_migrating
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, set_condition
 from virtplane.domain.host_states import accepts_vms
@@ -248,9 +248,10 @@ class MigrationCoordinator:
             VMCondition.MIGRATION,
             ConditionStatus.UNKNOWN,
             "Migrating",
-            f"migrating from {intent.source} to {intent.target} (attempt {intent.attempt})",
+            intent.describe(),
             now=self.ctx.now(),
         )
+        show_migrating(vm.status, intent)
 
     def write_vm(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
         return self.ctx.mutate(VirtualMachine, name, change)

@@ -3,6 +3,6 @@
 
 from virtplane.controllers.vm.reconciler import ORDER, VMReconciler
 from virtplane.controllers.vm.spec import build_domain_spec
-from virtplane.controllers.vm.steps import FINALIZER
+from virtplane.controllers.vm.steps import FINALIZER, show_migrating
 
-__all__ = ["FINALIZER", "ORDER", "VMReconciler", "build_domain_spec"]
+__all__ = ["FINALIZER", "ORDER", "VMReconciler", "build_domain_spec", "show_migrating"]

@@ -12,8 +12,8 @@ from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
+from virtplane.domain.intents import MigrationIntent, RecoveryStage, read_migration
 from virtplane.domain.intents import Recovery as RecoveryIntent
-from virtplane.domain.intents import RecoveryStage, read_migration
 from virtplane.domain.networks import nic_statuses
 from virtplane.domain.phases import LIVE_STATES, DomainState
 from virtplane.domain.recovery import Recovery, StorageKind, recovery
@@ -23,6 +23,7 @@ from virtplane.domain.resources import (
     Host,
     HostConnection,
     VirtualMachine,
+    VirtualMachineStatus,
     VMPhase,
 )
 from virtplane.drivers.errors import DriverError, HostUnreachable, ImageRefused, NotFound
@@ -43,9 +44,15 @@ async def migration(state: VMState) -> Result | None:
     if intent is None:
         return None
     state.ctx.enqueue("Migration", state.name)
-    state.status.phase = VMPhase.MIGRATING
-    state.status.message = f"migrating from {intent.source} to {intent.target} (attempt {intent.attempt})"
+    show_migrating(state.status, intent)
     raise StopChain(Result(requeue_after=POLL_TRANSITION_S))
+
+
+def show_migrating(status: VirtualMachineStatus, intent: MigrationIntent) -> None:
+    """What a VM shows while a migration is in flight. The coordinator writes it with the intent,
+    so the VM's look after that write has nothing to write."""
+    status.phase = VMPhase.MIGRATING
+    status.message = intent.describe()
 
 
 async def deletion(state: VMState) -> Result | None:
