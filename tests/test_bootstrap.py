@@ -129,6 +129,35 @@ async def test_a_host_connection_change_wakes_each_of_its_vms_once(
     assert {r.name: n for r, n in woken.items() if r.kind == VirtualMachine.KIND} == {"x": 1, "y": 1}
 
 
+def test_a_change_wakes_the_operations_waiting_on_it_first(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, row 4: a VM that stops frees room on its host and ends its Stop. The operation
+    answers a client that waits for it: it looks before the host's allocation is written."""
+    plane = make_plane(store)
+    add_host(plane, "h1")
+    running = VirtualMachine(metadata=Metadata(name="x"))
+    running.status.host, running.status.phase = "h1", VMPhase.RUNNING
+    store.create(running)
+    store.create(
+        VirtualMachineOperation(
+            metadata=Metadata(name="x-stop"),
+            spec=VirtualMachineOperationSpec(vm="x", type=OperationType.STOP),
+        )
+    )
+    plane.cache.load()
+    woken: list[Request] = []
+    monkeypatch.setattr(plane, "enqueue", lambda kind, name, delay=0.0: woken.append(Request(kind, name)))
+
+    def stopped(current: VirtualMachine) -> None:
+        current.status.phase = VMPhase.STOPPED
+
+    plane.cache.put(store.mutate(VirtualMachine, "x", stopped))
+
+    assert woken[0] == Request(VirtualMachineOperation.KIND, "x-stop"), woken
+    assert Request(Host.KIND, "h1") in woken
+
+
 OWN_OBJECTS = [
     VirtualMachine(metadata=Metadata(name="x")),
     Host(metadata=Metadata(name="x"), spec=HostSpec(uri="sim://x")),

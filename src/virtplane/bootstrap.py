@@ -286,7 +286,11 @@ class ControlPlane:
     def _on_cache_change(self, kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
         if kind == Setting.KIND:
             self.settings.invalidate()  # before anyone reads a setting again
-        for request in requests_for(self.watches, self.cache, kind, old, new):
+        requests = requests_for(self.watches, self.cache, kind, old, new)
+        # An operation answers a client that waits for it: it looks first, the controllers'
+        # own bookkeeping after the change (a host's allocation, a VM's phase) can wait.
+        requests.sort(key=lambda request: request.kind != VirtualMachineOperation.KIND)
+        for request in requests:
             self.enqueue(request.kind, request.name)
 
     def _on_driver_event(self, event: DomainEvent) -> None:
