@@ -3,10 +3,12 @@ was read back from the store when the feed delivered it, though ``put`` had it a
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from virtplane.domain.intents import MigrationIntent, write_migration
 from virtplane.domain.resources import (
     Metadata,
     OperationPhase,
@@ -109,3 +111,31 @@ def test_the_operations_under_way_are_the_unfinished_ones(store: Store) -> None:
         else:
             cache.put(step)
         assert {op.metadata.name for op in cache.operations_under_way()} == expected
+
+
+def test_the_migrating_vms_are_the_ones_with_a_migration_intent(store: Store) -> None:
+    """The migration slots, the targets' room and the drains count the migrations in flight from
+    this index, not from every VM of the fleet (at each Migrate's begin and each drain's look)."""
+    cache = Cache(store)
+    intent = MigrationIntent(
+        source="h1", target="h2", attempt=1, requested_by="operation/m", started_at=datetime.now(UTC)
+    )
+
+    def vm(name: str, revision: int, migrating: bool) -> VirtualMachine:
+        found = VirtualMachine(metadata=Metadata(name=name, uid=f"uid-{name}", resource_version=revision))
+        found.metadata.annotations = write_migration({}, intent if migrating else None)
+        return found
+
+    steps: list[tuple[VirtualMachine | str, list[str]]] = [
+        (vm("a", 1, migrating=False), []),
+        (vm("a", 2, migrating=True), ["a"]),
+        (vm("b", 3, migrating=True), ["a", "b"]),
+        (vm("a", 4, migrating=False), ["b"]),  # arrived: the intent is cleared
+        ("b", []),  # deleted while migrating
+    ]
+    for revision, (step, expected) in enumerate(steps, start=10):
+        if isinstance(step, str):
+            cache.apply([Change(revision=revision, kind=VirtualMachine.KIND, name=step, op="deleted")])
+        else:
+            cache.put(step)
+        assert [found.metadata.name for found in cache.migrating_vms()] == expected

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from virtplane.domain.intents import MIGRATION
 from virtplane.domain.networks import Network
 from virtplane.domain.phases import ALLOCATED_PHASES, PLACED_PHASES
 from virtplane.domain.resources import (
@@ -97,6 +98,7 @@ class Cache:
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
         self._unscheduled: set[str] = set()  # VMs waiting for a host
+        self._migrating: set[str] = set()  # VMs that carry a migration intent
         self._shares: dict[str, HostShare] = {}  # VM -> what it added to its host's usage
         self._usage: dict[str, HostUsage] = defaultdict(HostUsage)
         self._listeners: list[CacheListener] = []
@@ -169,6 +171,8 @@ class Cache:
                 self._unscheduled.add(name)
             for disk in obj.spec.disks:
                 self._vms_by_volume[disk.volume].add(name)
+            if MIGRATION in obj.metadata.annotations:
+                self._migrating.add(name)
         elif isinstance(obj, VirtualMachineOperation):
             self._ops_by_vm[obj.spec.vm].add(name)
             if not obj.status.phase.finished:
@@ -190,6 +194,7 @@ class Cache:
             if share is not None:  # what it added when it was put (also if it changed since)
                 self._usage[share.host].add(share, -1)
             self._unscheduled.discard(name)
+            self._migrating.discard(name)
             for disk in old.spec.disks:
                 self._vms_by_volume[disk.volume].discard(name)
         elif isinstance(old, VirtualMachineOperation):
@@ -286,6 +291,12 @@ class Cache:
     def unscheduled_vms(self) -> list[str]:
         """VMs that want a host and have none (Pending without a host)."""
         return sorted(self._unscheduled)
+
+    def migrating_vms(self) -> list[VirtualMachine]:
+        """The VMs that carry a migration intent (a few, however many VMs there are): what the
+        migration slots and the drains count. An unreadable intent is here too: its reader says."""
+        found = (self.vm(name) for name in sorted(self._migrating))
+        return [vm for vm in found if vm is not None]
 
     def operations_under_way(self) -> list[VirtualMachineOperation]:
         """Every operation not finished yet (a few, however many VMs and old operations there are)."""
