@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.conftest import eventually, libvirt_or_skip
+from tests.conftest import eventually, libvirt_or_skip, make_plane
 from tests.controllers.helpers import add_host
 from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
+from virtplane.controllers.host import HEARTBEAT_S, HostReconciler
 from virtplane.domain.conditions import HostCondition, get_condition
 from virtplane.domain.resources import Host, HostConnection
+from virtplane.reconcile import Request
+from virtplane.store.store import Store
 
 
 async def test_a_missing_libvirt_python_is_a_condition_on_the_host_that_says_how_to_install_it(
@@ -51,3 +55,28 @@ async def test_a_host_that_cannot_be_reached_names_its_uri_once(plane: ControlPl
     host = await eventually(lambda: (h := plane.store.get(Host, "kvm-2")).status.message and h)
     assert host.status.message.startswith(f"cannot reach {uri}: "), host.status.message
     assert host.status.message.count(uri) == 1, host.status.message
+
+
+async def test_an_idle_host_is_probed_every_30_s_and_records_its_heartbeat_every_5_minutes(
+    store: Store,
+) -> None:
+    plane = make_plane(store)
+    add_host(plane, "h1")
+    plane.cache.load()
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    now = [start]
+    plane.ctx.now = lambda: now[0]
+    look = HostReconciler(plane.ctx)
+
+    first = await look(Request(Host.KIND, "h1"))  # Unknown -> Up: written, with the heartbeat
+    recorded = store.get(Host, "h1")
+    assert recorded.status.connection is HostConnection.UP and recorded.status.last_heartbeat == start
+    assert first is not None and first.requeue_after == HEARTBEAT_S
+    for seconds in (30, 60, 299):  # the probes find nothing new: nothing is written
+        now[0] = start + timedelta(seconds=seconds)
+        again = await look(Request(Host.KIND, "h1"))
+        assert again is not None and again.requeue_after == HEARTBEAT_S
+        assert store.get(Host, "h1").metadata.resource_version == recorded.metadata.resource_version
+    now[0] = start + timedelta(seconds=300)
+    await look(Request(Host.KIND, "h1"))
+    assert store.get(Host, "h1").status.last_heartbeat == now[0]

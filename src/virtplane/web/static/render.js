@@ -70,7 +70,9 @@ function renderHosts(hosts) {
     const memory = capacity
       ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / allocatable", true)
       : gib(allocated.memory_mib);
-    const heartbeat = el("span", { text: ago(status.last_heartbeat), title: text(status.last_heartbeat, "no heartbeat yet") });
+    // the host is probed every 30 s; its heartbeat is written at most every 5 minutes (HEARTBEAT_RECORD_S)
+    const beat = status.last_heartbeat ? `${status.last_heartbeat} (recorded every 5 minutes; probed every 30 s)` : "";
+    const heartbeat = el("span", { text: ago(status.last_heartbeat), title: text(beat, "no heartbeat yet") });
     return el("tr", { data: { name: host.metadata.name } }, [
       cell(host.metadata.name, "name"),
       cell(host.spec && host.spec.cluster),
