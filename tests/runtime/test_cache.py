@@ -19,6 +19,8 @@ from virtplane.domain.resources import (
     VirtualMachineOperationSpec,
     VirtualMachineSpec,
     VMPhase,
+    Volume,
+    VolumeSpec,
 )
 from virtplane.runtime.cache import Cache
 from virtplane.store.changes import Change
@@ -139,3 +141,30 @@ def test_the_migrating_vms_are_the_ones_with_a_migration_intent(store: Store) ->
         else:
             cache.put(step)
         assert [found.metadata.name for found in cache.migrating_vms()] == expected
+
+
+def test_each_pools_used_space_is_the_sum_of_its_volumes_sizes(store: Store) -> None:
+    """Placement (every host view) and the pool controller read this tally instead of summing
+    every volume of the fleet at each look."""
+    cache = Cache(store)
+
+    def volume(name: str, revision: int, pool: str, size_gib: int) -> Volume:
+        return Volume(
+            metadata=Metadata(name=name, resource_version=revision),
+            spec=VolumeSpec(pool=pool, size_gib=size_gib),
+        )
+
+    steps: list[Volume | str] = [
+        volume("a", 1, "p", 10),
+        volume("b", 2, "p", 5),
+        volume("a", 3, "p", 20),  # grown
+        volume("b", 4, "q", 5),  # moved with a block migration: to the target's pool
+        "a",  # deleted
+    ]
+    for revision, step in enumerate(steps, start=10):
+        if isinstance(step, str):
+            cache.apply([Change(revision=revision, kind=Volume.KIND, name=step, op="deleted")])
+        else:
+            cache.put(step)
+        summed = {pool: sum(v.spec.size_gib for v in cache.volumes() if v.spec.pool == pool) for pool in "pq"}
+        assert {pool: cache.pool_used_gib(pool) for pool in "pq"} == summed

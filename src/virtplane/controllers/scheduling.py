@@ -75,10 +75,6 @@ def host_networks(cache: Cache, host: Host) -> frozenset[str]:
 
 def host_views(cache: Cache) -> list[HostView]:
     pools = cache.pools()
-    volumes = cache.volumes()
-    used_gib: dict[str, int] = {}
-    for volume in volumes:
-        used_gib[volume.spec.pool] = used_gib.get(volume.spec.pool, 0) + volume.spec.size_gib
     shared_by_host: dict[str, set[str]] = defaultdict(set)
     local_by_host: dict[str, dict[str, int]] = defaultdict(dict)
     for pool in pools:  # each pool's hosts once (a cluster's shared pool: every host of it)
@@ -86,7 +82,7 @@ def host_views(cache: Cache) -> list[HostView]:
             if pool.spec.kind is PoolKind.SHARED:
                 shared_by_host[name].add(pool.metadata.name)
             else:
-                free = pool.spec.capacity_gib - used_gib.get(pool.metadata.name, 0)
+                free = pool.spec.capacity_gib - cache.pool_used_gib(pool.metadata.name)
                 local_by_host[name][pool_driver_name(pool)] = free
     views = []
     for host in cache.hosts():

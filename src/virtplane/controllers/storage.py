@@ -112,7 +112,7 @@ class StoragePoolReconciler:
                 reachable.append(host_name)
             except DriverError as exc:
                 log.info("pool %s not ready on %s: %s", pool.metadata.name, host_name, exc)
-        used = sum(v.spec.size_gib for v in ctx.cache.volumes() if v.spec.pool == pool.metadata.name)
+        used = ctx.cache.pool_used_gib(pool.metadata.name)
         status = pool.status.model_copy(deep=True)
         status.reachable_hosts = reachable
         status.capacity_gib = pool.spec.capacity_gib

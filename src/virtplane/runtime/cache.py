@@ -97,6 +97,7 @@ class Cache:
         self._ops_under_way: set[str] = set()  # operations not finished yet
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
+        self._pool_used_gib: dict[str, int] = defaultdict(int)  # the sizes of each pool's volumes
         self._unscheduled: set[str] = set()  # VMs waiting for a host
         self._migrating: set[str] = set()  # VMs that carry a migration intent
         self._shares: dict[str, HostShare] = {}  # VM -> what it added to its host's usage
@@ -179,6 +180,7 @@ class Cache:
                 self._ops_under_way.add(name)
         elif isinstance(obj, Volume):
             self._volumes_by_pool[obj.spec.pool].add(name)
+            self._pool_used_gib[obj.spec.pool] += obj.spec.size_gib
 
     def _drop(self, kind: str, name: str) -> None:
         self._unindex(kind, name)
@@ -202,6 +204,7 @@ class Cache:
             self._ops_under_way.discard(name)
         elif isinstance(old, Volume):
             self._volumes_by_pool[old.spec.pool].discard(name)
+            self._pool_used_gib[old.spec.pool] -= old.spec.size_gib
 
     def put(self, obj: Resource) -> None:
         """Take a freshly written object in before the feed delivers it (read-your-writes)."""
@@ -284,6 +287,11 @@ class Cache:
 
     def vms_using_volume(self, volume: str) -> list[str]:
         return sorted(self._vms_by_volume.get(volume, ()))
+
+    def pool_used_gib(self, pool: str) -> int:
+        """The sizes of the volumes in ``pool``, summed as volumes come and go (placement reads it
+        at every look; a fleet has thousands of volumes)."""
+        return self._pool_used_gib.get(pool, 0)
 
     def volumes_in_pool(self, pool: str) -> list[str]:
         return sorted(self._volumes_by_pool.get(pool, ()))
