@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,19 @@ async def plane(store: Store) -> AsyncIterator[ControlPlane]:
     await p.start()
     yield p
     await p.stop()
+
+
+class WallClock:
+    """A ``now()`` for the controllers (``ctx.now``) or leases that moves only when the test moves it."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

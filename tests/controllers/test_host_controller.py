@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.conftest import eventually, libvirt_or_skip, make_plane
+from tests.conftest import WallClock, eventually, libvirt_or_skip, make_plane
 from tests.controllers.helpers import add_host
 from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
@@ -63,20 +62,20 @@ async def test_an_idle_host_is_probed_every_30_s_and_records_its_heartbeat_every
     plane = make_plane(store)
     add_host(plane, "h1")
     plane.cache.load()
-    start = datetime(2030, 1, 1, tzinfo=UTC)
-    now = [start]
-    plane.ctx.now = lambda: now[0]
+    clock = WallClock()
+    start = clock.now
+    plane.ctx.now = clock
     look = HostReconciler(plane.ctx)
 
     first = await look(Request(Host.KIND, "h1"))  # Unknown -> Up: written, with the heartbeat
     recorded = store.get(Host, "h1")
     assert recorded.status.connection is HostConnection.UP and recorded.status.last_heartbeat == start
     assert first is not None and first.requeue_after == HEARTBEAT_S
-    for seconds in (30, 60, 299):  # the probes find nothing new: nothing is written
-        now[0] = start + timedelta(seconds=seconds)
+    for seconds in (30, 30, 239):  # at 30, 60 and 299 s the probes find nothing new: nothing is written
+        clock.advance(seconds)
         again = await look(Request(Host.KIND, "h1"))
         assert again is not None and again.requeue_after == HEARTBEAT_S
         assert store.get(Host, "h1").metadata.resource_version == recorded.metadata.resource_version
-    now[0] = start + timedelta(seconds=300)
+    clock.advance(1)  # 300 s
     await look(Request(Host.KIND, "h1"))
-    assert store.get(Host, "h1").status.last_heartbeat == now[0]
+    assert store.get(Host, "h1").status.last_heartbeat == clock.now

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-
-from tests.conftest import eventually
+from tests.conftest import WallClock, eventually
 from tests.fencing.conftest import FencedCluster
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import read_intents
@@ -26,16 +23,6 @@ ON, OFF, MANUAL, AOUSM = (
     RunPolicy.MANUAL,
     RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY,
 )
-
-
-@dataclass
-class FrozenClock:
-    """What the controllers take for now: it moves only when the test moves it."""
-
-    at: datetime
-
-    def __call__(self) -> datetime:
-        return self.at
 
 
 async def _fleet(cluster: FencedCluster) -> None:
@@ -143,13 +130,13 @@ async def test_a_flapping_host_is_not_fenced(cluster: FencedCluster) -> None:
     # The controllers' clock stands still but for the test's steps: each drop lasts 0.05 s of it,
     # under the 0.1 s after which the host counts as Disconnected, however long the machine
     # pauses; eight of them add up to more than the 0.3 s after which a silent host is fenced.
-    clock = FrozenClock(cluster.plane.ctx.now())
+    clock = WallClock(cluster.plane.ctx.now())
     cluster.plane.ctx.now = clock
     for _ in range(8):
         cluster.fault("h1", "disconnect")
         cluster.probe("h1")
         await eventually(lambda: cluster.host("h1").status.silent_since is not None)
-        clock.at += timedelta(seconds=0.05)
+        clock.advance(0.05)
         cluster.fault("h1", "reconnect")
         cluster.probe("h1")
         await eventually(lambda: cluster.host("h1").status.silent_since is None)

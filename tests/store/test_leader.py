@@ -9,26 +9,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import WallClock, eventually
 from virtplane.runtime.leader import LeaderElector
 from virtplane.store import Store
 
 LEASE = "controller/VirtualMachine"
-
-
-class WallClock:
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture
