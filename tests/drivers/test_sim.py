@@ -534,6 +534,30 @@ async def test_pool_capacity_is_enforced(h1: SimDriver) -> None:
     assert (await h1.create_volume(LOCAL, "b", 30)).size_gib == 30  # a re-run of the same create
 
 
+async def assert_free_gib(driver: SimDriver, pool: PoolRef, free_gib: int) -> None:
+    """What the pool has room for, seen as libvirt users see it: one GiB more does not fit."""
+    with pytest.raises(TransientError, match=f"{free_gib} GiB free"):
+        await driver.create_volume(pool, "probe", free_gib + 1)
+    await driver.create_volume(pool, "probe", free_gib)
+    await driver.delete_volume(pool, "probe")
+
+
+async def test_a_pools_free_space_follows_every_change_of_its_volumes(h1: SimDriver) -> None:
+    """The pool keeps its used space as a tally (not a sum over thousands of volumes per
+    create), so every way a volume comes, goes or changes size must move it."""
+    await h1.ensure_pool(LOCAL)  # 50 GiB
+    await h1.create_volume(LOCAL, "a", 10)
+    small = await h1.snapshot_volume(LOCAL, "a", "small")
+    await h1.resize_volume(LOCAL, "a", 20)
+    await assert_free_gib(h1, LOCAL, 30)
+    await h1.create_volume(LOCAL, "b", 5)
+    await assert_free_gib(h1, LOCAL, 25)
+    await h1.revert_volume(LOCAL, "a", small)  # back to 10 GiB
+    await assert_free_gib(h1, LOCAL, 35)
+    await h1.delete_volume(LOCAL, "b")
+    await assert_free_gib(h1, LOCAL, 40)
+
+
 async def test_volume_from_a_library_image(cloud: SimCloud, h1: SimDriver) -> None:
     library = PoolRef(name="library", path="library", shared=True)
     cloud.put_image_file("library", "cirros.qcow2", "golden", size_gib=3)

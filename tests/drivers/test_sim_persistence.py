@@ -37,7 +37,7 @@ from virtplane.drivers.base import (
     PoolRef,
     domain_name,
 )
-from virtplane.drivers.errors import HostUnreachable
+from virtplane.drivers.errors import HostUnreachable, TransientError
 from virtplane.drivers.sim import FaultKind, SimCloud, SimDriver
 
 BOOT_S = 0.02
@@ -274,6 +274,28 @@ def test_a_steady_world_is_the_same_after_a_kill(tmp_path: Path) -> None:
         h2 = await connected(after, "h2")
         assert (await h2.get_info(domain_name("on-h2"))) == expected_infos["h2"][domain_name("on-h2")]
 
+    life(second_life)
+
+
+def test_a_reloaded_pool_has_the_room_its_volumes_leave(tmp_path: Path) -> None:
+    path = tmp_path / "sim.db"
+
+    async def first_life() -> None:
+        cloud = make_cloud(path)
+        cloud.add_host("h1", vcpus=4, memory_mib=4096)
+        h1 = await connected(cloud, "h1")
+        await h1.ensure_pool(LOCAL)  # 50 GiB
+        await h1.create_volume(LOCAL, "a", 10)
+        await h1.resize_volume(LOCAL, "a", 15)
+        await h1.create_volume(LOCAL, "b", 20)
+
+    async def second_life() -> None:
+        h1 = await connected(make_cloud(path), "h1")
+        with pytest.raises(TransientError, match="15 GiB free"):
+            await h1.create_volume(LOCAL, "c", 16)
+        await h1.create_volume(LOCAL, "c", 15)
+
+    life(first_life)
     life(second_life)
 
 

@@ -50,6 +50,31 @@ class SimVolume(Record):
         return VolumeInfo(name=self.name, path=self.path, size_gib=self.size_gib)
 
 
+class PoolVolumes(RecordMap[str, SimVolume]):
+    """A pool's volumes and the sum of their sizes, kept as volumes come, go and grow:
+    placing a volume in a pool of thousands must not read them all (fleet-scale demos)."""
+
+    def __init__(self, log: ChangeLog, prefix: tuple[str, ...]) -> None:
+        super().__init__(log, Entity.VOLUME, prefix)
+        self.used_gib = 0
+
+    def load(self, key: str, value: SimVolume) -> None:
+        replaced = self.get(key)
+        super().load(key, value)
+        self.used_gib += value.size_gib - (replaced.size_gib if replaced is not None else 0)
+
+    def pop(self, key: str) -> SimVolume | None:
+        value = super().pop(key)
+        if value is not None:
+            self.used_gib -= value.size_gib
+        return value
+
+    def resize(self, volume: SimVolume, size_gib: int) -> None:
+        """The one way a volume of this pool changes size."""
+        self.used_gib += size_gib - volume.size_gib
+        volume.size_gib = size_gib
+
+
 class SimPool(Record):
     shared = Persisted[bool]()
     capacity_gib = Persisted[int]()
@@ -63,11 +88,7 @@ class SimPool(Record):
         self.shared = shared
         self.capacity_gib = capacity_gib
         self.hosts = frozenset()
-        self.volumes: RecordMap[str, SimVolume] = RecordMap(changes, Entity.VOLUME, (owner, name))
-
-    @property
-    def used_gib(self) -> int:
-        return sum(v.size_gib for v in self.volumes.values())
+        self.volumes = PoolVolumes(changes, (owner, name))
 
     def check_room(self, extra_gib: int, what: str) -> None:
         """PermanentError if it can never fit the pool, TransientError if it does not fit now."""
@@ -75,7 +96,7 @@ class SimPool(Record):
             return
         if extra_gib > self.capacity_gib:
             raise PermanentError(f"{what} needs {extra_gib} GiB; pool {self.name} holds {self.capacity_gib}")
-        free = self.capacity_gib - self.used_gib
+        free = self.capacity_gib - self.volumes.used_gib
         if extra_gib > free:
             raise TransientError(f"pool {self.name} is full: {what} needs {extra_gib} GiB, {free} GiB free")
 
@@ -210,7 +231,7 @@ class SimStorage:
         if size_gib < volume.size_gib:
             raise PermanentError(f"volume {name} cannot shrink from {volume.size_gib} to {size_gib} GiB")
         pool.check_room(size_gib - volume.size_gib, f"growing volume {name}")
-        volume.size_gib = size_gib
+        pool.volumes.resize(volume, size_gib)
         return volume.info()
 
     # ------------------------------------------------------------------ snapshots
@@ -231,7 +252,7 @@ class SimStorage:
         if saved.size_gib > volume.size_gib:
             pool.check_room(saved.size_gib - volume.size_gib, f"reverting volume {name}")
         volume.content = saved.content
-        volume.size_gib = saved.size_gib
+        pool.volumes.resize(volume, saved.size_gib)
 
     def delete_snapshot(self, handle: str) -> None:
         self._snapshots.pop(handle)
