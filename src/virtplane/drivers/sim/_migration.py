@@ -2,7 +2,9 @@
 
 Time advances in ticks of ``timing.migration_tick_s`` loop seconds, each worth
 ``migration_tick_s * time_scale`` simulated seconds, so tests can run a
-many-gigabyte migration in a few milliseconds. Each tick stamps the job with the
+many-gigabyte migration in a few milliseconds. Ticks fall on a grid from the
+migration's start, as a real copy runs on its own time: a busy loop runs a tick late,
+then the ones it held back, and the copy ends when the link model says. Each tick stamps the job with the
 clock's time, from which a later process replays the ticks it missed (the package
 docstring, "Restarts", says what a restart keeps).
 """
@@ -257,10 +259,14 @@ class MigrationEngine:
 
     def _tick(self, migration: Migration) -> None:
         with self._transaction:
+            loop = asyncio.get_running_loop()
+            due = migration.timer.when() if migration.timer is not None else loop.time()
             migration.timer = None
             migration.progressed_at = self._timing.clock()
             if self._step(migration):
-                self._schedule(migration)
+                # a copy runs on its own time: the next tick is due one tick after this one was
+                # due, not after it ran, so a busy control plane delays a tick, never the copy
+                migration.timer = loop.call_at(due + self._timing.migration_tick_s, self._tick, migration)
 
     def _step(self, migration: Migration) -> bool:
         """One tick of progress; True while the migration needs more ticks."""
