@@ -8,7 +8,7 @@ from tests.conftest import make_plane
 from tests.controllers.helpers import add_host, add_vm, vm
 from tests.reconciles import reconcile_log
 from virtplane.bootstrap import CONFLICT_REQUEUE_S, one_reconcile
-from virtplane.controllers.host import HostReconciler
+from virtplane.controllers.host import ALLOCATION_BATCH_S, HostReconciler
 from virtplane.controllers.watch import requests_for
 from virtplane.domain.resources import (
     Host,
@@ -36,6 +36,8 @@ from virtplane.domain.resources import (
     VolumeSpec,
 )
 from virtplane.reconcile import Request, Result
+from virtplane.reconcile.clock import FakeClock
+from virtplane.reconcile.queue import WorkQueue
 from virtplane.store.errors import Conflict
 from virtplane.store.store import Store
 
@@ -156,6 +158,38 @@ def test_a_change_wakes_the_operations_waiting_on_it_first(
 
     assert woken[0] == Request(VirtualMachineOperation.KIND, "x-stop"), woken
     assert Request(Host.KIND, "h1") in woken
+
+
+def test_a_burst_of_vm_changes_is_one_look_at_their_host_after_the_batch_period(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, row 3: a bulk stop of a thousand VMs wrote their host's allocation once per
+    VM. The host waits ``ALLOCATION_BATCH_S``; the stops that land meanwhile are one look."""
+    plane = make_plane(store)
+    add_host(plane, "h1")
+    for n in range(20):
+        running = VirtualMachine(metadata=Metadata(name=f"v{n}"))
+        running.status.host, running.status.phase = "h1", VMPhase.RUNNING
+        store.create(running)
+    plane.cache.load()
+    clock = FakeClock()
+    queues: dict[str, WorkQueue[str]] = {}
+
+    def enqueue(kind: str, name: str, delay: float = 0.0) -> None:
+        queues.setdefault(kind, WorkQueue(clock=clock)).add_after(name, delay)
+
+    monkeypatch.setattr(plane, "enqueue", enqueue)
+
+    def stopped(current: VirtualMachine) -> None:
+        current.status.phase = VMPhase.STOPPED
+
+    for n in range(20):
+        plane.cache.put(store.mutate(VirtualMachine, f"v{n}", stopped))
+        clock.advance(ALLOCATION_BATCH_S / 40)
+
+    hosts = queues[Host.KIND]
+    assert len(hosts) == 1 and hosts.ready_at("h1") == ALLOCATION_BATCH_S  # the first stop's wake
+    assert queues[VirtualMachine.KIND].ready_at("v0") == 0.0  # a VM's own look does not wait
 
 
 OWN_OBJECTS = [

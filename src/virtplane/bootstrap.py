@@ -289,9 +289,8 @@ class ControlPlane:
         requests = requests_for(self.watches, self.cache, kind, old, new)
         # An operation answers a client that waits for it: it looks first, the controllers'
         # own bookkeeping after the change (a host's allocation, a VM's phase) can wait.
-        requests.sort(key=lambda request: request.kind != VirtualMachineOperation.KIND)
-        for request in requests:
-            self.enqueue(request.kind, request.name)
+        for request in sorted(requests, key=lambda request: request.kind != VirtualMachineOperation.KIND):
+            self.enqueue(request.kind, request.name, requests[request])
 
     def _on_driver_event(self, event: DomainEvent) -> None:
         if event.type in (DomainEventType.HOST_DOWN, DomainEventType.HOST_UP):

@@ -46,6 +46,10 @@ HEARTBEAT_RECORD_S = 300.0
 written at once; the record only says that it answered within the last 5 minutes. 500 idle
 hosts write 1.7 times a second instead of 17 (issue 13, row 7)."""
 RETRY_CONNECT_S = 5.0
+ALLOCATION_BATCH_S = 0.5
+"""How long a host waits to record the allocation its VMs' changes moved: a bulk stop of a
+thousand VMs is a few looks per host, not one per VM. Placement reads the cache, not this
+record; only people, and VMs waiting for room (``room_freed``), wait for it."""
 
 
 class HostReconciler:
@@ -240,5 +244,5 @@ def _hosts_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> li
 WATCHES = (
     itself(Host.KIND, after_own_writes=False),
     Watch(Setting.KIND, _every_host),
-    Watch(VirtualMachine.KIND, _hosts_of_vm),
+    Watch(VirtualMachine.KIND, _hosts_of_vm, batch_s=ALLOCATION_BATCH_S),
 )

@@ -28,6 +28,9 @@ class Watch:
     kind: str
     """The kind of the object whose change this watch maps."""
     map: Mapper
+    batch_s: float = 0.0
+    """How long a key this watch wakes waits before its look: the changes of a burst that
+    land meanwhile are one look (Kubernetes' EndpointSlice batch period). 0: at once."""
 
 
 def name_of(old: Resource | None, new: Resource | None) -> str:
@@ -60,10 +63,12 @@ def itself(kind: str, *, after_own_writes: bool = True) -> Watch:
 
 def requests_for(
     watches: Sequence[Watch], cache: Cache, kind: str, old: Resource | None, new: Resource | None
-) -> list[Request]:
-    """What the watches of ``kind`` ask for after one change: each key once, in order."""
-    requests: dict[Request, None] = {}
+) -> dict[Request, float]:
+    """What the watches of ``kind`` ask for after one change: each key once, in order, with
+    the shortest wait any of them asked for it."""
+    requests: dict[Request, float] = {}
     for watch in watches:
         if watch.kind == kind:
-            requests.update(dict.fromkeys(watch.map(cache, old, new)))
-    return list(requests)
+            for request in watch.map(cache, old, new):
+                requests[request] = min(requests.get(request, watch.batch_s), watch.batch_s)
+    return requests
