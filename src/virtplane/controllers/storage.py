@@ -30,14 +30,13 @@ from virtplane.domain.resources import (
     Volume,
     VolumePhase,
 )
+from virtplane.domain.resources.volume import VOLUME_FINALIZER
 from virtplane.drivers.base import HypervisorDriver, ImageRef, PoolRef
 from virtplane.drivers.errors import DriverError, HostUnreachable, PermanentError
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
 
 log = logging.getLogger("virtplane.controllers.storage")
-
-FINALIZER = "virtplane.io/volume"
 
 
 def pool_ref(pool: StoragePool) -> PoolRef:
@@ -135,8 +134,8 @@ class VolumeReconciler:
         pool = ctx.cache.pool(volume.spec.pool) or ctx.store.find(StoragePool, volume.spec.pool)
         if volume.metadata.deletion_requested_at is not None:
             return await self._delete(volume, pool)
-        if FINALIZER not in volume.metadata.finalizers:
-            volume.metadata.finalizers.append(FINALIZER)
+        if VOLUME_FINALIZER not in volume.metadata.finalizers:  # the API sets it; others may not
+            volume.metadata.finalizers.append(VOLUME_FINALIZER)
             volume = ctx.write(volume)
         volume = sync_attachment(ctx, volume)
         if volume.status.phase is VolumePhase.READY and volume.status.size_gib >= volume.spec.size_gib:
@@ -192,8 +191,8 @@ class VolumeReconciler:
                 await driver.delete_volume(pool_ref(pool), volume_file(volume))
             elif volume.status.path:
                 return Result(requeue_after=5.0)
-        if FINALIZER in volume.metadata.finalizers:
-            volume.metadata.finalizers.remove(FINALIZER)
+        if VOLUME_FINALIZER in volume.metadata.finalizers:
+            volume.metadata.finalizers.remove(VOLUME_FINALIZER)
             volume = ctx.write(volume)
         if not volume.metadata.finalizers:
             ctx.store.delete(Volume, volume.metadata.name)

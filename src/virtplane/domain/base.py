@@ -92,6 +92,10 @@ class Resource(BaseModel):
     KIND: ClassVar[str] = ""
     PLURAL: ClassVar[str] = ""
     NAME_IS_DNS_LABEL: ClassVar[bool] = True
+    FINALIZERS_ON_CREATE: ClassVar[tuple[str, ...]] = ()
+    """Finalizers the API sets when it creates an object of the kind: a controller's cleanup
+    that deletion must wait for, known before its first look (Kubernetes' PVC protection
+    admission), so that look does not write it first."""
 
     api_version: Literal["virtplane.io/v1"] = Field(default="virtplane.io/v1", alias="apiVersion")
     kind: str = ""

@@ -88,7 +88,7 @@ def _user_writable(obj: Resource, current: Resource | None) -> Resource:
     new.metadata.annotations = {**user_annotations, **system_annotations}
     if current is None:
         new.metadata.uid = ""
-        new.metadata.finalizers = []
+        new.metadata.finalizers = list(new.FINALIZERS_ON_CREATE)
         new.status = type(new).model_fields["status"].get_default(call_default_factory=True)  # type: ignore[attr-defined]
     else:
         new.metadata.uid = current.metadata.uid

@@ -36,8 +36,13 @@ class VolumeStatus(BaseModel):
     message: str = ""
 
 
+VOLUME_FINALIZER = "virtplane.io/volume"
+"""The volume's file in its pool is deleted before the Volume is."""
+
+
 class Volume(Resource):
     KIND: ClassVar[str] = "Volume"
     PLURAL: ClassVar[str] = "volumes"
+    FINALIZERS_ON_CREATE: ClassVar[tuple[str, ...]] = (VOLUME_FINALIZER,)
     spec: VolumeSpec
     status: VolumeStatus = Field(default_factory=VolumeStatus)
