@@ -222,6 +222,7 @@ class ControlPlane:
             consoles=ConsoleService(self.ctx),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
+            written=self.cache.put,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._lead_tasks: list[asyncio.Task[None]] = []

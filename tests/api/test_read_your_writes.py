@@ -154,3 +154,27 @@ async def test_a_second_operation_while_the_first_is_still_pending_is_refused_no
     second = await client.post("/v1/operations", json=operation("two", OperationType.START))
     assert second.status_code == 409, second.text
     assert second.json()["reason"] == "OperationInProgress"
+
+
+async def test_an_object_the_api_creates_is_in_the_cache_and_never_read_back(
+    api_replica: tuple[ControlPlane, httpx.AsyncClient, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, row 1: the change feed read every object a POST had made back from the store
+    (a query and a validation per write) though the route held it in hand."""
+    plane, client, _ = api_replica
+    read_back: list[str] = []
+    get_many = plane.store.get_many
+
+    def counted(cls: type[Any], names: Any) -> Any:
+        read_back.extend(names)
+        return get_many(cls, names)
+
+    monkeypatch.setattr(plane.store, "get_many", counted)
+    doc = {"metadata": {"name": "m"}, "spec": {"run_policy": RunPolicy.MANUAL.value}}
+    created = await client.post("/v1/vms", json=doc)
+    assert created.status_code == 201, created.text
+    revision = created.json()["metadata"]["resource_version"]
+    held = plane.cache.vm("m")
+    assert held is not None and held.metadata.resource_version == revision
+    await plane.feed.catch_up()  # the feed has seen the change: it had nothing to read
+    assert plane.feed.revision >= revision and read_back == []

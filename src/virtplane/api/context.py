@@ -52,6 +52,10 @@ class ApiContext:
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None
     """Brings the in-memory cache up to the store's current revision (on the event loop)."""
+    written: Callable[[Resource], None] = lambda _: None
+    """Takes an object a route has just written into the in-memory cache (on the event loop),
+    as the controllers' writes are: its watchers wake now, and the change feed does not read
+    it back from the store."""
     streams: Streams = field(default_factory=Streams)
     """Open watch streams; the server ends them before it shuts down."""
     watch: WatchOptions = field(default_factory=WatchOptions)

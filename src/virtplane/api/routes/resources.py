@@ -187,6 +187,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             except ClaimTaken:  # chosen from what was free a moment ago: choose again
                 if attempt == CLAIM_ATTEMPTS - 1:
                     raise
+        ctx.written(created)
         response.status_code = 201
         return public_doc(created)
 
