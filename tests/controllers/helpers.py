@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import eventually
@@ -37,6 +38,17 @@ def add_host(
             spec=HostSpec(uri=uri or f"sim://{name}", capacity=Capacity(vcpus=vcpus, memory_mib=memory_mib)),
         )
     )
+
+
+def api_host_and_shared_pool(admin: httpx.Client, pool: str = "shared", capacity_gib: int = 50) -> None:
+    """Simulated host h1 and a shared pool of the default cluster, made through the API."""
+    host = {"metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
+    assert admin.post("/v1/hosts", json=host).status_code == 201
+    doc = {
+        "metadata": {"name": pool},
+        "spec": {"kind": "shared", "cluster": "default", "capacity_gib": capacity_gib},
+    }
+    assert admin.post("/v1/storagepools", json=doc).status_code == 201
 
 
 def add_vm(plane: ControlPlane, name: str, policy: RunPolicy, **spec: Any) -> VirtualMachine:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import LiveServer, eventually, wait_json
-from tests.controllers.helpers import add_host, vm, wait_op
+from tests.controllers.helpers import add_host, api_host_and_shared_pool, vm, wait_op
 from tests.restore.test_restore import restore, snapshot
 from virtplane.bootstrap import ControlPlane
 from virtplane.domain.conditions import VMCondition, get_condition
@@ -41,13 +41,7 @@ def test_the_api_refuses_a_second_vm_on_an_attached_volume_and_deletion_releases
     live_server: LiveServer,
 ) -> None:
     with live_server.client("admin") as admin:
-        host = {"metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
-        assert admin.post("/v1/hosts", json=host).status_code == 201
-        pool = {
-            "metadata": {"name": "shared"},
-            "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 50},
-        }
-        assert admin.post("/v1/storagepools", json=pool).status_code == 201
+        api_host_and_shared_pool(admin)
         for name in ("data", "other"):
             volume = {"metadata": {"name": name}, "spec": {"pool": "shared", "size_gib": 1}}
             assert admin.post("/v1/volumes", json=volume).status_code == 201

@@ -4,18 +4,13 @@ first look creates the file and writes Ready, one write (issue 13, row 1)."""
 from __future__ import annotations
 
 from tests.conftest import LiveServer, eventually_sync, wait_json
+from tests.controllers.helpers import api_host_and_shared_pool
 from virtplane.domain.resources.volume import VOLUME_FINALIZER
 
 
 def test_a_volume_is_created_with_its_finalizer_and_made_ready_in_one_write(live_server: LiveServer) -> None:
     with live_server.client("admin") as admin:
-        host = {"metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
-        assert admin.post("/v1/hosts", json=host).status_code == 201
-        pool = {
-            "metadata": {"name": "shared"},
-            "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 50},
-        }
-        assert admin.post("/v1/storagepools", json=pool).status_code == 201
+        api_host_and_shared_pool(admin)
         volume = {
             "metadata": {"name": "data", "finalizers": ["mine"]},
             "spec": {"pool": "shared", "size_gib": 1},
