@@ -4,9 +4,9 @@ Time advances in ticks of ``timing.migration_tick_s`` loop seconds, each worth
 ``migration_tick_s * time_scale`` simulated seconds, so tests can run a
 many-gigabyte migration in a few milliseconds. Ticks fall on a grid from the
 migration's start, as a real copy runs on its own time: a busy loop runs a tick late,
-then the ones it held back, and the copy ends when the link model says. Each tick stamps the job with the
-clock's time, from which a later process replays the ticks it missed (the package
-docstring, "Restarts", says what a restart keeps).
+then the ones it held back, and the copy ends when the link model says. Each tick
+stamps the job with the clock's time, from which a later process replays the ticks it
+missed (the package docstring, "Restarts", says what a restart keeps).
 """
 
 from __future__ import annotations
