@@ -34,7 +34,7 @@ class Cancel(Tracker):
             m.status.message = "cancelling: no new moves; waiting for migrations in flight"
             m = self.save(m)
             ctx.event(host, "MaintenanceCancelling", "no new moves are scheduled")
-        ours = [vm for vm, intent in in_flight(ctx.cache.migrating_vms()) if intent.requested_by == tag]
+        ours = [vm for vm, intent in in_flight(ctx.cache) if intent.requested_by == tag]
         for vm in ctx.cache.vms_on_host(name) + ours + self._departed(m):
             if vm.metadata.name in m.status.progress or read_migration(vm.metadata.annotations):
                 self._observe(m, vm)

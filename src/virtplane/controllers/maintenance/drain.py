@@ -123,7 +123,7 @@ class Drain(Tracker):
         name = host.metadata.name
         tag = maintenance_tag(name)
         found = _Drain(running=[], in_flight=[], inbound=[], failed=[], retrying=False)
-        for vm, intent in in_flight(ctx.cache.migrating_vms()):
+        for vm, intent in in_flight(ctx.cache):
             if intent.target == name:
                 found.inbound.append(vm.metadata.name)
         for vm in self._departed(m):

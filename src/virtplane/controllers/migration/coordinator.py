@@ -88,7 +88,7 @@ class MigrationCoordinator:
     def target_views(self) -> list[HostView]:
         """Placement views where migrations in flight already hold room on their targets."""
         views = {v.name: v for v in host_views(self.ctx.cache)}
-        for vm, intent in in_flight(self.ctx.cache.migrating_vms()):
+        for vm, intent in in_flight(self.ctx.cache):
             view = views.get(intent.target)
             if view is not None:
                 views[intent.target] = reserve(view, self._view(vm, intent.copy_storage), intent.copy_storage)
@@ -121,7 +121,7 @@ class MigrationCoordinator:
         decide: a drain asks for every waiting VM each time a slot frees."""
         if source is None:
             return ""
-        flights = [i for _, i in in_flight(self.ctx.cache.migrating_vms())]
+        flights = [i for _, i in in_flight(self.ctx.cache)]
         cluster_of = {h.metadata.name: h.spec.cluster for h in self.ctx.cache.hosts()}
         return slot_refusal(flights, source, target, cluster_of, self.limits())
 

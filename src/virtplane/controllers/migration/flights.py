@@ -14,6 +14,7 @@ from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import MigrationIntent, read_migration
 from virtplane.domain.resources import ConditionStatus, VirtualMachine
 from virtplane.drivers.base import MigrationJob
+from virtplane.runtime.cache import Cache
 
 __all__ = [
     "BeginResult",
@@ -90,16 +91,17 @@ class Limits:
     cluster: int
 
 
-# --------------------------------------------------------------------------- pure helpers
-
-
-def in_flight(vms: list[VirtualMachine]) -> list[tuple[VirtualMachine, MigrationIntent]]:
+def in_flight(cache: Cache) -> list[tuple[VirtualMachine, MigrationIntent]]:
+    """The migrations under way: the VMs the cache indexes as carrying an intent, with it."""
     result = []
-    for vm in vms:
+    for vm in cache.migrating_vms():
         intent = read_migration(vm.metadata.annotations)
         if intent is not None:
             result.append((vm, intent))
     return result
+
+
+# --------------------------------------------------------------------------- pure helpers
 
 
 def migration_ended(old: object, new: object) -> MigrationIntent | None:

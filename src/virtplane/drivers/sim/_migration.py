@@ -198,7 +198,8 @@ class MigrationEngine:
                 return True
         if not can_wait:
             return False
-        self._schedule(migration, delay=migration.progressed_at + tick_s - now)
+        last_tick = asyncio.get_running_loop().time() - (now - migration.progressed_at)  # in loop time
+        self._schedule(migration, after=last_tick)
         return True
 
     # ------------------------------------------------------------------ internals
@@ -252,21 +253,20 @@ class MigrationEngine:
             current.append(DiskCopy(disk.path, disk.pool, disk.volume, disk.size_gib, content))
         return tuple(current)
 
-    def _schedule(self, migration: Migration, delay: float | None = None) -> None:
+    def _schedule(self, migration: Migration, after: float | None = None) -> None:
+        """The next tick, one tick after ``after`` (loop time; default now). A tick passes the
+        time it was due: a copy runs on its own time, so a busy control plane delays a tick,
+        never the copy."""
         loop = asyncio.get_running_loop()
-        delay = self._timing.migration_tick_s if delay is None else delay
-        migration.timer = loop.call_later(delay, self._tick, migration)
+        due = (loop.time() if after is None else after) + self._timing.migration_tick_s
+        migration.timer = loop.call_at(due, self._tick, migration, due)
 
-    def _tick(self, migration: Migration) -> None:
+    def _tick(self, migration: Migration, due: float) -> None:
         with self._transaction:
-            loop = asyncio.get_running_loop()
-            due = migration.timer.when() if migration.timer is not None else loop.time()
             migration.timer = None
             migration.progressed_at = self._timing.clock()
             if self._step(migration):
-                # a copy runs on its own time: the next tick is due one tick after this one was
-                # due, not after it ran, so a busy control plane delays a tick, never the copy
-                migration.timer = loop.call_at(due + self._timing.migration_tick_s, self._tick, migration)
+                self._schedule(migration, after=due)
 
     def _step(self, migration: Migration) -> bool:
         """One tick of progress; True while the migration needs more ticks."""
