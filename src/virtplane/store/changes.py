@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select, update
 
-from virtplane.store import schema, statements
+from virtplane.store import schema
 from virtplane.store.database import Database
 
 
@@ -26,15 +26,13 @@ class Change:
 class ChangeLog(Database):
     def revision(self) -> int:
         with self.engine.connect() as connection:
-            value = connection.execute(statements.REVISION).scalar_one()
-        return int(value or 0)
+            row = self.prepared.revision.first(connection, {})
+        return int(row[0] or 0) if row is not None else 0
 
     def changes_since(self, revision: int, limit: int = 5000) -> list[Change]:
         with self.engine.connect() as connection:
-            rows = connection.execute(
-                statements.CHANGES_SINCE, {"b_revision": revision, "b_limit": limit}
-            ).all()
-        return [Change(row.revision, row.kind, row.name, row.op) for row in rows]
+            rows = self.prepared.changes_since.all(connection, {"b_revision": revision, "b_limit": limit})
+        return [Change(int(revision), kind, name, op) for revision, kind, name, op in rows]
 
     def compact_changes(self, keep_last: int = 100_000) -> int:
         """Drop old change rows; watchers that fell further behind resync from a full list.

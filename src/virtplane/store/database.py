@@ -89,6 +89,7 @@ class Database:
         else:
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = create_engine(url, **kwargs)
+        self.prepared = statements.Prepared(self.engine.dialect)
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         # SQLite allows one writer; serialising writers inside the process avoids
@@ -134,10 +135,9 @@ class Database:
         other writer waits, so revisions commit in the order they are drawn.
         """
         self._advisory_lock(connection, LOCK_REVISIONS)
-        result = connection.execute(statements.INSERT_CHANGE, {"kind": kind, "name": name, "op": op})
-        revision = result.inserted_primary_key
-        assert revision is not None
-        return int(revision[0])
+        row = self.prepared.insert_change.first(connection, {"kind": kind, "name": name, "op": op})
+        assert row is not None
+        return int(row[0])
 
     def _append_events(self, connection: Connection, items: Sequence[EventRecord]) -> None:
         """Append events inside a writer's transaction (before its revision is drawn: the lock

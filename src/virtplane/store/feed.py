@@ -81,3 +81,5 @@ class ChangeFeed:
                     handler(changes)
                 except Exception:  # a broken watcher must not stop the others
                     log.exception("change handler failed")
+            if len(changes) < self._batch:  # that was all: no query to be told so
+                return delivered

@@ -21,12 +21,10 @@ R = TypeVar("R", bound=Resource)
 class ObjectReads(Database):
     def get(self, cls: type[R], name: str) -> R:
         with self.engine.connect() as connection:
-            body = connection.execute(
-                statements.GET_BODY, statements.key(cls.KIND, name)
-            ).scalar_one_or_none()
-        if body is None:
+            row = self.prepared.get_body.first(connection, statements.key(cls.KIND, name))
+        if row is None:
             raise NotFound(cls.KIND, name)
-        return cls.model_validate_json(body)
+        return cls.model_validate_json(row[0])
 
     def find(self, cls: type[R], name: str) -> R | None:
         try:

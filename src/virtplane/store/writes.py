@@ -8,7 +8,7 @@ is a ``Conflict`` and never a lost update. A write that changes nothing is skipp
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Connection
 
@@ -35,19 +35,30 @@ def _owned_by_users(doc: dict[str, Any]) -> Any:
     return (doc.get("spec"), meta["labels"], split_annotations(meta["annotations"])[0])
 
 
-class ObjectWrites(ObjectReads):
-    @staticmethod
-    def _locked_row(connection: Connection, kind: str, name: str) -> Any:
-        """The object's body and version, its row locked against other writers until commit."""
-        return connection.execute(statements.LOCKED_ROW, statements.key(kind, name)).first()
+class StoredRow(NamedTuple):
+    body: str
+    resource_version: int
 
-    @staticmethod
+
+class ObjectWrites(ObjectReads):
+    def _locked_row(self, connection: Connection, kind: str, name: str) -> StoredRow | None:
+        """The object's body and version, its row locked against other writers until commit."""
+        row = self.prepared.locked_row.first(connection, statements.key(kind, name))
+        return None if row is None else StoredRow(row[0], int(row[1]))
+
     def _write_object(
-        connection: Connection, kind: str, name: str, expected: int, revision: int, generation: int, body: str
+        self,
+        connection: Connection,
+        kind: str,
+        name: str,
+        expected: int,
+        revision: int,
+        generation: int,
+        body: str,
     ) -> None:
         """UPDATE the object if it still has version ``expected``; a lost race is a Conflict."""
-        result = connection.execute(
-            statements.UPDATE_OBJECT,
+        updated = self.prepared.update_object.rowcount(
+            connection,
             {
                 **statements.key(kind, name),
                 "b_expected": expected,
@@ -56,7 +67,7 @@ class ObjectWrites(ObjectReads):
                 "b_body": body,
             },
         )
-        if result.rowcount != 1:
+        if updated != 1:
             actual = connection.execute(
                 statements.GET_VERSION, statements.key(kind, name)
             ).scalar_one_or_none()
