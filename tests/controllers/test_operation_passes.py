@@ -4,6 +4,10 @@ waits for)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pytest
+
 from tests.conftest import eventually
 from tests.controllers.helpers import add_host, add_vm, operate, wait_op, wait_phase
 from tests.reconciles import reconcile_log
@@ -17,6 +21,7 @@ from virtplane.domain.resources import (
     VirtualMachineOperation,
     VMPhase,
 )
+from virtplane.store.store import EventRecord
 
 OP = VirtualMachineOperation.KIND
 
@@ -65,3 +70,24 @@ async def test_a_migrate_begins_in_its_admission_look_with_the_vm_shown_migratin
     # the admission's look began the move: every later look was woken by a write of the VM
     looks = len(log.finished[(OP, name)])
     assert looks <= len(vm_writes), (looks, vm_writes)
+
+
+async def test_an_operation_ends_with_its_events_in_one_transaction(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_host(plane)
+    add_vm(plane, "vm-1", RunPolicy.MANUAL)
+    await wait_phase(plane, "vm-1", "Stopped")
+    on_their_own: list[EventRecord] = []  # events written without a write to ride on
+    record_events = plane.store.record_events
+
+    def spy(items: Sequence[EventRecord]) -> None:
+        on_their_own.extend(items)
+        record_events(items)
+
+    monkeypatch.setattr(plane.store, "record_events", spy)
+    name = operate(plane, "vm-1", OperationType.START)
+    assert (await wait_op(plane, name)).status.phase is OperationPhase.COMPLETED
+    reasons = {reason for _kind, _name, reason, _message, _type in on_their_own}
+    assert not reasons & {"Completed", "OperationCompleted"}, on_their_own
+    assert {"Completed", "OperationCompleted"} <= {e.reason for e in plane.store.list_events(limit=1000)}

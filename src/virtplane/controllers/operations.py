@@ -47,12 +47,12 @@ def finish_operation(
     *,
     vm_event_prefix: str = "Operation",
 ) -> None:
-    """End an operation with a reason, and say so on the operation and on its VM."""
+    """End an operation with a reason, and say so on the operation and on its VM (the events go
+    in the write's transaction: they exist exactly when the end does)."""
     op.status.phase = phase
     op.status.reason = reason
     op.status.message = message
     op.status.finished_at = ctx.now()
-    ctx.write(op)
     warning = phase is not OperationPhase.COMPLETED
     ctx.event(op, phase.value, message, warning=warning)
     ctx.event(
@@ -61,6 +61,7 @@ def finish_operation(
         f"{op.spec.type.value} {op.metadata.name}: {message}",
         warning=warning,
     )
+    ctx.write(op)
 
 
 def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
