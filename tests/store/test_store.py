@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import inspect, text
 
 from virtplane.domain.resources import EventType, Metadata, VirtualMachine, VirtualMachineSpec
-from virtplane.store import AlreadyExists, Conflict, NotFound, Store, sqlite_url
+from virtplane.store import AlreadyExists, ChangeFeed, Conflict, NotFound, Store, sqlite_url
+from virtplane.store.changes import Change
 
 _BODY = "SELECT body FROM objects WHERE kind = 'VirtualMachine' AND name = :name"
 _SET_BODY = "UPDATE objects SET body = :body WHERE kind = 'VirtualMachine' AND name = :name"
@@ -186,6 +187,29 @@ def test_change_feed_lists_every_write_in_order(store: Store) -> None:
     ]
     assert [c.revision for c in changes] == sorted(c.revision for c in changes)
     assert store.changes_since(changes[1].revision)[0].name == "b"
+
+
+def test_a_pump_delivers_every_batch_and_asks_no_more_after_a_partial_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed = ChangeFeed(store, batch=2)
+    feed.revision = store.revision()
+    delivered: list[list[str]] = []
+    feed.subscribe(lambda changes: delivered.append([c.name for c in changes]))
+    for name in "abcde":
+        store.create(vm(name))
+    asked: list[int] = []
+    changes_since = store.changes_since
+
+    def spy(revision: int, limit: int = 5000) -> list[Change]:
+        asked.append(revision)
+        return changes_since(revision, limit)
+
+    monkeypatch.setattr(store, "changes_since", spy)
+    assert feed.pump() == 5
+    assert delivered == [["a", "b"], ["c", "d"], ["e"]]
+    assert len(asked) == 3  # the third answer was short: that was all
+    assert feed.pump() == 0 and delivered[-1] == ["e"]
 
 
 def test_listeners_hear_each_commit(store: Store) -> None:
