@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import eventually, make_plane
+from tests.conftest import make_plane
 from tests.controllers.helpers import add_host, add_vm, vm
 from tests.reconciles import reconcile_log
 from virtplane.bootstrap import CONFLICT_REQUEUE_S, one_reconcile
@@ -85,8 +85,7 @@ async def test_a_reconcile_writes_its_events_with_its_write_and_drops_them_when_
 
     await one_reconcile(writes, ctx)(Request("VirtualMachine", "a"))
     assert seen == [[], ["Decided"]]
-    # what is left rides on a later write, or is written on its own soon (test_carried_events.py)
-    await eventually(lambda: reasons() == ["Decided", "Acted"])
+    assert reasons() == ["Decided", "Acted"], "what is left is written at the end"
 
     async def loses(_: Request) -> Result | None:
         stale = store.get(VirtualMachine, "a")

@@ -375,7 +375,6 @@ class ControlPlane:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self.ctx.flush_events()  # what the last reconciles left happened: record it
         log.info("controllers stopped")
 
     async def stop(self) -> None:
