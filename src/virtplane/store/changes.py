@@ -32,7 +32,7 @@ class ChangeLog(Database):
     def changes_since(self, revision: int, limit: int = 5000) -> list[Change]:
         with self.engine.connect() as connection:
             rows = self.prepared.changes_since.all(connection, {"b_revision": revision, "b_limit": limit})
-        return [Change(int(revision), kind, name, op) for revision, kind, name, op in rows]
+        return [Change(int(number), kind, name, op) for number, kind, name, op in rows]
 
     def compact_changes(self, keep_last: int = 100_000) -> int:
         """Drop old change rows; watchers that fell further behind resync from a full list.
