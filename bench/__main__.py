@@ -3,6 +3,7 @@
 A full run writes ``bench/results/<date>-full.json`` and regenerates the table of
 ``docs/benchmarks.md``; a short run (``--short``, what CI runs) only prints (``--save``:
 and writes its JSON). Nothing here asserts a time: the table says which targets were met.
+``--against REV`` measures this checkout and another commit in turn (``bench/against.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import api, ceiling, drain, fleet, report
+from bench import against, api, ceiling, drain, fleet, report
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -62,7 +63,18 @@ def main() -> None:
     )
     parser.add_argument("--save", action="store_true", help="write the JSON also for --short")
     parser.add_argument("--keep", action="store_true", help="keep the servers' data directories")
+    parser.add_argument("--no-write", action="store_true", help="print only: no JSON, no docs/benchmarks.md")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="compare with another commit: the two in turn, --pairs times, ratios printed; writes nothing",
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="with --against: how many pairs (default 3)")
     args = parser.parse_args()
+    if args.against:
+        rows_text = ",".join(str(row) for row in sorted(args.rows))
+        against.compare(args.against, max(1, args.pairs), rows_text, args.short)
+        return
     sizes = SHORT if args.short else FULL
     work = Path(tempfile.mkdtemp(prefix="virtplane-bench-"))
     results = report.ROOT / "bench" / "results"
@@ -87,6 +99,8 @@ def main() -> None:
     )
     print()
     print(report.table(result))
+    if args.no_write:
+        return
     if args.save or not args.short:
         path = report.write_json(result, results)
         print(f"wrote {path}")

@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 from bench.__main__ import parse_rows
+from bench.against import Figure, figures, ratios
 from bench.drain import lower_bound, migration_seconds
 from bench.report import table
 from bench.rows import Row, summary_ms
@@ -71,3 +72,31 @@ def test_rows_are_one_to_eight() -> None:
     assert parse_rows("1, 6") == frozenset({1, 6})
     with pytest.raises(argparse.ArgumentTypeError, match="no such rows: \\[9\\]"):
         parse_rows("2,9")
+
+
+BENCH_OUTPUT = """raw-SQLite ceiling: 22,661 transactions per s
+row 1: 550.3 writes per s (>= 1,000 per s)
+       {'one_client': {'per_s': 434.2}}
+row 3: 238.2 VMs per s (the slower way) (Stop 238.2 per s, Start 250.3 per s (from the request))
+row 4: 11.2 ms (median, worst of the three) (Start/Stop/Migrate medians: Start 8.9 ms)
+row 6: None x lower bound (this build has no drain)
+"""
+
+
+def test_a_comparison_reads_each_rows_figure_from_the_benchs_output() -> None:
+    found = figures(BENCH_OUTPUT)
+    assert found == {
+        1: Figure(1, 550.3, "writes per s"),
+        3: Figure(3, 238.2, "VMs per s"),
+        4: Figure(4, 11.2, "ms"),
+        6: Figure(6, None, "x lower bound"),
+    }
+
+
+def test_a_comparison_divides_within_each_pair_and_skips_what_one_side_lacks() -> None:
+    this = {1: Figure(1, 600.0, "writes per s"), 6: Figure(6, 1.0, "x")}
+    pairs = [
+        (this, {1: Figure(1, 500.0, "writes per s"), 6: Figure(6, None, "x")}),
+        ({1: Figure(1, 300.0, "writes per s")}, {1: Figure(1, 200.0, "writes per s")}),
+    ]
+    assert ratios(pairs) == {1: [pytest.approx(1.2), pytest.approx(1.5)]}
