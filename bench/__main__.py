@@ -46,7 +46,7 @@ async def run(
         if rows & session_rows:
             for row in await session(work, sizes, tx_per_s, profile_dir):
                 if row.number in rows:
-                    print(f"row {row.number}: {row.figure} {row.unit} ({row.note or row.target})", flush=True)
+                    print(against.row_line(row), flush=True)
                     print(f"       {row.details}", flush=True)
                     measured.append(row)
     return measured, tx_per_s

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.report import ROOT
+from bench.rows import Row
 
 _ROW = re.compile(r"^row (\d+): (\S+) (.*?) \(")
+"""What ``row_line`` prints; older commits print the same, so it reads their output too."""
+
+
+def row_line(row: Row) -> str:
+    """The line a run prints for each row it measured, the one ``figures`` reads back."""
+    return f"row {row.number}: {row.figure} {row.unit} ({row.note or row.target})"
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,11 @@ GET_MANY = select(_objects.c.name, _objects.c.body).where(
 GET_NAMES = select(_objects.c.name).where(
     _objects.c.kind == bindparam("b_kind"), _objects.c.name.in_(bindparam("b_names", expanding=True))
 )
+INSERT_CHANGE = (
+    insert(schema.changes)
+    .values(kind=bindparam("kind"), name=bindparam("name"), op=bindparam("op"))
+    .returning(schema.changes.c.revision)
+)
 REVISION = select(func.max(schema.changes.c.revision))
 CHANGES_SINCE = (
     select(schema.changes)
@@ -64,13 +69,6 @@ CHANGES_SINCE = (
 INSERT_EVENTS = insert(schema.events)
 TOKEN_ROLE = select(schema.tokens.c.name, schema.tokens.c.role).where(
     schema.tokens.c.token_sha256 == bindparam("b_sha256")
-)
-
-
-INSERT_CHANGE = (
-    insert(schema.changes)
-    .values(kind=bindparam("kind"), name=bindparam("name"), op=bindparam("op"))
-    .returning(schema.changes.c.revision)
 )
 
 
