@@ -82,7 +82,8 @@ def test_an_update_that_changes_nothing_writes_nothing(store: Store) -> None:
 
 def test_a_body_stored_before_a_field_existed_is_no_change(store: Store) -> None:
     """A row written by an older schema lacks fields added since (with their defaults): the
-    store compares in the current schema, so an unchanged object is still no write."""
+    store compares what the API owns in the current schema, so an unchanged object is no
+    write and a status write is not taken for a change of the spec (``StatusOnly``)."""
     created = store.create(vm("web-1"))
     with store.engine.begin() as connection:
         body = json.loads(connection.execute(text(_BODY), {"name": "web-1"}).scalar_one())

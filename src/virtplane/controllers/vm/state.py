@@ -146,9 +146,9 @@ class VMState:
             and self._annotations() == self.vm.metadata.annotations
         ):
             return self.vm  # nothing changed (most reconciles): no copies, no dumps
-        changed = self._changed()
-        if changed.model_dump(mode="json") != self.vm.model_dump(mode="json"):
-            self.vm = self.ctx.write(changed)
+        # The store skips a write that changes nothing (comparing JSON documents), so no dumps
+        # here: the comparison above already says something differs.
+        self.vm = self.ctx.write(self._changed())
         return self.vm
 
     async def durable(self, point: DurablePoint) -> VirtualMachine:
