@@ -11,6 +11,9 @@ from virtplane.domain.resources.volume import VOLUME_FINALIZER
 def test_a_volume_is_created_with_its_finalizer_and_made_ready_in_one_write(live_server: LiveServer) -> None:
     with live_server.client("admin") as admin:
         api_host_and_shared_pool(admin)
+        # the one write is the look that finds a connected host seeing the pool: before h1's
+        # first probe the controller writes Pending (no host yet) and looks again
+        wait_json(admin, "/v1/hosts/h1", lambda h: h["status"]["connection"] == "Up")
         volume = {
             "metadata": {"name": "data", "finalizers": ["mine"]},
             "spec": {"pool": "shared", "size_gib": 1},
