@@ -183,6 +183,29 @@ async def test_terminal_error_is_logged_forgotten_and_not_retried(caplog: pytest
     assert isinstance(record.exc_info[1], TerminalError)
 
 
+@pytest.mark.parametrize("level", [logging.ERROR, logging.DEBUG])
+async def test_failures_are_logged_at_error_and_successes_only_when_debug_is_on(
+    caplog: pytest.LogCaptureFixture, level: int
+) -> None:
+    """A success's log fields are built only when DEBUG is on; a failure is logged whatever the level."""
+    clock = FakeClock()
+    reconciler = ScriptedReconciler(RuntimeError("flaky"), Result(requeue_after=5.0), None)
+    controller = Controller("vm", reconciler, clock=clock, backoff=ItemBackoff(base=1.0, cap=10.0))
+    with caplog.at_level(level, logger="virtplane.reconcile"):
+        async with running(controller):
+            controller.enqueue(VM_A)
+            await until(lambda: len(reconciler.calls) == 1 and idle(controller, VM_A)())
+            clock.advance(1.0)
+            await until(lambda: len(reconciler.calls) == 2 and idle(controller, VM_A)())
+            clock.advance(5.0)
+            await until(lambda: len(reconciler.calls) == 3 and idle(controller, VM_A)())
+    logged = [(r.levelno, getattr(r, "result", None)) for r in caplog.records if hasattr(r, "request_name")]
+    expected = [(logging.ERROR, "error")]
+    if level == logging.DEBUG:
+        expected += [(logging.DEBUG, "requeue_after"), (logging.DEBUG, "success")]
+    assert logged == expected
+
+
 async def test_timeout_cancels_the_reconcile_and_retries_with_backoff() -> None:
     clock = FakeClock()
     registry = CollectorRegistry()

@@ -49,6 +49,10 @@ class Verdict(StrEnum):
     ERROR = "error"
 
 
+# verdicts logged only at DEBUG: their log fields are not built unless someone reads them
+_QUIET = frozenset({Verdict.SUCCESS, Verdict.REQUEUE_AFTER})
+
+
 @dataclass(frozen=True)
 class QueueAction:
     """What to do with a key after its reconcile, besides the unconditional ``done``."""
@@ -136,9 +140,14 @@ class Controller:
         self.queue: WorkQueue[Request] = WorkQueue(clock=self._clock, backoff=backoff)
         self._metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self._metrics.workqueue_depth.labels(controller=name).set_function(lambda: len(self.queue))
-        for verdict in Verdict:  # export zeros, so rates exist before the first event of each kind
-            self._metrics.reconcile_total.labels(controller=name, result=verdict.value)
-        self._metrics.workqueue_retries_total.labels(controller=name)
+        # the labelled series, looked up once (``labels`` takes a lock and builds a key per call);
+        # made now, they also export zeros, so rates exist before the first event of each kind
+        self._reconciled = {
+            verdict: self._metrics.reconcile_total.labels(controller=name, result=verdict.value)
+            for verdict in Verdict
+        }
+        self._retried = self._metrics.workqueue_retries_total.labels(controller=name)
+        self._duration = self._metrics.reconcile_duration_seconds.labels(controller=name)
         self._started = False
         self._finished = asyncio.Event()
         self._worker_tasks: set[asyncio.Task[None]] = set()
@@ -200,10 +209,11 @@ class Controller:
             self.queue.add_after(req, action.requeue_after)
         if action.rate_limited:
             self.queue.add_rate_limited(req)
-            self._metrics.workqueue_retries_total.labels(controller=self.name).inc()
-        self._metrics.reconcile_total.labels(controller=self.name, result=action.verdict.value).inc()
-        self._metrics.reconcile_duration_seconds.labels(controller=self.name).observe(elapsed)
-        self._log(req, action, outcome, elapsed)
+            self._retried.inc()
+        self._reconciled[action.verdict].inc()
+        self._duration.observe(elapsed)
+        if action.verdict not in _QUIET or logger.isEnabledFor(logging.DEBUG):
+            self._log(req, action, outcome, elapsed)
 
     async def _call(self, req: Request) -> Outcome:
         """Run one reconcile and capture its result or exception; never raises but for our own cancellation."""
