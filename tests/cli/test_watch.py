@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,15 @@ import pytest
 
 from tests.conftest import LiveServer
 from virtplane.cli.client import ApiClient, WatchExpired
+
+
+def _stacks(pid: int) -> str:
+    """Where a stuck process is (py-spy, which the bench also uses), for the failure's message."""
+    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if spy is None:
+        return "(py-spy not installed)"
+    dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+    return dump.stdout + dump.stderr
 
 
 class Cli:
@@ -40,8 +50,13 @@ class Cli:
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
-        assert self.process.stdout is not None
+        self._errors: list[str] = []  # read as it comes too: a full pipe would block the command
+        assert self.process.stdout is not None and self.process.stderr is not None
         threading.Thread(target=self._pump, args=(self.process.stdout,), daemon=True).start()
+        self._error_pump = threading.Thread(
+            target=self._errors.extend, args=(self.process.stderr,), daemon=True
+        )
+        self._error_pump.start()
 
     def _pump(self, stream: Any) -> None:
         for line in stream:
@@ -70,10 +85,22 @@ class Cli:
 
     def interrupt(self) -> int:
         self.process.send_signal(signal.SIGINT)
-        return self.process.wait(timeout=20)
+        try:
+            return self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            where = _stacks(self.process.pid)
+            self.process.kill()
+            self.process.wait(timeout=10)
+            raise AssertionError(
+                f"the command did not end on Ctrl-C; its stacks: {where}\nstderr: {self.stderr()[-3000:]}\n"
+                f"last output: {self.lines[-10:]}"
+            ) from None
 
     def stderr(self) -> str:
-        return self.process.stderr.read() if self.process.stderr and self.process.poll() is not None else ""
+        """What the command wrote to stderr: all of it once it has ended."""
+        if self.process.poll() is not None:
+            self._error_pump.join(timeout=10)
+        return "".join(self._errors)
 
     def close(self) -> None:
         if self.process.poll() is None:
