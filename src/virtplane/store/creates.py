@@ -36,7 +36,7 @@ class ObjectCreates(Database):
         kind, name = obj.KIND, obj.metadata.name
         try:
             with self._write() as connection:
-                exists = connection.execute(statements.GET_VERSION, statements.key(kind, name)).first()
+                exists = self.prepared.get_version.first(connection, statements.key(kind, name))
                 if exists is not None:
                     raise AlreadyExists(kind, name)
                 self._append_events(connection, events)
@@ -109,15 +109,14 @@ class ObjectCreates(Database):
         meta["deletion_requested_at"] = None
         meta["resource_version"] = revision = self._record_change(connection, kind, name, "added")
         new = type(obj).model_validate(doc)
-        connection.execute(
-            statements.INSERT_OBJECT,
+        self.prepared.insert_object.rowcount(
+            connection,
             {
-                "kind": kind,
-                "name": name,
-                "uid": meta["uid"],
-                "resource_version": revision,
-                "generation": 1,
-                "body": new.model_dump_json(),
+                **statements.key(kind, name),
+                "b_uid": meta["uid"],
+                "b_revision": revision,
+                "b_generation": 1,
+                "b_body": new.model_dump_json(),
             },
         )
         return new

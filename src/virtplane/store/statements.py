@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, bindparam, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
 
@@ -47,7 +48,14 @@ UPDATE_OBJECT = (
     )
 )
 DELETE_OBJECT = delete(_objects).where(*_by_key(), _objects.c.resource_version == bindparam("b_expected"))
-INSERT_OBJECT = insert(_objects)
+INSERT_OBJECT = insert(_objects).values(
+    kind=bindparam("b_kind"),
+    name=bindparam("b_name"),
+    uid=bindparam("b_uid"),
+    resource_version=bindparam("b_revision"),
+    generation=bindparam("b_generation"),
+    body=bindparam("b_body"),
+)
 GET_MANY = select(_objects.c.name, _objects.c.body).where(
     _objects.c.kind == bindparam("b_kind"), _objects.c.name.in_(bindparam("b_names", expanding=True))
 )
@@ -77,10 +85,12 @@ class Compiled:
 
     Only for statements whose parameters and columns are plain strings and integers: no
     SQLAlchemy type processing is skipped then, and the rows are the driver's tuples.
-    Errors are the driver's own (none of these statements has one a caller handles).
+    Errors are the driver's own, but for the one callers handle: a unique key taken (another
+    replica created the object first) is SQLAlchemy's ``IntegrityError``, as elsewhere.
     """
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        self._integrity_error: type[Exception] = dialect.loaded_dbapi.IntegrityError
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
         self.sql = str(compiled)
@@ -94,7 +104,11 @@ class Compiled:
         if self._fixed:
             params = {**self._fixed, **params}
         values = params if self._order is None else [params[name] for name in self._order]
-        cursor.execute(self.sql, values)
+        try:
+            cursor.execute(self.sql, values)
+        except self._integrity_error as error:
+            cursor.close()
+            raise IntegrityError(self.sql, values, error) from error
         return cursor
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -125,6 +139,8 @@ class Prepared:
 
     def __init__(self, dialect: Dialect) -> None:
         self.get_body = Compiled(GET_BODY, dialect)
+        self.get_version = Compiled(GET_VERSION, dialect)
+        self.insert_object = Compiled(INSERT_OBJECT, dialect)
         self.locked_row = Compiled(LOCKED_ROW, dialect)
         self.update_object = Compiled(UPDATE_OBJECT, dialect)
         self.insert_change = Compiled(INSERT_CHANGE, dialect)

@@ -69,12 +69,10 @@ class ObjectWrites(ObjectReads):
             },
         )
         if updated != 1:
-            actual = connection.execute(
-                statements.GET_VERSION, statements.key(kind, name)
-            ).scalar_one_or_none()
+            actual = self.prepared.get_version.first(connection, statements.key(kind, name))
             if actual is None:
                 raise NotFound(kind, name)
-            raise Conflict(kind, name, expected, int(actual))
+            raise Conflict(kind, name, expected, int(actual[0]))
 
     def update(
         self,
