@@ -140,7 +140,7 @@ class BenchServer:
     @contextlib.contextmanager
     def profile(self, name: str) -> Iterator[None]:
         """Sample the server with py-spy while the block runs (collapsed stacks in profile_dir)."""
-        spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+        spy = py_spy()
         if self.profile_dir is None or spy is None:
             yield
             return
@@ -167,6 +167,11 @@ class BenchServer:
             yield
         finally:
             interrupt(recorder)
+
+
+def py_spy() -> str | None:
+    """The py-spy beside this Python, else one on the PATH; None without either (not a dependency)."""
+    return shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
 
 
 def interrupt(process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:

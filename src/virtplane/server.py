@@ -218,9 +218,9 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
     print(f"VIRTPLANE_TOKEN={token}", flush=True)
     config = uvicorn.Config(
         plane.app(),
-        # uvicorn's production pair, both dependencies: libuv's loop and a parser in C. Most of
-        # a request's CPU is the loop's own work and HTTP; the store and the controllers run
-        # on the same loop (docs/decisions.md, "Processes").
+        # uvicorn's production pair, both dependencies: libuv's loop and a parser in C. The API,
+        # the controllers and the change feed share this one loop, so its own work is on every
+        # path (docs/decisions.md, "Processes").
         loop="uvloop",
         http="httptools",
         log_level=options.log_level.lower(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.server import py_spy
 
 from tests.conftest import LiveServer
 from virtplane.cli.client import ApiClient, WatchExpired
@@ -28,7 +28,7 @@ from virtplane.cli.client import ApiClient, WatchExpired
 
 def _stacks(pid: int) -> str:
     """Where a stuck process is (py-spy, which the bench also uses), for the failure's message."""
-    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    spy = py_spy()
     if spy is None:
         return "(py-spy not installed)"
     dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
