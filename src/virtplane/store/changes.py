@@ -25,12 +25,12 @@ class Change:
 
 class ChangeLog(Database):
     def revision(self) -> int:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             row = self.prepared.revision.first(connection, {})
         return int(row[0] or 0) if row is not None else 0
 
     def changes_since(self, revision: int, limit: int = 5000) -> list[Change]:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             rows = self.prepared.changes_since.all(connection, {"b_revision": revision, "b_limit": limit})
         return [Change(int(number), kind, name, op) for number, kind, name, op in rows]
 
@@ -54,7 +54,7 @@ class ChangeLog(Database):
 
     def compacted_revision(self) -> int:
         """The highest revision compaction removed: changes after it are all still there."""
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             value = connection.execute(
                 select(schema.feed_state.c.revision).where(schema.feed_state.c.name == "compacted")
             ).scalar_one_or_none()

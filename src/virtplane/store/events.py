@@ -55,7 +55,7 @@ class EventLog(Database):
         if name:
             query = query.where(schema.events.c.name == name)
         query = query.order_by(schema.events.c.id.desc()).limit(limit)
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             rows = connection.execute(query).all()
         return [event_from_row(row) for row in reversed(rows)]
 

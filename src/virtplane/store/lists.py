@@ -110,7 +110,7 @@ def list_page(
         .order_by(_objects.c.name)
         .limit(limit + 1)
     )
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         rows = connection.execute(query).all()
     more = len(rows) > limit
     rows = rows[:limit]
@@ -124,7 +124,7 @@ def matching_names(store: Store, kind: str, *, labels: Selector, fields: Selecto
         .where(_objects.c.kind == kind, *selection(kind, labels, fields))
         .order_by(_objects.c.name)
     )
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         return list(connection.execute(query).scalars())
 
 
@@ -141,7 +141,7 @@ def current_objects(
     matches = and_(*clauses) if clauses else true()
     found: dict[str, Current] = {}
     unique = sorted(set(names))
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         for start in range(0, len(unique), 500):
             rows = connection.execute(
                 select(_objects.c.name, _objects.c.body, matches.label("matches")).where(
@@ -156,7 +156,7 @@ def current_objects(
 def kind_changes(store: Store, kind: str, *, after: int, upto: int, limit: int) -> list[Change]:
     """Changes of ``kind`` with a revision in (after, upto], oldest first, at most ``limit``."""
     changes = schema.changes
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         rows = connection.execute(
             select(changes)
             .where(changes.c.kind == kind, changes.c.revision > after, changes.c.revision <= upto)
@@ -190,7 +190,7 @@ def events_before(
     if before is not None:
         query = query.where(schema.events.c.id < before)
     query = query.order_by(schema.events.c.id.desc()).limit(limit + 1)
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         rows = connection.execute(query).all()
     return [event_from_row(row) for row in reversed(rows[:limit])], len(rows) > limit
 
@@ -202,13 +202,13 @@ def events_after(
     query = (
         _event_query(kind, name).where(schema.events.c.id > after).order_by(schema.events.c.id).limit(limit)
     )
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         rows = connection.execute(query).all()
     return [event_from_row(row) for row in rows]
 
 
 def last_event_id(store: Store) -> int:
     """The id of the newest event (0 when there is none); events are numbered in commit order."""
-    with store.engine.connect() as connection:
+    with store.connect() as connection:
         value = connection.execute(select(schema.events.c.id).order_by(schema.events.c.id.desc()).limit(1))
         return int(value.scalar_one_or_none() or 0)

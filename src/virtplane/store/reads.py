@@ -20,7 +20,7 @@ R = TypeVar("R", bound=Resource)
 
 class ObjectReads(Database):
     def get(self, cls: type[R], name: str) -> R:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             row = self.prepared.get_body.first(connection, statements.key(cls.KIND, name))
         if row is None:
             raise NotFound(cls.KIND, name)
@@ -33,7 +33,7 @@ class ObjectReads(Database):
             return None
 
     def list_objects(self, cls: type[R]) -> list[R]:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             bodies = connection.execute(
                 select(schema.objects.c.body)
                 .where(schema.objects.c.kind == cls.KIND)
@@ -45,7 +45,7 @@ class ObjectReads(Database):
         """The objects of ``names`` that exist, in one query per 500 names."""
         found: dict[str, R] = {}
         unique = sorted(set(names))
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             for start in range(0, len(unique), 500):
                 chunk = unique[start : start + 500]
                 rows = connection.execute(statements.GET_MANY, {"b_kind": cls.KIND, "b_names": chunk}).all()
@@ -54,7 +54,7 @@ class ObjectReads(Database):
         return found
 
     def names(self, kind: str) -> list[str]:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return list(
                 connection.execute(
                     select(schema.objects.c.name)
@@ -64,7 +64,7 @@ class ObjectReads(Database):
             )
 
     def count(self, kind: str) -> int:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return int(
                 connection.execute(
                     select(func.count()).select_from(schema.objects).where(schema.objects.c.kind == kind)
@@ -73,5 +73,5 @@ class ObjectReads(Database):
 
     def claims(self, scope_prefix: str) -> list[tuple[Claim, Holder]]:
         """The claims whose scope starts with ``scope_prefix``, with their holders."""
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return claim_table.list_claims(connection, scope_prefix)

@@ -35,7 +35,7 @@ class Tokens(Database):
 
     def token_role(self, token: str) -> tuple[str, str] | None:
         """(name, role) of a token, or None if it is unknown."""
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             row = connection.execute(statements.TOKEN_ROLE, {"b_sha256": _hash(token)}).first()
         return None if row is None else (row.name, row.role)
 
