@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from sqlalchemy import Connection, event
 
 from tests.conftest import eventually
 from tests.controllers.helpers import add_host, add_vm, operate, wait_op, wait_phase
 from tests.reconciles import reconcile_log
 from virtplane.bootstrap import ControlPlane
-from virtplane.domain.intents import read_migration
+from virtplane.domain.intents import read_intents, read_migration
 from virtplane.domain.resources import (
     OperationPhase,
     OperationType,
@@ -91,3 +92,35 @@ async def test_an_operation_ends_with_its_events_in_one_transaction(
     reasons = {reason for _kind, _name, reason, _message, _type in on_their_own}
     assert not reasons & {"Completed", "OperationCompleted"}, on_their_own
     assert {"Completed", "OperationCompleted"} <= {e.reason for e in plane.store.list_events(limit=1000)}
+
+
+async def test_an_admission_writes_the_intent_and_in_progress_in_one_transaction(plane: ControlPlane) -> None:
+    add_host(plane)
+    add_vm(plane, "vm-1", RunPolicy.MANUAL)
+    await wait_phase(plane, "vm-1", "Stopped")
+    committed: list[int] = []  # the highest revision in the file at each commit
+
+    def on_commit(connection: Connection) -> None:
+        cursor = connection.connection.cursor()
+        cursor.execute("SELECT max(revision) FROM changes")
+        committed.append(int(cursor.fetchone()[0] or 0))
+        cursor.close()
+
+    event.listen(plane.store.engine, "commit", on_commit)
+    intent_at: list[int] = []  # revisions of the VM's writes that carry the start
+    in_progress_at: list[int] = []  # revisions of the operation's writes that say InProgress
+
+    def on_change(kind: str, name: str, old: object, new: object) -> None:
+        if isinstance(new, VirtualMachine) and read_intents(new.metadata.annotations).start:
+            intent_at.append(new.metadata.resource_version)
+        if isinstance(new, VirtualMachineOperation) and new.status.phase is OperationPhase.IN_PROGRESS:
+            in_progress_at.append(new.metadata.resource_version)
+
+    plane.cache.add_listener(on_change)
+    name = operate(plane, "vm-1", OperationType.START)
+    assert (await wait_op(plane, name)).status.phase is OperationPhase.COMPLETED
+    event.remove(plane.store.engine, "commit", on_commit)
+    intent, in_progress = min(intent_at), min(in_progress_at)
+    assert abs(in_progress - intent) == 1, (intent_at, in_progress_at)
+    # no transaction ended between the two revisions
+    assert not [r for r in committed if min(intent, in_progress) <= r < max(intent, in_progress)], committed

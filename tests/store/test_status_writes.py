@@ -152,3 +152,46 @@ def test_create_many_answers_for_each_object_in_one_transaction(store: Store) ->
     events = store.list_events(kind="VirtualMachine")
     assert [(e.name, e.message) for e in events] == [("b", "0"), ("c", "2"), ("d", "4")]
     assert store.create_many([]) == []
+
+
+def two(store: Store) -> tuple[VirtualMachine, VirtualMachine]:
+    spec = VirtualMachineSpec()
+    return (
+        store.create(VirtualMachine(metadata=Metadata(name="a"), spec=spec)),
+        store.create(VirtualMachine(metadata=Metadata(name="b"), spec=spec)),
+    )
+
+
+def test_writes_together_are_one_transaction_with_the_events(store: Store) -> None:
+    a, b = two(store)
+    notified: list[int] = []
+    store.add_listener(notified.append)
+    a.status.phase = VMPhase.RUNNING
+    b.status.phase = VMPhase.STOPPING
+    written = store.update_status_together([a, b], events=[event("Both")])
+    assert [w.status.phase for w in written] == [VMPhase.RUNNING, VMPhase.STOPPING]
+    assert written[1].metadata.resource_version == written[0].metadata.resource_version + 1
+    assert notified == [written[1].metadata.resource_version]  # one commit, one wake-up
+    assert store.get(VirtualMachine, "b") == written[1]
+    assert reasons(store) == ["Both"]
+
+
+@pytest.mark.parametrize("refused", ["a lost race", "a spec change"])
+def test_writes_together_are_all_or_none(store: Store, refused: str) -> None:
+    a, b = two(store)
+    a.status.phase = VMPhase.RUNNING
+    if refused == "a lost race":
+        fresh = store.get(VirtualMachine, "b")
+        fresh.status.message = "written meanwhile"
+        store.update_status(fresh)
+        b.status.phase = VMPhase.STOPPING
+        error: type[Exception] = Conflict
+    else:
+        b.spec.cpu = 4
+        error = StatusOnly
+    before = store.revision()
+    with pytest.raises(error):
+        store.update_status_together([a, b], events=[event("Both")])
+    assert store.get(VirtualMachine, "a").status.phase is not VMPhase.RUNNING
+    assert store.revision() == before
+    assert reasons(store) == []

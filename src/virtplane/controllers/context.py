@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
@@ -28,6 +28,7 @@ from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
 R = TypeVar("R", bound=Resource)
+S = TypeVar("S", bound=Resource)
 
 _pending: ContextVar[list[EventRecord] | None] = ContextVar("virtplane_pending_events", default=None)
 
@@ -90,6 +91,13 @@ class ControllerContext:
         written = self.store.update_status(obj, events=self._take_events())
         self.cache.put(written)
         return written
+
+    def write_together(self, first: R, second: S) -> tuple[R, S]:
+        """``write`` of two objects in one transaction: both or neither."""
+        a, b = self.store.update_status_together((first, second), events=self._take_events())
+        self.cache.put(a)
+        self.cache.put(b)
+        return cast(R, a), cast(S, b)  # the store hands each back as its own class
 
     def mutate(self, cls: type[R], name: str, change: Callable[[R], None]) -> R:
         """``Store.mutate`` (status-only, re-read on a lost race) with the pending events."""

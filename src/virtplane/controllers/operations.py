@@ -1,8 +1,8 @@
 """The operation controller: turns Start/Stop/Restart operations into durable VM intents.
 
-An operation is admitted (``domain.operations.admit``), its intent is written to
-the VirtualMachine (the object that survives), and only then does the operation
-go InProgress. The VM controller carries the intent out; this controller watches
+An operation is admitted (``domain.operations.admit``), and its intent is written to
+the VirtualMachine (the object that survives) in the transaction that makes the
+operation InProgress. The VM controller carries the intent out; this controller watches
 the VM and completes the operation when the intent is consumed and the VM shows
 the result. Migrate, Evict and Restore are handed to the controllers registered
 for them.
@@ -125,14 +125,6 @@ class OperationReconciler:
         if not admission.allowed:
             self._finish(op, OperationPhase.FAILED, admission.reason, admission.message)
             return None
-        if op.spec.type in (OperationType.START, OperationType.STOP, OperationType.RESTART):
-            # durable first: the intent is on the VM before the operation says it is under way
-            def apply(current: VirtualMachine) -> None:
-                current.metadata.annotations = write_intents(
-                    current.metadata.annotations, intents_for(op, read_intents(current.metadata.annotations))
-                )
-
-            vm = ctx.mutate(VirtualMachine, vm.metadata.name, apply)
         for name in admission.supersede:
             try:
                 other = ctx.store.get(VirtualMachineOperation, name)
@@ -145,6 +137,9 @@ class OperationReconciler:
                     "Superseded",
                     f"superseded by {op.spec.type.value} {op.metadata.name}",
                 )
+        carries_intent = op.spec.type in (OperationType.START, OperationType.STOP, OperationType.RESTART)
+        if carries_intent:
+            vm.metadata.annotations = write_intents(vm.metadata.annotations, intents_for(op, intents))
         op.status.phase = OperationPhase.IN_PROGRESS
         op.status.started_at = ctx.now()
         op.status.message = (
@@ -153,7 +148,14 @@ class OperationReconciler:
             else progress_of(op, vm).message
         )
         ctx.event(op, "InProgress", op.status.message)
-        op = ctx.write(op)  # the VM looks again: its watch on its operations
+        if carries_intent:
+            # The intent is durable with the operation's InProgress, in one transaction: a
+            # client never sees an operation under way whose intent the VM does not carry,
+            # and a crash before it leaves the operation Pending, admitted again. A lost race
+            # (the VM written since this look read it) looks again.
+            vm, op = ctx.write_together(vm, op)
+        else:
+            op = ctx.write(op)
         handler = self.handlers.get(op.spec.type)
         if handler is not None:  # under way now (durably): its first step in this same look
             return await handler(op, vm)

@@ -105,6 +105,25 @@ class ObjectWrites(ObjectReads):
         """
         return self._update(obj, check_version=True, events=events, status_only=True)
 
+    def update_status_together(
+        self, objs: Sequence[Resource], *, events: Sequence[EventRecord] = ()
+    ) -> list[Resource]:
+        """Status writes of several objects in one transaction, each as ``update_status``: all
+        of them or, on a lost race or a refused change of any, none. For a step whose writes
+        must not be seen apart (an operation's admission: the VM's intent and the operation
+        InProgress)."""
+        docs = [obj.model_dump(mode="json") for obj in objs]
+        revisions: list[int] = []
+        with self._write() as connection:
+            self._append_events(connection, events)
+            written = [
+                self._write_one(connection, obj, doc, revisions, check_version=True, status_only=True)
+                for obj, doc in zip(objs, docs, strict=True)
+            ]
+        if revisions:
+            self._notify(revisions[-1])
+        return written
+
     def _update(
         self,
         obj: R,
@@ -114,48 +133,76 @@ class ObjectWrites(ObjectReads):
         status_only: bool,
         claims: Sequence[Claim] | None = None,
     ) -> R:
-        # The comparisons run on JSON documents: one dump of the caller's object and the stored
-        # body parsed as plain JSON (bodies are kept in the current schema, ``bodies.py``),
-        # instead of a deep copy and a dump per comparison.
-        kind, name, cls = obj.KIND, obj.metadata.name, type(obj)
         doc = obj.model_dump(mode="json")
+        revisions: list[int] = []
         with self._write() as connection:
-            row = self._locked_row(connection, kind, name)
-            if row is None:
-                raise NotFound(kind, name)
-            if check_version and obj.metadata.resource_version != row.resource_version:
-                raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
-            stored = json.loads(row.body)
-            if status_only and _owned_by_users(doc) != _owned_by_users(stored):
-                # A body another version of the code wrote (a replica not yet upgraded) may
-                # lack a default the current schema adds: compare it in the current shape.
-                stored = cls.model_validate_json(row.body).model_dump(mode="json")
-                if _owned_by_users(doc) != _owned_by_users(stored):
-                    raise StatusOnly(kind, name)
-            if claims is not None:
-                claim_table.replace_claims(connection, Holder(kind, name, stored["metadata"]["uid"]), claims)
             self._append_events(connection, events)
-            meta, stored_meta = doc["metadata"], stored["metadata"]
-            for field in _KEPT_BY_THE_STORE:
-                meta[field] = stored_meta[field]
-            if doc == stored:
-                return cls.model_validate_json(row.body)
-            if doc.get("spec") != stored.get("spec"):
-                meta["generation"] += 1
-            revision = self._record_change(connection, kind, name, "modified")
-            meta["updated_at"] = utcnow()
-            meta["resource_version"] = revision
-            new = cls.model_validate(doc)
-            self._write_object(
+            written = self._write_one(
                 connection,
-                kind,
-                name,
-                row.resource_version,
-                revision,
-                meta["generation"],
-                new.model_dump_json(),
+                obj,
+                doc,
+                revisions,
+                check_version=check_version,
+                status_only=status_only,
+                claims=claims,
             )
-        self._notify(revision)
+        if revisions:
+            self._notify(revisions[-1])
+        return written
+
+    def _write_one(
+        self,
+        connection: Connection,
+        obj: R,
+        doc: dict[str, Any],
+        revisions: list[int],
+        *,
+        check_version: bool,
+        status_only: bool,
+        claims: Sequence[Claim] | None = None,
+    ) -> R:
+        """One object's write inside the caller's transaction (after its events: the lock order
+        is events, then revisions); the revision it drew, if it changed anything, is appended
+        to ``revisions``."""
+        # The comparisons run on JSON documents: one dump of the caller's object (``doc``) and
+        # the stored body parsed as plain JSON (bodies are kept in the current schema,
+        # ``bodies.py``), instead of a deep copy and a dump per comparison.
+        kind, name, cls = obj.KIND, obj.metadata.name, type(obj)
+        row = self._locked_row(connection, kind, name)
+        if row is None:
+            raise NotFound(kind, name)
+        if check_version and obj.metadata.resource_version != row.resource_version:
+            raise Conflict(kind, name, obj.metadata.resource_version, row.resource_version)
+        stored = json.loads(row.body)
+        if status_only and _owned_by_users(doc) != _owned_by_users(stored):
+            # A body another version of the code wrote (a replica not yet upgraded) may
+            # lack a default the current schema adds: compare it in the current shape.
+            stored = cls.model_validate_json(row.body).model_dump(mode="json")
+            if _owned_by_users(doc) != _owned_by_users(stored):
+                raise StatusOnly(kind, name)
+        if claims is not None:
+            claim_table.replace_claims(connection, Holder(kind, name, stored["metadata"]["uid"]), claims)
+        meta, stored_meta = doc["metadata"], stored["metadata"]
+        for field in _KEPT_BY_THE_STORE:
+            meta[field] = stored_meta[field]
+        if doc == stored:
+            return cls.model_validate_json(row.body)
+        if doc.get("spec") != stored.get("spec"):
+            meta["generation"] += 1
+        revision = self._record_change(connection, kind, name, "modified")
+        meta["updated_at"] = utcnow()
+        meta["resource_version"] = revision
+        new = cls.model_validate(doc)
+        self._write_object(
+            connection,
+            kind,
+            name,
+            row.resource_version,
+            revision,
+            meta["generation"],
+            new.model_dump_json(),
+        )
+        revisions.append(revision)
         return new
 
     def mutate(
