@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import insert, inspect, text
 
 from virtplane.domain.resources import EventType, Metadata, VirtualMachine, VirtualMachineSpec
-from virtplane.store import AlreadyExists, ChangeFeed, Conflict, NotFound, Store, sqlite_url
+from virtplane.store import AlreadyExists, ChangeFeed, Conflict, NotFound, Store, schema, sqlite_url
 from virtplane.store.changes import Change
 
 _BODY = "SELECT body FROM objects WHERE kind = 'VirtualMachine' AND name = :name"
@@ -230,6 +230,24 @@ def test_events_are_appended_and_filtered(store: Store) -> None:
     assert events[1].type is EventType.WARNING
     assert [e.message for e in store.list_events(limit=2)] == ["two", "three"]
     assert [e.message for e in store.list_events(after_id=events[0].id)] == ["two", "three"]
+
+
+def test_an_events_time_is_stored_as_sqlalchemy_stores_a_time(store: Store) -> None:
+    """Events are inserted on the driver's cursor: the time goes through the column type's own
+    conversion, so it reads back as written, in the form a time written by SQLAlchemy has."""
+    before = datetime.now(UTC)
+    store.record_event("VirtualMachine", "a", "Started", "one")
+    after = datetime.now(UTC)
+    [written] = store.list_events()
+    assert before <= written.time <= after
+    with store.engine.begin() as connection:
+        connection.execute(
+            insert(schema.events).values(
+                time=written.time, kind="VirtualMachine", name="a", type="Normal", reason="Same", message=""
+            )
+        )
+        stored = connection.exec_driver_sql("SELECT DISTINCT CAST(time AS TEXT) FROM events").scalars().all()
+    assert len(stored) == 1, stored
 
 
 def test_tokens_are_stored_hashed(store: Store) -> None:

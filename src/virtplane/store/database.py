@@ -222,8 +222,8 @@ class Database:
             return
         self._advisory_lock(connection, LOCK_EVENTS)
         now = utcnow()
-        connection.execute(
-            statements.INSERT_EVENTS,
+        self.prepared.insert_events.many(
+            connection,
             [
                 {"time": now, "kind": k, "name": n, "reason": r, "message": m, "type": t.value}
                 for k, n, r, m, t in items

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from virtplane.domain.resources import Event, EventType
 from virtplane.store import schema
-from virtplane.store.database import LOCK_EVENTS, Database, EventRecord, aware, utcnow
+from virtplane.store.database import Database, EventRecord, aware
 
 
 class EventLog(Database):
@@ -25,13 +25,7 @@ class EventLog(Database):
         message: str = "",
         type: EventType = EventType.NORMAL,
     ) -> None:
-        with self._write() as connection:
-            self._advisory_lock(connection, LOCK_EVENTS)
-            connection.execute(
-                insert(schema.events).values(
-                    time=utcnow(), kind=kind, name=name, type=type.value, reason=reason, message=message
-                )
-            )
+        self.record_events([(kind, name, reason, message, type)])
 
     def record_events(self, items: Sequence[EventRecord]) -> None:
         """Append many events in one transaction: (kind, name, reason, message, type)."""

@@ -13,7 +13,7 @@ the statements themselves.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, bindparam, delete, func, insert, select, update
@@ -74,7 +74,14 @@ CHANGES_SINCE = (
     .order_by(schema.changes.c.revision)
     .limit(bindparam("b_limit"))
 )
-INSERT_EVENTS = insert(schema.events)
+INSERT_EVENTS = insert(schema.events).values(
+    time=bindparam("time"),
+    kind=bindparam("kind"),
+    name=bindparam("name"),
+    reason=bindparam("reason"),
+    message=bindparam("message"),
+    type=bindparam("type"),
+)
 TOKEN_ROLE = select(schema.tokens.c.name, schema.tokens.c.role).where(
     schema.tokens.c.token_sha256 == bindparam("b_sha256")
 )
@@ -83,8 +90,9 @@ TOKEN_ROLE = select(schema.tokens.c.name, schema.tokens.c.role).where(
 class Compiled:
     """A statement compiled once for a dialect and run on the DBAPI cursor.
 
-    Only for statements whose parameters and columns are plain strings and integers: no
-    SQLAlchemy type processing is skipped then, and the rows are the driver's tuples.
+    Only for statements whose result columns are plain strings and integers (the rows are
+    the driver's tuples). A parameter whose type the dialect converts (an event's time, a
+    string on SQLite) goes through that type's own bind processor, as SQLAlchemy would.
     Errors are the driver's own, but for the one callers handle: a unique key taken (another
     replica created the object first) is SQLAlchemy's ``IntegrityError``, as elsewhere.
     """
@@ -98,18 +106,39 @@ class Compiled:
         self._order = tuple(compiled.positiontup or ()) if compiled.positional else None
         # values the statement fixes itself (SQLite's ``OFFSET 0`` of a LIMIT)
         self._fixed = {name: value for name, value in compiled.params.items() if value is not None}
+        self._processors = {
+            name: processor
+            for name, bind in compiled.binds.items()
+            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        }
+
+    def _values(self, params: Mapping[str, Any]) -> Any:
+        if self._fixed:
+            params = {**self._fixed, **params}
+        if self._processors:
+            params = {
+                name: processor(params[name]) if (processor := self._processors.get(name)) else value
+                for name, value in params.items()
+            }
+        return params if self._order is None else [params[name] for name in self._order]
 
     def _run(self, connection: Connection, params: Mapping[str, Any]) -> Any:
         cursor = connection.connection.cursor()
-        if self._fixed:
-            params = {**self._fixed, **params}
-        values = params if self._order is None else [params[name] for name in self._order]
+        values = self._values(params)
         try:
             cursor.execute(self.sql, values)
         except self._integrity_error as error:
             cursor.close()
             raise IntegrityError(self.sql, values, error) from error
         return cursor
+
+    def many(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run the statement once per row (the driver's ``executemany``)."""
+        cursor = connection.connection.cursor()
+        try:
+            cursor.executemany(self.sql, [self._values(row) for row in rows])
+        finally:
+            cursor.close()
 
     def first(self, connection: Connection, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         cursor = self._run(connection, params)
@@ -146,3 +175,4 @@ class Prepared:
         self.insert_change = Compiled(INSERT_CHANGE, dialect)
         self.revision = Compiled(REVISION, dialect)
         self.changes_since = Compiled(CHANGES_SINCE, dialect)
+        self.insert_events = Compiled(INSERT_EVENTS, dialect)
