@@ -104,6 +104,11 @@ def _enum_or_none(cls: type[E], raw: str | None) -> E | None:
         return None  # an unreadable intent is treated as absent, never guessed
 
 
+def read_recovery(annotations: Mapping[str, str]) -> Recovery | None:
+    """Only the recovery intent: what a watch on every VM change asks (``read_intents``' part)."""
+    return Recovery.decode(annotations.get(RECOVERY))
+
+
 def read_intents(annotations: Mapping[str, str]) -> Intents:
     stop_raw = annotations.get(STOP_REQUESTED)
     stop_mode, _, by = (stop_raw or "").partition(":")
@@ -116,7 +121,7 @@ def read_intents(annotations: Mapping[str, str]) -> Intents:
         maintenance_power_state=_enum_or_none(PowerState, annotations.get(MAINTENANCE_POWER_STATE)),
         held_by=annotations.get(HELD_BY) or None,
         resume_from_memory=annotations.get(RESUME_FROM_MEMORY) or None,
-        recovery=Recovery.decode(annotations.get(RECOVERY)),
+        recovery=read_recovery(annotations),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from virtplane.controllers.host import networks_changed, reachability_changed, room_freed
 from virtplane.controllers.vm.recovery import slot_queue
 from virtplane.controllers.watch import Watch, itself, name_of
-from virtplane.domain.intents import read_intents
+from virtplane.domain.intents import read_recovery
 from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
@@ -66,8 +66,8 @@ def _vms_on_network(cache: Cache, old: Resource | None, new: Resource | None) ->
 def _vms_waiting_for_a_slot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """A VM's recovery ended (it runs, is no longer meant to, or went): its slot, or its place
     in the queue, is free, and the others waiting for one of the cluster look again."""
-    before = read_intents(old.metadata.annotations).recovery if isinstance(old, VirtualMachine) else None
-    after = read_intents(new.metadata.annotations).recovery if isinstance(new, VirtualMachine) else None
+    before = read_recovery(old.metadata.annotations) if isinstance(old, VirtualMachine) else None
+    after = read_recovery(new.metadata.annotations) if isinstance(new, VirtualMachine) else None
     if before is None or after is not None:
         return []
     name = name_of(old, new)
