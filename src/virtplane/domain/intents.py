@@ -70,7 +70,9 @@ class Recovery:
 
     @staticmethod
     def decode(raw: str | None) -> Recovery | None:
-        stage, _, rest = (raw or "").partition(":")
+        if not raw:  # most VMs: no recovery (and no ValueError from an empty stage to catch)
+            return None
+        stage, _, rest = raw.partition(":")
         cluster, _, from_host = rest.partition(":")
         parsed = _enum_or_none(RecoveryStage, stage)
         return Recovery(parsed, cluster, from_host) if parsed and cluster and from_host else None
