@@ -111,3 +111,13 @@ def test_a_read_that_failed_half_way_is_not_reused_with_its_old_snapshot(store: 
         other.close()
     assert store.get(VirtualMachine, "a").status.message == "written elsewhere"
     assert failed.value  # the half-read result stayed alive until here
+
+
+def test_closing_the_store_closes_a_connection_in_use_when_its_reader_is_done(store: Store) -> None:
+    store.create(vm("web-1"))
+    with store.connect() as in_use:
+        store.close()
+        assert not in_use.closed  # its reader goes on
+        assert in_use.exec_driver_sql("SELECT count(*) FROM objects").scalar() == 1
+    assert in_use.closed
+    assert store.get(VirtualMachine, "web-1").metadata.name == "web-1"  # usable again: a new one

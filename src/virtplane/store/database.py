@@ -100,7 +100,7 @@ class HeldConnections:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._free: list[Connection] = []
-        self._opened: list[Connection] = []
+        self._current: set[Connection] = set()  # opened since the last ``close``
         self._lock = threading.Lock()
 
     @contextmanager
@@ -110,7 +110,7 @@ class HeldConnections:
         except IndexError:
             connection = self._engine.connect()
             with self._lock:
-                self._opened.append(connection)
+                self._current.add(connection)
         try:
             yield connection
         except StoreError:
@@ -125,18 +125,23 @@ class HeldConnections:
         # a read through SQLAlchemy's execute began its (SQLite: empty) transaction; end it
         if connection.in_transaction():
             connection.rollback()
-        self._free.append(connection)
+        if connection in self._current:
+            self._free.append(connection)
+        else:  # in use when the store was closed: closed now that its caller is done
+            connection.close()
 
     def _discard(self, connection: Connection) -> None:
         with self._lock:
-            if connection in self._opened:
-                self._opened.remove(connection)
+            self._current.discard(connection)
         connection.close()
 
     def close(self) -> None:
+        """Close the connections not in use now, and each one in use when its caller is done.
+        A later call opens a new one (a store is usable again after ``close``)."""
         with self._lock:
-            opened, self._opened, self._free = self._opened, [], []
-        for connection in opened:
+            free, self._free = self._free, []
+            self._current.clear()
+        for connection in free:
             connection.close()
 
 
