@@ -112,17 +112,7 @@ class ObjectWrites(ObjectReads):
         of them or, on a lost race or a refused change of any, none. For a step whose writes
         must not be seen apart (an operation's admission: the VM's intent and the operation
         InProgress)."""
-        docs = [obj.model_dump(mode="json") for obj in objs]
-        revisions: list[int] = []
-        with self._write() as connection:
-            self._append_events(connection, events)
-            written = [
-                self._write_one(connection, obj, doc, revisions, check_version=True, status_only=True)
-                for obj, doc in zip(objs, docs, strict=True)
-            ]
-        if revisions:
-            self._notify(revisions[-1])
-        return written
+        return self._write_objects(objs, events, check_version=True, status_only=True)
 
     def _update(
         self,
@@ -133,19 +123,37 @@ class ObjectWrites(ObjectReads):
         status_only: bool,
         claims: Sequence[Claim] | None = None,
     ) -> R:
-        doc = obj.model_dump(mode="json")
+        [written] = self._write_objects(
+            [obj], events, check_version=check_version, status_only=status_only, claims=claims
+        )
+        return written
+
+    def _write_objects(
+        self,
+        objs: Sequence[R],
+        events: Sequence[EventRecord],
+        *,
+        check_version: bool,
+        status_only: bool,
+        claims: Sequence[Claim] | None = None,
+    ) -> list[R]:
+        """One transaction: the events, then each object (``claims``: the one object's)."""
+        docs = [obj.model_dump(mode="json") for obj in objs]
         revisions: list[int] = []
         with self._write() as connection:
             self._append_events(connection, events)
-            written = self._write_one(
-                connection,
-                obj,
-                doc,
-                revisions,
-                check_version=check_version,
-                status_only=status_only,
-                claims=claims,
-            )
+            written = [
+                self._write_one(
+                    connection,
+                    obj,
+                    doc,
+                    revisions,
+                    check_version=check_version,
+                    status_only=status_only,
+                    claims=claims,
+                )
+                for obj, doc in zip(objs, docs, strict=True)
+            ]
         if revisions:
             self._notify(revisions[-1])
         return written
