@@ -22,7 +22,7 @@ from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.placement import router as placement_router
-from virtplane.api.routes.resources import resources_router
+from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.web import router as web_router
@@ -107,7 +107,7 @@ def create_app(
 
     app.include_router(whoami_router)
     app.include_router(actions_router)
-    app.include_router(resources_router())
+    add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)
     app.include_router(faults_router)

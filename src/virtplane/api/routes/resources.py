@@ -331,13 +331,14 @@ READ_ROLES: dict[str, Role] = {"Secret": Role.ADMIN}
 """Kinds that not every role may read (the rest: viewer)."""
 
 
-def resources_router() -> APIRouter:
-    router = APIRouter()
+def add_resource_routes(router: APIRouter) -> None:
+    """Every kind's routes, on ``router``: the app's own (``app.router``), so that a request is
+    matched once. FastAPI matches an included router's routes once to choose the router and
+    again to choose the route: 57 route patterns tried per POST of a volume instead of 31."""
     for cls in KINDS:
         if cls is Setting or cls is HostMaintenance:
             continue  # own routes: settings are typed by the registry; maintenance lives under its host
         register_kind(router, cls, WRITE_ROLES[cls.KIND])
-    return router
 
 
-__all__ = ["SYSTEM_PREFIX", "merge_patch", "resources_router"]
+__all__ = ["SYSTEM_PREFIX", "add_resource_routes", "merge_patch"]
