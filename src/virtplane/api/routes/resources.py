@@ -29,6 +29,7 @@ from virtplane.api.lists import field_selector as parse_fields
 from virtplane.api.lists import label_selector as parse_labels
 from virtplane.api.shown import public_doc
 from virtplane.api.watch import object_stream, require_resumable, stream_response
+from virtplane.domain.base import copied
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
 from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
@@ -82,7 +83,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def _user_writable(obj: Resource, current: Resource | None) -> Resource:
     """Keep what users may write (name, labels, their annotations, spec); take the rest from current."""
-    new = obj.model_copy(deep=True)
+    new = copied(obj)
     user_annotations, _ = split_annotations(new.metadata.annotations)
     system_annotations = split_annotations(current.metadata.annotations)[1] if current else {}
     new.metadata.annotations = {**user_annotations, **system_annotations}
@@ -203,7 +204,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         if not check:
             new.metadata.resource_version = current.metadata.resource_version
         for attempt in range(CLAIM_ATTEMPTS):
-            admitted = admit(ctx, ctx.admission.on_update, current, new.model_copy(deep=True))
+            admitted = admit(ctx, ctx.admission.on_update, current, copied(new))
             try:
                 updated = ctx.store.update(
                     admitted, check_version=True, claims=ctx.admission.claims_of(admitted)

@@ -18,6 +18,7 @@ from virtplane.controllers.seed import delete_seeds, place_seed, seed_volume
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.spec import build_domain_spec
 from virtplane.crashpoints import crashpoint
+from virtplane.domain.base import copied
 from virtplane.domain.intents import Intents, read_intents, write_intents
 from virtplane.domain.power import PowerDecision
 from virtplane.domain.resources import Host, VirtualMachine, VirtualMachineStatus
@@ -54,9 +55,7 @@ class VMState:
     _host: HostAccess | None = None
 
     def __post_init__(self) -> None:
-        # a copy through a dump and validation: 6 times faster than deepcopy on a VM's status,
-        # which every reconcile makes
-        self.status = VirtualMachineStatus.model_validate(self.vm.status.model_dump())
+        self.status = copied(self.vm.status)  # every reconcile makes one
         self.intents = read_intents(self.vm.metadata.annotations)
         self.finalizers = list(self.vm.metadata.finalizers)
         self.seeds = read_seed_volumes(self.vm.metadata.annotations)
