@@ -91,8 +91,8 @@ class Compiled:
     """A statement compiled once for a dialect and run on the DBAPI cursor.
 
     Only for statements whose result columns are plain strings and integers (the rows are
-    the driver's tuples). A parameter whose type the dialect converts (an event's time, a
-    string on SQLite) goes through that type's own bind processor, as SQLAlchemy would.
+    the driver's tuples). A parameter whose type the dialect converts (an event's time on
+    SQLite) goes through that type's own bind processor, as SQLAlchemy would.
     Errors are the driver's own, but for the one callers handle: a unique key taken (another
     replica created the object first) is SQLAlchemy's ``IntegrityError``, as elsewhere.
     """
