@@ -74,13 +74,9 @@ CHANGES_SINCE = (
     .order_by(schema.changes.c.revision)
     .limit(bindparam("b_limit"))
 )
+# every column but the id, each bound by its own name (one row per event: ``Compiled.many``)
 INSERT_EVENTS = insert(schema.events).values(
-    time=bindparam("time"),
-    kind=bindparam("kind"),
-    name=bindparam("name"),
-    reason=bindparam("reason"),
-    message=bindparam("message"),
-    type=bindparam("type"),
+    {column.name: bindparam(column.name) for column in schema.events.c if column.name != "id"}
 )
 TOKEN_ROLE = select(schema.tokens.c.name, schema.tokens.c.role).where(
     schema.tokens.c.token_sha256 == bindparam("b_sha256")

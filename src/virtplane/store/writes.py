@@ -139,39 +139,32 @@ class ObjectWrites(ObjectReads):
     ) -> list[R]:
         """One transaction: the events, then each object (``claims``: the one object's)."""
         docs = [obj.model_dump(mode="json") for obj in objs]
-        revisions: list[int] = []
         with self._write() as connection:
             self._append_events(connection, events)
             written = [
                 self._write_one(
-                    connection,
-                    obj,
-                    doc,
-                    revisions,
-                    check_version=check_version,
-                    status_only=status_only,
-                    claims=claims,
+                    connection, obj, doc, check_version=check_version, status_only=status_only, claims=claims
                 )
                 for obj, doc in zip(objs, docs, strict=True)
             ]
+        revisions = [revision for _, revision in written if revision is not None]
         if revisions:
             self._notify(revisions[-1])
-        return written
+        return [obj for obj, _ in written]
 
     def _write_one(
         self,
         connection: Connection,
         obj: R,
         doc: dict[str, Any],
-        revisions: list[int],
         *,
         check_version: bool,
         status_only: bool,
         claims: Sequence[Claim] | None = None,
-    ) -> R:
+    ) -> tuple[R, int | None]:
         """One object's write inside the caller's transaction (after its events: the lock order
-        is events, then revisions); the revision it drew, if it changed anything, is appended
-        to ``revisions``."""
+        is events, then revisions): the object as stored, and the revision it drew (None: it
+        changed nothing)."""
         # The comparisons run on JSON documents: one dump of the caller's object (``doc``) and
         # the stored body parsed as plain JSON (bodies are kept in the current schema,
         # ``bodies.py``), instead of a deep copy and a dump per comparison.
@@ -194,7 +187,7 @@ class ObjectWrites(ObjectReads):
         for field in _KEPT_BY_THE_STORE:
             meta[field] = stored_meta[field]
         if doc == stored:
-            return cls.model_validate_json(row.body)
+            return cls.model_validate_json(row.body), None
         if doc.get("spec") != stored.get("spec"):
             meta["generation"] += 1
         revision = self._record_change(connection, kind, name, "modified")
@@ -210,8 +203,7 @@ class ObjectWrites(ObjectReads):
             meta["generation"],
             new.model_dump_json(),
         )
-        revisions.append(revision)
-        return new
+        return new, revision
 
     def mutate(
         self,
