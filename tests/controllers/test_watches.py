@@ -398,3 +398,18 @@ def test_vms_and_hosts_are_not_woken_by_their_own_reconciles_writes(
     finally:
         reconciling.reset(token)
     assert set(requests) == expected
+
+
+def test_a_volume_is_looked_at_when_the_vm_that_holds_it_stops_holding_it(cache: Cache) -> None:
+    """A VM whose disk was taken out of its spec may hold the volume until its domain is
+    defined again without it (``domain.attachments``): the Volume controller may look before
+    that, so the VM's write that says so (its observed generation caught up) wakes the volume
+    it holds, though neither spec lists it."""
+    held = _volume("old-g")
+    held.status.attached_vm = "g"
+    cache.put(held)
+    before = _vm("g", "h1", VMPhase.STOPPED)  # its disk taken out: generation 2, domain not redefined
+    before.metadata.generation, before.status.observed_generation = 2, 1
+    after = _changed(before, _set(observed_generation=2))
+    requests = requests_for(storage.VOLUME_WATCHES, cache, VM, before, after)
+    assert set(requests) == _r(VOLUME, "old-g")

@@ -9,6 +9,7 @@ the one the rule picks runs, the other waits and says which VM holds it.
 from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.watch import name_of
 from virtplane.domain import attachments
 from virtplane.domain.attachments import VolumeUser, holder, users_of
 from virtplane.domain.resources import Resource, VirtualMachine, Volume
@@ -29,14 +30,14 @@ def attached_elsewhere(cache: Cache, volume: str, vm: str, holder: str | None = 
     return attachments.attached_elsewhere(vm, holder, _users(cache, volume, holder))
 
 
-def sync_attachment(ctx: ControllerContext, volume: Volume) -> Volume:
+async def sync_attachment(ctx: ControllerContext, volume: Volume) -> Volume:
     """Record the volume's holder; returns the volume as written."""
     current = volume.status.attached_vm
     wanted = holder(current, _users(ctx.cache, volume.metadata.name, current))
     if wanted == current:
         return volume
     volume.status.attached_vm = wanted
-    written = ctx.write(volume)
+    written = await ctx.write(volume)
     if current is not None:
         ctx.event(written, "Released", f"released by VM {current}")
     if wanted is not None:
@@ -62,4 +63,8 @@ def volumes_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> l
     if facts(before) == facts(after):
         return []
     volumes = {d.volume for vm in (before, after) if vm is not None for d in vm.spec.disks}
+    # and what it holds but no longer lists: released once its domain is redefined without it
+    # (a change of these facts only, rare; the Volume controller may have looked before it)
+    vm_name = name_of(old, new)
+    volumes |= {v.metadata.name for v in cache.volumes() if v.status.attached_vm == vm_name}
     return [Request(Volume.KIND, name) for name in sorted(volumes)]
