@@ -16,6 +16,7 @@ from virtplane.domain.resources import (
 from virtplane.store.database import EventRecord
 from virtplane.store.errors import AlreadyExists, Conflict, StatusOnly
 from virtplane.store.store import Store
+from virtplane.store.writes import StatusWrite
 
 
 def event(reason: str) -> EventRecord:
@@ -195,3 +196,75 @@ def test_writes_together_are_all_or_none(store: Store, refused: str) -> None:
     assert store.get(VirtualMachine, "a").status.phase is not VMPhase.RUNNING
     assert store.revision() == before
     assert reasons(store) == []
+
+
+# --------------------------------------------------------------------- many writers, one commit
+
+
+def commits(store: Store) -> list[int]:
+    """Counts the database's commits from now on (SQLAlchemy's commit event)."""
+    counted: list[int] = []
+    sqlalchemy.event.listen(store.engine, "commit", lambda _: counted.append(1))
+    return counted
+
+
+def three(store: Store) -> list[VirtualMachine]:
+    spec = VirtualMachineSpec()
+    return [store.create(VirtualMachine(metadata=Metadata(name=n), spec=spec)) for n in "abc"]
+
+
+def vm_event(name: str, reason: str) -> EventRecord:
+    return ("VirtualMachine", name, reason, "m", EventType.NORMAL)
+
+
+def test_many_writers_are_one_commit_and_a_lost_race_is_its_own(store: Store) -> None:
+    a, b, c = three(store)
+    fresh = store.get(VirtualMachine, "b")
+    fresh.status.message = "written meanwhile"
+    store.update_status(fresh)
+    for one in (a, b, c):
+        one.status.phase = VMPhase.RUNNING
+    counted = commits(store)
+    notified: list[int] = []
+    store.add_listener(notified.append)
+    outcomes = store.write_each(
+        [
+            StatusWrite([a], [vm_event("a", "Started")]),
+            StatusWrite([b], [vm_event("b", "Started")]),  # stale: loses
+            StatusWrite([c], [vm_event("c", "Started")]),
+            StatusWrite([], [vm_event("c", "Alone")]),  # events without an object
+        ]
+    )
+    assert counted == [1]
+    first, lost, third, alone = outcomes
+    assert isinstance(lost, Conflict)
+    assert isinstance(first, list) and isinstance(third, list) and alone == []
+    assert store.get(VirtualMachine, "a") == first[0] and first[0].status.phase is VMPhase.RUNNING
+    assert store.get(VirtualMachine, "b").status.message == "written meanwhile"
+    assert store.get(VirtualMachine, "c") == third[0]
+    assert notified == [third[0].metadata.resource_version]  # one commit, one wake-up
+    events = store.list_events(kind="VirtualMachine")
+    assert [(e.name, e.reason) for e in events] == [("a", "Started"), ("c", "Started"), ("c", "Alone")]
+
+
+def test_many_writers_roll_back_together_on_any_other_error(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a StoreError is one writer's own outcome: anything else (the database failing)
+    leaves nothing of any of them, also of those whose SAVEPOINT was released already."""
+    a, b, _ = three(store)
+    a.status.phase = b.status.phase = VMPhase.RUNNING
+    write_one = store._write_one
+
+    def breaks_on_b(connection: sqlalchemy.Connection, obj: VirtualMachine, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if obj.metadata.name == "b":
+            raise sqlalchemy.exc.OperationalError("UPDATE", {}, Exception("disk I/O error"))
+        return write_one(connection, obj, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_write_one", breaks_on_b)
+    before = store.revision()
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        store.write_each([StatusWrite([a], [vm_event("a", "Started")]), StatusWrite([b])])
+    assert store.revision() == before
+    assert store.get(VirtualMachine, "a").status.phase is not VMPhase.RUNNING
+    assert store.list_events(kind="VirtualMachine") == []

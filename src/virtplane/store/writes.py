@@ -20,7 +20,7 @@ from virtplane.store import claims as claim_table
 from virtplane.store import statements
 from virtplane.store.claims import Holder
 from virtplane.store.database import EventRecord, utcnow
-from virtplane.store.errors import Conflict, NotFound, StatusOnly
+from virtplane.store.errors import Conflict, NotFound, StatusOnly, StoreError
 from virtplane.store.reads import ObjectReads
 
 R = TypeVar("R", bound=Resource)
@@ -39,6 +39,14 @@ def _owned_by_users(doc: dict[str, Any]) -> Any:
 class StoredRow(NamedTuple):
     body: str
     resource_version: int
+
+
+class StatusWrite(NamedTuple):
+    """One writer's part of ``write_each``: status writes of its objects, all or none (no
+    object: its events alone), with its events."""
+
+    objs: Sequence[Resource]
+    events: Sequence[EventRecord] = ()
 
 
 class ObjectWrites(ObjectReads):
@@ -113,6 +121,37 @@ class ObjectWrites(ObjectReads):
         must not be seen apart (an operation's admission: the VM's intent and the operation
         InProgress)."""
         return self._write_objects(objs, events, check_version=True, status_only=True)
+
+    def write_each(self, writes: Sequence[StatusWrite]) -> list[list[Resource] | StoreError]:
+        """Many writers' status writes in one transaction and one commit (a group commit):
+        each as ``update_status_together``, all or none on its own. A lost race or a refused
+        change (a ``StoreError``) rolls back only its own writer's part (a SAVEPOINT each)
+        and is that writer's outcome; any other error rolls back all of them and is raised.
+        Every outcome is final when this returns: what it wrote is committed."""
+        outcomes: list[list[Resource] | StoreError] = []
+        highest: int | None = None
+        with self._write() as connection:
+            if any(write.events for write in writes):
+                self._lock_events(connection)  # before any revision: the lock order of every write
+            for write in writes:
+                docs = [obj.model_dump(mode="json") for obj in write.objs]
+                with self._savepoint(connection) as rollback:
+                    try:
+                        self._append_events(connection, write.events)
+                        written = [
+                            self._write_one(connection, obj, doc, check_version=True, status_only=True)
+                            for obj, doc in zip(write.objs, docs, strict=True)
+                        ]
+                    except StoreError as error:
+                        rollback()
+                        outcomes.append(error)
+                        continue
+                revisions = [revision for _, revision in written if revision is not None]
+                highest = revisions[-1] if revisions else highest
+                outcomes.append([obj for obj, _ in written])
+        if highest is not None:
+            self._notify(highest)
+        return outcomes
 
     def _update(
         self,
