@@ -78,7 +78,7 @@ async def test_a_reconcile_writes_its_events_with_its_write_and_drops_them_when_
         ctx.event(current, "Decided", "before the write")
         seen.append(reasons())  # not written yet: it waits for the write it belongs to
         current.status.message = "decided"
-        ctx.write(current)
+        await ctx.write(current)
         seen.append(reasons())
         ctx.event(current, "Acted", "after the last write")
         return None

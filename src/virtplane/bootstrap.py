@@ -127,7 +127,7 @@ def one_reconcile(reconciler: Reconciler, ctx: ControllerContext | None = None) 
     async def reconcile(request: Request) -> Result | None:
         token = reconciling.set(request)
         try:
-            with ctx.events_scope() if ctx is not None else contextlib.nullcontext():
+            async with ctx.events_scope() if ctx is not None else contextlib.nullcontext():
                 return await reconciler(request)
         except Conflict as exc:
             log.debug("%s: %s; reconciling again", request, exc)

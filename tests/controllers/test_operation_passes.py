@@ -13,6 +13,7 @@ from tests.conftest import eventually
 from tests.controllers.helpers import add_host, add_vm, operate, wait_op, wait_phase
 from tests.reconciles import reconcile_log
 from virtplane.bootstrap import ControlPlane
+from virtplane.controllers.watch import reconciling
 from virtplane.domain.intents import read_intents, read_migration
 from virtplane.domain.resources import (
     OperationPhase,
@@ -22,7 +23,8 @@ from virtplane.domain.resources import (
     VirtualMachineOperation,
     VMPhase,
 )
-from virtplane.store.store import EventRecord
+from virtplane.reconcile import Request
+from virtplane.store.store import EventRecord, Store
 
 OP = VirtualMachineOperation.KIND
 
@@ -56,21 +58,29 @@ async def test_a_migrate_begins_in_its_admission_look_with_the_vm_shown_migratin
     add_host(plane, "h2")
     await eventually(lambda: plane.cache.host("h2") is not None)
     log = reconcile_log(plane)
-    vm_writes: list[tuple[VMPhase, bool]] = []  # each write of the VM: its phase, a migration under way
-    plane.cache.add_listener(
-        lambda kind, name, old, new: (
-            vm_writes.append((new.status.phase, read_migration(new.metadata.annotations) is not None))  # type: ignore[union-attr]
-            if kind == VirtualMachine.KIND and new is not None
-            else None
-        )
-    )
+    operation: list[str] = []  # its name, once created (before any look of it)
+    # each write of the VM: its phase, a migration under way, and by which look of the operation
+    # (how many had ended, if an operation's look wrote it)
+    vm_writes: list[tuple[VMPhase, bool, int | None]] = []
+
+    def record(kind: str, _: str, old: object, new: object) -> None:
+        if isinstance(new, VirtualMachine):
+            by_op = bool(operation) and reconciling.get() == Request(OP, operation[0])
+            ended = len(log.finished[(OP, operation[0])]) if by_op else None
+            vm_writes.append((new.status.phase, read_migration(new.metadata.annotations) is not None, ended))
+
+    plane.cache.add_listener(record)
     name = operate(plane, "vm-1", OperationType.MIGRATE)
+    operation.append(name)
     assert (await wait_op(plane, name)).status.phase is OperationPhase.COMPLETED
-    # the intent is written Migrating: the VM's look after it has nothing to write
-    assert [phase for phase, migrating in vm_writes if migrating] == [VMPhase.MIGRATING], vm_writes
-    # the admission's look began the move: every later look was woken by a write of the VM
+    # the intent is written Migrating, by the admission's look (none had ended): the move began
+    # there; the VM's look after it has nothing to write
+    assert [(phase, by) for phase, migrating, by in vm_writes if migrating] == [(VMPhase.MIGRATING, 0)], (
+        vm_writes
+    )
+    # every later look was woken by a write of the VM
     looks = len(log.finished[(OP, name)])
-    assert looks <= len(vm_writes), (looks, vm_writes)
+    assert looks <= 1 + len(vm_writes), (looks, vm_writes)
 
 
 async def test_an_operation_ends_with_its_events_in_one_transaction(
@@ -124,3 +134,20 @@ async def test_an_admission_writes_the_intent_and_in_progress_in_one_transaction
     assert abs(in_progress - intent) == 1, (intent_at, in_progress_at)
     # no transaction ended between the two revisions
     assert not [r for r in committed if min(intent, in_progress) <= r < max(intent, in_progress)], committed
+
+
+async def test_an_operation_waits_for_the_first_look_at_its_vm(store: Store) -> None:
+    """A VM just created shows the phase it was created with (Pending) until its controller has
+    looked at it: an operation sent right after the VM is not judged on that phase (a Start
+    would be refused: "the VM is Pending"), it waits for that look's write, which wakes it."""
+    plane = ControlPlane(store)  # not started: each look below is the test's own
+    add_vm(plane, "vm-1", RunPolicy.MANUAL)
+    name = operate(plane, "vm-1", OperationType.START)
+    plane.cache.load()
+    await plane.operations(Request(OP, name))
+    assert store.get(VirtualMachineOperation, name).status.phase is OperationPhase.PENDING
+    looked = store.get(VirtualMachine, "vm-1")
+    looked.status.phase = VMPhase.STOPPED  # what the VM controller's first look writes (no host yet)
+    store.update_status(looked)
+    await plane.operations(Request(OP, name))
+    assert store.get(VirtualMachineOperation, name).status.phase is OperationPhase.IN_PROGRESS

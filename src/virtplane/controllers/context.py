@@ -12,7 +12,7 @@ written then; a reconcile that lost a write race drops them (``events_scope``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,8 +24,10 @@ from virtplane.metrics import PlaneMetrics
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.store.database import EventRecord, utcnow
+from virtplane.store.group_commit import GroupCommit
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
+from virtplane.store.writes import StatusWrite
 
 R = TypeVar("R", bound=Resource)
 S = TypeVar("S", bound=Resource)
@@ -45,6 +47,12 @@ class ControllerContext:
     watches (``controllers.watch``) map every change of the cache to whom it concerns."""
     metrics: PlaneMetrics = field(default_factory=PlaneMetrics)
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
+    commits: GroupCommit = field(init=False)
+    """The status writes of all reconciles, committed together (one transaction per turn of
+    the event loop)."""
+
+    def __post_init__(self) -> None:
+        self.commits = GroupCommit(self.store, committed=self.cache.put)
 
     # ------------------------------------------------------------------ events
 
@@ -69,8 +77,8 @@ class ControllerContext:
         pending.clear()
         return taken
 
-    @contextlib.contextmanager
-    def events_scope(self) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def events_scope(self) -> AsyncIterator[None]:
         """One reconcile: its events go with its writes; leftovers are written at the end,
         unless the reconcile raised (a lost write race, an error: nothing it describes
         happened for sure)."""
@@ -79,25 +87,23 @@ class ControllerContext:
             yield
             leftover = self._take_events()
             if leftover:
-                self.store.record_events(leftover)
+                await self.commits.write(StatusWrite((), leftover))
         finally:
             _pending.reset(token)
 
     # ------------------------------------------------------------------ writes
 
-    def write(self, obj: R) -> R:
+    async def write(self, obj: R) -> R:
         """Write status (finalizers, system annotations) with a version check and the pending
-        events, and take the result into the cache at once."""
-        written = self.store.update_status(obj, events=self._take_events())
-        self.cache.put(written)
-        return written
+        events; the cache takes the result at once. Committed with the other reconciles'
+        writes of this turn of the loop (``commits``); durable when it returns."""
+        [written] = await self.commits.write(StatusWrite((obj,), self._take_events()))
+        return cast(R, written)  # the store hands it back as its own class
 
-    def write_together(self, first: R, second: S) -> tuple[R, S]:
+    async def write_together(self, first: R, second: S) -> tuple[R, S]:
         """``write`` of two objects in one transaction: both or neither."""
-        a, b = self.store.update_status_together((first, second), events=self._take_events())
-        self.cache.put(a)
-        self.cache.put(b)
-        return cast(R, a), cast(S, b)  # the store hands each back as its own class
+        a, b = await self.commits.write(StatusWrite((first, second), self._take_events()))
+        return cast(R, a), cast(S, b)
 
     def mutate(self, cls: type[R], name: str, change: Callable[[R], None]) -> R:
         """``Store.mutate`` (status-only, re-read on a lost race) with the pending events."""

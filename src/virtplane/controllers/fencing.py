@@ -136,7 +136,7 @@ class Fencer:
         if status != host.status:  # the intent, durable before the BMC is asked (DESIGN rule 1)
             host = host.model_copy(deep=True)
             host.status = status.model_copy(deep=True)
-            host = self.ctx.write(host)
+            host = await self.ctx.write(host)
         crashpoint("host.before-fence")
         try:
             state = await self._power_off(host, settings.get_float("host.fencing.timeout_s"))

@@ -125,7 +125,7 @@ class HostReconciler:
                 requeue = max(0.05, min(requeue, later))
         if status != host.status:
             host.status = status
-            ctx.write(host)
+            await ctx.write(host)
         return Result(requeue_after=requeue)
 
     async def _probe(self, host: Host) -> tuple[HypervisorDriver, HostFacts]:

@@ -53,7 +53,7 @@ class ImageReconciler:
         if status != image.status:
             became = status.phase is not image.status.phase
             image.status = status
-            ctx.write(image)
+            await ctx.write(image)
             if became:
                 ctx.event(
                     image, status.phase.value, status.message, warning=status.phase is ImagePhase.FAILED

@@ -71,7 +71,7 @@ class NetworkReconciler:
         status = network_status(self.ctx, network)
         if status != network.status:
             network.status = status
-            self.ctx.write(network)
+            await self.ctx.write(network)
         return None
 
 

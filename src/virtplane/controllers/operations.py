@@ -24,6 +24,7 @@ from virtplane.domain.resources import (
     Resource,
     VirtualMachine,
     VirtualMachineOperation,
+    VirtualMachineStatus,
     VMPhase,
 )
 from virtplane.reconcile.types import Request, Result
@@ -38,7 +39,7 @@ OperationHandler = Callable[[VirtualMachineOperation, VirtualMachine], Awaitable
 POLL_S = 2.0
 
 
-def finish_operation(
+async def finish_operation(
     ctx: ControllerContext,
     op: VirtualMachineOperation,
     phase: OperationPhase,
@@ -61,7 +62,7 @@ def finish_operation(
         f"{op.spec.type.value} {op.metadata.name}: {message}",
         warning=warning,
     )
-    ctx.write(op)
+    await ctx.write(op)
 
 
 def intents_for(op: VirtualMachineOperation, intents: Intents) -> Intents:
@@ -89,8 +90,10 @@ class OperationReconciler:
     def register(self, kind: OperationType, handler: OperationHandler) -> None:
         self.handlers[kind] = handler
 
-    def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
-        finish_operation(self.ctx, op, phase, reason, message)
+    async def _finish(
+        self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str
+    ) -> None:
+        await finish_operation(self.ctx, op, phase, reason, message)
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
@@ -99,17 +102,21 @@ class OperationReconciler:
             return None
         vm = ctx.store.find(VirtualMachine, op.spec.vm)
         if vm is None:
-            self._finish(op, OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist")
+            await self._finish(op, OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist")
             return None
         if op.status.phase is OperationPhase.PENDING:
             return await self._admit(op, vm)
         handler = self.handlers.get(op.spec.type)
         if handler is not None:
             return await handler(op, vm)
-        return self._progress(op, vm)
+        return await self._progress(op, vm)
 
     async def _admit(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
         ctx = self.ctx
+        if vm.status == VirtualMachineStatus():
+            # Its controller has not looked at the VM yet (just created): its phase says nothing
+            # of the VM. The operation waits for that first look, whose write wakes it.
+            return Result(requeue_after=POLL_S)
         siblings = [
             o for o in ctx.cache.operations_of(vm.metadata.name) if o.metadata.name != op.metadata.name
         ]
@@ -123,7 +130,7 @@ class OperationReconciler:
             held=bool(intents.held_by),
         )
         if not admission.allowed:
-            self._finish(op, OperationPhase.FAILED, admission.reason, admission.message)
+            await self._finish(op, OperationPhase.FAILED, admission.reason, admission.message)
             return None
         for name in admission.supersede:
             try:
@@ -131,7 +138,7 @@ class OperationReconciler:
             except NotFound:
                 continue
             if not other.status.phase.finished:
-                self._finish(
+                await self._finish(
                     other,
                     OperationPhase.SUPERSEDED,
                     "Superseded",
@@ -153,22 +160,22 @@ class OperationReconciler:
             # client never sees an operation under way whose intent the VM does not carry,
             # and a crash before it leaves the operation Pending, admitted again. A lost race
             # (the VM written since this look read it) looks again.
-            vm, op = ctx.write_together(vm, op)
+            vm, op = await ctx.write_together(vm, op)
         else:
-            op = ctx.write(op)
+            op = await ctx.write(op)
         handler = self.handlers.get(op.spec.type)
         if handler is not None:  # under way now (durably): its first step in this same look
             return await handler(op, vm)
         return Result(requeue_after=POLL_S)
 
-    def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
+    async def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
         outcome = progress_of(op, vm)
         if outcome.finished is not None:
-            self._finish(op, outcome.finished, outcome.reason, outcome.message)
+            await self._finish(op, outcome.finished, outcome.reason, outcome.message)
             return None
         if outcome.message != op.status.message:
             op.status.message = outcome.message
-            self.ctx.write(op)
+            await self.ctx.write(op)
         return Result(requeue_after=POLL_S)
 
 

@@ -86,18 +86,20 @@ class RestoreHandler:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _set_step(
+    async def _set_step(
         self, op: VirtualMachineOperation, step: RestoreStep, message: str
     ) -> VirtualMachineOperation:
         if op.status.step != step or op.status.message != message:
             op.status.step = step.value
             op.status.message = message
-            op = self.ctx.write(op)
+            op = await self.ctx.write(op)
             self.ctx.event(op, step, message)
         return op
 
-    def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
-        finish_operation(self.ctx, op, phase, reason, message, vm_event_prefix="Restore")
+    async def _finish(
+        self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str
+    ) -> None:
+        await finish_operation(self.ctx, op, phase, reason, message, vm_event_prefix="Restore")
 
     def _vm_write(
         self, name: str, change: Callable[[VirtualMachine], None], *, overwrite: bool = False
@@ -199,13 +201,13 @@ class RestoreHandler:
 
         if not entered and not_past(step, RestoreStep.VALIDATE):
             snap = self._snapshot(op)
-            op = self._set_step(
+            op = await self._set_step(
                 op, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
             )
             report = self._validate(op, vm, snap)
             if mode is RestoreMode.DRY_RUN:  # stops here, changes nothing
                 op.status.progress = report
-                self._finish(
+                await self._finish(
                     op, OperationPhase.COMPLETED, "DryRun", "dry run: nothing was changed; see progress"
                 )
                 return None
@@ -234,17 +236,17 @@ class RestoreHandler:
 
             vm = self._vm_write(vm.metadata.name, enter)
             crashpoint("restore.entered-maintenance")
-            op = self._set_step(
+            op = await self._set_step(
                 op, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
             )
             return Result(requeue_after=POLL_S)
 
         if not_past(step, RestoreStep.ENTER_MAINTENANCE):
-            op = self._set_step(op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
+            op = await self._set_step(op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
             if intents.stop is not None or vm.status.phase is not VMPhase.STOPPED:
                 return Result(requeue_after=POLL_S)  # the VM controller stops it (graceful, then forced)
             await self._remove_domain(vm)
-            op = self._set_step(
+            op = await self._set_step(
                 op, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot"
             )
             step = RestoreStep.PROCESS_RESTORE
@@ -283,14 +285,14 @@ class RestoreHandler:
             note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
             if dropped:
                 note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
-            op = self._set_step(
+            op = await self._set_step(
                 op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
             )
             step = RestoreStep.EXIT_MAINTENANCE
 
         if step is RestoreStep.EXIT_MAINTENANCE:
             vm = self._exit_maintenance(vm.metadata.name, me)
-            op = self._set_step(
+            op = await self._set_step(
                 op, RestoreStep.RESTORE_POWER_STATE, f"{op.status.message}; bringing back its power state"
             )
             step = RestoreStep.RESTORE_POWER_STATE
@@ -300,7 +302,7 @@ class RestoreHandler:
             if intents.restore_power_state is not None:
                 return Result(requeue_after=POLL_S)  # consumed where the VM controller recreates the domain
             wanted = "start requested" if intents.start else f"VM is {vm.status.phase.value}"
-            self._finish(
+            await self._finish(
                 op,
                 OperationPhase.COMPLETED,
                 "Restored",
@@ -374,7 +376,7 @@ class RestoreHandler:
     ) -> Result | None:
         """ExitMaintenance also after a failure: the VM leaves the hold and gets its previous power state."""
         self._exit_maintenance(vm.metadata.name, holder(op))
-        self._finish(
+        await self._finish(
             op,
             OperationPhase.FAILED,
             reason,

@@ -66,10 +66,10 @@ class SnapshotReconciler:
             return None
         if FINALIZER not in snap.metadata.finalizers:
             snap.metadata.finalizers.append(FINALIZER)
-            snap = ctx.write(snap)
+            snap = await ctx.write(snap)
         vm = ctx.store.find(VirtualMachine, snap.spec.vm)
         if vm is None:
-            return self._fail(snap, f"VM {snap.spec.vm} does not exist")
+            return await self._fail(snap, f"VM {snap.spec.vm} does not exist")
         if snap.status.phase is SnapshotPhase.PENDING:
             snap.status.phase = SnapshotPhase.IN_PROGRESS
             snap.status.captured = CapturedVM(
@@ -80,7 +80,7 @@ class SnapshotReconciler:
             live = vm.status.phase in LIVE_PHASES
             snap.status.power_state = "Running" if live else "Stopped"
             snap.status.host = vm.status.host
-            snap = ctx.write(snap)
+            snap = await ctx.write(snap)
             ctx.event(snap, "InProgress", f"capturing VM {vm.metadata.name} ({snap.status.power_state})")
         return await self._capture(snap, vm)
 
@@ -105,7 +105,7 @@ class SnapshotReconciler:
                 volume = ctx.store.find(Volume, disk.volume)
                 pool = ctx.store.find(StoragePool, volume.spec.pool) if volume else None
                 if volume is None or pool is None:
-                    return self._fail(snap, f"disk {disk.volume} has no volume or pool")
+                    return await self._fail(snap, f"disk {disk.volume} has no volume or pool")
                 driver = await self._disk_driver(vm, pool)
                 if driver is None:
                     return Result(requeue_after=2.0)
@@ -115,15 +115,17 @@ class SnapshotReconciler:
                 snap.status.disk_snapshots.append(
                     DiskSnapshot(volume=disk.volume, handle=handle, size_gib=volume.spec.size_gib)
                 )
-                snap = ctx.write(snap)  # each handle is durable before the next disk
+                snap = await ctx.write(snap)  # each handle is durable before the next disk
             if live and snap.spec.with_memory and snap.status.memory_handle is None and vm_driver is not None:
                 snap.status.memory_handle = await vm_driver.save_memory(
                     dname, f"snap-{snap.metadata.uid}-memory"
                 )
             if live and snap.spec.required_consistency and not snap.spec.with_memory and vm_driver is None:
-                return self._fail(snap, "required_consistency: the VM's host is not reachable to freeze it")
+                return await self._fail(
+                    snap, "required_consistency: the VM's host is not reachable to freeze it"
+                )
         except PermanentError as exc:
-            return self._fail(snap, f"capture failed: {exc}")
+            return await self._fail(snap, f"capture failed: {exc}")
         except DriverError as exc:
             log.info("snapshot %s: %s; retrying", snap.metadata.name, exc)
             return Result(requeue_after=2.0)
@@ -137,15 +139,15 @@ class SnapshotReconciler:
         snap.status.message = f"{len(snap.status.disk_snapshots)} disk(s)" + (
             ", with memory" if snap.status.memory_handle else ""
         )
-        ctx.write(snap)
+        await ctx.write(snap)
         ctx.event(snap, "Ready", snap.status.message)
         ctx.event(vm, "SnapshotTaken", f"snapshot {snap.metadata.name}: {snap.status.message}")
         return None
 
-    def _fail(self, snap: VirtualMachineSnapshot, message: str) -> Result | None:
+    async def _fail(self, snap: VirtualMachineSnapshot, message: str) -> Result | None:
         snap.status.phase = SnapshotPhase.FAILED
         snap.status.message = message
-        self.ctx.write(snap)
+        await self.ctx.write(snap)
         self.ctx.event(snap, "Failed", message, warning=True)
         return None
 
@@ -162,7 +164,7 @@ class SnapshotReconciler:
                 with contextlib.suppress(NotFound):
                     await driver.delete_volume_snapshot(disk.handle)
             snap.status.disk_snapshots.remove(disk)
-            snap = ctx.write(snap)
+            snap = await ctx.write(snap)
         if snap.status.memory_handle and vm is not None:
             driver = await self._vm_driver(vm) or None
             if driver is not None:
@@ -172,7 +174,7 @@ class SnapshotReconciler:
                     log.info("memory state of %s already gone", snap.metadata.name)
         if FINALIZER in snap.metadata.finalizers:
             snap.metadata.finalizers.remove(FINALIZER)
-            snap = ctx.write(snap)
+            snap = await ctx.write(snap)
         if not snap.metadata.finalizers:
             ctx.store.delete(VirtualMachineSnapshot, snap.metadata.name)
             ctx.event(

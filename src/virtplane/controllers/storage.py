@@ -118,7 +118,7 @@ class StoragePoolReconciler:
         status.used_gib = used
         if status != pool.status:
             pool.status = status
-            ctx.write(pool)
+            await ctx.write(pool)
         return Result(requeue_after=60.0 if reachable else 5.0)
 
 
@@ -136,14 +136,16 @@ class VolumeReconciler:
             return await self._delete(volume, pool)
         if VOLUME_FINALIZER not in volume.metadata.finalizers:  # the API sets it; others may not
             volume.metadata.finalizers.append(VOLUME_FINALIZER)
-            volume = ctx.write(volume)
-        volume = sync_attachment(ctx, volume)
+            volume = await ctx.write(volume)
+        volume = await sync_attachment(ctx, volume)
         if volume.status.phase is VolumePhase.READY and volume.status.size_gib >= volume.spec.size_gib:
             return None
         if pool is None:
-            return self._fail(volume, VolumePhase.PENDING, f"pool {volume.spec.pool} does not exist", 5.0)
+            return await self._fail(
+                volume, VolumePhase.PENDING, f"pool {volume.spec.pool} does not exist", 5.0
+            )
         if pool.spec.content is PoolContent.IMAGES:
-            return self._fail(
+            return await self._fail(
                 volume,
                 VolumePhase.FAILED,
                 f"pool {pool.metadata.name} is an image library, not for volumes",
@@ -155,11 +157,11 @@ class VolumeReconciler:
             image = ctx.cache.image(volume.spec.source.image)
             image_pool = ctx.cache.pool(image.spec.pool) if image else None
             if source is None or image_pool is None:
-                return self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+                return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
         driver = await pool_driver(ctx, pool, also=image_pool)
         if driver is None:
             where = f" and image library {image_pool.metadata.name}" if image_pool else ""
-            return self._fail(
+            return await self._fail(
                 volume, VolumePhase.PENDING, f"no connected host sees pool {pool.metadata.name}{where}", 5.0
             )
         file = volume_file(volume)
@@ -169,15 +171,15 @@ class VolumeReconciler:
             else:
                 info = await driver.create_volume(pool_ref(pool), file, volume.spec.size_gib, source)
         except PermanentError as exc:
-            return self._fail(volume, VolumePhase.FAILED, str(exc), 60.0)
+            return await self._fail(volume, VolumePhase.FAILED, str(exc), 60.0)
         except DriverError as exc:
-            return self._fail(volume, VolumePhase.PENDING, str(exc), 5.0)
+            return await self._fail(volume, VolumePhase.PENDING, str(exc), 5.0)
         volume.status.phase = VolumePhase.READY
         volume.status.path = info.path
         volume.status.file = file
         volume.status.size_gib = info.size_gib
         volume.status.message = ""
-        ctx.write(volume)
+        await ctx.write(volume)
         ctx.event(volume, "Ready", f"created at {info.path}")
         return None
 
@@ -193,16 +195,16 @@ class VolumeReconciler:
                 return Result(requeue_after=5.0)
         if VOLUME_FINALIZER in volume.metadata.finalizers:
             volume.metadata.finalizers.remove(VOLUME_FINALIZER)
-            volume = ctx.write(volume)
+            volume = await ctx.write(volume)
         if not volume.metadata.finalizers:
             ctx.store.delete(Volume, volume.metadata.name)
         return None
 
-    def _fail(self, volume: Volume, phase: VolumePhase, message: str, retry: float) -> Result:
+    async def _fail(self, volume: Volume, phase: VolumePhase, message: str, retry: float) -> Result:
         if volume.status.phase != phase or volume.status.message != message:
             volume.status.phase = phase
             volume.status.message = message
-            self.ctx.write(volume)
+            await self.ctx.write(volume)
             self.ctx.event(volume, "NotReady", message, warning=True)
         return Result(requeue_after=retry)
 

@@ -32,7 +32,7 @@ class Cancel(Tracker):
         if m.status.phase is not MaintenancePhase.CANCELLING:
             m.status.phase = MaintenancePhase.CANCELLING
             m.status.message = "cancelling: no new moves; waiting for migrations in flight"
-            m = self.save(m)
+            m = await self.save(m)
             ctx.event(host, "MaintenanceCancelling", "no new moves are scheduled")
         ours = [vm for vm, intent in in_flight(ctx.cache) if intent.requested_by == tag]
         for vm in ctx.cache.vms_on_host(name) + ours + self._departed(m):
@@ -42,7 +42,7 @@ class Cancel(Tracker):
         if in_maintenance(state):
             if ours:
                 m.status.message = f"cancelling: waiting for {len(ours)} migration(s) in flight"
-                self.save(m)
+                await self.save(m)
                 return Result(requeue_after=POLL_S)
             self._transition(name, HostEvent.CANCEL, "maintenance cancelled")
         self._release(name)
@@ -50,12 +50,12 @@ class Cancel(Tracker):
         if return_vms is None:  # not said with the cancel: the setting decides
             return_vms = ctx.settings.get_bool("host.maintenance.return_vms")
         if return_vms and not await self._return_vms(m, host):
-            self.save(m)
+            await self.save(m)
             return Result(requeue_after=POLL_S)
         m.status.phase = MaintenancePhase.CANCELLED
         m.status.finished_at = ctx.now()
         m.status.message = "cancelled: the host is back in service"
-        self.save(m)
+        await self.save(m)
         ctx.event(host, "MaintenanceCancelled", m.status.message)
         return None
 

@@ -55,7 +55,7 @@ class _Drain:
 
 
 class Drain(Tracker):
-    def start(self, m: HostMaintenance, host: Host) -> Result | None:
+    async def start(self, m: HostMaintenance, host: Host) -> Result | None:
         """A new or repeated request: AskMaintenance, plan again, stop here if the plan is blocked."""
         ctx = self.ctx
         name = host.metadata.name
@@ -68,10 +68,10 @@ class Drain(Tracker):
         except InvalidTransition as exc:
             m.status.phase = MaintenancePhase.FAILED
             m.status.message = str(exc)
-            self.save(m)
+            await self.save(m)
             ctx.event(host, "MaintenanceRefused", str(exc), warning=True)
             return None
-        m = self.save(m)
+        m = await self.save(m)
         self._transition(name, HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
         ctx.event(
             host,
@@ -79,11 +79,11 @@ class Drain(Tracker):
             "; ".join(f"{i.vm}: {i.action.value} {i.target or ''}".rstrip() for i in plan.items) or "no VMs",
         )
         if not plan.feasible:
-            self._blocked(m, name, {i.vm: i.reason for i in plan.blocked}, touched=False)
+            await self._blocked(m, name, {i.vm: i.reason for i in plan.blocked}, touched=False)
             return None
         return Result(requeue_after=0.0)
 
-    def _blocked(self, m: HostMaintenance, host: str, why: dict[str, str], *, touched: bool) -> None:
+    async def _blocked(self, m: HostMaintenance, host: str, why: dict[str, str], *, touched: bool) -> None:
         ctx = self.ctx
         for vm, reason in why.items():
             record(m, vm, advance(progress_of(m, vm), Blocked(reason)))
@@ -92,7 +92,7 @@ class Drain(Tracker):
         m.status.finished_at = ctx.now()
         details = "; ".join(f"{vm}: {reason}" for vm, reason in sorted(why.items()))
         m.status.message = ("nothing was touched; " if not touched else "") + f"blocked by {details}"
-        self.save(m)
+        await self.save(m)
         state = ctx.store.get(Host, host).status.resource_state
         if state is not HostResourceState.MAINTENANCE:
             self._transition(host, HostEvent.BLOCKED, f"VMs block the drain: {details}")
@@ -166,7 +166,7 @@ class Drain(Tracker):
             m.status.message = (
                 f"drained: {len(m.status.migrated_vms)} migrated, {len(m.status.stopped_vms)} stopped"
             )
-            self.save(m)
+            await self.save(m)
             if state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
                 self._transition(name, HostEvent.ERRORS_CORRECTED, "the failed migrations were retried")
             self._transition(name, HostEvent.DRAINED, m.status.message)
@@ -174,7 +174,7 @@ class Drain(Tracker):
         movable = [vm for vm in found.running if vm not in found.failed]
         if found.failed and not movable and not found.in_flight:
             why = {vm: m.status.progress[vm].message for vm in found.failed}
-            self._blocked(m, name, why, touched=True)
+            await self._blocked(m, name, why, touched=True)
             return None
         if found.retrying and state is HostResourceState.PREPARE_FOR_MAINTENANCE:
             self._transition(
@@ -190,7 +190,7 @@ class Drain(Tracker):
         m.status.message = f"draining: {waiting} VM(s) left" + (
             f", {len(found.inbound)} arriving" if found.inbound else ""
         )
-        self.save(m)
+        await self.save(m)
         return Result(requeue_after=POLL_S)
 
     def _stop(self, m: HostMaintenance, vm: VirtualMachine, action: PlanAction) -> None:

@@ -33,12 +33,12 @@ class MaintenanceReconciler:
             if m.status.phase is not MaintenancePhase.FAILED:
                 m.status.phase = MaintenancePhase.FAILED
                 m.status.message = f"host {m.spec.host} does not exist"
-                self.draining.save(m)
+                await self.draining.save(m)
             return None
         if m.spec.cancel:
             return await self.cancelling.step(m, host)
         if asked:
-            return self.draining.start(m, host)
+            return await self.draining.start(m, host)
         if m.status.phase is MaintenancePhase.DRAINING:
             return await self.draining.step(m, host)
         return None

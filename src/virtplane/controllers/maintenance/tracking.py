@@ -76,8 +76,8 @@ class Tracker:
             )
         return written.status.resource_state
 
-    def save(self, m: HostMaintenance) -> HostMaintenance:
-        written = self.ctx.write(m)
+    async def save(self, m: HostMaintenance) -> HostMaintenance:
+        written = await self.ctx.write(m)
         assert isinstance(written, HostMaintenance)
         return written
 

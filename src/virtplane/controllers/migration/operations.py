@@ -55,10 +55,12 @@ class MigrationOperations:
         self.ctx = ctx
         self.coordinator = coordinator
 
-    def _finish(self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str) -> None:
-        finish_operation(self.ctx, op, phase, reason, message)
+    async def _finish(
+        self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str
+    ) -> None:
+        await finish_operation(self.ctx, op, phase, reason, message)
 
-    def _finish_move(
+    async def _finish_move(
         self,
         op: VirtualMachineOperation,
         progress: MoveProgress,
@@ -70,15 +72,15 @@ class MigrationOperations:
         not the last one saved while it ran (Migrating, 0 %)."""
         op.status.progress = progress.as_dict()
         op.status.step = progress.state.value
-        self._finish(op, phase, reason, message)
+        await self._finish(op, phase, reason, message)
 
-    def _save(self, op: VirtualMachineOperation, progress: MoveProgress, message: str) -> None:
+    async def _save(self, op: VirtualMachineOperation, progress: MoveProgress, message: str) -> None:
         new = progress.as_dict()
         if op.status.progress != new or op.status.message != message:
             op.status.progress = new
             op.status.message = message
             op.status.step = progress.state.value
-            self.ctx.write(op)
+            await self.ctx.write(op)
 
     async def __call__(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
         tag = operation_tag(op.metadata.name)
@@ -86,7 +88,7 @@ class MigrationOperations:
         intent = read_migration(vm.metadata.annotations)
         if intent is not None and intent.requested_by != tag:
             why = f"waiting: another migration of the VM is under way ({intent.requested_by})"
-            self._save(op, progress, why)
+            await self._save(op, progress, why)
             return Result(requeue_after=POLL_S)
         explicit = op.spec.migrate.target_host if op.spec.migrate else None
         max_attempts = 1 if explicit else self.ctx.settings.get_int("migration.max_attempts")
@@ -96,17 +98,17 @@ class MigrationOperations:
             flight = InFlight(intent.target, intent.attempt, pct)
         progress = observed(progress, flight, vm.status.host, failure_message(vm), max_attempts=max_attempts)
         if intent is not None:
-            self._save(op, progress, f"migrating to {intent.target} (attempt {intent.attempt})")
+            await self._save(op, progress, f"migrating to {intent.target} (attempt {intent.attempt})")
             return Result(requeue_after=POLL_S)
         if progress.state is ProgressState.MIGRATED:
             message = f"VM {vm.metadata.name} is on {progress.target}"
-            self._finish_move(op, progress, OperationPhase.COMPLETED, "Migrated", message)
+            await self._finish_move(op, progress, OperationPhase.COMPLETED, "Migrated", message)
             return None
         if progress.state is ProgressState.FAILED:
-            self._finish_move(op, progress, OperationPhase.FAILED, "MigrationFailed", progress.message)
+            await self._finish_move(op, progress, OperationPhase.FAILED, "MigrationFailed", progress.message)
             return None
         if vm.status.phase not in MIGRATABLE_PHASES:
-            self._finish(
+            await self._finish(
                 op,
                 OperationPhase.FAILED,
                 "NotRunning",
@@ -114,36 +116,40 @@ class MigrationOperations:
             )
             return None
         if vm.spec.live_migration_policy is LiveMigrationPolicy.NEVER:
-            self._finish(
+            await self._finish(
                 op, OperationPhase.FAILED, "NotMigratable", "the VM's live_migration_policy is Never"
             )
             return None
         if explicit == vm.status.host:
-            self._finish(op, OperationPhase.FAILED, "AlreadyThere", f"the VM already runs on {explicit}")
+            await self._finish(
+                op, OperationPhase.FAILED, "AlreadyThere", f"the VM already runs on {explicit}"
+            )
             return None
         choice = self.coordinator.choose_target(vm, exclude=frozenset(progress.tried), only=explicit)
         if choice.host is None:
             failed = advance(progress, NoTarget(why_no_target(choice)))
-            self._finish_move(op, failed, OperationPhase.FAILED, "NoTarget", failed.message)
+            await self._finish_move(op, failed, OperationPhase.FAILED, "NoTarget", failed.message)
             return None
         result = await self.coordinator.begin(
             vm.metadata.name, choice.host, requested_by=tag, attempt=progress.attempts + 1
         )
         if isinstance(result, Waiting):
             progress = advance(progress, NoSlot(result.message))
-            self._save(op, progress, result.message)
+            await self._save(op, progress, result.message)
             return Result(requeue_after=POLL_S)
         if isinstance(result, Refused):
             progress = advance(
                 progress, TargetRefused(choice.host, result.message), max_attempts=max_attempts
             )
             if progress.state is ProgressState.FAILED:
-                self._finish_move(op, progress, OperationPhase.FAILED, "MigrationFailed", progress.message)
+                await self._finish_move(
+                    op, progress, OperationPhase.FAILED, "MigrationFailed", progress.message
+                )
                 return None
-            self._save(op, progress, result.message)
+            await self._save(op, progress, result.message)
             return Result(requeue_after=0.0)
         progress = advance(progress, Began(choice.host))
-        self._save(op, progress, f"migrating to {choice.host} (attempt {progress.attempts})")
+        await self._save(op, progress, f"migrating to {choice.host} (attempt {progress.attempts})")
         return Result(requeue_after=POLL_S)
 
 

@@ -41,7 +41,7 @@ class VMReconciler:
         state = VMState(self.ctx, vm, self.console_dir, self.ctx.now())
         result, _ = await run_chain(ORDER, state)
         if not state.gone:
-            state.save()
+            await state.save()
         return result
 
 

@@ -83,7 +83,7 @@ async def recovery(state: VMState) -> Result | None:
             f"in cluster {intent.cluster}, priority {state.vm.spec.recovery_priority})",
             warning=True,
         )
-        state.save()  # the slot is taken before anything else can count the slots
+        await state.save()  # the slot is taken before anything else can count the slots
         return None
     ahead = queue_position(waiting, state.name)
     state.status.phase = VMPhase.PENDING

@@ -136,7 +136,7 @@ class VMState:
         )
         return self.vm.model_copy(update={"metadata": metadata, "status": self.status})
 
-    def save(self) -> VirtualMachine:
+    async def save(self) -> VirtualMachine:
         """Write what changed (status, intents, finalizers) with the reconcile's events; nothing
         when nothing changed (the events then wait for the next write, or the reconcile's end)."""
         if (
@@ -147,13 +147,13 @@ class VMState:
             return self.vm  # nothing changed (most reconciles): no copies, no dumps
         # The store skips a write that changes nothing (comparing JSON documents), so no dumps
         # here: the comparison above already says something differs.
-        self.vm = self.ctx.write(self._changed())
+        self.vm = await self.ctx.write(self._changed())
         return self.vm
 
     async def durable(self, point: DurablePoint) -> VirtualMachine:
         """Make everything decided so far durable before the side effect that ``point`` names."""
         del point  # the name documents the call site; see durable.py for what each guards
-        return self.save()
+        return await self.save()
 
 
 __all__ = ["HostAccess", "VMState"]

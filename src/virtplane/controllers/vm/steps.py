@@ -73,12 +73,12 @@ async def deletion(state: VMState) -> Result | None:
         await access.driver.destroy(state.domain)
         await access.driver.undefine(state.domain)
     if not await state.delete_seeds():
-        state.save()
+        await state.save()
         state.ctx.event(vm, "DeletionWaiting", "waiting for a host that sees its seed's pool", warning=True)
         raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
     if FINALIZER in state.finalizers:
         state.finalizers.remove(FINALIZER)
-        state.save()
+        await state.save()
     if not state.finalizers:
         state.ctx.event(vm, "Deleted", "domain removed and VM deleted")
         state.ctx.store.delete(VirtualMachine, vm.metadata.name)
