@@ -169,7 +169,8 @@ def test_writes_together_are_one_transaction_with_the_events(store: Store) -> No
     store.add_listener(notified.append)
     a.status.phase = VMPhase.RUNNING
     b.status.phase = VMPhase.STOPPING
-    written = store.update_status_together([a, b], events=[event("Both")])
+    [written] = store.write_each([StatusWrite([a, b], [event("Both")])])
+    assert isinstance(written, list)
     assert [w.status.phase for w in written] == [VMPhase.RUNNING, VMPhase.STOPPING]
     assert written[1].metadata.resource_version == written[0].metadata.resource_version + 1
     assert notified == [written[1].metadata.resource_version]  # one commit, one wake-up
@@ -191,8 +192,8 @@ def test_writes_together_are_all_or_none(store: Store, refused: str) -> None:
         b.spec.cpu = 4
         error = StatusOnly
     before = store.revision()
-    with pytest.raises(error):
-        store.update_status_together([a, b], events=[event("Both")])
+    [outcome] = store.write_each([StatusWrite([a, b], [event("Both")])])
+    assert isinstance(outcome, error)
     assert store.get(VirtualMachine, "a").status.phase is not VMPhase.RUNNING
     assert store.revision() == before
     assert reasons(store) == []

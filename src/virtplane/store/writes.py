@@ -113,18 +113,10 @@ class ObjectWrites(ObjectReads):
         """
         return self._update(obj, check_version=True, events=events, status_only=True)
 
-    def update_status_together(
-        self, objs: Sequence[Resource], *, events: Sequence[EventRecord] = ()
-    ) -> list[Resource]:
-        """Status writes of several objects in one transaction, each as ``update_status``: all
-        of them or, on a lost race or a refused change of any, none. For a step whose writes
-        must not be seen apart (an operation's admission: the VM's intent and the operation
-        InProgress)."""
-        return self._write_objects(objs, events, check_version=True, status_only=True)
-
     def write_each(self, writes: Sequence[StatusWrite]) -> list[list[Resource] | StoreError]:
         """Many writers' status writes in one transaction and one commit (a group commit):
-        each as ``update_status_together``, all or none on its own. A lost race or a refused
+        each all or none on its own (several objects of one writer: an operation's admission,
+        the VM's intent and the operation InProgress, are seen together or not at all). A lost race or a refused
         change (a ``StoreError``) rolls back only its own writer's part (a SAVEPOINT each)
         and is that writer's outcome; any other error rolls back all of them and is raised.
         Every outcome is final when this returns: what it wrote is committed."""
