@@ -64,7 +64,6 @@ def volumes_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> l
         return []
     volumes = {d.volume for vm in (before, after) if vm is not None for d in vm.spec.disks}
     # and what it holds but no longer lists: released once its domain is redefined without it
-    # (a change of these facts only, rare; the Volume controller may have looked before it)
-    vm_name = name_of(old, new)
-    volumes |= {v.metadata.name for v in cache.volumes() if v.status.attached_vm == vm_name}
+    # (the Volume controller may have looked before that write)
+    volumes.update(cache.volumes_held_by(name_of(old, new)))
     return [Request(Volume.KIND, name) for name in sorted(volumes)]

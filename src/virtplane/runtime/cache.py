@@ -97,6 +97,7 @@ class Cache:
         self._ops_under_way: set[str] = set()  # operations not finished yet
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
+        self._volumes_by_holder: dict[str, set[str]] = defaultdict(set)  # status.attached_vm
         self._pool_used_gib: dict[str, int] = defaultdict(int)  # the sizes of each pool's volumes
         self._unscheduled: set[str] = set()  # VMs waiting for a host
         self._migrating: set[str] = set()  # VMs that carry a migration intent
@@ -180,6 +181,8 @@ class Cache:
                 self._ops_under_way.add(name)
         elif isinstance(obj, Volume):
             self._volumes_by_pool[obj.spec.pool].add(name)
+            if obj.status.attached_vm:
+                self._volumes_by_holder[obj.status.attached_vm].add(name)
             self._pool_used_gib[obj.spec.pool] += obj.spec.size_gib
 
     def _drop(self, kind: str, name: str) -> None:
@@ -204,6 +207,8 @@ class Cache:
             self._ops_under_way.discard(name)
         elif isinstance(old, Volume):
             self._volumes_by_pool[old.spec.pool].discard(name)
+            if old.status.attached_vm:
+                self._volumes_by_holder[old.status.attached_vm].discard(name)
             self._pool_used_gib[old.spec.pool] -= old.spec.size_gib
 
     def put(self, obj: Resource) -> None:
@@ -292,6 +297,10 @@ class Cache:
         """The sizes of the volumes in ``pool``, summed as volumes come and go (placement reads it
         at every look; a fleet has thousands of volumes)."""
         return self._pool_used_gib.get(pool, 0)
+
+    def volumes_held_by(self, vm: str) -> list[str]:
+        """The volumes attached to ``vm`` (their ``status.attached_vm``)."""
+        return sorted(self._volumes_by_holder.get(vm, ()))
 
     def volumes_in_pool(self, pool: str) -> list[str]:
         return sorted(self._volumes_by_pool.get(pool, ()))

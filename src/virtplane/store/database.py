@@ -224,9 +224,6 @@ class Database:
         finally:
             cursor.close()
 
-    def _lock_events(self, connection: Connection) -> None:
-        self._advisory_lock(connection, LOCK_EVENTS)
-
     def _advisory_lock(self, connection: Connection, key: int) -> None:
         """On PostgreSQL, wait for ``key`` and hold it until this transaction ends."""
         if not self.is_sqlite:

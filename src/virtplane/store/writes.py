@@ -19,7 +19,7 @@ from virtplane.domain.resources import Resource
 from virtplane.store import claims as claim_table
 from virtplane.store import statements
 from virtplane.store.claims import Holder
-from virtplane.store.database import EventRecord, utcnow
+from virtplane.store.database import LOCK_EVENTS, EventRecord, utcnow
 from virtplane.store.errors import Conflict, NotFound, StatusOnly, StoreError
 from virtplane.store.reads import ObjectReads
 
@@ -122,11 +122,12 @@ class ObjectWrites(ObjectReads):
         Every outcome is final when this returns: what it wrote is committed."""
         outcomes: list[list[Resource] | StoreError] = []
         highest: int | None = None
+        docs_each = [[obj.model_dump(mode="json") for obj in write.objs] for write in writes]
         with self._write() as connection:
             if any(write.events for write in writes):
-                self._lock_events(connection)  # before any revision: the lock order of every write
-            for write in writes:
-                docs = [obj.model_dump(mode="json") for obj in write.objs]
+                # before any revision: the lock order of every write (events, then revisions)
+                self._advisory_lock(connection, LOCK_EVENTS)
+            for write, docs in zip(writes, docs_each, strict=True):
                 with self._savepoint(connection) as rollback:
                     try:
                         self._append_events(connection, write.events)
