@@ -138,7 +138,13 @@ def replica(path: Path, name: str) -> ControlPlane:
         sim=sim,
         driver_factory=sim_factory(ref, sim),
         options=ControlPlaneOptions(
-            workers=1, leader_election=True, replica_id=name, lease_s=1.5, renew_every_s=0.3
+            # a lease long enough that a busy machine (CI runs two suites at once) cannot let it
+            # run out between a check of the leadership and the scrape that reports it
+            workers=1,
+            leader_election=True,
+            replica_id=name,
+            lease_s=3.0,
+            renew_every_s=0.3,
         ),
     )
     ref.append(plane)
