@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tests.conftest import eventually
 from tests.maintenance.conftest import Cluster, most_at_once
+from virtplane.controllers.maintenance.tracking import Tracker
+from virtplane.domain.host_states import HostEvent
 from virtplane.domain.resources import HostMaintenance, VMPhase
 from virtplane.drivers.base import MigrationPhase
 
@@ -193,3 +195,15 @@ async def test_a_dry_run_changes_nothing(cluster: Cluster) -> None:
         assert current.metadata.resource_version == version
     assert cluster.sim.snapshot_state() == sim_before
     assert cluster.state("h1") == "Enabled" and cluster.vm("s").status.phase is VMPhase.RUNNING
+
+
+async def test_a_host_state_is_written_with_its_event(cluster: Cluster) -> None:
+    """Whoever sees the host's new state sees its event too: one transaction, not the state now
+    and the event with the reconcile's next write (a test saw Maintenance without its event)."""
+    await cluster.add_host("h1")
+    await cluster.wait_state("h1", "Enabled")
+    ctx = cluster.plane.ctx
+    async with ctx.events_scope():
+        Tracker(ctx, cluster.plane.migrations)._transition("h1", HostEvent.ASK_MAINTENANCE, "asked")
+        assert cluster.state("h1") == "PrepareForMaintenance"
+        assert cluster.events("Host", "h1")[-1] == "PrepareForMaintenance"

@@ -79,8 +79,8 @@ class Cancel(Tracker):
                     current.metadata.annotations, intents.with_(held_by=None)
                 )
 
-            written = ctx.mutate(VirtualMachine, vm.metadata.name, release)
-            ctx.event(written, "MaintenanceReleased", f"the maintenance of {host} ended; the VM starts again")
+            ctx.event(vm, "MaintenanceReleased", f"the maintenance of {host} ended; the VM starts again")
+            ctx.mutate(VirtualMachine, vm.metadata.name, release)  # with the event above
 
     async def _return_vms(self, m: HostMaintenance, host: Host) -> bool:
         """Migrate back the VMs that left, where there is room; True once nothing is left to do."""

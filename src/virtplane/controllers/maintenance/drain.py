@@ -213,13 +213,13 @@ class Drain(Tracker):
                     ),
                 )
 
-            written = ctx.mutate(VirtualMachine, vm.metadata.name, hold)
             ctx.event(
-                written,
+                vm,
                 "MaintenanceStop",
                 f"{mode.value} stop for the maintenance of {m.spec.host}; it starts again when the maintenance ends",
             )
             ctx.event(("Host", m.spec.host), "VMStopping", f"{vm.metadata.name}: {mode.value} stop")
+            ctx.mutate(VirtualMachine, vm.metadata.name, hold)  # with the events above
         if vm.metadata.name not in m.status.stopped_vms:
             m.status.stopped_vms.append(vm.metadata.name)
         forced = f", forced after {vm.spec.termination_grace_period_s}s" if mode is StopMode.GRACEFUL else ""

@@ -62,10 +62,9 @@ class Tracker:
                 now=ctx.now(),
             )
 
-        written = ctx.mutate(Host, host_name, change)
-        if after != before:
+        if after != before:  # recorded first: ``mutate`` writes it with the state
             ctx.event(
-                written,
+                host,
                 after.value,
                 f"{before.value} -> {after.value}: {message}",
                 warning=after
@@ -74,7 +73,7 @@ class Tracker:
                     HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE,
                 ),
             )
-        return written.status.resource_state
+        return ctx.mutate(Host, host_name, change).status.resource_state
 
     async def save(self, m: HostMaintenance) -> HostMaintenance:
         written = await self.ctx.write(m)
