@@ -37,12 +37,11 @@ async def sync_attachment(ctx: ControllerContext, volume: Volume) -> Volume:
     if wanted == current:
         return volume
     volume.status.attached_vm = wanted
-    written = await ctx.write(volume)
     if current is not None:
-        ctx.event(written, "Released", f"released by VM {current}")
+        ctx.event(volume, "Released", f"released by VM {current}")
     if wanted is not None:
-        ctx.event(written, "Attached", f"attached to VM {wanted}")
-    return written
+        ctx.event(volume, "Attached", f"attached to VM {wanted}")
+    return await ctx.write(volume)
 
 
 def volumes_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:

@@ -59,7 +59,8 @@ class ControllerContext:
     def event(
         self, obj: Resource | tuple[str, str], reason: str, message: str, warning: bool = False
     ) -> None:
-        """Record an event; inside a reconcile it is written with the reconcile's next write."""
+        """Record an event; inside a reconcile it is written with the reconcile's next write,
+        so record it before the write it describes: whoever sees the change sees its event."""
         kind, name = (obj.KIND, obj.metadata.name) if isinstance(obj, Resource) else obj
         record = (kind, name, reason, message, EventType.WARNING if warning else EventType.NORMAL)
         pending = _pending.get()

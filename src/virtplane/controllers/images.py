@@ -53,11 +53,11 @@ class ImageReconciler:
         if status != image.status:
             became = status.phase is not image.status.phase
             image.status = status
-            await ctx.write(image)
             if became:
                 ctx.event(
                     image, status.phase.value, status.message, warning=status.phase is ImagePhase.FAILED
                 )
+            await ctx.write(image)
         return Result(requeue_after=retry)
 
     async def _check(self, image: Image) -> tuple[ImageStatus, float]:

@@ -92,8 +92,8 @@ class RestoreHandler:
         if op.status.step != step or op.status.message != message:
             op.status.step = step.value
             op.status.message = message
-            op = await self.ctx.write(op)
             self.ctx.event(op, step, message)
+            op = await self.ctx.write(op)
         return op
 
     async def _finish(

@@ -80,8 +80,8 @@ class SnapshotReconciler:
             live = vm.status.phase in LIVE_PHASES
             snap.status.power_state = "Running" if live else "Stopped"
             snap.status.host = vm.status.host
-            snap = await ctx.write(snap)
             ctx.event(snap, "InProgress", f"capturing VM {vm.metadata.name} ({snap.status.power_state})")
+            snap = await ctx.write(snap)
         return await self._capture(snap, vm)
 
     async def _capture(self, snap: VirtualMachineSnapshot, vm: VirtualMachine) -> Result | None:
@@ -139,16 +139,16 @@ class SnapshotReconciler:
         snap.status.message = f"{len(snap.status.disk_snapshots)} disk(s)" + (
             ", with memory" if snap.status.memory_handle else ""
         )
-        await ctx.write(snap)
         ctx.event(snap, "Ready", snap.status.message)
         ctx.event(vm, "SnapshotTaken", f"snapshot {snap.metadata.name}: {snap.status.message}")
+        await ctx.write(snap)
         return None
 
     async def _fail(self, snap: VirtualMachineSnapshot, message: str) -> Result | None:
         snap.status.phase = SnapshotPhase.FAILED
         snap.status.message = message
-        await self.ctx.write(snap)
         self.ctx.event(snap, "Failed", message, warning=True)
+        await self.ctx.write(snap)
         return None
 
     async def _delete(self, snap: VirtualMachineSnapshot) -> Result | None:

@@ -179,8 +179,8 @@ class VolumeReconciler:
         volume.status.file = file
         volume.status.size_gib = info.size_gib
         volume.status.message = ""
-        await ctx.write(volume)
         ctx.event(volume, "Ready", f"created at {info.path}")
+        await ctx.write(volume)
         return None
 
     async def _delete(self, volume: Volume, pool: StoragePool | None) -> Result | None:
@@ -204,8 +204,8 @@ class VolumeReconciler:
         if volume.status.phase != phase or volume.status.message != message:
             volume.status.phase = phase
             volume.status.message = message
-            await self.ctx.write(volume)
             self.ctx.event(volume, "NotReady", message, warning=True)
+            await self.ctx.write(volume)
         return Result(requeue_after=retry)
 
 

@@ -32,8 +32,8 @@ class Cancel(Tracker):
         if m.status.phase is not MaintenancePhase.CANCELLING:
             m.status.phase = MaintenancePhase.CANCELLING
             m.status.message = "cancelling: no new moves; waiting for migrations in flight"
-            m = await self.save(m)
             ctx.event(host, "MaintenanceCancelling", "no new moves are scheduled")
+            m = await self.save(m)
         ours = [vm for vm, intent in in_flight(ctx.cache) if intent.requested_by == tag]
         for vm in ctx.cache.vms_on_host(name) + ours + self._departed(m):
             if vm.metadata.name in m.status.progress or read_migration(vm.metadata.annotations):
@@ -55,8 +55,8 @@ class Cancel(Tracker):
         m.status.phase = MaintenancePhase.CANCELLED
         m.status.finished_at = ctx.now()
         m.status.message = "cancelled: the host is back in service"
-        await self.save(m)
         ctx.event(host, "MaintenanceCancelled", m.status.message)
+        await self.save(m)
         return None
 
     def _release(self, host: str) -> None:

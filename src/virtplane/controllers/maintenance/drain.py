@@ -68,16 +68,16 @@ class Drain(Tracker):
         except InvalidTransition as exc:
             m.status.phase = MaintenancePhase.FAILED
             m.status.message = str(exc)
-            await self.save(m)
             ctx.event(host, "MaintenanceRefused", str(exc), warning=True)
+            await self.save(m)
             return None
-        m = await self.save(m)
-        self._transition(name, HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
         ctx.event(
             host,
             "MaintenancePlanned",
             "; ".join(f"{i.vm}: {i.action.value} {i.target or ''}".rstrip() for i in plan.items) or "no VMs",
         )
+        m = await self.save(m)
+        self._transition(name, HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
         if not plan.feasible:
             await self._blocked(m, name, {i.vm: i.reason for i in plan.blocked}, touched=False)
             return None

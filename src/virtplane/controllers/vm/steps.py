@@ -73,8 +73,8 @@ async def deletion(state: VMState) -> Result | None:
         await access.driver.destroy(state.domain)
         await access.driver.undefine(state.domain)
     if not await state.delete_seeds():
-        await state.save()
         state.ctx.event(vm, "DeletionWaiting", "waiting for a host that sees its seed's pool", warning=True)
+        await state.save()
         raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
     if FINALIZER in state.finalizers:
         state.finalizers.remove(FINALIZER)
