@@ -148,6 +148,6 @@ async def test_an_operation_waits_for_the_first_look_at_its_vm(store: Store) -> 
     assert store.get(VirtualMachineOperation, name).status.phase is OperationPhase.PENDING
     looked = store.get(VirtualMachine, "vm-1")
     looked.status.phase = VMPhase.STOPPED  # what the VM controller's first look writes (no host yet)
-    store.update_status(looked)
+    await plane.ctx.write(looked)  # as that look writes it: the cache holds it at once
     await plane.operations(Request(OP, name))
     assert store.get(VirtualMachineOperation, name).status.phase is OperationPhase.IN_PROGRESS

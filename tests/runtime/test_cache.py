@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from virtplane.bootstrap import ControlPlane
 from virtplane.domain.intents import MigrationIntent, write_migration
 from virtplane.domain.resources import (
     Metadata,
@@ -168,3 +169,35 @@ def test_each_pools_used_space_is_the_sum_of_its_volumes_sizes(store: Store) -> 
             cache.put(step)
         summed = {pool: sum(v.spec.size_gib for v in cache.volumes() if v.spec.pool == pool) for pool in "pq"}
         assert {pool: cache.pool_used_gib(pool) for pool in "pq"} == summed
+
+
+def test_a_look_is_the_caches_object_copied_else_the_stores(store: Store) -> None:
+    """A reconcile starts from the cache's copy (no store read) and may change it freely; an
+    object the cache does not hold yet is read from the store."""
+    ctx = ControlPlane(store).ctx  # not started: the cache holds what the test puts in
+    held = store.create(_vm("vm-1"))
+    ctx.cache.put(held)
+    store.create(_vm("vm-2"))
+
+    looked = ctx.look(VirtualMachine, "vm-1")
+    assert looked == held and looked is not held
+    assert looked.status is not held.status
+    looked.status.phase = VMPhase.STOPPED
+    assert ctx.cache.vm("vm-1") is held and held.status.phase is not VMPhase.STOPPED
+    from_store = ctx.look(VirtualMachine, "vm-2")
+    assert from_store is not None and from_store.metadata.name == "vm-2"
+    assert ctx.look(VirtualMachine, "vm-3") is None
+
+
+def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -> None:
+    """The feed delivers a deletion later; a look before that must not find the object (the VM
+    controller would delete it again, and record its Deleted event twice)."""
+    ctx = ControlPlane(store).ctx
+    ctx.cache.put(store.create(_vm("vm-1")))
+    seen: list[tuple[str, object]] = []
+    ctx.cache.add_listener(lambda kind, name, old, new: seen.append((name, new)))
+
+    ctx.delete(VirtualMachine, "vm-1")
+
+    assert ctx.cache.vm("vm-1") is None and ctx.look(VirtualMachine, "vm-1") is None
+    assert seen == [("vm-1", None)]  # the watches see the deletion as from the feed

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar, cast
 
+from virtplane.domain.base import copied
 from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
@@ -53,6 +54,17 @@ class ControllerContext:
 
     def __post_init__(self) -> None:
         self.commits = GroupCommit(self.store, committed=self.cache.put)
+
+    # ------------------------------------------------------------------ reads
+
+    def look(self, cls: type[R], name: str) -> R | None:
+        """The object a reconcile starts from, its own copy to change: the cache's (it holds
+        every write of this process before the writer resumes, and the feed's delivery of
+        the others is what wakes a reconcile), else the store's. A copy older than the store's
+        (a change not yet delivered) loses its write's version check and is looked at again;
+        a driver call comes only after such a write (the durable points)."""
+        cached = self.cache.get(cls, name)
+        return copied(cached) if cached is not None else self.store.find(cls, name)
 
     # ------------------------------------------------------------------ events
 
@@ -111,6 +123,12 @@ class ControllerContext:
         written = self.store.mutate(cls, name, change, events=self._take_events(), status_only=True)
         self.cache.put(written)
         return written
+
+    def delete(self, cls: type[R], name: str) -> None:
+        """``Store.delete``; the cache lets go of the object at once when its row is gone (a
+        look before the feed delivers the deletion must not find it)."""
+        if self.store.delete(cls, name):
+            self.cache.gone(cls.KIND, name)
 
     def write_spec(self, obj: R, why: str) -> R:
         """The rare controller step that changes a spec, named at its call site by ``why``:

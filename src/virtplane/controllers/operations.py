@@ -97,10 +97,10 @@ class OperationReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
-        op = ctx.store.find(VirtualMachineOperation, req.name)
+        op = ctx.look(VirtualMachineOperation, req.name)
         if op is None or op.status.phase.finished:
             return None
-        vm = ctx.store.find(VirtualMachine, op.spec.vm)
+        vm = ctx.look(VirtualMachine, op.spec.vm)
         if vm is None:
             await self._finish(op, OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist")
             return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from virtplane.domain.intents import MIGRATION
 from virtplane.domain.networks import Network
@@ -28,6 +29,8 @@ from virtplane.domain.resources import (
 )
 from virtplane.store.changes import Change
 from virtplane.store.store import Store
+
+R = TypeVar("R", bound=Resource)
 
 CacheListener = Callable[[str, str, Resource | None, Resource | None], None]
 """(kind, name, old, new) after the cache applied a change; new is None when deleted."""
@@ -219,7 +222,20 @@ class Cache:
             for listener in self._listeners:
                 listener(obj.KIND, obj.metadata.name, current, obj)
 
+    def gone(self, kind: str, name: str) -> None:
+        """Drop an object this process deleted before the feed delivers it (read-your-writes)."""
+        current = self._objects[kind].get(name)
+        if current is not None:
+            self._drop(kind, name)
+            for listener in self._listeners:
+                listener(kind, name, current, None)
+
     # ------------------------------------------------------------------ reads
+
+    def get(self, cls: type[R], name: str) -> R | None:
+        """The object as held (shared: read it, never change it), or None."""
+        obj = self._objects[cls.KIND].get(name)
+        return obj if isinstance(obj, cls) else None
 
     def hosts(self) -> list[Host]:
         return [o for o in self._objects["Host"].values() if isinstance(o, Host)]

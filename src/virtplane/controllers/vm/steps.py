@@ -81,7 +81,7 @@ async def deletion(state: VMState) -> Result | None:
         await state.save()
     if not state.finalizers:
         state.ctx.event(vm, "Deleted", "domain removed and VM deleted")
-        state.ctx.store.delete(VirtualMachine, vm.metadata.name)
+        state.ctx.delete(VirtualMachine, vm.metadata.name)
         state.gone = True
     raise StopChain()
 
