@@ -252,20 +252,32 @@ def test_many_writers_roll_back_together_on_any_other_error(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only a StoreError is one writer's own outcome: anything else (the database failing)
-    leaves nothing of any of them, also of those whose SAVEPOINT was released already."""
+    leaves nothing of any of them, also of those written already."""
     a, b, _ = three(store)
     a.status.phase = b.status.phase = VMPhase.RUNNING
-    write_one = store._write_one
+    apply = store._apply
 
     def breaks_on_b(connection: sqlalchemy.Connection, obj: VirtualMachine, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         if obj.metadata.name == "b":
             raise sqlalchemy.exc.OperationalError("UPDATE", {}, Exception("disk I/O error"))
-        return write_one(connection, obj, *args, **kwargs)  # type: ignore[arg-type]
+        return apply(connection, obj, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store, "_write_one", breaks_on_b)
+    monkeypatch.setattr(store, "_apply", breaks_on_b)
     before = store.revision()
     with pytest.raises(sqlalchemy.exc.OperationalError):
         store.write_each([StatusWrite([a], [vm_event("a", "Started")]), StatusWrite([b])])
     assert store.revision() == before
     assert store.get(VirtualMachine, "a").status.phase is not VMPhase.RUNNING
+    assert store.list_events(kind="VirtualMachine") == []
+
+
+def test_a_writer_is_checked_after_the_writers_before_it_wrote(store: Store) -> None:
+    """Two reconciles' writes of one object read at one version meet in a commit: the first
+    wins, the second lost the race (its own outcome), and the first's write stands."""
+    a, _, _ = three(store)
+    first, second = a.model_copy(deep=True), a.model_copy(deep=True)
+    first.status.message, second.status.message = "first", "second"
+    won, lost = store.write_each([StatusWrite([first]), StatusWrite([second], [vm_event("a", "Late")])])
+    assert isinstance(won, list) and isinstance(lost, Conflict)
+    assert store.get(VirtualMachine, "a").status.message == "first"
     assert store.list_events(kind="VirtualMachine") == []

@@ -204,26 +204,6 @@ class Database:
         for listener in list(self._listeners):
             listener(revision)
 
-    @contextmanager
-    def _savepoint(self, connection: Connection) -> Iterator[Callable[[], None]]:
-        """A SAVEPOINT inside the caller's transaction; the block rolls back to it by calling
-        what it is given. On SQLite the transaction is begun first: a SAVEPOINT outside one
-        would begin its own, and releasing it would commit."""
-        dbapi = connection.connection
-        cursor = dbapi.cursor()
-        try:
-            if self.is_sqlite and not dbapi.in_transaction:
-                cursor.execute("BEGIN")
-            cursor.execute("SAVEPOINT one_write")
-
-            def rollback() -> None:
-                cursor.execute("ROLLBACK TO SAVEPOINT one_write")
-
-            yield rollback
-            cursor.execute("RELEASE SAVEPOINT one_write")
-        finally:
-            cursor.close()
-
     def _advisory_lock(self, connection: Connection, key: int) -> None:
         """On PostgreSQL, wait for ``key`` and hold it until this transaction ends."""
         if not self.is_sqlite:

@@ -41,6 +41,13 @@ class StoredRow(NamedTuple):
     resource_version: int
 
 
+class StoredObject(NamedTuple):
+    """A row ``_check`` locked and found writable, and its body as plain JSON."""
+
+    row: StoredRow
+    stored: dict[str, Any]
+
+
 class StatusWrite(NamedTuple):
     """One writer's part of ``write_each``: status writes of its objects, all or none (no
     object: its events alone), with its events."""
@@ -116,10 +123,11 @@ class ObjectWrites(ObjectReads):
     def write_each(self, writes: Sequence[StatusWrite]) -> list[list[Resource] | StoreError]:
         """Many writers' status writes in one transaction and one commit (a group commit):
         each all or none on its own (several objects of one writer: an operation's admission,
-        the VM's intent and the operation InProgress, are seen together or not at all). A lost race or a refused
-        change (a ``StoreError``) rolls back only its own writer's part (a SAVEPOINT each)
-        and is that writer's outcome; any other error rolls back all of them and is raised.
-        Every outcome is final when this returns: what it wrote is committed."""
+        the VM's intent and the operation InProgress, are seen together or not at all). A lost
+        race or a refused change (a ``StoreError``) is found by a writer's checks, before
+        anything of it is written, and is that writer's outcome; any other error rolls back
+        all of them and is raised. Every outcome is final when this returns: what it wrote is
+        committed."""
         outcomes: list[list[Resource] | StoreError] = []
         highest: int | None = None
         docs_each = [[obj.model_dump(mode="json") for obj in write.objs] for write in writes]
@@ -128,17 +136,22 @@ class ObjectWrites(ObjectReads):
                 # before any revision: the lock order of every write (events, then revisions)
                 self._advisory_lock(connection, LOCK_EVENTS)
             for write, docs in zip(writes, docs_each, strict=True):
-                with self._savepoint(connection) as rollback:
-                    try:
-                        self._append_events(connection, write.events)
-                        written = [
-                            self._write_one(connection, obj, doc, check_version=True, status_only=True)
-                            for obj, doc in zip(write.objs, docs, strict=True)
-                        ]
-                    except StoreError as error:
-                        rollback()
-                        outcomes.append(error)
-                        continue
+                # Checked after the writers before it wrote (one of them may have written the
+                # same object), and all of its objects before any is written: no SAVEPOINT to
+                # roll back to (two statements a writer).
+                try:
+                    checked = [
+                        self._check(connection, obj, doc, check_version=True, status_only=True)
+                        for obj, doc in zip(write.objs, docs, strict=True)
+                    ]
+                except StoreError as error:
+                    outcomes.append(error)
+                    continue
+                self._append_events(connection, write.events)
+                written = [
+                    self._apply(connection, obj, doc, stored)
+                    for obj, doc, stored in zip(write.objs, docs, checked, strict=True)
+                ]
                 revisions = [revision for _, revision in written if revision is not None]
                 highest = revisions[-1] if revisions else highest
                 outcomes.append([obj for obj, _ in written])
@@ -197,10 +210,24 @@ class ObjectWrites(ObjectReads):
         """One object's write inside the caller's transaction (after its events: the lock order
         is events, then revisions): the object as stored, and the revision it drew (None: it
         changed nothing)."""
+        stored = self._check(connection, obj, doc, check_version=check_version, status_only=status_only)
+        return self._apply(connection, obj, doc, stored, claims)
+
+    def _check(
+        self,
+        connection: Connection,
+        obj: Resource,
+        doc: dict[str, Any],
+        *,
+        check_version: bool,
+        status_only: bool,
+    ) -> StoredObject:
+        """The object's row, locked, if ``obj`` may be written over it: a ``StoreError`` (gone,
+        a lost race, a change of what only the API writes) when not. Writes nothing."""
         # The comparisons run on JSON documents: one dump of the caller's object (``doc``) and
         # the stored body parsed as plain JSON (bodies are kept in the current schema,
         # ``bodies.py``), instead of a deep copy and a dump per comparison.
-        kind, name, cls = obj.KIND, obj.metadata.name, type(obj)
+        kind, name = obj.KIND, obj.metadata.name
         row = self._locked_row(connection, kind, name)
         if row is None:
             raise NotFound(kind, name)
@@ -210,9 +237,23 @@ class ObjectWrites(ObjectReads):
         if status_only and _owned_by_users(doc) != _owned_by_users(stored):
             # A body another version of the code wrote (a replica not yet upgraded) may
             # lack a default the current schema adds: compare it in the current shape.
-            stored = cls.model_validate_json(row.body).model_dump(mode="json")
+            stored = type(obj).model_validate_json(row.body).model_dump(mode="json")
             if _owned_by_users(doc) != _owned_by_users(stored):
                 raise StatusOnly(kind, name)
+        return StoredObject(row, stored)
+
+    def _apply(
+        self,
+        connection: Connection,
+        obj: R,
+        doc: dict[str, Any],
+        checked: StoredObject,
+        claims: Sequence[Claim] | None = None,
+    ) -> tuple[R, int | None]:
+        """Write ``doc`` over the checked row: the object as stored, and its revision (None:
+        it changed nothing, and nothing was written)."""
+        kind, name, cls = obj.KIND, obj.metadata.name, type(obj)
+        row, stored = checked
         if claims is not None:
             claim_table.replace_claims(connection, Holder(kind, name, stored["metadata"]["uid"]), claims)
         meta, stored_meta = doc["metadata"], stored["metadata"]
