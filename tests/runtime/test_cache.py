@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from virtplane.bootstrap import ControlPlane
+from virtplane.controllers.vm.reconciler import VMReconciler
 from virtplane.domain.intents import MigrationIntent, write_migration
 from virtplane.domain.resources import (
     Metadata,
@@ -23,6 +24,7 @@ from virtplane.domain.resources import (
     Volume,
     VolumeSpec,
 )
+from virtplane.reconcile import Request
 from virtplane.runtime.cache import Cache
 from virtplane.store.changes import Change
 from virtplane.store.store import Store
@@ -201,3 +203,17 @@ def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -
 
     assert ctx.cache.vm("vm-1") is None and ctx.look(VirtualMachine, "vm-1") is None
     assert seen == [("vm-1", None)]  # the watches see the deletion as from the feed
+
+
+async def test_a_vm_look_changes_nothing_the_cache_holds(store: Store) -> None:
+    """The VM controller starts from the cache's own object, uncopied (``ctx.held``): its steps
+    change the state's copies (status, intents, finalizers), never that object."""
+    ctx = ControlPlane(store).ctx
+    held = store.create(_vm("vm-1"))
+    ctx.cache.put(held)
+    before = held.model_dump()
+
+    await VMReconciler(ctx)(Request(VirtualMachine.KIND, "vm-1"))
+
+    assert store.get(VirtualMachine, "vm-1").status != held.status  # the look wrote what it saw
+    assert held.model_dump() == before

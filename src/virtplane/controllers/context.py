@@ -57,12 +57,18 @@ class ControllerContext:
 
     # ------------------------------------------------------------------ reads
 
+    def held(self, cls: type[R], name: str) -> R | None:
+        """The object a reconcile starts from: the cache's (it holds every write of this
+        process before the writer resumes, and the feed's delivery of the others is what
+        wakes a reconcile), else the store's. Shared with the cache: read it, never change it
+        (``look`` for a copy to change). One older than the store's (a change not yet
+        delivered) loses its write's version check and is looked at again; a driver call
+        comes only after such a write (the durable points)."""
+        cached = self.cache.get(cls, name)
+        return cached if cached is not None else self.store.find(cls, name)
+
     def look(self, cls: type[R], name: str) -> R | None:
-        """The object a reconcile starts from, its own copy to change: the cache's (it holds
-        every write of this process before the writer resumes, and the feed's delivery of
-        the others is what wakes a reconcile), else the store's. A copy older than the store's
-        (a change not yet delivered) loses its write's version check and is looked at again;
-        a driver call comes only after such a write (the durable points)."""
+        """``held``, as the reconcile's own copy to change."""
         cached = self.cache.get(cls, name)
         return copied(cached) if cached is not None else self.store.find(cls, name)
 

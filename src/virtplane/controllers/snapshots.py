@@ -176,7 +176,7 @@ class SnapshotReconciler:
             snap.metadata.finalizers.remove(FINALIZER)
             snap = await ctx.write(snap)
         if not snap.metadata.finalizers:
-            ctx.store.delete(VirtualMachineSnapshot, snap.metadata.name)
+            ctx.delete(VirtualMachineSnapshot, snap.metadata.name)
             ctx.event(
                 ("VirtualMachine", snap.spec.vm),
                 "SnapshotDeleted",

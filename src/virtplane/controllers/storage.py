@@ -197,7 +197,7 @@ class VolumeReconciler:
             volume.metadata.finalizers.remove(VOLUME_FINALIZER)
             volume = await ctx.write(volume)
         if not volume.metadata.finalizers:
-            ctx.store.delete(Volume, volume.metadata.name)
+            ctx.delete(Volume, volume.metadata.name)
         return None
 
     async def _fail(self, volume: Volume, phase: VolumePhase, message: str, retry: float) -> Result:

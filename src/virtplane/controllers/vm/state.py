@@ -41,7 +41,7 @@ class HostAccess:
 @dataclass
 class VMState:
     ctx: ControllerContext
-    vm: VirtualMachine  # as last read or written
+    vm: VirtualMachine  # as last read or written; the cache's own object: never changed here
     console_dir: str | None
     now: datetime
     status: VirtualMachineStatus = field(init=False)
