@@ -99,6 +99,12 @@ def test_one_session_at_a_time(live_server: LiveServer, world: httpx.Client) -> 
         until(first, PROMPT)
         status, body = refusal(live_server)
         assert (status, body["reason"]) == (409, "ConsoleBusy")
+    # The server lets go of the session after the close handshake, then records ConsoleDetached.
+    wait_json(
+        world,
+        "/v1/events?name=web-1",
+        lambda body: any(e["reason"] == "ConsoleDetached" for e in body["items"]),
+    )
     with attach(live_server) as second:  # free again once the first detached
         until(second, PROMPT)
 
