@@ -31,9 +31,11 @@ from virtplane.drivers.base import (
     DomainInfo,
     DomainSpec,
     DomainState,
+    ImageRef,
     MigrationJob,
     MigrationPhase,
     MigrationRequest,
+    NicAttachment,
     PoolRef,
     domain_name,
 )
@@ -275,6 +277,43 @@ def test_a_steady_world_is_the_same_after_a_kill(tmp_path: Path) -> None:
         assert (await h2.get_info(domain_name("on-h2"))) == expected_infos["h2"][domain_name("on-h2")]
 
     life(second_life)
+
+
+def test_a_domains_definition_and_live_config_come_back_field_for_field(tmp_path: Path) -> None:
+    path = tmp_path / "sim.db"
+    images = PoolRef(name="images", path="images", shared=True, capacity_gib=10)
+    live = DomainSpec(
+        name=domain_name("full"),
+        vm_name="full",
+        vm_uid="full",
+        cpu=2,
+        memory_mib=1024,
+        disks=(
+            DiskAttachment(path="sim://shared/root", boot_order=1, shared=True, volume="root", size_gib=10),
+            DiskAttachment(path="sim://local/data", format="raw", volume="data", size_gib=5),
+        ),
+        kernel=ImageRef(pool=images, file="vmlinuz"),
+        initrd=ImageRef(pool=images, file="initrd.img", format="raw"),
+        cmdline="console=ttyS0",
+        console_log="/var/log/full.log",
+        nics=(NicAttachment(mac="52:54:00:00:00:01", bridge="br0", vlan=7, network="lan"),),
+        seed="sim://local/full-seed.iso",
+    )
+    defined = DomainSpec(**{**live.__dict__, "cpu": 4, "nics": ()})  # redefined while it runs
+
+    async def first_life() -> None:
+        cloud = make_cloud(path)
+        cloud.add_host("h1", vcpus=8, memory_mib=8192, bridges=("br0",))
+        h1 = await connected(cloud, "h1")
+        await h1.ensure_defined(live)
+        await h1.start(live.name)
+        await h1.ensure_defined(defined)
+
+    life(first_life)
+    host = make_cloud(path).host_named("h1")
+    assert host is not None
+    domain = host.domains[live.name]
+    assert (domain.spec, domain.live) == (defined, live)
 
 
 def test_a_reloaded_pool_has_the_room_its_volumes_leave(tmp_path: Path) -> None:
