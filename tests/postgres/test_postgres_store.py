@@ -81,11 +81,11 @@ def test_migrations_create_the_schema_on_an_empty_database(url: str) -> None:
     try:
         assert store.schema_revision() is None
         store.migrate()
-        assert store.schema_revision() == "0003"
+        assert store.schema_revision() == "0004"
         tables = set(inspect(store.engine).get_table_names())
         assert {"objects", "changes", "events", "tokens", "leases", "alembic_version"} <= tables
         store.migrate()  # idempotent
-        assert store.schema_revision() == "0003"
+        assert store.schema_revision() == "0004"
     finally:
         store.close()
 
@@ -94,7 +94,7 @@ def test_replicas_starting_together_migrate_once(url: str) -> None:
     stores = [Store(url) for _ in range(4)]
     try:
         run_threads(lambda i: stores[i].migrate(), len(stores))
-        assert all(s.schema_revision() == "0003" for s in stores)
+        assert all(s.schema_revision() == "0004" for s in stores)
         stores[0].create(vm("web-1"))
         assert stores[3].get(VirtualMachine, "web-1").spec.cpu == 1
     finally:

@@ -226,7 +226,14 @@ def test_sqlite_migration_indexes_the_labels_of_existing_objects(tmp_path: Path)
     with store.engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "0001")
-    store.create(VirtualMachine(metadata=Metadata(name="old-1", labels={"app": "web"})))
+        old = VirtualMachine(metadata=Metadata(name="old-1", labels={"app": "web"}))
+        connection.execute(  # as the code of 0001 wrote it
+            text(
+                "INSERT INTO objects (kind, name, uid, resource_version, generation, body) "
+                "VALUES ('VirtualMachine', 'old-1', 'u1', 1, 1, :body)"
+            ),
+            {"body": old.model_dump_json()},
+        )
     store.migrate()
     assert names(store, "app=web") == ["old-1"]
     with store.engine.connect() as connection:
@@ -244,7 +251,7 @@ def test_sqlite_migration_indexes_the_labels_of_existing_objects(tmp_path: Path)
 
 
 def test_a_long_field_value_never_fails_a_write(store: Store) -> None:
-    """The generated columns take any value the body has (status.host is not length-checked)."""
+    """The field columns take any value the body has (status.host is not length-checked)."""
     store.create(VirtualMachine(metadata=Metadata(name="far")))
     current = store.get(VirtualMachine, "far")
     current.status.host = "h" * 1000

@@ -24,11 +24,11 @@ def test_migrations_create_the_schema_on_an_empty_database(tmp_path: Path) -> No
     store = Store(sqlite_url(tmp_path / "empty.db"))
     assert store.schema_revision() is None
     store.migrate()
-    assert store.schema_revision() == "0003"
+    assert store.schema_revision() == "0004"
     tables = set(inspect(store.engine).get_table_names())
     assert {"objects", "changes", "events", "tokens", "leases", "alembic_version"} <= tables
     store.migrate()  # idempotent
-    assert store.schema_revision() == "0003"
+    assert store.schema_revision() == "0004"
 
 
 def test_sqlite_runs_in_wal_mode(store: Store) -> None:

@@ -85,7 +85,9 @@ def _rewrite(store: Database, cls: type[Resource]) -> int:
             _objects.c.name == bindparam("b_name"),
             _objects.c.resource_version == bindparam("b_version"),
         )
-        .values(body=bindparam("b_body"))
+        .values(
+            body=bindparam("b_body"), **{column: bindparam(f"b_{column}") for column in schema.FIELD_PATHS}
+        )
     )
     while True:
         with store.engine.connect() as connection:
@@ -102,7 +104,12 @@ def _rewrite(store: Database, cls: type[Resource]) -> int:
         for row in rows:
             body = cls.model_validate_json(row.body).model_dump_json()
             if body != row.body:
-                updates.append({"b_name": row.name, "b_version": row.resource_version, "b_body": body})
+                fields = {
+                    f"b_{column}": value for column, value in schema.field_values(json.loads(body)).items()
+                }
+                updates.append(
+                    {"b_name": row.name, "b_version": row.resource_version, "b_body": body, **fields}
+                )
         if updates:
             with store._write() as connection:
                 connection.execute(rewrite, updates)

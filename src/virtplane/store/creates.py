@@ -21,6 +21,7 @@ from virtplane.store import statements
 from virtplane.store.claims import Holder
 from virtplane.store.database import Database, EventRecord, utcnow
 from virtplane.store.errors import AlreadyExists
+from virtplane.store.schema import field_values
 
 R = TypeVar("R", bound=Resource)
 
@@ -117,6 +118,7 @@ class ObjectCreates(Database):
                 "b_revision": revision,
                 "b_generation": 1,
                 "b_body": new.model_dump_json(),
+                **{f"b_{column}": value for column, value in field_values(doc).items()},
             },
         )
         return new

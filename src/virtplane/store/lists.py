@@ -1,8 +1,8 @@
-"""Paged, filtered lists and the reads a watch makes, over the indexes of migration 0002.
+"""Paged, filtered lists and the reads a watch makes, over the indexes of migrations 0002 and 0004.
 
 A page is a range of one kind in name order (``name > after``), so an object that
 exists from the first page to the last is on exactly one page, whatever changes in
-between. Selectors become SQL: a field is an indexed generated column, a label a
+between. Selectors become SQL: a field is an indexed column (``schema.FIELD_PATHS``), a label a
 lookup in ``object_labels`` (an uncorrelated ``IN``, which the database evaluates
 once per query rather than once per row). A page costs about its own size, not the
 size of the kind.

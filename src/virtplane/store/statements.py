@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Dialect, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
@@ -47,6 +47,14 @@ UPDATE_OBJECT = (
         body=bindparam("b_body"),
     )
 )
+
+
+def update_object_setting(fields: frozenset[str]) -> Update:
+    """``UPDATE_OBJECT`` that also sets the field columns ``fields`` (each bound as ``b_<column>``):
+    the ones whose value changed, so that the others' indexes are left alone."""
+    return UPDATE_OBJECT.values({column: bindparam(f"b_{column}") for column in sorted(fields)})
+
+
 DELETE_OBJECT = delete(_objects).where(*_by_key(), _objects.c.resource_version == bindparam("b_expected"))
 INSERT_OBJECT = insert(_objects).values(
     kind=bindparam("b_kind"),
@@ -55,6 +63,7 @@ INSERT_OBJECT = insert(_objects).values(
     resource_version=bindparam("b_revision"),
     generation=bindparam("b_generation"),
     body=bindparam("b_body"),
+    **{column: bindparam(f"b_{column}") for column in schema.FIELD_PATHS},
 )
 GET_MANY = select(_objects.c.name, _objects.c.body).where(
     _objects.c.kind == bindparam("b_kind"), _objects.c.name.in_(bindparam("b_names", expanding=True))
@@ -167,8 +176,17 @@ class Prepared:
         self.get_version = Compiled(GET_VERSION, dialect)
         self.insert_object = Compiled(INSERT_OBJECT, dialect)
         self.locked_row = Compiled(LOCKED_ROW, dialect)
-        self.update_object = Compiled(UPDATE_OBJECT, dialect)
+        self._dialect = dialect
+        self._updates: dict[frozenset[str], Compiled] = {}
         self.insert_change = Compiled(INSERT_CHANGE, dialect)
         self.revision = Compiled(REVISION, dialect)
         self.changes_since = Compiled(CHANGES_SINCE, dialect)
         self.insert_events = Compiled(INSERT_EVENTS, dialect)
+
+    def update_object(self, fields: frozenset[str]) -> Compiled:
+        """The UPDATE of an object that also sets the field columns ``fields`` (compiled on first
+        use: one statement for each set of changed fields)."""
+        compiled = self._updates.get(fields)
+        if compiled is None:
+            compiled = self._updates[fields] = Compiled(update_object_setting(fields), self._dialect)
+        return compiled

@@ -8,7 +8,7 @@ is a ``Conflict`` and never a lost update. A write that changes nothing is skipp
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Connection
@@ -22,6 +22,7 @@ from virtplane.store.claims import Holder
 from virtplane.store.database import LOCK_EVENTS, EventRecord, utcnow
 from virtplane.store.errors import Conflict, NotFound, StatusOnly, StoreError
 from virtplane.store.reads import ObjectReads
+from virtplane.store.schema import field_values
 
 R = TypeVar("R", bound=Resource)
 
@@ -71,9 +72,11 @@ class ObjectWrites(ObjectReads):
         revision: int,
         generation: int,
         body: str,
+        fields: Mapping[str, str | None],
     ) -> None:
-        """UPDATE the object if it still has version ``expected``; a lost race is a Conflict."""
-        updated = self.prepared.update_object.rowcount(
+        """UPDATE the object if it still has version ``expected``; a lost race is a Conflict.
+        ``fields``: the field columns whose value changed, and their new values."""
+        updated = self.prepared.update_object(frozenset(fields)).rowcount(
             connection,
             {
                 **statements.key(kind, name),
@@ -81,6 +84,7 @@ class ObjectWrites(ObjectReads):
                 "b_revision": revision,
                 "b_generation": generation,
                 "b_body": body,
+                **{f"b_{column}": value for column, value in fields.items()},
             },
         )
         if updated != 1:
@@ -267,14 +271,11 @@ class ObjectWrites(ObjectReads):
         meta["updated_at"] = utcnow()
         meta["resource_version"] = revision
         new = cls.model_validate(doc)
+        fields, stored_fields = field_values(doc), field_values(stored)
+        changed = {column: value for column, value in fields.items() if value != stored_fields[column]}
+        body = new.model_dump_json()
         self._write_object(
-            connection,
-            kind,
-            name,
-            row.resource_version,
-            revision,
-            meta["generation"],
-            new.model_dump_json(),
+            connection, kind, name, row.resource_version, revision, meta["generation"], body, changed
         )
         return new, revision
 
@@ -338,6 +339,7 @@ class ObjectWrites(ObjectReads):
                     revision,
                     current.metadata.generation,
                     current.model_dump_json(),
+                    {},  # a deletion mark changes no field
                 )
                 gone = False
             else:
