@@ -6,7 +6,8 @@ from tests.conftest import eventually
 from tests.maintenance.conftest import Cluster, most_at_once
 from virtplane.controllers.maintenance.tracking import Tracker
 from virtplane.domain.host_states import HostEvent
-from virtplane.domain.resources import HostMaintenance, VMPhase
+from virtplane.domain.intents import read_migration
+from virtplane.domain.resources import HostMaintenance, MaintenancePhase, Resource, VirtualMachine, VMPhase
 from virtplane.drivers.base import MigrationPhase
 
 
@@ -195,6 +196,48 @@ async def test_a_dry_run_changes_nothing(cluster: Cluster) -> None:
         assert current.metadata.resource_version == version
     assert cluster.sim.snapshot_state() == sim_before
     assert cluster.state("h1") == "Enabled" and cluster.vm("s").status.phase is VMPhase.RUNNING
+
+
+async def test_whoever_sees_a_maintenance_finished_sees_the_hosts_end_state(cluster: Cluster) -> None:
+    """The host's end state is written before the maintenance's end (a reader of the API saw a
+    maintenance Failed beside a host still in PrepareForMaintenance). Recorded as each end is
+    committed: the host's state in the store at that moment."""
+    await three_hosts(cluster)
+    cluster.fault("h1", "fail-migration", "v0", count=2)
+    seen: list[tuple[str, str]] = []
+    ends = (MaintenancePhase.COMPLETED, MaintenancePhase.FAILED)
+
+    def on_change(kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
+        if not isinstance(new, HostMaintenance) or new.status.phase not in ends:
+            return
+        if not isinstance(old, HostMaintenance) or old.status.phase != new.status.phase:
+            seen.append((new.status.phase.value, cluster.state(new.spec.host)))
+
+    cluster.plane.cache.add_listener(on_change)
+    cluster.request("h1")
+    await eventually(lambda: len(seen) == 1)
+    cluster.request("h1")  # again: the faults are used up, it drains
+    await eventually(lambda: len(seen) == 2)
+    assert seen == [("Failed", "ErrorInMaintenance"), ("Completed", "Maintenance")]
+
+
+async def test_whoever_sees_a_migration_end_on_its_vm_sees_its_event(cluster: Cluster) -> None:
+    """The VM's write that ends a migration (back where it ran, or on its target) carries the
+    event that says so: recorded, at each such write's commit, the VM's last event."""
+    await three_hosts(cluster)
+    cluster.fault("h1", "fail-migration", "v0", count=1)
+    seen: list[str] = []
+
+    def on_change(kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
+        if not isinstance(old, VirtualMachine) or not isinstance(new, VirtualMachine):
+            return
+        if read_migration(old.metadata.annotations) and not read_migration(new.metadata.annotations):
+            seen.append(cluster.events(kind, name)[-1])
+
+    cluster.plane.cache.add_listener(on_change)
+    cluster.request("h1")
+    await cluster.wait_state("h1", "Maintenance")
+    assert seen == ["MigrationFailed", "Migrated"]
 
 
 async def test_a_host_state_is_written_with_its_event(cluster: Cluster) -> None:

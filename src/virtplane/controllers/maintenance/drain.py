@@ -92,10 +92,6 @@ class Drain(Tracker):
         m.status.finished_at = ctx.now()
         details = "; ".join(f"{vm}: {reason}" for vm, reason in sorted(why.items()))
         m.status.message = ("nothing was touched; " if not touched else "") + f"blocked by {details}"
-        await self.save(m)
-        state = ctx.store.get(Host, host).status.resource_state
-        if state is not HostResourceState.MAINTENANCE:
-            self._transition(host, HostEvent.BLOCKED, f"VMs block the drain: {details}")
         for vm in why:
             ctx.event(
                 ("VirtualMachine", vm),
@@ -103,6 +99,12 @@ class Drain(Tracker):
                 f"blocks the maintenance of {host}: {why[vm]}",
                 warning=True,
             )
+        # The host's end state first: whoever sees the maintenance finished sees it (a crash
+        # between the two leaves the maintenance under way, and its next look ends it again).
+        state = ctx.store.get(Host, host).status.resource_state
+        if state is not HostResourceState.MAINTENANCE:
+            self._transition(host, HostEvent.BLOCKED, f"VMs block the drain: {details}")
+        await self.save(m)
         return None
 
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
@@ -166,10 +168,10 @@ class Drain(Tracker):
             m.status.message = (
                 f"drained: {len(m.status.migrated_vms)} migrated, {len(m.status.stopped_vms)} stopped"
             )
-            await self.save(m)
             if state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
                 self._transition(name, HostEvent.ERRORS_CORRECTED, "the failed migrations were retried")
             self._transition(name, HostEvent.DRAINED, m.status.message)
+            await self.save(m)  # after the host's end state, as in ``_blocked``
             return None
         movable = [vm for vm in found.running if vm not in found.failed]
         if found.failed and not movable and not found.in_flight:

@@ -278,12 +278,13 @@ class MigrationCoordinator:
                 now=ctx.now(),
             )
 
-        written = self.write_vm(name, clear)
-        self.flights.pop(name, None)
-        ctx.metrics.migration_ended(MigrationResult.FAILED)
-        ctx.event(
-            written,
+        ctx.event(  # first: the write that clears the intent carries it
+            (VirtualMachine.KIND, name),
             "MigrationFailed",
             f"attempt {intent.attempt} to {to} failed, the VM stays on {intent.source}: {error}",
             warning=True,
-        )  # its slot is free: who waits for one looks again (the watches on the intent's end)
+        )
+        self.write_vm(name, clear)
+        self.flights.pop(name, None)
+        ctx.metrics.migration_ended(MigrationResult.FAILED)
+        # its slot is free: who waits for one looks again (the watches on the intent's end)

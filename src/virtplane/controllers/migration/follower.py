@@ -218,17 +218,16 @@ class MigrationFollower:
             # has arrived neither holds (the Migrated event and the operation keep the record).
             current.status.conditions = remove_condition(current.status.conditions, VMCondition.MIGRATION)
 
-        written = self.coordinator.write_vm(vm.metadata.name, finish)
-        self.coordinator.flights.pop(vm.metadata.name, None)
-        ctx.metrics.migration_ended(MigrationResult.COMPLETED)
-        ctx.event(
-            written, "Migrated", f"now on {intent.target} (from {intent.source}, attempt {intent.attempt})"
-        )
+        # the events first: the VM's write that says it arrived carries them
+        ctx.event(vm, "Migrated", f"now on {intent.target} (from {intent.source}, attempt {intent.attempt})")
         ctx.event(("Host", intent.source), "VMMigratedOut", f"VM {vm.metadata.name} left for {intent.target}")
         ctx.event(
             ("Host", intent.target), "VMMigratedIn", f"VM {vm.metadata.name} arrived from {intent.source}"
-        )  # its slot is free: who waits for one looks again (the watches on the intent's end)
-        return None
+        )
+        self.coordinator.write_vm(vm.metadata.name, finish)
+        self.coordinator.flights.pop(vm.metadata.name, None)
+        ctx.metrics.migration_ended(MigrationResult.COMPLETED)
+        return None  # its slot is free: who waits for one looks again (the watches on the intent's end)
 
     async def _delete_source_seeds(self, vm: VirtualMachine, intent: MigrationIntent) -> list[SeedVolume]:
         """The seed copies in the source's local pools (the target has its own): delete them and
@@ -276,10 +275,10 @@ class MigrationFollower:
                 def repoint(current: Volume, to: str = target_pool.metadata.name) -> None:
                     current.spec.pool = to
 
+                ctx.event(volume, "Moved", f"copied to pool {target_pool.metadata.name} on {intent.target}")
                 ctx.mutate_spec(
                     Volume, volume.metadata.name, repoint, why="its disk was copied to the target"
                 )
-                ctx.event(volume, "Moved", f"copied to pool {target_pool.metadata.name} on {intent.target}")
             source_pool = next(
                 (
                     p
