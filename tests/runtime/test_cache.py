@@ -10,7 +10,7 @@ import pytest
 
 from virtplane.bootstrap import ControlPlane
 from virtplane.controllers.vm.reconciler import VMReconciler
-from virtplane.domain.intents import MigrationIntent, write_migration
+from virtplane.domain.intents import MigrationIntent, read_intents, write_intents, write_migration
 from virtplane.domain.resources import (
     Metadata,
     OperationPhase,
@@ -173,22 +173,18 @@ def test_each_pools_used_space_is_the_sum_of_its_volumes_sizes(store: Store) -> 
         assert {pool: cache.pool_used_gib(pool) for pool in "pq"} == summed
 
 
-def test_a_look_is_the_caches_object_copied_else_the_stores(store: Store) -> None:
-    """A reconcile starts from the cache's copy (no store read) and may change it freely; an
-    object the cache does not hold yet is read from the store."""
+def test_a_reconcile_starts_from_the_caches_object_else_the_stores(store: Store) -> None:
+    """No store read for an object the cache holds (``ctx.held``: the cache's own, to read);
+    an object the cache does not hold yet is read from the store."""
     ctx = ControlPlane(store).ctx  # not started: the cache holds what the test puts in
     held = store.create(_vm("vm-1"))
     ctx.cache.put(held)
     store.create(_vm("vm-2"))
 
-    looked = ctx.look(VirtualMachine, "vm-1")
-    assert looked == held and looked is not held
-    assert looked.status is not held.status
-    looked.status.phase = VMPhase.STOPPED
-    assert ctx.cache.vm("vm-1") is held and held.status.phase is not VMPhase.STOPPED
-    from_store = ctx.look(VirtualMachine, "vm-2")
+    assert ctx.held(VirtualMachine, "vm-1") is held
+    from_store = ctx.held(VirtualMachine, "vm-2")
     assert from_store is not None and from_store.metadata.name == "vm-2"
-    assert ctx.look(VirtualMachine, "vm-3") is None
+    assert ctx.held(VirtualMachine, "vm-3") is None
 
 
 def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -> None:
@@ -201,7 +197,7 @@ def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -
 
     ctx.delete(VirtualMachine, "vm-1")
 
-    assert ctx.cache.vm("vm-1") is None and ctx.look(VirtualMachine, "vm-1") is None
+    assert ctx.cache.vm("vm-1") is None and ctx.held(VirtualMachine, "vm-1") is None
     assert seen == [("vm-1", None)]  # the watches see the deletion as from the feed
 
 
@@ -217,3 +213,39 @@ async def test_a_vm_look_changes_nothing_the_cache_holds(store: Store) -> None:
 
     assert store.get(VirtualMachine, "vm-1").status != held.status  # the look wrote what it saw
     assert held.model_dump() == before
+
+
+async def test_an_operation_look_changes_nothing_the_cache_holds(store: Store) -> None:
+    """The operation controller starts from the cache's own operation and VM, uncopied
+    (``ctx.held``), and changes copies only: its admission (the VM's intent, InProgress) and
+    its end (Completed)."""
+    plane = ControlPlane(store)
+    ctx = plane.ctx
+    vm = store.create(_vm("vm-1"))
+    vm.status.phase = VMPhase.STOPPED
+    ctx.cache.put(store.update_status(vm))
+    op = VirtualMachineOperation(
+        metadata=Metadata(name="op-1"), spec=VirtualMachineOperationSpec(vm="vm-1", type=OperationType.START)
+    )
+    ctx.cache.put(store.create(op))
+
+    def held() -> list[Any]:
+        return [ctx.cache.get(VirtualMachine, "vm-1"), ctx.cache.get(VirtualMachineOperation, "op-1")]
+
+    before = held()
+    dumps = [o.model_dump() for o in before]
+    await plane.operations(Request(VirtualMachineOperation.KIND, "op-1"))
+    assert store.get(VirtualMachineOperation, "op-1").status.phase is OperationPhase.IN_PROGRESS
+    assert read_intents(store.get(VirtualMachine, "vm-1").metadata.annotations).start
+    assert [o.model_dump() for o in before] == dumps
+
+    started = store.get(VirtualMachine, "vm-1")  # as the VM controller leaves it once running
+    intents = read_intents(started.metadata.annotations).with_(start=False)
+    started.metadata.annotations = write_intents(started.metadata.annotations, intents)
+    started.status.phase = VMPhase.RUNNING
+    ctx.cache.put(store.update_status(started))
+    before = held()
+    dumps = [o.model_dump() for o in before]
+    await plane.operations(Request(VirtualMachineOperation.KIND, "op-1"))
+    assert store.get(VirtualMachineOperation, "op-1").status.phase is OperationPhase.COMPLETED
+    assert [o.model_dump() for o in before] == dumps

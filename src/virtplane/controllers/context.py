@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar, cast
 
-from virtplane.domain.base import copied
 from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
@@ -61,16 +60,11 @@ class ControllerContext:
         """The object a reconcile starts from: the cache's (it holds every write of this
         process before the writer resumes, and the feed's delivery of the others is what
         wakes a reconcile), else the store's. Shared with the cache: read it, never change it
-        (``look`` for a copy to change). One older than the store's (a change not yet
-        delivered) loses its write's version check and is looked at again; a driver call
-        comes only after such a write (the durable points)."""
+        (``domain.base.copied`` makes the copy to change, where a change begins). One older
+        than the store's (a change not yet delivered) loses its write's version check and is
+        looked at again; a driver call comes only after such a write (the durable points)."""
         cached = self.cache.get(cls, name)
         return cached if cached is not None else self.store.find(cls, name)
-
-    def look(self, cls: type[R], name: str) -> R | None:
-        """``held``, as the reconcile's own copy to change."""
-        cached = self.cache.get(cls, name)
-        return copied(cached) if cached is not None else self.store.find(cls, name)
 
     # ------------------------------------------------------------------ events
 

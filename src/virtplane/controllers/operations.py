@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.watch import Watch, itself, name_of
+from virtplane.domain.base import copied
 from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.resources import (
@@ -96,19 +97,23 @@ class OperationReconciler:
         await finish_operation(self.ctx, op, phase, reason, message)
 
     async def __call__(self, req: Request) -> Result | None:
+        # Most looks only read (an operation waiting for its VM): both start as the cache's own
+        # objects, and what is changed is a copy, made where a change begins.
         ctx = self.ctx
-        op = ctx.look(VirtualMachineOperation, req.name)
+        op = ctx.held(VirtualMachineOperation, req.name)
         if op is None or op.status.phase.finished:
             return None
-        vm = ctx.look(VirtualMachine, op.spec.vm)
+        vm = ctx.held(VirtualMachine, op.spec.vm)
         if vm is None:
-            await self._finish(op, OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist")
+            await self._finish(
+                copied(op), OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist"
+            )
             return None
         if op.status.phase is OperationPhase.PENDING:
-            return await self._admit(op, vm)
+            return await self._admit(copied(op), copied(vm))
         handler = self.handlers.get(op.spec.type)
         if handler is not None:
-            return await handler(op, vm)
+            return await handler(copied(op), copied(vm))
         return await self._progress(op, vm)
 
     async def _admit(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
@@ -169,11 +174,13 @@ class OperationReconciler:
         return Result(requeue_after=POLL_S)
 
     async def _progress(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
+        """``op`` and ``vm`` as the cache holds them: read here, changed only as copies."""
         outcome = progress_of(op, vm)
         if outcome.finished is not None:
-            await self._finish(op, outcome.finished, outcome.reason, outcome.message)
+            await self._finish(copied(op), outcome.finished, outcome.reason, outcome.message)
             return None
         if outcome.message != op.status.message:
+            op = copied(op)
             op.status.message = outcome.message
             await self.ctx.write(op)
         return Result(requeue_after=POLL_S)
