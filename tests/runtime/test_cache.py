@@ -3,6 +3,7 @@ was read back from the store when the feed delivered it, though ``put`` had it a
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime
 from typing import Any
 
@@ -249,3 +250,32 @@ async def test_an_operation_look_changes_nothing_the_cache_holds(store: Store) -
     await plane.operations(Request(VirtualMachineOperation.KIND, "op-1"))
     assert store.get(VirtualMachineOperation, "op-1").status.phase is OperationPhase.COMPLETED
     assert [o.model_dump() for o in before] == dumps
+
+
+def test_a_load_runs_without_the_cycle_collector_and_gives_it_back(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything a load makes lives on: no collection walks it again meanwhile; the collector
+    is on again after the load, also after one that failed."""
+    store.create(_vm("vm-1"))
+    cache = Cache(store)
+    seen: list[bool] = []
+    list_objects = store.list_objects
+
+    def listing(cls: Any) -> Any:
+        seen.append(gc.isenabled())
+        return list_objects(cls)
+
+    monkeypatch.setattr(store, "list_objects", listing)
+    assert gc.isenabled()
+    cache.load()
+    assert seen and not any(seen) and gc.isenabled()
+    assert cache.vm("vm-1") is not None
+
+    def failing(cls: Any) -> Any:
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(store, "list_objects", failing)
+    with pytest.raises(RuntimeError):
+        Cache(store).load()
+    assert gc.isenabled()
