@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -196,6 +197,37 @@ async def test_define_is_idempotent_and_get_info_is_none_when_undefined(
     assert info == DomainInfo(spec.name, "vm1", DomainState.SHUTOFF, None, cpu=1, memory_mib=512)
     assert [i.name for i in await h1.list_domains()] == [spec.name]
     assert events.kinds() == [(DomainEventType.DEFINED, None)]
+
+
+async def test_with_no_boot_time_a_start_returns_running_and_writes_the_state_file_once(
+    tmp_path: Path,
+) -> None:
+    """As libvirt's domain is running when the start returns (its guest boots inside it): no
+    timer, both STARTED events, one transaction of the state file. A start made to fail still
+    dies after it returned, on a timer."""
+    cloud = SimCloud(boot_seconds=0.0, shutdown_seconds=0.0, state_path=tmp_path / "sim.db")
+    cloud.add_host("h1", vcpus=8, memory_mib=8192)
+    h1 = cloud.driver("sim://h1")
+    await h1.connect()
+    events = Recorder()
+    h1.set_event_sink(events)
+    spec, failing = make_spec("vm1"), make_spec("vm2")
+    await h1.ensure_defined(spec)
+    assert cloud.journal is not None
+    commits = cloud.journal.commits
+    await h1.start(spec.name)
+    info = await h1.get_info(spec.name)
+    assert info is not None and info.state is DomainState.RUNNING
+    assert cloud.journal.commits == commits + 1
+    assert [e.detail for e in events.events if e.type is DomainEventType.STARTED] == ["booting", "booted"]
+
+    await h1.ensure_defined(failing)
+    cloud.inject("h1", FaultKind.FAIL_START, failing.name)
+    await h1.start(failing.name)
+    info = await h1.get_info(failing.name)
+    assert info is not None and info.state is DomainState.STARTING
+    info = await wait_for_state(h1, failing.name, DomainState.SHUTOFF)
+    assert info.exit_reason is ExitReason.START_FAILED
 
 
 async def test_start_boots_for_boot_seconds_then_runs(h1: SimDriver, events: Recorder) -> None:
