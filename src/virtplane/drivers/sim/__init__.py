@@ -16,7 +16,8 @@ Domain states and what the driver reports
   changes only the stored definition; the live config stays until the next start
   (DEFINED event with detail "updated" when it changed).
 - ``start``: SHUTOFF → STARTING → after ``boot_seconds`` RUNNING (STARTED events with
-  detail "booting", then "booted"). A no-op when live; TransientError while SHUTTING_DOWN.
+  detail "booting", then "booted"); with no boot time RUNNING when it returns, as libvirt's
+  domain is. A no-op when live; TransientError while SHUTTING_DOWN.
 - ``shutdown``: STARTING/RUNNING/MIGRATING → SHUTTING_DOWN → after ``shutdown_seconds``
   SHUTOFF (STOPPED event; none when it begins, the caller asked for it). A no-op when off,
   shutting down or PAUSED: a paused guest ignores ACPI, so the caller's grace period runs
