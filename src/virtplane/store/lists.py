@@ -38,12 +38,8 @@ __all__ = [
 _objects = schema.objects
 _labels = schema.object_labels
 
-FIELD_COLUMNS = {
-    "metadata.name": _objects.c.name,
-    "spec.run_policy": _objects.c.spec_run_policy,
-    "spec.vm": _objects.c.spec_vm,
-    "status.host": _objects.c.status_host,
-    "status.phase": _objects.c.status_phase,
+FIELD_COLUMNS = {"metadata.name": _objects.c.name} | {
+    ".".join(path): _objects.c[column] for column, path in schema.FIELD_PATHS.items()
 }
 assert set(FIELD_COLUMNS) == set(SELECTABLE_FIELDS), "every selectable field needs its column"
 

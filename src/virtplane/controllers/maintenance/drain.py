@@ -99,13 +99,22 @@ class Drain(Tracker):
                 f"blocks the maintenance of {host}: {why[vm]}",
                 warning=True,
             )
-        # The host's end state first: whoever sees the maintenance finished sees it (a crash
-        # between the two leaves the maintenance under way, and its next look ends it again).
         state = ctx.store.get(Host, host).status.resource_state
-        if state is not HostResourceState.MAINTENANCE:
-            self._transition(host, HostEvent.BLOCKED, f"VMs block the drain: {details}")
-        await self.save(m)
+        moves = (
+            []
+            if state is HostResourceState.MAINTENANCE
+            else [(HostEvent.BLOCKED, f"VMs block the drain: {details}")]
+        )
+        await self._end(m, host, moves)
         return None
+
+    async def _end(self, m: HostMaintenance, host: str, moves: list[tuple[HostEvent, str]]) -> None:
+        """The host's end state first, then the maintenance's end: whoever sees the maintenance
+        finished sees the host where it ended (a crash between the two leaves the maintenance
+        under way, and its next look ends it again)."""
+        for event, message in moves:
+            self._transition(host, event, message)
+        await self.save(m)
 
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
         stored = next((i for i in m.status.plan if i.vm == vm.metadata.name), None)
@@ -168,10 +177,10 @@ class Drain(Tracker):
             m.status.message = (
                 f"drained: {len(m.status.migrated_vms)} migrated, {len(m.status.stopped_vms)} stopped"
             )
+            moves = [(HostEvent.DRAINED, m.status.message)]
             if state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
-                self._transition(name, HostEvent.ERRORS_CORRECTED, "the failed migrations were retried")
-            self._transition(name, HostEvent.DRAINED, m.status.message)
-            await self.save(m)  # after the host's end state, as in ``_blocked``
+                moves.insert(0, (HostEvent.ERRORS_CORRECTED, "the failed migrations were retried"))
+            await self._end(m, name, moves)
             return None
         movable = [vm for vm in found.running if vm not in found.failed]
         if found.failed and not movable and not found.in_flight:

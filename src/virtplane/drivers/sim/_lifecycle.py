@@ -60,6 +60,7 @@ class DomainLifecycle(HostRecord):
         if delay <= 0 and not fail:
             # No boot time: running when the call returns, as a libvirt domain is (its guest
             # boots inside a running domain), with no timer and no second write of the state file.
+            domain.cancel_timer()  # as ``_after`` does: a reset during a boot restarts it
             self.finish_boot(domain)
             return
         self._after(delay, self.fail_boot if fail else self.finish_boot, domain)
