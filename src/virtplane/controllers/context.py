@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar, cast
 
+from virtplane.controllers.scheduling import Promises
 from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
@@ -47,6 +48,8 @@ class ControllerContext:
     watches (``controllers.watch``) map every change of the cache to whom it concerns."""
     metrics: PlaneMetrics = field(default_factory=PlaneMetrics)
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
+    promised: Promises = field(default_factory=Promises)
+    """Room placements took before their writes landed (``controllers.scheduling``)."""
     commits: GroupCommit = field(init=False)
     """The status writes of all reconciles, committed together (one transaction per turn of
     the event loop)."""

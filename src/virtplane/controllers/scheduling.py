@@ -5,14 +5,46 @@ from __future__ import annotations
 from collections import defaultdict
 
 from virtplane.domain.networks import host_lacks
-from virtplane.domain.placement import HostView, VMView
+from virtplane.domain.placement import HostView, VMView, reserve
 from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import Capability, Host, HostConnection, PoolKind, StoragePool, VirtualMachine
 from virtplane.runtime.cache import Cache
 
 # Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES, as the
-# cache tallies them per host (``Cache.usage``).
+# cache tallies them per host (``Cache.usage``), and ``Promises`` until that write lands.
 GIB = 1
+
+
+class Promises:
+    """Room that starts' placements took on hosts before their writes landed.
+
+    The cache counts a VM on its host once the write naming the host is committed, and a
+    write awaits a turn of the loop (``GroupCommit``); the VM reconciles that run meanwhile
+    would otherwise all see the same free room (nine VMs on a host with room for eight).
+    A promise counts until the cache holds the VM on that host; its reconcile lets go of it
+    at its end, written or not.
+    """
+
+    def __init__(self) -> None:
+        self._by_vm: dict[str, tuple[str, VMView]] = {}
+
+    def take(self, host: str, vm: VMView) -> None:
+        self._by_vm[vm.name] = (host, vm)
+
+    def release(self, vm: str) -> None:
+        self._by_vm.pop(vm, None)
+
+    def __len__(self) -> int:
+        return len(self._by_vm)
+
+    def pending(self, cache: Cache) -> list[tuple[str, VMView]]:
+        """The promises whose VM the cache does not hold on the promised host yet."""
+        result = []
+        for name, (host, view) in self._by_vm.items():
+            held = cache.vm(name)
+            if held is None or held.status.host != host:
+                result.append((host, view))
+        return result
 
 
 def pool_hosts(cache: Cache, pool: StoragePool) -> set[str]:
@@ -73,7 +105,8 @@ def host_networks(cache: Cache, host: Host) -> frozenset[str]:
     )
 
 
-def host_views(cache: Cache) -> list[HostView]:
+def host_views(cache: Cache, promised: Promises) -> list[HostView]:
+    """Every host as placement sees it: the room its VMs hold, and the room ``promised``."""
     pools = cache.pools()
     shared_by_host: dict[str, set[str]] = defaultdict(set)
     local_by_host: dict[str, dict[str, int]] = defaultdict(dict)
@@ -112,4 +145,11 @@ def host_views(cache: Cache) -> list[HostView]:
                 networks=host_networks(cache, host),
             )
         )
-    return views
+    pending = promised.pending(cache)
+    if not pending:  # nearly always: no placement in flight
+        return views
+    by_name = {view.name: view for view in views}
+    for host_name, vm in pending:
+        if host_name in by_name:  # a start's disks are in the host's pools already: no copy
+            by_name[host_name] = reserve(by_name[host_name], vm, copy_local_disks=False)
+    return list(by_name.values())

@@ -34,4 +34,6 @@ def compute_plan(
 ) -> Plan:
     """The plan for draining ``host`` now, from the cache."""
     vms = ctx.cache.vms_on_host(host) if vms is None else vms
-    return plan_maintenance(host, [plan_vm(ctx, vm) for vm in vms], host_views(ctx.cache), strategy)
+    return plan_maintenance(
+        host, [plan_vm(ctx, vm) for vm in vms], host_views(ctx.cache, ctx.promised), strategy
+    )

@@ -87,7 +87,7 @@ class MigrationCoordinator:
 
     def target_views(self) -> list[HostView]:
         """Placement views where migrations in flight already hold room on their targets."""
-        views = {v.name: v for v in host_views(self.ctx.cache)}
+        views = {v.name: v for v in host_views(self.ctx.cache, self.ctx.promised)}
         for vm, intent in in_flight(self.ctx.cache):
             view = views.get(intent.target)
             if view is not None:

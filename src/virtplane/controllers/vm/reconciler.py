@@ -39,9 +39,12 @@ class VMReconciler:
         if vm is None:
             return None
         state = VMState(self.ctx, vm, self.console_dir, self.ctx.now())
-        result, _ = await run_chain(ORDER, state)
-        if not state.gone:
-            await state.save()
+        try:
+            result, _ = await run_chain(ORDER, state)
+            if not state.gone:
+                await state.save()
+        finally:  # written or not, a placement made here is no longer in flight
+            self.ctx.promised.release(req.name)
         return result
 
 
