@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conftest import eventually
@@ -16,10 +18,12 @@ from virtplane.domain.resources import (
     MigrateSpec,
     OperationPhase,
     OperationType,
+    Placement,
     RunPolicy,
     VirtualMachine,
     VirtualMachineOperation,
     VirtualMachineOperationSpec,
+    VirtualMachineSpec,
 )
 from virtplane.drivers.base import MigrationPhase, MigrationRequest
 from virtplane.server import sim_factory
@@ -138,6 +142,33 @@ async def test_a_migration_that_ended_leaves_its_operation_done_and_no_migration
     current = cluster.vm("a")
     assert current.status.host == "h2"
     assert [c.type for c in current.status.conditions if c.type == VMCondition.MIGRATION] == []
+
+
+async def test_a_start_placed_while_a_migration_prepares_its_target_keeps_the_room(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A migration with its disks prepares the target's pools (driver calls) between its look at
+    the target's room and the write of its intent; a VM placed on the target meanwhile took
+    that room. The migration looks again where it writes, and fails with why."""
+    await cluster.add_host("h1")
+    await cluster.add_vm("a", pool="h1-local")  # 1 GiB, with its disk in h1's local pool
+    await cluster.add_host("h2", memory_mib=1024)  # room for a, or for b
+    target = await cluster.plane.ctx.hosts.get("sim://h2")
+    prepare = target.ensure_pool
+
+    async def a_start_takes_the_room(ref: Any) -> None:
+        if cluster.store.find(VirtualMachine, "b") is None:
+            pinned = VirtualMachineSpec(memory_mib=1024, placement=Placement(host_affinity=["h2"]))
+            cluster.store.create(VirtualMachine(metadata=Metadata(name="b"), spec=pinned))
+            await eventually(lambda: cluster.vm("b").status.host == "h2")
+        await prepare(ref)
+
+    monkeypatch.setattr(target, "ensure_pool", a_start_takes_the_room)
+    op = await wait_op(cluster.plane, migrate_op(cluster, "a", OperationType.MIGRATE, "h2"))
+    assert op.status.phase is OperationPhase.FAILED
+    assert "not enough memory: 0 MiB free, 1024 needed" in op.status.message
+    assert cluster.settled("a", "h1")
+    await eventually(lambda: cluster.settled("b", "h2"))
 
 
 async def test_migrate_to_a_disabled_host_fails_and_the_vm_stays(cluster: Cluster) -> None:

@@ -169,9 +169,9 @@ class MigrationCoordinator:
                 return Refused(f"target host {target} is {target_host.status.resource_state.value}")
             if target_host.status.connection is not HostConnection.UP:
                 return Refused(f"target host {target} is not connected")
-            choice = self.choose_target(vm, only=target)
-            if choice.host != target:
-                return Refused(f"target host {target} cannot take VM {vm_name}: {choice.reasons.get(target)}")
+            no_room = self._no_room(vm, target)
+            if no_room:
+                return no_room
             waiting = self.waiting_for_slot(source, target)  # again: the look above was unlocked
             if waiting:
                 return Waiting(waiting)
@@ -207,6 +207,12 @@ class MigrationCoordinator:
             lock = self.vm_lock(vm_name)
             await lock.acquire()
             try:
+                # Again, with no await before the write: the looks above awaited drivers, and a
+                # start may have been placed on the target meanwhile.
+                no_room = self._no_room(vm, target)
+                if no_room:
+                    lock.release()
+                    return no_room
                 # Durable first: the intent is on the VM (and counts against the slots)
                 # before the driver is asked to move it.
                 written = self.write_vm(vm_name, lambda current: self._set_intent(current, intent))
@@ -238,6 +244,14 @@ class MigrationCoordinator:
         finally:
             lock.release()
         return Started(intent)  # the follower took the intent's write as its cue (its watch)
+
+    def _no_room(self, vm: VirtualMachine, target: str) -> Refused | None:
+        choice = self.choose_target(vm, only=target)
+        if choice.host == target:
+            return None
+        return Refused(
+            f"target host {target} cannot take VM {vm.metadata.name}: {choice.reasons.get(target)}"
+        )
 
     def _set_intent(self, vm: VirtualMachine, intent: MigrationIntent) -> None:
         if read_migration(vm.metadata.annotations) is not None:
