@@ -26,6 +26,8 @@ from virtplane.domain.resources import (
     RunPolicy,
     VirtualMachine,
 )
+from virtplane.drivers.base import DomainSpec, domain_name
+from virtplane.drivers.sim import SimDriver
 
 ON = RunPolicy.ALWAYS_ON
 OFF = RunPolicy.ALWAYS_OFF
@@ -48,6 +50,32 @@ async def test_created(plane: ControlPlane, policy: RunPolicy, phase: str) -> No
     await wait_settled(plane, "a", phase)
     await reconciled(plane, "a")
     assert vm(plane, "a").status.phase.value == phase, "the phase holds"
+
+
+async def test_a_vm_whose_domain_is_gone_is_defined_once_and_started(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The domain of a VM on its host is gone (the host was reinstalled, its state lost): one
+    reconcile defines it (observe) and starts it (act), with one define, not a second one of
+    the same spec before the start (row 2 of the benchmarks: 10,000 of them at once)."""
+    add_host(plane)
+    add_vm(plane, "a", ON)
+    await wait_settled(plane, "a", "Running")
+    defined: list[str] = []
+    define = SimDriver.ensure_defined
+
+    async def counted(self: SimDriver, spec: DomainSpec) -> None:
+        defined.append(spec.name)
+        await define(self, spec)
+
+    monkeypatch.setattr(SimDriver, "ensure_defined", counted)
+    domain = domain_name(vm(plane, "a").metadata.uid)
+    driver = await plane.ctx.hosts.get("sim://h1")
+    await driver.destroy(domain)  # neither call suspends: no reconcile sees the domain off
+    await driver.undefine(domain)
+    await eventually(lambda: defined and vm(plane, "a").status.phase.value == "Running")
+    await reconciled(plane, "a")
+    assert defined == [domain]
 
 
 @pytest.mark.parametrize(("policy", "after"), [(ON, "Running"), (MANUAL, "Stopped"), (AOUSM, "Stopped")])

@@ -53,6 +53,7 @@ class VMState:
     gone: bool = False  # deleted from the store: nothing left to write
     _disks: tuple[list[DiskAttachment], str] | None = None
     _host: HostAccess | None = None
+    _defined: tuple[HypervisorDriver, DomainSpec] | None = None  # define's work this reconcile
 
     def __post_init__(self) -> None:
         self.status = copied(self.vm.status)  # every reconcile makes one
@@ -86,7 +87,11 @@ class VMState:
 
     async def define(self, driver: HypervisorDriver) -> DomainSpec:
         """Define the domain (it is off or missing) with the VM's NoCloud seed placed on the host
-        first, recorded on the VM before it is written; then delete the seeds it no longer uses."""
+        first, recorded on the VM before it is written; then delete the seeds it no longer uses.
+        Once per host in a reconcile: a missing domain defined by ``observe`` is the one the start
+        that follows uses (nothing it is built from changes in between)."""
+        if self._defined is not None and self._defined[0] is driver:
+            return self._defined[1]
         current = seed_volume(self.ctx.cache, self.vm)
         if current is not None and current not in self.seeds:
             self.seeds.append(current)
@@ -95,6 +100,7 @@ class VMState:
         crashpoint(CRASH_POINTS[DurablePoint.SEED])
         await driver.ensure_defined(spec)
         await self.delete_seeds(keep=current)
+        self._defined = (driver, spec)
         return spec
 
     async def delete_seeds(self, keep: SeedVolume | None = None) -> bool:
