@@ -7,7 +7,14 @@ from tests.maintenance.conftest import Cluster, most_at_once
 from virtplane.controllers.maintenance.tracking import Tracker
 from virtplane.domain.host_states import HostEvent
 from virtplane.domain.intents import read_migration
-from virtplane.domain.resources import HostMaintenance, MaintenancePhase, Resource, VirtualMachine, VMPhase
+from virtplane.domain.resources import (
+    Host,
+    HostMaintenance,
+    MaintenancePhase,
+    Resource,
+    VirtualMachine,
+    VMPhase,
+)
 from virtplane.drivers.base import MigrationPhase
 
 
@@ -198,27 +205,41 @@ async def test_a_dry_run_changes_nothing(cluster: Cluster) -> None:
     assert cluster.state("h1") == "Enabled" and cluster.vm("s").status.phase is VMPhase.RUNNING
 
 
-async def test_whoever_sees_a_maintenance_finished_sees_the_hosts_end_state(cluster: Cluster) -> None:
-    """The host's end state is written before the maintenance's end (a reader of the API saw a
-    maintenance Failed beside a host still in PrepareForMaintenance). Recorded as each end is
-    committed: the host's state in the store at that moment."""
+async def test_the_hosts_end_state_and_the_maintenances_end_are_seen_together(cluster: Cluster) -> None:
+    """One transaction: a reader of the API saw a maintenance Failed beside a host still in
+    PrepareForMaintenance, and (the other way round) a host in ErrorInMaintenance beside its
+    maintenance's last progress, still Migrating. Recorded as each end is committed: what the
+    store then holds of the other."""
     await three_hosts(cluster)
     cluster.fault("h1", "fail-migration", "v0", count=2)
-    seen: list[tuple[str, str]] = []
+    seen: list[tuple[str, str, str]] = []
     ends = (MaintenancePhase.COMPLETED, MaintenancePhase.FAILED)
+    end_states = ("Maintenance", "ErrorInMaintenance")
 
     def on_change(kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
-        if not isinstance(new, HostMaintenance) or new.status.phase not in ends:
-            return
-        if not isinstance(old, HostMaintenance) or old.status.phase != new.status.phase:
-            seen.append((new.status.phase.value, cluster.state(new.spec.host)))
+        if isinstance(new, HostMaintenance) and new.status.phase in ends:
+            phase_before = old.status.phase if isinstance(old, HostMaintenance) else None
+            if phase_before != new.status.phase:
+                seen.append(("maintenance", new.status.phase.value, cluster.state(name)))
+        if isinstance(new, Host) and new.status.resource_state.value in end_states:
+            state_before = old.status.resource_state if isinstance(old, Host) else None
+            if state_before != new.status.resource_state:
+                phase = cluster.maintenance(name).status.phase.value
+                seen.append(("host", phase, new.status.resource_state.value))
 
     cluster.plane.cache.add_listener(on_change)
     cluster.request("h1")
-    await eventually(lambda: len(seen) == 1)
-    cluster.request("h1")  # again: the faults are used up, it drains
     await eventually(lambda: len(seen) == 2)
-    assert seen == [("Failed", "ErrorInMaintenance"), ("Completed", "Maintenance")]
+    cluster.request("h1")  # again: the faults are used up, it drains
+    await eventually(lambda: len(seen) == 4)
+    assert sorted(seen[:2]) == [
+        ("host", "Failed", "ErrorInMaintenance"),
+        ("maintenance", "Failed", "ErrorInMaintenance"),
+    ]
+    assert sorted(seen[2:]) == [
+        ("host", "Completed", "Maintenance"),
+        ("maintenance", "Completed", "Maintenance"),
+    ]
 
 
 async def test_whoever_sees_a_migration_end_on_its_vm_sees_its_event(cluster: Cluster) -> None:

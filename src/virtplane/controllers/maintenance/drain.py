@@ -105,16 +105,8 @@ class Drain(Tracker):
             if state is HostResourceState.MAINTENANCE
             else [(HostEvent.BLOCKED, f"VMs block the drain: {details}")]
         )
-        await self._end(m, host, moves)
+        await self._end(m, moves)
         return None
-
-    async def _end(self, m: HostMaintenance, host: str, moves: list[tuple[HostEvent, str]]) -> None:
-        """The host's end state first, then the maintenance's end: whoever sees the maintenance
-        finished sees the host where it ended (a crash between the two leaves the maintenance
-        under way, and its next look ends it again)."""
-        for event, message in moves:
-            self._transition(host, event, message)
-        await self.save(m)
 
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
         stored = next((i for i in m.status.plan if i.vm == vm.metadata.name), None)
@@ -180,7 +172,7 @@ class Drain(Tracker):
             moves = [(HostEvent.DRAINED, m.status.message)]
             if state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
                 moves.insert(0, (HostEvent.ERRORS_CORRECTED, "the failed migrations were retried"))
-            await self._end(m, name, moves)
+            await self._end(m, moves)
             return None
         movable = [vm for vm in found.running if vm not in found.failed]
         if found.failed and not movable and not found.in_flight:

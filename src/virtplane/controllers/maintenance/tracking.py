@@ -4,6 +4,7 @@ host's state moves (through ``domain.host_states``), and saving the maintenance.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.migration import MigrationCoordinator, failure_message, maintenance_tag
@@ -30,6 +31,19 @@ def progress_of(m: HostMaintenance, vm: str) -> MoveProgress:
     return MoveProgress.of(stored.model_dump() if stored is not None else None)
 
 
+def _move(host: Host, event: HostEvent, message: str, now: datetime) -> None:
+    """``host`` moved by ``event`` through the state table, its Maintenance condition with it."""
+    host.status.resource_state = next_state(host.status.resource_state, event)
+    host.status.conditions = set_condition(
+        host.status.conditions,
+        HOST_CONDITION,
+        in_maintenance(host.status.resource_state),
+        host.status.resource_state.value,
+        message,
+        now=now,
+    )
+
+
 def record(m: HostMaintenance, vm: str, progress: MoveProgress) -> MoveProgress:
     m.status.progress[vm] = MaintenanceVMProgress.model_validate(progress.as_dict())
     return progress
@@ -42,28 +56,25 @@ class Tracker:
 
     def _transition(self, host_name: str, event: HostEvent, message: str) -> HostResourceState:
         """Move the host through the state table; an event the state does not take is skipped."""
-        ctx = self.ctx
-        host = ctx.store.get(Host, host_name)
+        host = self.ctx.store.get(Host, host_name)
+        if not self._announce(host, event, message):
+            return host.status.resource_state
+        now = self.ctx.now()
+        return self.ctx.mutate(
+            Host, host_name, lambda current: _move(current, event, message, now)
+        ).status.resource_state
+
+    def _announce(self, host: Host, event: HostEvent, message: str) -> bool:
+        """Record the host's move by ``event`` (the host's next write carries it); False when
+        its state does not take the event."""
         before = host.status.resource_state
         try:
             after = next_state(before, event)
         except InvalidTransition as exc:
-            log.info("host %s: %s", host_name, exc)
-            return before
-
-        def change(current: Host) -> None:
-            current.status.resource_state = next_state(current.status.resource_state, event)
-            current.status.conditions = set_condition(
-                current.status.conditions,
-                HOST_CONDITION,
-                in_maintenance(current.status.resource_state),
-                current.status.resource_state.value,
-                message,
-                now=ctx.now(),
-            )
-
-        if after != before:  # recorded first: ``mutate`` writes it with the state
-            ctx.event(
+            log.info("host %s: %s", host.metadata.name, exc)
+            return False
+        if after != before:
+            self.ctx.event(
                 host,
                 after.value,
                 f"{before.value} -> {after.value}: {message}",
@@ -73,7 +84,19 @@ class Tracker:
                     HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE,
                 ),
             )
-        return ctx.mutate(Host, host_name, change).status.resource_state
+        return True
+
+    async def _end(self, m: HostMaintenance, moves: list[tuple[HostEvent, str]]) -> None:
+        """The maintenance's end and the host's end state, in one transaction: whoever reads
+        either sees the other (a reader that came between two commits saw a host in Maintenance
+        beside its maintenance's last progress, or a maintenance Failed beside a host still in
+        PrepareForMaintenance). A lost race on the host is this reconcile's: it looks again."""
+        host = self.ctx.store.get(Host, m.spec.host)
+        now = self.ctx.now()
+        for event, message in moves:
+            if self._announce(host, event, message):
+                _move(host, event, message, now)
+        await self.ctx.write_together(host, m)
 
     async def save(self, m: HostMaintenance) -> HostMaintenance:
         written = await self.ctx.write(m)
