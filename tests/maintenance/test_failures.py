@@ -205,10 +205,10 @@ async def test_a_dry_run_changes_nothing(cluster: Cluster) -> None:
     assert cluster.state("h1") == "Enabled" and cluster.vm("s").status.phase is VMPhase.RUNNING
 
 
-async def test_the_hosts_end_state_and_the_maintenances_end_are_seen_together(cluster: Cluster) -> None:
-    """One transaction: a reader of the API saw a maintenance Failed beside a host still in
-    PrepareForMaintenance, and (the other way round) a host in ErrorInMaintenance beside its
-    maintenance's last progress, still Migrating. Recorded as each end is committed: what the
+async def test_a_maintenance_and_its_hosts_state_are_seen_together(cluster: Cluster) -> None:
+    """One transaction, from the start to the end: readers of the API saw a maintenance Failed
+    beside a host still in PrepareForMaintenance, and a host in ErrorInMaintenance beside its
+    maintenance's last progress, still Migrating. Recorded as each change is committed: what the
     store then holds of the other."""
     await three_hosts(cluster)
     cluster.fault("h1", "fail-migration", "v0", count=2)
@@ -217,9 +217,12 @@ async def test_the_hosts_end_state_and_the_maintenances_end_are_seen_together(cl
     end_states = ("Maintenance", "ErrorInMaintenance")
 
     def on_change(kind: str, name: str, old: Resource | None, new: Resource | None) -> None:
-        if isinstance(new, HostMaintenance) and new.status.phase in ends:
-            phase_before = old.status.phase if isinstance(old, HostMaintenance) else None
-            if phase_before != new.status.phase:
+        if isinstance(new, HostMaintenance):
+            before = old if isinstance(old, HostMaintenance) else None
+            taken_up = new.status.observed_generation == new.metadata.generation
+            if taken_up and (before is None or before.status.observed_generation != new.metadata.generation):
+                seen.append(("taken up", new.status.phase.value, cluster.state(name)))
+            if new.status.phase in ends and (before is None or before.status.phase != new.status.phase):
                 seen.append(("maintenance", new.status.phase.value, cluster.state(name)))
         if isinstance(new, Host) and new.status.resource_state.value in end_states:
             state_before = old.status.resource_state if isinstance(old, Host) else None
@@ -229,14 +232,16 @@ async def test_the_hosts_end_state_and_the_maintenances_end_are_seen_together(cl
 
     cluster.plane.cache.add_listener(on_change)
     cluster.request("h1")
-    await eventually(lambda: len(seen) == 2)
+    await eventually(lambda: len(seen) == 3)
     cluster.request("h1")  # again: the faults are used up, it drains
-    await eventually(lambda: len(seen) == 4)
-    assert sorted(seen[:2]) == [
+    await eventually(lambda: len(seen) == 6)
+    assert seen[0] == ("taken up", "Draining", "PrepareForMaintenance")
+    assert sorted(seen[1:3]) == [
         ("host", "Failed", "ErrorInMaintenance"),
         ("maintenance", "Failed", "ErrorInMaintenance"),
     ]
-    assert sorted(seen[2:]) == [
+    assert seen[3] == ("taken up", "Draining", "PrepareForMaintenance")
+    assert sorted(seen[4:]) == [
         ("host", "Completed", "Maintenance"),
         ("maintenance", "Completed", "Maintenance"),
     ]

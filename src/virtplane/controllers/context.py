@@ -25,6 +25,7 @@ from virtplane.metrics import PlaneMetrics
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.store.database import EventRecord, utcnow
+from virtplane.store.errors import Conflict
 from virtplane.store.group_commit import GroupCommit
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
@@ -120,6 +121,25 @@ class ControllerContext:
         """``write`` of two objects in one transaction: both or neither."""
         a, b = await self.commits.write(StatusWrite((first, second), self._take_events()))
         return cast(R, a), cast(S, b)
+
+    async def write_mutating(
+        self, obj: R, cls: type[S], name: str, change: Callable[[S], None], attempts: int = 20
+    ) -> tuple[R, S]:
+        """``write`` of ``obj`` and, in the same transaction, ``change`` applied to the current
+        ``name`` of ``cls``: a lost race on that one is tried again on a fresh read (as
+        ``mutate``, with the same events); one on ``obj`` is the caller's, as ``write``'s."""
+        events = self._take_events()
+        for attempt in range(attempts):
+            current = self.store.get(cls, name)
+            change(current)
+            try:
+                a, b = await self.commits.write(StatusWrite((obj, current), events))
+            except Conflict as lost:
+                if (lost.kind, lost.name) != (cls.KIND, name) or attempt == attempts - 1:
+                    raise
+                continue
+            return cast(R, a), cast(S, b)
+        raise AssertionError("unreachable")
 
     def mutate(self, cls: type[R], name: str, change: Callable[[R], None]) -> R:
         """``Store.mutate`` (status-only, re-read on a lost race) with the pending events."""

@@ -76,8 +76,8 @@ class Drain(Tracker):
             "MaintenancePlanned",
             "; ".join(f"{i.vm}: {i.action.value} {i.target or ''}".rstrip() for i in plan.items) or "no VMs",
         )
-        m = await self.save(m)
-        self._transition(name, HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
+        asked = (HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
+        m = await self.save_moving(m, [asked])
         if not plan.feasible:
             await self._blocked(m, name, {i.vm: i.reason for i in plan.blocked}, touched=False)
             return None
@@ -105,7 +105,7 @@ class Drain(Tracker):
             if state is HostResourceState.MAINTENANCE
             else [(HostEvent.BLOCKED, f"VMs block the drain: {details}")]
         )
-        await self._end(m, moves)
+        await self.save_moving(m, moves)
         return None
 
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
@@ -172,28 +172,27 @@ class Drain(Tracker):
             moves = [(HostEvent.DRAINED, m.status.message)]
             if state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
                 moves.insert(0, (HostEvent.ERRORS_CORRECTED, "the failed migrations were retried"))
-            await self._end(m, moves)
+            await self.save_moving(m, moves)
             return None
         movable = [vm for vm in found.running if vm not in found.failed]
         if found.failed and not movable and not found.in_flight:
             why = {vm: m.status.progress[vm].message for vm in found.failed}
             await self._blocked(m, name, why, touched=True)
             return None
+        moves = []
         if found.retrying and state is HostResourceState.PREPARE_FOR_MAINTENANCE:
-            self._transition(
-                name, HostEvent.MIGRATION_FAILED_RETRYABLE, "a migration failed; retrying elsewhere"
-            )
+            moves.append((HostEvent.MIGRATION_FAILED_RETRYABLE, "a migration failed; retrying elsewhere"))
         elif (
             not found.retrying
             and not found.failed
             and state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE
         ):
-            self._transition(name, HostEvent.ERRORS_CORRECTED, "the failed migrations were retried")
+            moves.append((HostEvent.ERRORS_CORRECTED, "the failed migrations were retried"))
         waiting = len(found.running) + len(found.inbound)
         m.status.message = f"draining: {waiting} VM(s) left" + (
             f", {len(found.inbound)} arriving" if found.inbound else ""
         )
-        await self.save(m)
+        await self.save_moving(m, moves)
         return Result(requeue_after=POLL_S)
 
     def _stop(self, m: HostMaintenance, vm: VirtualMachine, action: PlanAction) -> None:

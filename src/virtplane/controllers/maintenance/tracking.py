@@ -4,6 +4,7 @@ host's state moves (through ``domain.host_states``), and saving the maintenance.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 from virtplane.controllers.context import ControllerContext
@@ -86,17 +87,29 @@ class Tracker:
             )
         return True
 
-    async def _end(self, m: HostMaintenance, moves: list[tuple[HostEvent, str]]) -> None:
-        """The maintenance's end and the host's end state, in one transaction: whoever reads
-        either sees the other (a reader that came between two commits saw a host in Maintenance
-        beside its maintenance's last progress, or a maintenance Failed beside a host still in
-        PrepareForMaintenance). A lost race on the host is this reconcile's: it looks again."""
-        host = self.ctx.store.get(Host, m.spec.host)
-        now = self.ctx.now()
-        for event, message in moves:
+    async def save_moving(
+        self, m: HostMaintenance, moves: Sequence[tuple[HostEvent, str]]
+    ) -> HostMaintenance:
+        """Save the maintenance and move its host by ``moves``, in one transaction: whoever reads
+        either sees the other (between two commits a reader saw a host in ErrorInMaintenance
+        beside its maintenance's last progress, still Migrating, and a maintenance Failed beside
+        a host still in PrepareForMaintenance). The host is read again where another writer (its
+        own controller) came first."""
+        host, now = self.ctx.store.get(Host, m.spec.host), self.ctx.now()
+        taken = []
+        for event, message in moves:  # each from where the one before left the host
             if self._announce(host, event, message):
                 _move(host, event, message, now)
-        await self.ctx.write_together(host, m)
+                taken.append((event, message))
+        if not taken:
+            return await self.save(m)
+
+        def move(current: Host) -> None:
+            for event, message in taken:
+                _move(current, event, message, now)
+
+        written, _ = await self.ctx.write_mutating(m, Host, m.spec.host, move)
+        return written
 
     async def save(self, m: HostMaintenance) -> HostMaintenance:
         written = await self.ctx.write(m)
