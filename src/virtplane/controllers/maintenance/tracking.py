@@ -95,6 +95,8 @@ class Tracker:
         beside its maintenance's last progress, still Migrating, and a maintenance Failed beside
         a host still in PrepareForMaintenance). The host is read again where another writer (its
         own controller) came first."""
+        if not moves:  # most looks of a drain: no read of the host
+            return await self.save(m)
         host, now = self.ctx.store.get(Host, m.spec.host), self.ctx.now()
         taken = []
         for event, message in moves:  # each from where the one before left the host
