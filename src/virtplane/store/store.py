@@ -13,10 +13,11 @@ order they are drawn, the lock order events then revisions) are in
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from virtplane.store.bodies import normalize_bodies
 from virtplane.store.changes import Change, ChangeLog
@@ -27,25 +28,48 @@ from virtplane.store.leases import Leases
 from virtplane.store.tokens import Tokens
 from virtplane.store.writes import ObjectWrites
 
-__all__ = ["Change", "EventRecord", "Store", "event_from_row", "sqlite_url", "utcnow"]
+__all__ = ["Change", "EventRecord", "Store", "event_from_row", "head_revision", "sqlite_url", "utcnow"]
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+@functools.cache
+def head_revision() -> str:
+    """The newest migration's revision: each file of ``migrations/versions`` is named after its
+    revision, ``NNNN_what.py`` (``tests/store/test_store.py`` holds Alembic to that)."""
+    return max(path.name[:4] for path in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, Leases):
     """All durable state. Construct with a SQLAlchemy URL, then call ``migrate()``."""
 
     def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision (creates it on an empty database)."""
+        """Bring the schema to the newest Alembic revision (creates it on an empty database).
+
+        A schema at that revision already (every start but the first of a release) is known
+        from one query, and Alembic is not loaded: it is a tenth of a second of a start-up,
+        which a fleet coming back from an outage waits for."""
+        if self.schema_revision() != head_revision():
+            self._upgrade()
+        normalize_bodies(self)
+
+    def _upgrade(self) -> None:
+        from alembic import command
+        from alembic.config import Config
+
         config = Config()
-        config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+        config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
             # Replicas that start together must not both create the tables.
             self._advisory_lock(connection, LOCK_MIGRATE)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
-        normalize_bodies(self)
 
     def schema_revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
-        with self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+        """The schema's Alembic revision (None: no schema yet)."""
+        try:
+            with self.engine.connect() as connection:
+                revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except DBAPIError:  # no such table: an empty database (any other failure shows in the upgrade)
+            return None
+        return None if revision is None else str(revision)
