@@ -220,6 +220,81 @@ async def test_real_clock_waits_out_a_short_delay() -> None:
     assert await queue.get() == "a"
 
 
+class CountingClock(MonotonicClock):
+    """Real time, counting its reads: each waiter that wakes reads it."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def now(self) -> float:
+        self.reads += 1
+        return super().now()
+
+
+async def reads_to_hand_out_one_key(idle_workers: int) -> int:
+    clock = CountingClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    waiters = [asyncio.create_task(queue.get()) for _ in range(idle_workers)]
+    await settle()
+    clock.reads = 0
+    queue.add("a")
+    await settle()
+    assert sum(waiter.done() for waiter in waiters) == 1
+    queue.shutdown()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    return clock.reads
+
+
+async def test_a_ready_key_wakes_one_idle_worker_not_all_of_them() -> None:
+    """The work of handing out a key does not grow with the workers waiting (64 of the VM
+    controller's, most of them idle on a quiet fleet)."""
+    assert await reads_to_hand_out_one_key(64) == await reads_to_hand_out_one_key(2)
+
+
+async def test_keys_ready_at_once_reach_as_many_waiting_workers() -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=MonotonicClock())
+    waiters = [asyncio.create_task(queue.get()) for _ in range(5)]
+    await settle()
+    for key in "abcde":
+        queue.add(key)
+    assert sorted(await asyncio.wait_for(asyncio.gather(*waiters), 1.0)) == list("abcde")
+
+
+async def test_delayed_keys_due_together_reach_idle_workers_by_the_one_timer() -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=MonotonicClock())
+    waiters = [asyncio.create_task(queue.get()) for _ in range(4)]
+    await settle()
+    queue.add_after("late", 0.004)
+    for key in "abc":
+        queue.add_after(key, 0.002)
+    assert sorted(await asyncio.wait_for(asyncio.gather(*waiters), 1.0)) == ["a", "b", "c", "late"]
+
+
+async def test_a_woken_worker_cancelled_before_it_looks_passes_the_key_on() -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=MonotonicClock())
+    first = asyncio.create_task(queue.get())
+    second = asyncio.create_task(queue.get())
+    await settle()
+    queue.add("a")  # wakes ``first``, which is cancelled before it runs
+    first.cancel()
+    assert await asyncio.wait_for(second, 1.0) == "a"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+async def test_a_fake_clock_moving_past_several_keys_hands_out_each() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    waiters = [asyncio.create_task(queue.get()) for _ in range(3)]
+    await settle()
+    for key in "xyz":
+        queue.add_after(key, 5.0)
+    await settle()
+    assert not any(waiter.done() for waiter in waiters)
+    clock.advance(5.0)
+    assert sorted(await asyncio.wait_for(asyncio.gather(*waiters), 1.0)) == list("xyz")
+
+
 async def test_hundred_thousand_keys_are_each_drained_once_in_ready_order() -> None:
     clock = FakeClock()
     queue: WorkQueue[Request] = WorkQueue(clock=clock)

@@ -18,13 +18,19 @@ before it. Within a priority, keys come out in ready order, FIFO among equals.
 Each priority has its own heap with lazy deletion: an entry whose (ready time,
 sequence, priority) no longer matches the key's current one is skipped when it
 reaches the top, and the heaps are rebuilt when stale entries outnumber live ones.
-Waiting uses one ``asyncio.Event`` for the whole queue and a timeout to the earliest
-ready time, never a timer per key.
+
+A key that becomes ready wakes one waiting worker, not all of them (asyncio.Queue's
+getters; client-go's ``cond.Signal``): a worker that takes a key while another is ready
+wakes the next, and one timer, to the earliest ready time, wakes a worker when a
+delayed key comes due. With 64 idle workers, waking them all cost every key 64 task
+steps, most of them only to find the key taken.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import heapq
 import itertools
 import math
@@ -77,13 +83,14 @@ class WorkQueue(Generic[K]):
         self._dirty: dict[K, tuple[float, Priority]] = {}
         # Event keys handed out in a row while a resync key was ready.
         self._event_streak = 0
-        self._wakeup = asyncio.Event()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None  # wakes a waiter when a delayed key is due
         self._shut_down = False
         # Fake time never passes on its own, so wait for its announcements instead of real timeouts.
         self._unsubscribe: Callable[[], None] | None = None
         self._timeouts_follow_real_time = True
         if isinstance(self._clock, ObservableClock):
-            self._unsubscribe = self._clock.subscribe(self._wakeup.set)
+            self._unsubscribe = self._clock.subscribe(self._wake_one)
             self._timeouts_follow_real_time = False
 
     def add(self, key: K, priority: Priority = Priority.EVENT) -> None:
@@ -126,28 +133,71 @@ class WorkQueue(Generic[K]):
         while True:
             if self._shut_down:
                 raise QueueShutDown
-            now = self._clock.now()
-            event = self._peek(Priority.EVENT)
-            resync = self._peek(Priority.RESYNC)
-            event_ready = event is not None and event[0] <= now
-            resync_ready = resync is not None and resync[0] <= now
-            if event_ready and not (resync_ready and self._event_streak >= self._fairness):
-                self._event_streak = self._event_streak + 1 if resync_ready else 0
-                return self._take(Priority.EVENT)
-            if resync_ready:
-                self._event_streak = 0
-                return self._take(Priority.RESYNC)
-            timeout: float | None = None
-            tops = [top[0] for top in (event, resync) if top is not None]
-            if tops and self._timeouts_follow_real_time:
-                timeout = min(tops) - now
-            # No await between the check above and this clear, so no add can slip in between.
-            self._wakeup.clear()
+            key = self._take_ready()
+            if key is not None:
+                if self._is_ready(Priority.EVENT) or self._is_ready(Priority.RESYNC):
+                    self._wake_one()  # another key is ready: the next waiter takes it
+                else:
+                    self._arm_timer()  # the timer that woke this worker is spent
+                return key
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            self._arm_timer()
             try:
-                async with asyncio.timeout(timeout):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken, then cancelled: the wake-up is another's
+                raise
+            finally:
+                if not waiter.done() or waiter.cancelled():  # still in line, unless skipped since
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+
+    def _take_ready(self) -> K | None:
+        """The key to hand out now (event keys first, ``fairness`` of them in a row at most
+        while a resync key is ready), or None if none is ready."""
+        event_ready = self._is_ready(Priority.EVENT)
+        resync_ready = self._is_ready(Priority.RESYNC)
+        if event_ready and not (resync_ready and self._event_streak >= self._fairness):
+            self._event_streak = self._event_streak + 1 if resync_ready else 0
+            return self._take(Priority.EVENT)
+        if resync_ready:
+            self._event_streak = 0
+            return self._take(Priority.RESYNC)
+        return None
+
+    def _is_ready(self, priority: Priority) -> bool:
+        top = self._peek(priority)
+        return top is not None and top[0] <= self._clock.now()
+
+    def _wake_one(self) -> None:
+        """Wake the longest-waiting worker (none waiting: the next ``get`` looks by itself)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _arm_timer(self) -> None:
+        """Have a worker woken when the earliest delayed key comes due (real time only: a fake
+        clock announces its moves), unless a timer already fires by then."""
+        if not self._timeouts_follow_real_time or not self._waiters:
+            return
+        tops = [top[0] for top in (self._peek(Priority.EVENT), self._peek(Priority.RESYNC)) if top]
+        if not tops:
+            return
+        delay = max(min(tops) - self._clock.now(), 0.0)
+        loop = self._waiters[0].get_loop()
+        if self._timer is not None:
+            if self._timer.when() <= loop.time() + delay:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wake_one()
 
     def done(self, key: K) -> None:
         """Release ``key``; if it was added meanwhile, queue it again with that ready time."""
@@ -164,7 +214,11 @@ class WorkQueue(Generic[K]):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        self._wakeup.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._waiters:
+            self._wake_one()
 
     @property
     def shutting_down(self) -> bool:
@@ -200,7 +254,10 @@ class WorkQueue(Generic[K]):
         heapq.heappush(self._heaps[priority], (ready_at, sequence, key))
         if sum(map(len, self._heaps.values())) > 2 * len(self._pending) + _COMPACT_SLACK:
             self._compact()
-        self._wakeup.set()
+        if ready_at <= self._clock.now():
+            self._wake_one()
+        else:
+            self._arm_timer()
 
     def _compact(self) -> None:
         """Rebuild the heaps from the live entries only."""
