@@ -3,6 +3,7 @@ import itertools
 import random
 
 import pytest
+import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -261,12 +262,28 @@ async def test_keys_ready_at_once_reach_as_many_waiting_workers() -> None:
 
 
 async def test_delayed_keys_due_together_reach_idle_workers_by_the_one_timer() -> None:
+    await delayed_keys_due_together()
+
+
+def test_the_timer_works_on_uvloop_the_servers_loop() -> None:
+    """uvloop's ``call_later`` of 0 s returns a plain handle, without ``when()``: a queue that
+    asked a timer for it lost all of a controller's workers at the server's start."""
+
+    async def scenario() -> None:
+        for _ in range(20):
+            await delayed_keys_due_together()
+            await delayed_keys_due_together(first_delay=0.0005)  # under 1 ms: a plain handle
+
+    uvloop.run(scenario())
+
+
+async def delayed_keys_due_together(first_delay: float = 0.002) -> None:
     queue: WorkQueue[str] = WorkQueue(clock=MonotonicClock())
     waiters = [asyncio.create_task(queue.get()) for _ in range(4)]
     await settle()
     queue.add_after("late", 0.004)
     for key in "abc":
-        queue.add_after(key, 0.002)
+        queue.add_after(key, first_delay)
     assert sorted(await asyncio.wait_for(asyncio.gather(*waiters), 1.0)) == ["a", "b", "c", "late"]
 
 

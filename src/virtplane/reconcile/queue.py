@@ -84,7 +84,10 @@ class WorkQueue(Generic[K]):
         # Event keys handed out in a row while a resync key was ready.
         self._event_streak = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._timer: asyncio.TimerHandle | None = None  # wakes a waiter when a delayed key is due
+        # Wakes a waiter when a delayed key is due (at ``_timer_due`` on the clock). A handle,
+        # not a TimerHandle: uvloop's ``call_later`` of 0 s returns a plain one.
+        self._timer: asyncio.Handle | None = None
+        self._timer_due = math.inf
         self._shut_down = False
         # Fake time never passes on its own, so wait for its announcements instead of real timeouts.
         self._unsubscribe: Callable[[], None] | None = None
@@ -185,15 +188,13 @@ class WorkQueue(Generic[K]):
         if not self._timeouts_follow_real_time or not self._waiters:
             return
         tops = [top[0] for top in (self._peek(Priority.EVENT), self._peek(Priority.RESYNC)) if top]
-        if not tops:
+        if not tops or (self._timer is not None and self._timer_due <= min(tops)):
             return
-        delay = max(min(tops) - self._clock.now(), 0.0)
-        loop = self._waiters[0].get_loop()
         if self._timer is not None:
-            if self._timer.when() <= loop.time() + delay:
-                return
             self._timer.cancel()
-        self._timer = loop.call_later(delay, self._on_timer)
+        self._timer_due = min(tops)
+        delay = max(self._timer_due - self._clock.now(), 0.0)
+        self._timer = self._waiters[0].get_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
