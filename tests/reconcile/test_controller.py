@@ -266,6 +266,28 @@ async def test_a_misbehaving_reconcile_never_kills_its_worker(misbehaviour: obje
         assert not run_task.done()
 
 
+async def test_a_worker_broken_outside_a_reconcile_is_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The controller's task is awaited only at the server's stop: without the log, a queue
+    that broke its workers at start left a server that served and reconciled nothing."""
+
+    async def reconcile(_: Request) -> Result | None:
+        return None
+
+    controller = Controller("vm", reconcile, workers=2, clock=FakeClock())
+
+    async def broken_get() -> Request:
+        raise RuntimeError("the queue broke")
+
+    controller.queue.get = broken_get  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="virtplane.reconcile"), pytest.raises(ExceptionGroup):
+        await controller.run()
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == "controller vm failed; its keys are no longer reconciled"
+    assert record.exc_info is not None
+
+
 async def test_no_key_is_ever_reconciled_by_two_workers_at_once() -> None:
     keys = [Request("vm", f"vm-{i}") for i in range(5)]
     rounds_per_key = 25

@@ -173,6 +173,9 @@ class Controller:
                 for index in range(self._workers):
                     task = group.create_task(self._work(), name=f"{self.name}-worker-{index}")
                     self._worker_tasks.add(task)
+        except Exception:  # a worker broke outside any reconcile: nobody awaits this task to see it
+            logger.exception("controller %s failed; its keys are no longer reconciled", self.name)
+            raise
         finally:
             self.queue.shutdown()
             self._finished.set()
