@@ -177,15 +177,18 @@ def with_bytecode() -> dict[str, str]:
     virtplane's 170 modules again (0.13 s of a start-up, which row 2 counts); pip compiles
     an installed package when it installs it, and so does this, once (into ``__pycache__``
     beside the sources, which git ignores)."""
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
-    _compile_sources(tuple(sorted(env.items())))
-    return env
+    _compile_sources()
+    return _environment()
+
+
+def _environment() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 @functools.cache
-def _compile_sources(env: tuple[tuple[str, str], ...]) -> None:
+def _compile_sources() -> None:
     command = [sys.executable, "-m", "compileall", "-q", str(ROOT / "src"), str(ROOT / "bench")]
-    subprocess.run(command, env=dict(env), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, env=_environment(), check=True, stdout=subprocess.DEVNULL)
 
 
 def py_spy() -> str | None:

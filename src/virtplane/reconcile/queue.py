@@ -138,7 +138,7 @@ class WorkQueue(Generic[K]):
                 raise QueueShutDown
             key = self._take_ready()
             if key is not None:
-                if self._is_ready(Priority.EVENT) or self._is_ready(Priority.RESYNC):
+                if self._earliest() <= self._clock.now():
                     self._wake_one()  # another key is ready: the next waiter takes it
                 else:
                     self._arm_timer()  # the timer that woke this worker is spent
@@ -174,6 +174,10 @@ class WorkQueue(Generic[K]):
         top = self._peek(priority)
         return top is not None and top[0] <= self._clock.now()
 
+    def _earliest(self) -> float:
+        """The earliest ready time of any queued key (inf: none)."""
+        return min((top[0] for top in (self._peek(p) for p in Priority) if top), default=math.inf)
+
     def _wake_one(self) -> None:
         """Wake the longest-waiting worker (none waiting: the next ``get`` looks by itself)."""
         while self._waiters:
@@ -187,12 +191,12 @@ class WorkQueue(Generic[K]):
         clock announces its moves), unless a timer already fires by then."""
         if not self._timeouts_follow_real_time or not self._waiters:
             return
-        tops = [top[0] for top in (self._peek(Priority.EVENT), self._peek(Priority.RESYNC)) if top]
-        if not tops or (self._timer is not None and self._timer_due <= min(tops)):
+        due = self._earliest()
+        if due == math.inf or (self._timer is not None and self._timer_due <= due):
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer_due = min(tops)
+        self._timer_due = due
         delay = max(self._timer_due - self._clock.now(), 0.0)
         self._timer = self._waiters[0].get_loop().call_later(delay, self._on_timer)
 
