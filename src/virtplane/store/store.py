@@ -14,6 +14,7 @@ order they are drawn, the lock order events then revisions) are in
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 from sqlalchemy import text
@@ -25,12 +26,14 @@ from virtplane.store.creates import ObjectCreates
 from virtplane.store.database import LOCK_MIGRATE, EventRecord, sqlite_url, utcnow
 from virtplane.store.events import EventLog, event_from_row
 from virtplane.store.leases import Leases
+from virtplane.store.migrations.data import upgrade_bodies
 from virtplane.store.tokens import Tokens
 from virtplane.store.writes import ObjectWrites
 
 __all__ = ["Change", "EventRecord", "Store", "event_from_row", "head_revision", "sqlite_url", "utcnow"]
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+log = logging.getLogger("virtplane.store")
 
 
 @functools.cache
@@ -64,6 +67,8 @@ class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, Leases):
             self._advisory_lock(connection, LOCK_MIGRATE)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+            for line in upgrade_bodies(connection):
+                log.info("upgrade: %s", line)
 
     def schema_revision(self) -> str | None:
         """The schema's Alembic revision (None: no schema yet)."""

@@ -4,17 +4,124 @@ Beside the schema's Alembic revisions (``../versions``), these rewrite what is i
 the bodies. ``upgrade_bodies`` runs inside the upgrade's one transaction (``Store.migrate``),
 after the schema is at head and before ``normalize_bodies``; it returns one line per change
 for the start-up log.
+
+Each migration is a module ``dNNNN_what.py``: a pure function over one JSON body (and
+the pools and images, read-only), numbered; the ``feed_state`` row ``data:version`` holds
+the number of the last one this database had, so each runs once. A body a migration
+changes is written with a new revision (a change the feed and the watches see, as any
+write's) and the same generation (the owner's intent is the same, restated), and an
+event on the object says what changed.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
+import json
+from collections import defaultdict
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import Connection, insert, select, update
+
+from virtplane.domain.resources import KIND_BY_NAME
+from virtplane.store import schema
+from virtplane.store.database import utcnow
+from virtplane.store.migrations.data import d0001_volume_file, d0002_host_paths
+from virtplane.store.migrations.data.base import LOOKED_AT, Body, DataMigration
+
+MIGRATIONS: tuple[DataMigration, ...] = (d0001_volume_file.MIGRATION, d0002_host_paths.MIGRATION)
+LATEST = MIGRATIONS[-1].version
+VERSION_ROW = "data:version"
+
+_objects = schema.objects
+_state = schema.feed_state
+
+
+def data_version(connection: Connection) -> int | None:
+    """The number of the last data migration this database had (None: it never had any)."""
+    value = connection.execute(select(_state.c.revision).where(_state.c.name == VERSION_ROW)).scalar()
+    return None if value is None else int(value)
 
 
 def upgrade_bodies(connection: Connection) -> list[str]:
     """Apply the data migrations this database has not had yet; what each changed, as log lines."""
-    del connection
-    return []
+    applied = data_version(connection)
+    pending = [m for m in MIGRATIONS if m.version > (applied or 0)]
+    lines: list[str] = []
+    if pending:
+        known = _bodies(connection, LOOKED_AT)
+        kinds = sorted({kind for migration in pending for kind in migration.kinds})
+        for kind, items in _bodies(connection, kinds).items():
+            for body in items:
+                changes = [
+                    change
+                    for migration in pending
+                    if kind in migration.kinds
+                    for change in migration.upgrade(kind, body, known)
+                ]
+                if changes:
+                    _write(connection, kind, body, changes)
+                    lines += [f"{kind}/{body['metadata']['name']}: {change}" for change in changes]
+        done = [str(m.version) for m in pending]
+        lines.append(f"data migrations {', '.join(done)} applied: {len(lines)} change(s)")
+    if applied is None:
+        connection.execute(insert(_state).values(name=VERSION_ROW, revision=LATEST))
+    elif applied < LATEST:
+        connection.execute(update(_state).where(_state.c.name == VERSION_ROW).values(revision=LATEST))
+    return lines
 
 
-__all__ = ["upgrade_bodies"]
+def _bodies(connection: Connection, kinds: tuple[str, ...] | list[str]) -> dict[str, list[Body]]:
+    found: dict[str, list[Body]] = defaultdict(list)
+    rows = connection.execute(
+        select(_objects.c.kind, _objects.c.body).where(_objects.c.kind.in_(kinds)).order_by(_objects.c.name)
+    )
+    for kind, body in rows:
+        found[kind].append(json.loads(body))
+    return found
+
+
+def _write(connection: Connection, kind: str, body: Body, changes: list[str]) -> None:
+    """The body with a new revision, and an event on the object for each change."""
+    name = body["metadata"]["name"]
+    revision = connection.execute(
+        insert(schema.changes)
+        .values(kind=kind, name=name, op="modified")
+        .returning(schema.changes.c.revision)
+    ).scalar_one()
+    body["metadata"]["resource_version"] = revision
+    text = _serialized(kind, body)
+    connection.execute(
+        update(_objects)
+        .where(_objects.c.kind == kind, _objects.c.name == name)
+        .values(body=text, resource_version=revision, **schema.field_values(json.loads(text)))
+    )
+    now = utcnow()
+    connection.execute(
+        insert(schema.events),
+        [
+            {
+                "time": now,
+                "kind": kind,
+                "name": name,
+                "type": "Warning" if "does not exist" in change else "Normal",
+                "reason": "Upgraded",
+                "message": change,
+            }
+            for change in changes
+        ],
+    )
+
+
+def _serialized(kind: str, body: Body) -> str:
+    """As the current model writes it; as it is where something else in it is still unreadable
+    (the store's start-up says which object, and serves the rest)."""
+    model: Any = KIND_BY_NAME.get(kind)
+    if model is not None:
+        try:
+            return str(model.model_validate(body).model_dump_json())
+        except ValidationError:
+            pass
+    return json.dumps(body, separators=(",", ":"))
+
+
+__all__ = ["LATEST", "MIGRATIONS", "data_version", "upgrade_bodies"]
