@@ -1,0 +1,65 @@
+"""Data directories written by earlier releases (``fixtures/``, made by
+``scripts/make-upgrade-fixtures``), opened by the current code as ``serve --demo`` opens one."""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import LiveServer, serving, wait_json
+from virtplane.drivers.sim import SimCloud
+from virtplane.server import ServeOptions, build
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+WITH_HOST_PATHS = ("245494f", "e3e7cb1")
+"""Releases before the image library: volumes copied from host paths, kernels booted from them."""
+RELEASES = (*WITH_HOST_PATHS, "8ce44f1")
+
+
+@contextmanager
+def upgraded(release: str, tmp_path: Path) -> Iterator[tuple[LiveServer, SimCloud]]:
+    """The current server (``serve --demo``'s ``build``) on a copy of ``release``'s data
+    directory, its simulated hosts reading the same ``sim.db`` the old release wrote."""
+    data = tmp_path / "data"
+    with tarfile.open(FIXTURES / f"{release}.tar.gz") as archive:
+        archive.extractall(data, filter="data")
+    options = ServeOptions(
+        data_dir=data, demo=True, sim_boot_seconds=0.02, sim_shutdown_seconds=0.02, sim_link_mib_s=1e6
+    )
+    plane, _, _ = build(options)
+    assert plane.sim is not None
+    try:
+        with serving(plane.store, plane, name="upgraded") as server:
+            yield server, plane.sim
+    finally:
+        plane.store.close()
+
+
+def files(server: LiveServer, sim: SimCloud, owner: str, pool: str) -> set[str]:
+    """The files of a simulated pool (``owner`` is a local pool's host, "" a shared pool's)."""
+
+    def names() -> set[str]:
+        found = sim.storage.find_pool(owner, pool)
+        return set() if found is None else set(found.volumes)
+
+    result: set[str] = server.in_loop(names)
+    return result
+
+
+def run_operation(client: httpx.Client, name: str, spec: dict[str, Any], timeout: float = 20.0) -> Any:
+    created = client.post("/v1/operations", json={"metadata": {"name": name}, "spec": spec})
+    assert created.status_code == 201, created.text
+    return wait_json(client, f"/v1/operations/{name}", lambda o: o["status"]["phase"] in FINISHED, timeout)
+
+
+FINISHED = ("Completed", "Failed", "Superseded")
+
+
+def settled(client: httpx.Client, vm: str, phase: str = "Running") -> Any:
+    return wait_json(client, f"/v1/vms/{vm}", lambda v: v["status"]["phase"] == phase)

@@ -1,0 +1,114 @@
+"""Data made by earlier releases, opened by the current code, then used as an operator would.
+
+Each fixture is a data directory the old code itself wrote (``scripts/make-upgrade-fixtures``):
+the demo, a VM booting a kernel from a volume copied from an image (host paths before the
+image library), a VM its user stopped, snapshots with and without memory, and host-3 left
+in maintenance. Before the data migrations (``store/migrations/data``) the first two
+releases' data stopped the server at start, and the volumes of every release before the
+image library had no ``status.file``: restores, snapshots, deletes and block migrations
+worked on ``vp-<uid>``, a file that does not exist.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_json
+from tests.upgrade.conftest import RELEASES, WITH_HOST_PATHS, files, run_operation, settled, upgraded
+from virtplane.store.migrations.data.d0002_host_paths import ANNOTATION_PREFIX, CONDITION
+
+LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_old_data_is_served_whole(release: str, tmp_path: Path) -> None:
+    with upgraded(release, tmp_path) as (server, _), server.client("viewer") as viewer:
+        vms = {vm["metadata"]["name"]: vm for vm in viewer.get("/v1/vms").json()["items"]}
+        old = {"web-1", "web-2", "app-1", "db-1", "batch-1", "archive-1", "legacy-1"}
+        assert old <= set(vms), "every VM the old release had is there"
+        assert vms["app-1"]["status"]["phase"] == "Stopped", "stopped by its user, it stays stopped"
+        snapshots = {s["metadata"]["name"] for s in viewer.get("/v1/snapshots").json()["items"]}
+        assert {"db-1-disk", "web-1-memory", "legacy-1-disk"} <= snapshots
+        host = viewer.get("/v1/hosts/host-3").json()
+        assert host["status"]["resource_state"] == "Maintenance", "the old maintenance holds"
+        volumes = viewer.get("/v1/volumes").json()["items"]
+        assert all(v["status"]["file"] for v in volumes if v["status"]["phase"] == "Ready"), volumes
+        legacy = vms["legacy-1"]
+        if release in WITH_HOST_PATHS:
+            assert legacy["metadata"]["annotations"][ANNOTATION_PREFIX + "spec.boot.kernel"] == LEGACY_KERNEL
+            (condition,) = [c for c in legacy["status"]["conditions"] if c["type"] == CONDITION]
+            assert "spec.boot.kernel" in condition["message"] and "create Image" in condition["message"]
+            events = viewer.get("/v1/events", params={"kind": "VirtualMachine", "name": "legacy-1"}).json()
+            assert any(e["reason"] == "Upgraded" for e in events["items"]), events
+        else:
+            assert legacy["spec"]["boot"]["kernel"] == "vmlinuz-6-1", "an Image reference is left alone"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_old_snapshots_restore(release: str, tmp_path: Path) -> None:
+    with upgraded(release, tmp_path) as (server, _), server.client("operator") as operator:
+        settled(operator, "db-1")
+        done = run_operation(
+            operator, "restore-db-1", {"vm": "db-1", "type": "Restore", "restore": {"snapshot": "db-1-disk"}}
+        )
+        assert done["status"]["phase"] == "Completed", done["status"]
+        settled(operator, "db-1")
+        done = run_operation(
+            operator,
+            "restore-web-1",
+            {"vm": "web-1", "type": "Restore", "restore": {"snapshot": "web-1-memory"}},
+        )
+        assert done["status"]["phase"] == "Completed", done["status"]
+        vm = settled(operator, "web-1")
+        memory = [c for c in vm["status"]["conditions"] if c["type"] == "MemoryRestored"]
+        assert memory and memory[0]["status"] == "True", vm["status"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_new_snapshot_of_an_old_vm(release: str, tmp_path: Path) -> None:
+    with upgraded(release, tmp_path) as (server, _), server.client("operator") as operator:
+        settled(operator, "db-1")
+        body = {"metadata": {"name": "db-1-after"}, "spec": {"vm": "db-1", "with_memory": True}}
+        assert operator.post("/v1/snapshots", json=body).status_code == 201
+        snapshot = wait_json(
+            operator, "/v1/snapshots/db-1-after", lambda s: s["status"]["phase"] in ("Ready", "Failed")
+        )
+        assert snapshot["status"]["phase"] == "Ready", snapshot["status"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_deleting_an_old_vm_and_its_volume_leaves_no_file(release: str, tmp_path: Path) -> None:
+    with upgraded(release, tmp_path) as (server, sim), server.client("operator") as operator:
+        before = files(server, sim, "", "shared")
+        assert operator.delete("/v1/vms/legacy-1").status_code in (200, 202)
+        wait_json(operator, "/v1/vms/legacy-1", lambda v: v.get("reason") == "NotFound")
+        assert operator.delete("/v1/volumes/legacy-root").status_code in (200, 202)
+        wait_json(operator, "/v1/volumes/legacy-root", lambda v: v.get("reason") == "NotFound")
+        after = files(server, sim, "", "shared")
+        assert len(after) == len(before) - 1 and after < before, f"the volume's file is deleted: {after}"
+        held = {v["status"]["file"] for v in operator.get("/v1/volumes").json()["items"]}
+        assert after <= held, "every file left is a volume's"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_block_migration_of_an_old_vm_leaves_no_copy_behind(release: str, tmp_path: Path) -> None:
+    with upgraded(release, tmp_path) as (server, sim), server.client("operator") as operator:
+        vm = settled(operator, "db-1")
+        assert vm["status"]["host"] == "host-1"
+        (file,) = files(server, sim, "host-1", "local")
+        spec = {"vm": "db-1", "type": "Migrate", "migrate": {"target_host": "host-2"}}
+        done = run_operation(operator, "move-db-1", spec)
+        assert done["status"]["phase"] == "Completed", done["status"]
+        assert settled(operator, "db-1")["status"]["host"] == "host-2"
+        assert files(server, sim, "host-2", "local") == {file}, "the disk is copied under its name"
+        assert files(server, sim, "host-1", "local") == set(), "the source copy is deleted"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_old_maintenance_ends(release: str, tmp_path: Path) -> None:
+    with upgraded(release, tmp_path) as (server, _), server.client("admin") as admin:
+        assert admin.delete("/v1/hosts/host-3/maintenance").status_code in (200, 202, 204)
+        host = wait_json(admin, "/v1/hosts/host-3", lambda h: h["status"]["resource_state"] == "Enabled")
+        assert host["spec"].get("unschedulable") in (None, False)
