@@ -11,6 +11,7 @@ worked on ``vp-<uid>``, a file that does not exist.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,13 @@ LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_old_data_is_served_whole(release: str, tmp_path: Path) -> None:
+def test_old_data_is_served_whole(release: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     with upgraded(release, tmp_path) as (server, _), server.client("viewer") as viewer:
+        said = [r.getMessage() for r in caplog.records]
+        old_schema = "1" if release == "245494f" else "2"
+        assert any(f"schema {old_schema} upgraded to 3" in line for line in said), "the sim file's upgrade"
+        assert any(line.startswith("upgrade: data migrations 1, 2 applied") for line in said), said
         vms = {vm["metadata"]["name"]: vm for vm in viewer.get("/v1/vms").json()["items"]}
         old = {"web-1", "web-2", "app-1", "db-1", "batch-1", "archive-1", "legacy-1"}
         assert old <= set(vms), "every VM the old release had is there"

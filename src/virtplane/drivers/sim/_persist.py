@@ -17,6 +17,7 @@ moves a domain between hosts and lands its disks) is therefore atomic.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -35,9 +36,16 @@ if TYPE_CHECKING:
     from ._precopy import Migration
     from ._storage import SavedVolume, SimPool
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 3
 """2 added the ``migrations`` table (a file of version 1 is upgraded by creating it); 3 the
 hosts' ``bridges`` (added to an older file's table, empty)."""
+_UPGRADES = {
+    "1": "added the migrations table and the hosts' bridges (none)",
+    "2": "added the hosts' bridges (none)",
+}
+"""What opening a file of an older schema changes in it (said in the log)."""
 
 
 class SimJournal:
@@ -57,6 +65,14 @@ class SimJournal:
         columns = {c[1] for c in self._conn.execute("PRAGMA table_info(hosts)")}
         if "bridges" not in columns:  # a file of version 1 or 2
             self._conn.execute("ALTER TABLE hosts ADD COLUMN bridges TEXT NOT NULL DEFAULT '[]'")
+        if row is not None and row[0] in _UPGRADES:
+            log.info(
+                "simulator state file %s: schema %s upgraded to %s: %s",
+                path,
+                row[0],
+                SCHEMA_VERSION,
+                _UPGRADES[row[0]],
+            )
         if row is None or row[0] in ("1", "2"):
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
