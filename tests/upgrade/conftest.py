@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 
 from tests.conftest import LiveServer, serving, wait_json
+from virtplane.domain.networks import nic_claims
+from virtplane.domain.resources import VirtualMachine
 from virtplane.drivers.sim import SimCloud
 from virtplane.server import ServeOptions, build
 
@@ -19,7 +21,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 WITH_HOST_PATHS = ("245494f", "e3e7cb1")
 """Releases before the image library: volumes copied from host paths, kernels booted from them."""
-RELEASES = (*WITH_HOST_PATHS, "8ce44f1")
+RELEASES = (*WITH_HOST_PATHS, "8ce44f1", "fa36f81")
+SIM_SCHEMA = {"245494f": "1", "e3e7cb1": "2", "8ce44f1": "2", "fa36f81": "3"}
+"""The schema of the simulator's state file each release wrote (3 is the current one)."""
 
 
 @contextmanager
@@ -63,3 +67,14 @@ FINISHED = ("Completed", "Failed", "Superseded")
 
 def settled(client: httpx.Client, vm: str, phase: str = "Running") -> Any:
     return wait_json(client, f"/v1/vms/{vm}", lambda v: v["status"]["phase"] == phase)
+
+
+def assert_claims_held(server: LiveServer, client: httpx.Client) -> None:
+    """Every address and MAC of every VM's NICs is claimed by that VM, and nothing else is."""
+    wanted = {
+        (claim.scope, claim.value): vm.metadata.name
+        for vm in (VirtualMachine.model_validate(v) for v in client.get("/v1/vms").json()["items"])
+        for claim in nic_claims(vm.spec.nics)
+    }
+    held = {(claim.scope, claim.value): holder.name for claim, holder in server.store.claims("")}
+    assert held == wanted

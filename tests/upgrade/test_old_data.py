@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_json
-from tests.upgrade.conftest import RELEASES, WITH_HOST_PATHS, files, run_operation, settled, upgraded
+from tests.upgrade.conftest import (
+    RELEASES,
+    SIM_SCHEMA,
+    WITH_HOST_PATHS,
+    assert_claims_held,
+    files,
+    run_operation,
+    settled,
+    upgraded,
+)
 from virtplane.store.migrations.data.d0002_host_paths import ANNOTATION_PREFIX, CONDITION
 
 LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
@@ -28,8 +37,8 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path, caplog: pytest.L
     caplog.set_level(logging.INFO)
     with upgraded(release, tmp_path) as (server, _), server.client("viewer") as viewer:
         said = [r.getMessage() for r in caplog.records]
-        old_schema = "1" if release == "245494f" else "2"
-        assert any(f"schema {old_schema} upgraded to 3" in line for line in said), "the sim file's upgrade"
+        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
+        assert upgraded_sim == (SIM_SCHEMA[release] != "3"), "the sim file's upgrade is said"
         assert any(line.startswith("upgrade: data migrations 1, 2 applied") for line in said), said
         vms = {vm["metadata"]["name"]: vm for vm in viewer.get("/v1/vms").json()["items"]}
         old = {"web-1", "web-2", "app-1", "db-1", "batch-1", "archive-1", "legacy-1"}
@@ -50,6 +59,7 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path, caplog: pytest.L
             assert any(e["reason"] == "Upgraded" for e in events["items"]), events
         else:
             assert legacy["spec"]["boot"]["kernel"] == "vmlinuz-6-1", "an Image reference is left alone"
+        assert_claims_held(server, viewer)
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -70,6 +80,7 @@ def test_old_snapshots_restore(release: str, tmp_path: Path) -> None:
         vm = settled(operator, "web-1")
         memory = [c for c in vm["status"]["conditions"] if c["type"] == "MemoryRestored"]
         assert memory and memory[0]["status"] == "True", vm["status"]
+        assert_claims_held(server, operator)
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -82,6 +93,7 @@ def test_a_new_snapshot_of_an_old_vm(release: str, tmp_path: Path) -> None:
             operator, "/v1/snapshots/db-1-after", lambda s: s["status"]["phase"] in ("Ready", "Failed")
         )
         assert snapshot["status"]["phase"] == "Ready", snapshot["status"]
+        assert_claims_held(server, operator)
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -96,6 +108,7 @@ def test_deleting_an_old_vm_and_its_volume_leaves_no_file(release: str, tmp_path
         assert len(after) == len(before) - 1 and after < before, f"the volume's file is deleted: {after}"
         held = {v["status"]["file"] for v in operator.get("/v1/volumes").json()["items"]}
         assert after <= held, "every file left is a volume's"
+        assert_claims_held(server, operator)  # the deleted VM's are released, no other
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -110,6 +123,7 @@ def test_a_block_migration_of_an_old_vm_leaves_no_copy_behind(release: str, tmp_
         assert settled(operator, "db-1")["status"]["host"] == "host-2"
         assert files(server, sim, "host-2", "local") == {file}, "the disk is copied under its name"
         assert files(server, sim, "host-1", "local") == set(), "the source copy is deleted"
+        assert_claims_held(server, operator)
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -118,3 +132,4 @@ def test_the_old_maintenance_ends(release: str, tmp_path: Path) -> None:
         assert admin.delete("/v1/hosts/host-3/maintenance").status_code in (200, 202, 204)
         host = wait_json(admin, "/v1/hosts/host-3", lambda h: h["status"]["resource_state"] == "Enabled")
         assert host["spec"].get("unschedulable") in (None, False)
+        assert_claims_held(server, admin)
