@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import wait_json
 from tests.upgrade.conftest import (
+    FINISHED,
     RELEASES,
     SIM_SCHEMA,
     WITH_HOST_PATHS,
@@ -133,3 +134,32 @@ def test_the_old_maintenance_ends(release: str, tmp_path: Path) -> None:
         host = wait_json(admin, "/v1/hosts/host-3", lambda h: h["status"]["resource_state"] == "Enabled")
         assert host["spec"].get("unschedulable") in (None, False)
         assert_claims_held(server, admin)
+
+
+@pytest.mark.parametrize("release", WITH_HOST_PATHS)
+def test_a_vm_booted_from_host_paths_waits_for_its_images_then_starts(release: str, tmp_path: Path) -> None:
+    """The condition's remedy works: the VM runs on (its domain is defined), a restart waits for
+    the Images it now names instead of booting another file, and starts once an admin made them."""
+    with upgraded(release, tmp_path) as (server, _), server.client("admin") as admin:
+        vm = settled(admin, "legacy-1")
+        boot = vm["spec"]["boot"]
+        disks = next(c for c in vm["status"]["conditions"] if c["type"] == "DisksReady")
+        assert disks["status"] == "False" and f"image {boot['kernel']} does not exist" in disks["message"]
+        restart = admin.post(
+            "/v1/operations",
+            json={"metadata": {"name": "restart-legacy-1"}, "spec": {"vm": "legacy-1", "type": "Restart"}},
+        )
+        assert restart.status_code == 201, restart.text
+        wait_json(admin, "/v1/vms/legacy-1", lambda v: v["status"]["phase"] == "Pending")
+        for field, kind, file in (
+            ("kernel", "Kernel", "vmlinuz-6.1.0-amd64"),
+            ("initrd", "Initrd", "initrd.img-6.1.0-amd64"),
+        ):
+            image = {
+                "metadata": {"name": boot[field]},
+                "spec": {"pool": "images", "file": file, "kind": kind},
+            }
+            assert admin.post("/v1/images", json=image).status_code == 201
+        done = wait_json(admin, "/v1/operations/restart-legacy-1", lambda o: o["status"]["phase"] in FINISHED)
+        assert done["status"]["phase"] == "Completed", done["status"]
+        settled(admin, "legacy-1")
