@@ -160,7 +160,7 @@ def test_the_runner_applies_each_migration_once_with_a_revision_and_an_event(tmp
         connection.execute(text("DELETE FROM feed_state WHERE name = 'data:version'"))
         lines = upgrade_bodies(connection)
         assert lines[0].startswith("Volume/v: status.file set to 'v'")
-        assert lines[-1] == f"data migrations 1, 2 applied: {len(lines) - 1} change(s)"
+        assert lines[-1] == f"data migrations 1, 2 applied: {len(lines) - 1} line(s) above"
         assert upgrade_bodies(connection) == [], "each runs once"
     stored = store.get(KIND_BY_NAME["Volume"], "v")
     assert stored.status.file == "v"  # type: ignore[attr-defined]
@@ -169,4 +169,35 @@ def test_the_runner_applies_each_migration_once_with_a_revision_and_an_event(tmp
     with store.engine.connect() as connection:
         events = connection.execute(select(schema.events.c.reason, schema.events.c.name)).all()
     assert [tuple(e) for e in events] == [("Upgraded", "v")]
+    store.close()
+
+
+def test_a_body_no_release_wrote_is_left_and_named_and_the_rest_migrate(tmp_path: Path) -> None:
+    store = Store(sqlite_url(tmp_path / "s.db"))
+    store.migrate()
+    odd_vm = {
+        "metadata": {"name": "odd"},
+        "spec": vm_spec("/boot/vmlinuz", None),
+        "status": {"conditions": ["?"]},
+    }
+    good = volume({"phase": "Ready", "path": "sim://shared/v"})
+    rows = [
+        ("VirtualMachine", "odd", json.dumps(odd_vm)),
+        ("Volume", "junk", "[]"),
+        ("Volume", "v", json.dumps(good)),
+    ]
+    with store.engine.begin() as connection:
+        for kind, name, body in rows:
+            connection.execute(
+                schema.objects.insert().values(
+                    kind=kind, name=name, uid=name, resource_version=0, generation=1, body=body
+                )
+            )
+        connection.execute(text("DELETE FROM feed_state WHERE name = 'data:version'"))
+        lines = upgrade_bodies(connection)
+    assert lines[0].startswith("VirtualMachine/odd: left as it was, not understood"), lines
+    assert lines[1].startswith("Volume/v: status.file set to 'v'"), lines
+    with store.engine.connect() as connection:
+        bodies = dict(connection.execute(select(schema.objects.c.name, schema.objects.c.body)).all())
+    assert bodies["junk"] == "[]" and json.loads(bodies["odd"]) == odd_vm, "left exactly as they were"
     store.close()
