@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.conftest import WallClock, eventually
 from tests.fencing.conftest import FencedCluster
 from virtplane.domain.conditions import VMCondition, get_condition
@@ -11,6 +15,7 @@ from virtplane.domain.resources import (
     FencePhase,
     Host,
     HostConnection,
+    Resource,
     RunPolicy,
     VirtualMachine,
     VMPhase,
@@ -210,3 +215,49 @@ async def test_recoveries_are_rate_limited_per_cluster_in_priority_order(cluster
         holding += 1 if reason == "RecoveryStarted" else -1
         most = max(most, holding)
     assert most == 1 and holding == 0, record
+
+
+async def test_a_host_fenced_while_only_cut_off_has_its_live_stale_domains_destroyed_on_return(
+    cluster: FencedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin confirms a silent host off (``spec.fenced``) while it was only cut off: its VMs
+    kept running there, and the must-run one was recovered elsewhere meanwhile. When the host
+    answers again, its live stale domains are destroyed and undefined before anything records
+    that it answers; the VM runs on one host, the Manual one on none."""
+    await cluster.add_host("h1")  # no BMC: the admin is the fence
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_vm("manual", policy=ON)
+    cluster.store.mutate(VirtualMachine, "manual", lambda v: setattr(v.spec, "run_policy", MANUAL))
+    await cluster.add_host("h2")
+    cluster.fault("h1", "disconnect")
+    cluster.probe("h1")
+    await eventually(lambda: _reason(cluster, "on") == "WaitingForFence")
+    cluster.store.mutate(Host, "h1", lambda h: setattr(h.spec, "fenced", True))
+    await eventually(lambda: cluster.runs_on("on") == ["h1", "h2"] and cluster.vm("on").status.host == "h2")
+    assert cluster.runs_on("manual") == ["h1"], "the stale copies are live: the host was only cut off"
+
+    # Every write of h1 from now on (all go through _apply), with where the VMs were live then.
+    seen: list[tuple[bool, list[str], list[str]]] = []
+    apply = cluster.store._apply
+
+    def recording_apply(connection: Any, obj: Resource, *args: Any) -> Any:
+        if isinstance(obj, Host) and obj.metadata.name == "h1":
+            answering = obj.status.silent_since is None
+            seen.append((answering, cluster.runs_on("on"), cluster.runs_on("manual")))
+        return apply(connection, obj, *args)
+
+    monkeypatch.setattr(cluster.store, "_apply", recording_apply)
+    cluster.fault("h1", "reconnect")
+    cluster.probe("h1")
+    # never on two hosts
+    await eventually(lambda: (cluster.runs_on("on"), cluster.runs_on("manual")) == (["h2"], []))
+    await eventually(lambda: cluster.host("h1").status.silent_since is None)
+    assert cluster.host_events("h1").count("StaleDomainRemoved") == 2
+    defined = cluster.sim.snapshot_state().hosts["h1"].domains
+    assert cluster.domain("on") not in defined and cluster.domain("manual") not in defined
+    answered = [(on, manual) for answering, on, manual in seen if answering]
+    assert answered, f"h1 was recorded answering again: {seen}"
+    assert all(on == ["h2"] and manual == [] for on, manual in answered), seen
+    manual = cluster.vm("manual")
+    assert manual.status.phase is VMPhase.STOPPED and manual.status.last_exit is ExitReason.HOST_FAILURE
+    assert cluster.vm("on").status.host == "h2" and cluster.settled("on", "h2")

@@ -161,8 +161,12 @@ class HostReconciler:
         )
 
     async def _remove_stale_domains(self, host: Host, driver: HypervisorDriver) -> None:
-        """A fenced host that comes back must not run VMs that were recovered elsewhere meanwhile."""
+        """A fenced host that comes back must not run VMs that were recovered elsewhere meanwhile:
+        their domains are destroyed (a live one may be there: a host that was only cut off),
+        then undefined. Domains that are not virtplane's are not ours to touch."""
         for info in await driver.list_domains():
+            if not info.vm_uid:
+                continue
             vm_name = self.ctx.cache.vm_by_uid(info.vm_uid)
             vm = self.ctx.cache.vm(vm_name) if vm_name else None
             if vm is not None and vm.status.host == host.metadata.name:
