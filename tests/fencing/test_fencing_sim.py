@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.conftest import WallClock, eventually
-from tests.fencing.conftest import FencedCluster
+from tests.fencing.conftest import FencedCluster, HeldBoots
+from tests.reconciles import reconciled
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import read_intents
 from virtplane.domain.resources import (
@@ -190,7 +192,11 @@ async def test_an_off_the_bmc_does_not_confirm_is_not_an_off(cluster: FencedClus
     assert cluster.bmcs.calls.count(("h1", "force_off")) == 3
 
 
-async def test_recoveries_are_rate_limited_per_cluster_in_priority_order(cluster: FencedCluster) -> None:
+async def test_recoveries_are_rate_limited_per_cluster_in_priority_order(
+    cluster: FencedCluster, held_boots: Callable[[str], HeldBoots]
+) -> None:
+    """One slot: while a recovered VM boots (its boot is held until every other waiting VM has
+    looked at the slots again), none of the others starts; then they go in priority order."""
     cluster.plane.settings.set("host.recovery.max_starting_per_cluster", 1)
     await cluster.add_host("h1")
     cluster.give_bmc("h1")
@@ -198,9 +204,19 @@ async def test_recoveries_are_rate_limited_per_cluster_in_priority_order(cluster
     for name, priority in priorities.items():
         await cluster.add_vm(name, policy=ON, recovery_priority=priority)
     await cluster.add_host("h2", memory_mib=32768)
+    boots = held_boots("h2")
     cluster.fault("h1", "host-down")
-    for name in priorities:
-        await eventually(lambda name=name: cluster.settled(name, "h2"))  # type: ignore[misc]
+
+    def recovered() -> bool:
+        return all(cluster.settled(name, "h2") for name in priorities)
+
+    while not recovered():
+        await eventually(lambda: boots.held or recovered())  # a recovery holds the slot while it boots
+        waiting = [n for n in priorities if read_intents(cluster.vm(n).metadata.annotations).recovery]
+        for name in waiting:  # each one still waiting looks at the slots again meanwhile
+            await reconciled(cluster.plane, name)
+        boots.release()
+    assert boots.most == 1, f"{boots.most} recoveries were booting at once on h2"
     # the complete record of the recovery, in the order it was written
     record = [
         (e.reason, e.name)
