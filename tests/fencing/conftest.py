@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from tests.maintenance.conftest import Cluster, make_plane
-from virtplane.domain.resources import FencingSpec, Host, Metadata, RedfishFencing, Secret, SecretSpec
+from virtplane.domain.resources import (
+    FencingSpec,
+    Host,
+    Metadata,
+    RedfishFencing,
+    Resource,
+    Secret,
+    SecretSpec,
+)
 from virtplane.drivers.sim import SimCloud
 from virtplane.drivers.sim._host import SimHost
 from virtplane.fencing.sim import SimBmcs
@@ -104,3 +112,16 @@ def held_boots(cluster: FencedCluster, monkeypatch: pytest.MonkeyPatch) -> Itera
         return holders[-1]
 
     yield hold
+
+
+def on_every_write(monkeypatch: pytest.MonkeyPatch, store: Store, seen: Callable[[Resource], None]) -> None:
+    """``seen(obj)`` for every object a write stores from now on, just before it is stored: the
+    complete record, not samples (``update``, ``mutate`` and the controllers' group commits all
+    store through ``_apply``)."""
+    apply = store._apply
+
+    def recording_apply(connection: Any, obj: Resource, *args: Any) -> Any:
+        seen(obj)
+        return apply(connection, obj, *args)
+
+    monkeypatch.setattr(store, "_apply", recording_apply)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from tests.conftest import WallClock, eventually
-from tests.fencing.conftest import FencedCluster, HeldBoots
+from tests.fencing.conftest import FencedCluster, HeldBoots, on_every_write
 from tests.reconciles import reconciled
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import read_intents
@@ -50,8 +49,17 @@ def _reason(cluster: FencedCluster, vm: str) -> str | None:
     return condition.reason if condition else None
 
 
-async def test_host_down_every_policy_and_storage(cluster: FencedCluster) -> None:
+async def test_host_down_every_policy_and_storage(
+    cluster: FencedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await _fleet(cluster)
+    stays_stopped: list[VirtualMachine] = []  # every write of the VMs that must not start elsewhere
+
+    def record(obj: Resource) -> None:
+        if isinstance(obj, VirtualMachine) and obj.metadata.name in ("manual", "off"):
+            stays_stopped.append(obj.model_copy(deep=True))
+
+    on_every_write(monkeypatch, cluster.store, record)
     cluster.fault("h1", "host-down")
     await eventually(lambda: cluster.host("h1").spec.fenced)
     host = cluster.host("h1")
@@ -62,9 +70,15 @@ async def test_host_down_every_policy_and_storage(cluster: FencedCluster) -> Non
         await eventually(lambda name=name: cluster.settled(name, "h2"))  # type: ignore[misc]
         assert "Recovered" in cluster.events("VirtualMachine", name)
         assert read_intents(cluster.vm(name).metadata.annotations).recovery is None
+    await eventually(lambda: "HostFenced" in cluster.events("VirtualMachine", "manual"))
+    released = [e.message for e in cluster.store.list_events(kind="VirtualMachine", name="manual")]
+    assert "host h1 is fenced: the VM is released from it, it stays stopped" in released, released
+    await reconciled(cluster.plane, "manual")  # a look after the release: it stays stopped
     manual = cluster.vm("manual")
     assert manual.status.phase is VMPhase.STOPPED and manual.status.last_exit is ExitReason.HOST_FAILURE
     assert manual.status.host is None and cluster.runs_on("manual") == []
+    recovering = [w.metadata.name for w in stays_stopped if read_intents(w.metadata.annotations).recovery]
+    assert recovering == [], "a Manual or AlwaysOff VM never waits for a recovery slot"
     off = cluster.vm("off")
     assert off.status.phase is VMPhase.STOPPED and cluster.runs_on("off") == []
     await eventually(lambda: _reason(cluster, "local") == "WaitingForHost")
@@ -252,17 +266,15 @@ async def test_a_host_fenced_while_only_cut_off_has_its_live_stale_domains_destr
     await eventually(lambda: cluster.runs_on("on") == ["h1", "h2"] and cluster.vm("on").status.host == "h2")
     assert cluster.runs_on("manual") == ["h1"], "the stale copies are live: the host was only cut off"
 
-    # Every write of h1 from now on (all go through _apply), with where the VMs were live then.
+    # Every write of h1 from now on, with where the VMs were live then.
     seen: list[tuple[bool, list[str], list[str]]] = []
-    apply = cluster.store._apply
 
-    def recording_apply(connection: Any, obj: Resource, *args: Any) -> Any:
+    def record(obj: Resource) -> None:
         if isinstance(obj, Host) and obj.metadata.name == "h1":
             answering = obj.status.silent_since is None
             seen.append((answering, cluster.runs_on("on"), cluster.runs_on("manual")))
-        return apply(connection, obj, *args)
 
-    monkeypatch.setattr(cluster.store, "_apply", recording_apply)
+    on_every_write(monkeypatch, cluster.store, record)
     cluster.fault("h1", "reconnect")
     cluster.probe("h1")
     # never on two hosts
