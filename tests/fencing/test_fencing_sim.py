@@ -21,6 +21,7 @@ from virtplane.domain.resources import (
     VirtualMachine,
     VMPhase,
 )
+from virtplane.drivers.base import MigrationRequest
 from virtplane.fencing.sim import BmcFault
 
 ON, OFF, MANUAL, AOUSM = (
@@ -289,3 +290,67 @@ async def test_a_host_fenced_while_only_cut_off_has_its_live_stale_domains_destr
     manual = cluster.vm("manual")
     assert manual.status.phase is VMPhase.STOPPED and manual.status.last_exit is ExitReason.HOST_FAILURE
     assert cluster.vm("on").status.host == "h2" and cluster.settled("on", "h2")
+
+
+async def test_a_fence_cleared_before_the_host_answers_does_not_leave_a_second_copy_running(
+    cluster: FencedCluster,
+) -> None:
+    """The admin fenced a host that was only cut off, its VM was recovered on h2 (a Manual one
+    released, stopped), and the admin cleared the fence before the link came back (the host is
+    'repaired'): when it answers, the stale copies still running there are destroyed all the
+    same; the VM whose disk is there is left alone."""
+    await cluster.add_host("h1")
+    await cluster.add_vm("on", policy=ON)
+    await cluster.add_vm("manual", policy=ON)
+    cluster.store.mutate(VirtualMachine, "manual", lambda v: setattr(v.spec, "run_policy", MANUAL))
+    await cluster.add_vm("local", policy=ON, pool="h1-local")  # waits for h1: its disk is there
+    await cluster.add_host("h2")
+    cluster.fault("h1", "disconnect")
+    cluster.probe("h1")
+    await eventually(lambda: _reason(cluster, "on") == "WaitingForFence")
+    cluster.store.mutate(Host, "h1", lambda h: setattr(h.spec, "fenced", True))
+    await eventually(lambda: cluster.runs_on("on") == ["h1", "h2"] and cluster.vm("on").status.host == "h2")
+    await eventually(lambda: cluster.vm("manual").status.host is None)  # released: it stays stopped
+    assert cluster.runs_on("manual") == ["h1"]
+    cluster.store.mutate(Host, "h1", lambda h: setattr(h.spec, "fenced", False))
+    await reconciled(cluster.plane, "h1", kind="Host")  # the clear is seen while h1 is still silent
+    assert cluster.host("h1").status.connection is HostConnection.DISCONNECTED
+
+    cluster.fault("h1", "reconnect")
+    cluster.probe("h1")
+    # never on two hosts, and the Manual VM, recorded stopped, runs nowhere
+    await eventually(lambda: (cluster.runs_on("on"), cluster.runs_on("manual")) == (["h2"], []))
+    defined = cluster.sim.snapshot_state().hosts["h1"].domains
+    assert cluster.domain("on") not in defined and cluster.domain("manual") not in defined
+    assert cluster.host_events("h1").count("StaleDomainRemoved") == 2
+    await eventually(lambda: cluster.settled("local", "h1"))
+    assert cluster.settled("on", "h2")
+
+
+async def test_a_host_back_from_a_silence_keeps_a_guest_that_moved_there_unrecorded(
+    cluster: FencedCluster,
+) -> None:
+    """What the sweep of a returning host must never do: destroy a copy the VM's record does not
+    show running elsewhere. While h2 was silent, the Manual VM's guest was moved there by hand
+    (an admin's virsh migrate, no intent on the VM: the VM controller finds no domain on h1
+    and keeps the Manual VM stopped there). When h2 answers, the guest keeps running
+    with the memory it had: its recorded host does not run it, so it is no stale copy."""
+    await cluster.add_host("h1")
+    await cluster.add_vm("manual", policy=ON)
+    cluster.store.mutate(VirtualMachine, "manual", lambda v: setattr(v.spec, "run_policy", MANUAL))
+    await cluster.add_host("h2")
+    guest = cluster.sim.read_memory(cluster.domain("manual"))
+    cluster.fault("h2", "disconnect")
+    cluster.probe("h2")
+    await eventually(lambda: cluster.host("h2").status.silent_since is not None)
+    await cluster.sim.driver("sim://h1").migrate(
+        MigrationRequest(domain=cluster.domain("manual"), target_uri="sim://h2")
+    )
+    await eventually(lambda: cluster.vm("manual").status.phase is VMPhase.STOPPED)
+    assert cluster.runs_on("manual") == ["h2"] and cluster.vm("manual").status.host == "h1"
+
+    cluster.fault("h2", "reconnect")
+    await reconciled(cluster.plane, "h2", kind="Host")
+    await eventually(lambda: cluster.host("h2").status.silent_since is None)
+    assert cluster.runs_on("manual") == ["h2"] and "StaleDomainRemoved" not in cluster.host_events("h2")
+    assert cluster.sim.read_memory(cluster.domain("manual")) == guest, "the same guest, never restarted"
