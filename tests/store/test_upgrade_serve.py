@@ -8,7 +8,9 @@ import tomllib
 from pathlib import Path
 
 from tests.crash.server import ServerProcess, free_port
-from tests.store.upgrades import unreadable_vm
+from tests.store.upgrades import set_body, unreadable_vm
+from virtplane.domain.resources import Metadata, Secret
+from virtplane.domain.resources.secret import SecretSpec
 from virtplane.store.store import Store, sqlite_url
 
 ROOT = Path(__file__).parents[2]
@@ -20,15 +22,26 @@ def test_serve_quarantines_an_unreadable_object_and_serves_the_rest(tmp_path: Pa
     store = Store(sqlite_url(data / "virtplane.db"))
     store.migrate()
     unreadable_vm(store)
+    store.create(Secret(metadata=Metadata(name="bmc"), spec=SecretSpec(username="root", password="hunter2")))
+    set_body(store, "Secret", "bmc", lambda body: body["spec"].update(username=["root"]))
     store.close()
     server = ServerProcess(data)
     server.start()
     try:
-        (line,) = [line for line in server.log.read_text().splitlines() if "quarantined" in line]
-        assert "WARNING" in line and "VirtualMachine bad: spec.cpu: Input should be a valid integer" in line
+        log = server.log.read_text()
+        lines = [line for line in log.splitlines() if "quarantined" in line]
+        assert len(lines) == 2 and all(" WARNING virtplane.store.upgrade: " in line for line in lines)
+        assert any(
+            "quarantined VirtualMachine bad: spec.cpu: Input should be a valid integer" in x for x in lines
+        )
+        assert any("quarantined Secret bmc: spec.username: " in line for line in lines)
+        assert "hunter2" not in log
         with server.client() as admin:
             assert [vm["metadata"]["name"] for vm in admin.get("/v1/vms").json()["items"]] == ["good"]
-            (item,) = admin.get("/v1/quarantine").json()["items"]
+            listed = admin.get("/v1/quarantine")
+            assert "hunter2" not in listed.text, "a Secret's password is never returned"
+            secret, item = listed.json()["items"]
+            assert secret["body"]["metadata"]["name"] == "bmc" and "withheld" in secret["body"]
             assert (item["kind"], item["name"], item["body"]["spec"]["cpu"]) == (
                 "VirtualMachine",
                 "bad",
@@ -43,7 +56,7 @@ def test_serve_quarantines_an_unreadable_object_and_serves_the_rest(tmp_path: Pa
             again = admin.delete("/v1/quarantine/VirtualMachine/bad")
             assert (again.status_code, again.json()["reason"]) == (404, "NotFound")
             assert admin.delete("/v1/quarantine/no%20kind/x").status_code == 422
-            assert admin.get("/v1/quarantine").json()["items"] == []
+            assert [i["name"] for i in admin.get("/v1/quarantine").json()["items"]] == ["bmc"]
             spec = {"run_policy": "AlwaysOff", "nics": []}
             assert admin.post("/v1/vms", json={"metadata": {"name": "bad"}, "spec": spec}).status_code == 201
     finally:

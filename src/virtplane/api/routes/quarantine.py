@@ -13,6 +13,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
+from virtplane.domain.resources import Secret
+from virtplane.store.quarantine import Quarantined
 
 router = APIRouter(tags=["Quarantine"])
 
@@ -27,6 +29,22 @@ UidQuery = Query(
 )
 
 
+def _shown(item: Quarantined) -> dict[str, Any]:
+    """As the API shows it; of a Secret (write-only: its password is never returned) only the
+    metadata and username: a body no model reads may hold the password anywhere."""
+    doc = item.document()
+    if item.kind == Secret.KIND:
+        body: dict[str, Any] = doc["body"] if isinstance(doc["body"], dict) else {}
+        spec: dict[str, Any] = body["spec"] if isinstance(body.get("spec"), dict) else {}
+        username = spec.get("username")
+        doc["body"] = {
+            "metadata": body.get("metadata"),
+            "spec": {"username": username if isinstance(username, str) else None},
+            "withheld": "the rest of a Secret's stored body is not returned (write-only)",
+        }
+    return doc
+
+
 def _ctx(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.ctx
     return ctx
@@ -38,7 +56,7 @@ def _ctx(request: Request) -> ApiContext:
     summary="Stored objects this release could not read: each one's body and the reason",
 )
 def list_quarantine(request: Request, _: Principal = Depends(require(Role.ADMIN))) -> dict[str, Any]:
-    return {"items": [item.document() for item in _ctx(request).store.quarantined()]}
+    return {"items": [_shown(item) for item in _ctx(request).store.quarantined()]}
 
 
 @router.delete(
@@ -54,4 +72,4 @@ def delete_quarantine(
     principal: Principal = Depends(require(Role.ADMIN)),
 ) -> dict[str, Any]:
     deleted = _ctx(request).store.delete_quarantined(kind, name, by=principal.name, uid=uid)
-    return {"items": [item.document() for item in deleted]}
+    return {"items": [_shown(item) for item in deleted]}
