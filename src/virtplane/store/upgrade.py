@@ -176,12 +176,16 @@ def upgrade_store(store: Database, release: str = __version__) -> UpgradeReport:
         found = read_found(connection)
         connection.rollback()
     refuse_newer(found, release)
-    if found.revision is not None and found.revision != head_revision() and not store.is_sqlite:
+    upgrading = found.revision != head_revision() or (found.release != release and release != UNKNOWN_VERSION)
+    if found.revision is not None and upgrading and not store.is_sqlite:
         log.warning(
-            "store upgrade: schema %s -> %s on PostgreSQL, which is not backed up automatically: "
-            "stop virtplane and take one with pg_dump first to be able to go back (%s)",
+            "store upgrade: schema %s, release %s -> schema %s, release %s on PostgreSQL, which is not "
+            "backed up automatically: to be able to go back, stop virtplane and take one with pg_dump "
+            "first (%s)",
             found.revision,
+            found.release or "unrecorded",
             head_revision(),
+            release,
             UPGRADING_DOC,
         )
     try:
