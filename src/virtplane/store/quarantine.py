@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -40,12 +40,19 @@ class Unreadable:
     uid: str
     body: str
     reason: str
+    held: tuple[str, ...] = ()
+    """The values it holds (``scope value``), which stay held while it is quarantined."""
+
+    def aftermath(self) -> str:
+        """What became of it, for the log and its event."""
+        holds = f", still holding {', '.join(self.held)} until it is deleted" if self.held else ""
+        return (
+            f"moved out of the served objects{holds}; an admin lists it with GET /v1/quarantine "
+            "and deletes it there"
+        )
 
     def log_line(self) -> str:
-        return (
-            f"quarantined {self.kind} {self.name}: {self.reason} (moved out of the served objects, "
-            "its claims kept held; an admin lists it with GET /v1/quarantine and deletes it there)"
-        )
+        return f"quarantined {self.kind} {self.name}: {self.reason} ({self.aftermath()})"
 
 
 @dataclass(frozen=True)
@@ -85,12 +92,28 @@ def validation_reason(error: ValidationError) -> str:
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
-def set_aside(store: Database, connection: Connection, items: Sequence[Unreadable], release: str) -> None:
+def set_aside(
+    store: Database, connection: Connection, items: Sequence[Unreadable], release: str
+) -> list[Unreadable]:
     """In ``connection``'s transaction: move ``items`` out of ``objects`` into ``quarantine``,
-    with an event each and a ``deleted`` change each (events before revisions: the lock order)."""
+    with an event each and a ``deleted`` change each (events before revisions: the lock order);
+    the items with the claims they keep holding."""
     if not items:
-        return
+        return []
     now = utcnow()
+    c = schema.claims.c
+    items = [
+        replace(
+            item,
+            held=tuple(
+                f"{row.scope} {row.value}"
+                for row in connection.execute(
+                    select(c.scope, c.value).where(c.owner_uid == item.uid).order_by(c.scope, c.value)
+                )
+            ),
+        )
+        for item in items
+    ]
     for item in items:
         connection.execute(
             insert(_q).values(
@@ -115,7 +138,7 @@ def set_aside(store: Database, connection: Connection, items: Sequence[Unreadabl
                 i.kind,
                 i.name,
                 "Quarantined",
-                f"release {release} cannot read it: {i.reason}",
+                f"release {release} cannot read it: {i.reason}; {i.aftermath()}",
                 EventType.WARNING,
             )
             for i in items
@@ -123,6 +146,7 @@ def set_aside(store: Database, connection: Connection, items: Sequence[Unreadabl
     )
     for item in items:
         store._record_change(connection, item.kind, item.name, "deleted")
+    return items
 
 
 def _quarantined(row: Any) -> Quarantined:

@@ -220,7 +220,7 @@ def _upgrade(store: Database, connection: Connection, found: Found, release: str
     report.bodies = normalize_bodies(
         connection, every_kind=bool(report.applied or report.data or new_release)
     )
-    set_aside(store, connection, report.bodies.unreadable, release)
+    report.bodies.unreadable = set_aside(store, connection, report.bodies.unreadable, release)
     if new_release:
         _record_release(connection, found.release, release)
         report.release_recorded = True
