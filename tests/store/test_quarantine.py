@@ -27,7 +27,7 @@ def test_an_unreadable_body_is_named_and_set_aside_and_the_rest_is_served(
         "store upgrade: quarantined VirtualMachine bad: spec.cpu: Input should be a valid integer"
     )
     assert [r.levelno for r in caplog.records if "quarantined" in r.getMessage()] == [logging.WARNING]
-    assert "still holding ip:lan 10.1.0.20, mac 52:54:00:00:00:01 until it is deleted" in line, "says so"
+    assert "still holding ip/lan 10.1.0.20, mac 52:54:00:00:00:01 until it is deleted" in line, "says so"
     assert [item.name for item in report.bodies.unreadable] == ["bad"]
     assert [vm.metadata.name for vm in store.list_objects(VirtualMachine)] == ["good"]
     (kept,) = store.quarantined()

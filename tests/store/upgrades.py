@@ -32,7 +32,7 @@ def old_vm(store: Store, name: str, cpu: int = 1) -> None:
     set_body(store, "VirtualMachine", name, lambda body: body["spec"].pop("termination_grace_period_s"))
 
 
-CLAIMS = [Claim("mac", "52:54:00:00:00:01"), Claim("ip:lan", "10.1.0.20")]
+CLAIMS = [Claim("mac", "52:54:00:00:00:01"), Claim("ip/lan", "10.1.0.20")]
 
 
 def unreadable_vm(store: Store) -> None:
