@@ -8,10 +8,11 @@ import tomllib
 from pathlib import Path
 
 from tests.crash.server import ServerProcess, free_port
-from tests.store.upgrades import set_body, unreadable_vm
+from tests.store.upgrades import contents, forget_fingerprints, old_vm, set_body, store_at, unreadable_vm
 from virtplane.domain.resources import Metadata, Secret
 from virtplane.domain.resources.secret import SecretSpec
 from virtplane.store.store import Store, sqlite_url
+from virtplane.store.upgrade import head_revision
 
 ROOT = Path(__file__).parents[2]
 
@@ -116,3 +117,31 @@ def test_the_version_is_pyprojects_in_the_cli_and_healthz(tmp_path: Path) -> Non
         recorded = connection.exec_driver_sql("SELECT value FROM store_meta WHERE key = 'release'").scalar()
     store.close()
     assert recorded == version, "the release that last upgraded the store is recorded in it"
+
+
+def test_a_server_killed_in_the_middle_of_its_upgrade_leaves_the_old_store(tmp_path: Path) -> None:
+    """SIGKILL with everything upgraded and backed up but not committed: the old store, whole."""
+    data = tmp_path / "data"
+    data.mkdir()
+    store = store_at(sqlite_url(data / "virtplane.db"), "0004")
+    old_vm(store, "a")
+    forget_fingerprints(store)
+    before = contents(store)
+    store.close()
+    server = ServerProcess(data)
+
+    server.start(crash_at="upgrade.before-commit", wait=False)
+    assert server.wait_killed() == -9
+
+    reopened = Store(sqlite_url(data / "virtplane.db"))
+    assert contents(reopened) == before, "what the old release finds: its own store"
+    reopened.close()
+    server.start()
+    try:
+        with server.client() as admin:
+            assert admin.get("/v1/vms/a").json()["spec"]["cpu"] == 1
+    finally:
+        server.stop()
+    upgraded = Store(sqlite_url(data / "virtplane.db"))
+    assert upgraded.schema_revision() == head_revision()
+    upgraded.close()

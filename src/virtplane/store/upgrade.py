@@ -36,6 +36,7 @@ from sqlalchemy import Connection, inspect, select, text, update
 from sqlalchemy import insert as sql_insert
 
 from virtplane import UNKNOWN_VERSION, __version__
+from virtplane.crashpoints import crashpoint
 from virtplane.store import schema
 from virtplane.store.backup import sqlite_backup
 from virtplane.store.bodies import Normalised, normalize_bodies
@@ -196,6 +197,7 @@ def upgrade_store(store: Database, release: str = __version__) -> UpgradeReport:
             report = _upgrade(store, connection, found, release)
             if report.changed() and found.revision is not None:
                 report.backup = _back_up(store, found)
+            crashpoint("upgrade.before-commit")
     except NewerData:
         raise
     except Exception as error:
