@@ -277,7 +277,7 @@ def _back_up(store: Database, found: Found) -> Path | None:
     directory = source.parent / BACKUPS
     directory.mkdir(mode=0o700, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    release = found.release or "unrecorded"
+    release = re.sub(r"[^A-Za-z0-9.+-]", "_", found.release or "unrecorded")  # a file name
     destination = (
         directory / f"{source.stem}-schema-{found.revision}-release-{release}-{stamp}{source.suffix}"
     )
