@@ -138,3 +138,25 @@ claims = Table(
     Column("owner_uid", String(36), nullable=False),
 )
 Index("ix_claims_owner", claims.c.owner_uid)
+
+# Stored objects the current models could not read (``virtplane.store.quarantine``), out of
+# ``objects`` so that the rest is served; their claims stay held until an admin deletes them.
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("kind", String(64), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("uid", String(36), primary_key=True),
+    Column("body", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("release", String(64), nullable=False),
+    Column("quarantined_at", DateTime(timezone=True), nullable=False),
+)
+
+# Facts about the store itself: "release", the version that last upgraded it (``virtplane.store.upgrade``).
+store_meta = Table(
+    "store_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
