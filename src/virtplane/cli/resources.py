@@ -175,7 +175,14 @@ def delete(
     kind: KindArgument,
     name: Annotated[str, typer.Argument(help="The resource's name.", show_default=False)],
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the resource is gone.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds to wait at most.")] = 300,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help=f"With --wait: seconds to wait at most, then exit {ExitCode.TIMEOUT.value}.",
+        ),
+    ] = 300,
 ) -> None:
     """Delete a resource (its finalizers run first: a VM's domain is destroyed)."""
     state = state_of(ctx)

@@ -11,6 +11,7 @@ from rich.text import Text
 from virtplane.cli.bulk import run_on_selection
 from virtplane.cli.client import CliError, JsonObject
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.kinds import resolve_kind
 from virtplane.cli.output import dig, print_yaml
 from virtplane.cli.progress_view import Tone
@@ -41,7 +42,13 @@ WaitOption = Annotated[
     bool, typer.Option("--wait", "-w", help="Follow the operation until it ends; exit 1 unless it Completed.")
 ]
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", min=0, help="With --wait: seconds to wait at most (exit 1 after).")
+    float,
+    typer.Option(
+        "--timeout",
+        min=0,
+        help=f"With --wait: seconds to wait at most, then exit {ExitCode.TIMEOUT.value} "
+        "(the operation goes on in the server).",
+    ),
 ]
 ForceOption = Annotated[
     bool, typer.Option("--force", help="Power off / reset at once instead of asking the guest.")
