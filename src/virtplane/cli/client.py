@@ -283,11 +283,13 @@ class ApiClient:
     def get(self, plural: str, name: str) -> JsonObject:
         return self._object("GET", f"/v1/{plural}/{name}")
 
-    def create(self, plural: str, resource: JsonObject) -> JsonObject:
-        return self._object("POST", f"/v1/{plural}", resource)
+    def create(self, plural: str, resource: JsonObject, *, dry_run: bool = False) -> JsonObject:
+        """Create ``resource``; with ``dry_run`` the server only admits it and answers what it
+        would store."""
+        return self._object("POST", f"/v1/{plural}", resource, _dry_run(dry_run))
 
-    def replace(self, plural: str, name: str, resource: JsonObject) -> JsonObject:
-        return self._object("PUT", f"/v1/{plural}/{name}", resource)
+    def replace(self, plural: str, name: str, resource: JsonObject, *, dry_run: bool = False) -> JsonObject:
+        return self._object("PUT", f"/v1/{plural}/{name}", resource, _dry_run(dry_run))
 
     def patch(
         self, plural: str, name: str, merge_patch: JsonObject, params: dict[str, str | int] | None = None
@@ -325,6 +327,10 @@ class ApiClient:
             params["name"] = name
         items, metadata = self.list_page("events", params)
         return items, _position(metadata)
+
+
+def _dry_run(dry_run: bool) -> dict[str, str | int] | None:
+    return {"dryRun": "true"} if dry_run else None
 
 
 def _position(obj: Any) -> int:

@@ -13,7 +13,7 @@ from enum import IntEnum
 
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable, WaitTimedOut
 
-__all__ = ["ExitCode", "exit_code_for", "exit_code_table"]
+__all__ = ["ExitCode", "common_exit_code", "exit_code_for", "exit_code_table"]
 
 
 class ExitCode(IntEnum):
@@ -54,6 +54,12 @@ def exit_code_for(error: CliError) -> ExitCode:
     if isinstance(error, ApiError):
         return _BY_REASON.get(error.reason) or _BY_STATUS.get(error.status_code, ExitCode.FAILED)
     return ExitCode.FAILED
+
+
+def common_exit_code(errors: list[CliError]) -> ExitCode:
+    """One code for several errors (``apply`` of many documents): theirs if they agree, else 1."""
+    codes = {exit_code_for(error) for error in errors}
+    return codes.pop() if len(codes) == 1 else ExitCode.FAILED
 
 
 def exit_code_table() -> str:

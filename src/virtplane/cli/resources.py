@@ -14,7 +14,7 @@ from rich.text import Text
 from virtplane.cli.client import ApiError, CliError, JsonObject, ServerUnreachable
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.describing import describe
-from virtplane.cli.exit_codes import ExitCode
+from virtplane.cli.exit_codes import ExitCode, common_exit_code
 from virtplane.cli.kinds import EVENTS, KindInfo, complete_kind, resolve_kind
 from virtplane.cli.manifests import Manifest, apply_manifest, load_manifests
 from virtplane.cli.output import OutputFormat, print_error, print_structured, styled
@@ -36,6 +36,15 @@ OutputOption = Annotated[
     OutputFormat,
     typer.Option("--output", "-o", case_sensitive=False, help="table, wide (more columns), json or yaml."),
 ]
+FilenamesOption = Annotated[
+    list[str],
+    typer.Option(
+        "--filename",
+        "-f",
+        help="YAML manifest (several documents allowed); '-' reads stdin.",
+        show_default=False,
+    ),
+]
 KindArgument = Annotated[
     str,
     typer.Argument(
@@ -49,15 +58,15 @@ KindArgument = Annotated[
 
 def apply(
     ctx: typer.Context,
-    filenames: Annotated[
-        list[str],
+    filenames: FilenamesOption,
+    dry_run: Annotated[
+        bool,
         typer.Option(
-            "--filename",
-            "-f",
-            help="YAML manifest (several documents allowed); '-' reads stdin.",
-            show_default=False,
+            "--dry-run",
+            help="Let the server check each document (validation and admission) and say what it would "
+            "do; write nothing.",
         ),
-    ],
+    ] = False,
 ) -> None:
     """Create resources from YAML manifests, or update the ones that exist.
 
@@ -65,22 +74,27 @@ def apply(
     Existing resources get the manifest's labels and spec (annotations are merged).
     """
     state = state_of(ctx)
-    manifests: list[Manifest] = []
-    for filename in filenames:
-        manifests.extend(load_manifests(filename, _read_source(filename)))
-    failures = 0
-    for manifest in manifests:
+    failures: list[CliError] = []
+    for manifest in read_manifests(filenames):
         try:
-            result = apply_manifest(state.client, manifest)
+            result = apply_manifest(state.client, manifest, dry_run=dry_run)
         except ServerUnreachable:
             raise
         except CliError as error:
-            failures += 1
-            print_error(state.err_console, error.reason, f"{manifest.reference}: {error.message}")
+            failures.append(error)
+            print_error(state.err_console, error.reason, f"{manifest.located}: {error.message}")
             continue
-        state.console.print(Text.assemble(f"{manifest.reference} ", styled(result)))
+        suffix = " (server dry run)" if dry_run else ""
+        state.console.print(Text.assemble(f"{manifest.reference} ", styled(result), suffix))
     if failures:
-        raise typer.Exit(ExitCode.FAILED)
+        raise typer.Exit(common_exit_code(failures))
+
+
+def read_manifests(filenames: list[str]) -> list[Manifest]:
+    manifests: list[Manifest] = []
+    for filename in filenames:
+        manifests.extend(load_manifests(filename, _read_source(filename)))
+    return manifests
 
 
 def _read_source(filename: str) -> str:
@@ -293,8 +307,10 @@ _APPLY_EPILOG = (
     "Examples:\n"
     "  virtplane apply -f fleet.yaml\n"
     "  virtplane apply -f hosts.yaml -f vms.yaml\n"
-    "  cat vm.yaml | virtplane apply -f -\n\n"
-    "Prints one line per document: vm/web-1 created, configured or unchanged."
+    "  cat vm.yaml | virtplane apply -f -\n"
+    "  virtplane apply -f fleet.yaml --dry-run\n\n"
+    "Prints one line per document: vm/web-1 created, configured or unchanged (the server's "
+    "object already says what the manifest says, the fields the server fills included)."
 )
 _GET_EPILOG = (
     "Examples:\n"
@@ -318,7 +334,10 @@ _EVENTS_EPILOG = (
 
 
 def register(app: typer.Typer) -> None:
+    from virtplane.cli.diffing import DIFF_EPILOG, diff
+
     app.command(epilog=_APPLY_EPILOG)(apply)
+    app.command(epilog=DIFF_EPILOG)(diff)
     app.command(epilog=_GET_EPILOG)(get)
     app.command(epilog=_DESCRIBE_EPILOG)(describe)
     app.command(epilog=_DELETE_EPILOG)(delete)
