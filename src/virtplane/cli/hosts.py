@@ -9,6 +9,7 @@ import typer
 from rich.text import Text
 
 from virtplane.cli.client import ApiError, CliError, JsonObject
+from virtplane.cli.completion import complete_host
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.maintenance_view import maintenance_frame, print_maintenance
@@ -46,7 +47,9 @@ class Role(StrEnum):
     VIEWER = "viewer"
 
 
-HostArgument = Annotated[str, typer.Argument(help="The host's name.", show_default=False)]
+HostArgument = Annotated[
+    str, typer.Argument(help="The host's name.", show_default=False, autocompletion=complete_host)
+]
 OutputOption = Annotated[
     OutputFormat, typer.Option("--output", "-o", case_sensitive=False, help="table, json or yaml.")
 ]
