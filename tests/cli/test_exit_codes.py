@@ -19,6 +19,9 @@ from .conftest import Invoke, add_host, add_vm, inject, wait_phase
 
 CLOSED_LOOPBACK_URL = "http://127.0.0.1:9"  # the discard port: nothing listens on it here
 
+NO_SCHEME = {"VIRTPLANE_URL": "127.0.0.1:9"}
+VM = "apiVersion: virtplane.io/v1\nkind: VirtualMachine\nmetadata: {name: new}\nspec: {run_policy: Manual}\n"
+
 CASES: list[tuple[str, ExitCode, Callable[[Invoke], Result]]] = [
     ("get", ExitCode.OK, lambda invoke: invoke("get", "vms")),
     ("not applicable", ExitCode.FAILED, lambda invoke: invoke("vm", "start", "always")),  # AlwaysOn
@@ -32,12 +35,12 @@ CASES: list[tuple[str, ExitCode, Callable[[Invoke], Result]]] = [
     ),
     ("wait", ExitCode.TIMEOUT, lambda invoke: invoke("vm", "start", "manual", "--wait", "--timeout", "2")),
     ("viewer writes", ExitCode.DENIED, lambda invoke: invoke("vm", "stop", "always", role="viewer")),
+    ("viewer applies", ExitCode.DENIED, lambda invoke: invoke("apply", "-f", "-", input=VM, role="viewer")),
     ("get missing", ExitCode.NOT_FOUND, lambda invoke: invoke("get", "vm", "no-such-vm")),
     # the API answers an action on a missing VM 422 VMNotFound: the same missing VM to a script
     ("action on missing", ExitCode.NOT_FOUND, lambda invoke: invoke("vm", "stop", "no-such-vm")),
     ("describe missing", ExitCode.NOT_FOUND, lambda invoke: invoke("describe", "vm", "no-such-vm")),
 ]
-NO_SCHEME = {"VIRTPLANE_URL": "127.0.0.1:9"}
 
 
 def test_every_documented_code_has_a_case() -> None:

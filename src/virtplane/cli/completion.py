@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -96,6 +95,8 @@ def _read(path: Path) -> list[str] | None:
 
 def _write(path: Path, names: list[str]) -> None:
     """Atomically, readable by its user only; a cache that cannot be written is no cache."""
+    import tempfile  # only when asking the server: a TAB served from the cache needs none of it
+
     with contextlib.suppress(OSError):
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".completion-")  # mode 0600
