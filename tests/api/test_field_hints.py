@@ -1,4 +1,5 @@
-"""A 422 for a field no model has names it and the field meant, on create, replace and patch."""
+"""A 422 for a field no model has names it (also in ``fields``) and the field meant, on create,
+replace and patch."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def test_unknown_fields_get_the_close_match_on_every_write(live_server: LiveServ
 
     assert created.status_code == 422
     assert created.json()["message"] == "spec.memory: unknown field; did you mean memory_mib?"
+    assert created.json()["fields"] == ["spec.memory"], "for clients that point at the field"
     assert replaced.json()["message"] == "spec.memry_mib: unknown field; did you mean memory_mib?"
     assert (patched.status_code, patched.json()["reason"]) == (422, "Invalid")
     assert patched.json()["message"] == "metadata.label: unknown field; did you mean labels?"
+    assert patched.json()["fields"] == ["metadata.label"]

@@ -167,7 +167,7 @@ def test_a_refused_document_does_not_stop_the_others(
 
     assert result.exit_code == 1
     assert result.stdout.splitlines() == ["host/node-1 created"]
-    assert f"Error (Invalid): vm/web-1 in {path}:9 (document 2): spec.cpu" in result.stderr
+    assert f"Error (Invalid): vm/web-1 in {path}:15 (document 2): spec.cpu" in result.stderr, "cpu's line"
     assert server.store.find(VirtualMachine, "web-1") is None
 
 

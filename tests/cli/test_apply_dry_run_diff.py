@@ -126,5 +126,5 @@ def test_diff_names_a_refused_document(invoke: Invoke, tmp_path: Path) -> None:
     result = invoke("diff", "-f", str(path))
 
     assert result.exit_code == 1
-    assert f"Error (Invalid): vm/web-1 in {path}:1 (document 1): spec.cpu" in result.stderr
+    assert f"Error (Invalid): vm/web-1 in {path}:7 (document 1): spec.cpu" in result.stderr, "cpu's line"
     assert result.stdout == ""

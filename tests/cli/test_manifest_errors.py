@@ -20,17 +20,17 @@ spec:
 """
 
 
-def test_an_unknown_field_is_named_with_the_one_meant(
+def test_an_unknown_field_is_named_at_its_line_with_the_one_meant(
     invoke: Invoke, server: LiveServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "vm.yaml"
-    path.write_text("# a comment first\n" + VM)
+    path.write_text("# a comment first\n" + VM)  # the line of memory: 7
 
     result = invoke("apply", "-f", str(path))
 
     assert result.exit_code == ExitCode.FAILED
     assert (
-        f"Error (Invalid): vm/web-1 in {path}:2 (document 1): spec.memory: unknown field; did you mean memory_mib?"
+        f"Error (Invalid): vm/web-1 in {path}:7 (document 1): spec.memory: unknown field; did you mean memory_mib?"
         in result.stderr
     ), result.stderr
     assert "Extra inputs" not in result.stderr
@@ -42,6 +42,8 @@ def test_an_unknown_field_deeper_down_and_one_like_no_other(invoke: Invoke, tmp_
     path.write_text(VM.replace("memory: 4Gi", "nics: [{netwrok: lan}]\n  colour: blue"))
 
     result = invoke("apply", "-f", str(path), "--dry-run")
+
+    assert f"vm/web-1 in {path}:6 (document 1): " in result.stderr, "the first field's line"
 
     assert "spec.nics.0.netwrok: unknown field; did you mean network?" in result.stderr, result.stderr
     assert "spec.colour: unknown field; the fields here are run_policy, cpu, memory_mib," in result.stderr

@@ -62,6 +62,12 @@ def describe_validation_errors(errors: list[Any], model: type[BaseModel] | None 
     return "; ".join(lines) or "invalid request"
 
 
+def _fields(errors: list[Any]) -> list[str]:
+    """The fields at fault, as the message names them (``spec.memory``): for clients that
+    point at them, e.g. the CLI at a manifest's line."""
+    return list(dict.fromkeys(_location(err.get("loc", ())) for err in errors))
+
+
 def _body_model(request: Request) -> type[BaseModel] | None:
     """The model a route's JSON body is validated as (a resource kind), if it has one."""
     body_field = getattr(request.scope.get("route"), "body_field", None)
@@ -126,12 +132,14 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_response(400, "MalformedJSON", "the request body is not valid JSON")
-        return error_response(422, "Invalid", describe_validation_errors(errors, _body_model(request)))
+        message = describe_validation_errors(errors, _body_model(request))
+        return error_response(422, "Invalid", message, fields=_fields(errors))
 
     @app.exception_handler(ValidationError)
     async def _model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
-        model = _resource_model(exc.title)
-        return error_response(422, "Invalid", describe_validation_errors(list(exc.errors()), model))
+        errors = list(exc.errors())
+        message = describe_validation_errors(errors, _resource_model(exc.title))
+        return error_response(422, "Invalid", message, fields=_fields(errors))
 
     async def _from_table(_: Request, exc: Exception) -> JSONResponse:
         return _mapped(exc)

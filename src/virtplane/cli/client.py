@@ -53,9 +53,11 @@ class CliError(Exception):
 class ApiError(CliError):
     """The server refused or failed a request."""
 
-    def __init__(self, status_code: int, reason: str, message: str) -> None:
+    def __init__(self, status_code: int, reason: str, message: str, fields: list[str] | None = None) -> None:
         super().__init__(reason, message)
         self.status_code = status_code
+        self.fields = fields or []
+        """The fields at fault the server named (``spec.memory``), if any."""
 
 
 class WatchExpired(CliError):
@@ -91,10 +93,12 @@ def _error_from_response(response: httpx.Response) -> ApiError:
     fallback_reason = response.reason_phrase.replace(" ", "") or f"HTTP{response.status_code}"
     if isinstance(body, dict):
         if "reason" in body or "message" in body:
+            fields = body.get("fields")
             return ApiError(
                 response.status_code,
                 str(body.get("reason") or fallback_reason),
                 str(body.get("message") or ""),
+                [str(f) for f in fields] if isinstance(fields, list) else None,
             )
         if "detail" in body:  # FastAPI's own errors (422 validation, 404 route not found)
             return ApiError(response.status_code, fallback_reason, _format_detail(body["detail"]))

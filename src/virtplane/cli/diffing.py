@@ -46,7 +46,7 @@ def diff(ctx: typer.Context, filenames: FilenamesOption) -> None:
             raise
         except CliError as error:
             failures.append(error)
-            print_error(state.err_console, error.reason, f"{manifest.located}: {error.message}")
+            print_error(state.err_console, error.reason, f"{manifest.located(error)}: {error.message}")
             continue
         before, after = (
             yaml.safe_dump(what_apply_writes(obj), sort_keys=False).splitlines(keepends=True) if obj else []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -39,17 +39,49 @@ class Manifest:
     labels: dict[str, str] | None
     annotations: dict[str, str] | None
     spec: JsonObject
-    source: str
-    """Where it came from, e.g. ``fleet.yaml:9 (document 2)``."""
+    file: str = "stdin"
+    line: int = 1
+    document: int = 1
+    node: yaml.Node | None = field(default=None, compare=False, repr=False)
+    """Its YAML, to find the line of a field."""
 
     @property
     def reference(self) -> str:
         return f"{self.kind.short}/{self.name}"
 
     @property
-    def located(self) -> str:
-        """``vm/web-1 in fleet.yaml:9 (document 2)``: for the server's errors about it."""
-        return f"{self.reference} in {self.source}"
+    def source(self) -> str:
+        """Where it came from, e.g. ``fleet.yaml:9 (document 2)``."""
+        return _source(self.file, self.line, self.document)
+
+    def located(self, error: CliError | None = None) -> str:
+        """``vm/web-1 in fleet.yaml:9 (document 2)``, for the server's errors about it; at the
+        line of the first field the server names (``spec.memory``) where there is one."""
+        fields = error.fields if isinstance(error, ApiError) else []
+        line = line_of(self.node, fields[0]) if fields and self.node is not None else None
+        return f"{self.reference} in {_source(self.file, line or self.line, self.document)}"
+
+
+def _source(file: str, line: int, document: int) -> str:
+    return f"{file}:{line} (document {document})"
+
+
+def line_of(node: yaml.Node, path: str) -> int | None:
+    """The line (1-based) of the field at ``path`` (``spec.nics.0.ip``) in a document, or of the
+    deepest part of it that is there; None if not even its first part is."""
+    line = None
+    for part in path.split("."):
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
+            if found is None:
+                return line
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
 
 
 def load_manifests(filename: str, text: str) -> list[Manifest]:
@@ -62,17 +94,19 @@ def load_manifests(filename: str, text: str) -> list[Manifest]:
     except yaml.YAMLError as error:
         raise CliError("InvalidManifest", f"{label} is not valid YAML: {error}") from error
     manifests = []
-    for index, (document, line) in enumerate(documents, start=1):
+    for index, (document, line, node) in enumerate(documents, start=1):
         if document is None:  # an empty document, e.g. after a trailing '---'
             continue
-        manifests.append(_check_document(document, f"{label}:{line} (document {index})"))
+        manifest = _check_document(document, _source(label, line, index))
+        manifests.append(replace(manifest, file=label, line=line, document=index, node=node))
     if not manifests:
         raise CliError("InvalidManifest", f"{label} contains no documents")
     return manifests
 
 
-def _documents(label: str, text: str) -> list[tuple[Any, int]]:
-    """Each document and the line it starts on (1-based), read as ``yaml.safe_load_all`` does."""
+def _documents(label: str, text: str) -> list[tuple[Any, int, yaml.Node | None]]:
+    """Each document, the line it starts on (1-based) and its nodes, read as
+    ``yaml.safe_load_all`` does."""
     stream = io.StringIO(text)
     stream.name = label  # PyYAML names a stream's errors by its name
     loader = yaml.SafeLoader(stream)
@@ -81,7 +115,7 @@ def _documents(label: str, text: str) -> list[tuple[Any, int]]:
         while loader.check_node():
             node = loader.get_node()
             line = node.start_mark.line + 1 if node is not None else 1
-            documents.append((loader.construct_document(node), line))
+            documents.append((loader.construct_document(node), line, node))
     finally:
         loader.dispose()
     return documents
@@ -139,7 +173,6 @@ def _check_document(document: Any, source: str) -> Manifest:
         labels=labels,
         annotations=annotations,
         spec=spec,
-        source=source,
     )
 
 

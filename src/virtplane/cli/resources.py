@@ -85,7 +85,7 @@ def apply(
             raise
         except CliError as error:
             failures.append(error)
-            print_error(state.err_console, error.reason, f"{manifest.located}: {error.message}")
+            print_error(state.err_console, error.reason, f"{manifest.located(error)}: {error.message}")
             continue
         suffix = " (server dry run)" if dry_run else ""
         state.console.print(Text.assemble(f"{manifest.reference} ", styled(result), suffix))
