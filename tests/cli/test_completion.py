@@ -54,6 +54,10 @@ def test_names_come_from_the_server(server: LiveServer, tmp_path: Path) -> None:
     assert _complete(["virtplane", "get", "vm", "d"], env) == ["db-1"]
     assert _complete(["virtplane", "describe", "hosts", "''"], env) == ["node-1"]
     assert _complete(["virtplane", "host", "maintenance", "enable", "n"], env) == ["node-1"]
+    assert _complete(["virtplane", "describe", "setting", "vm.start.backoff_b"], env) == [
+        "vm.start.backoff_base_s"
+    ]
+    assert _complete(["virtplane", "get", "events", "''"], env) == [], "events have no names to complete"
 
 
 def test_names_are_cached_briefly_in_a_file_only_its_user_reads(server: LiveServer, tmp_path: Path) -> None:
