@@ -128,3 +128,21 @@ def test_diff_names_a_refused_document(invoke: Invoke, tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"Error (Invalid): vm/web-1 in {path}:7 (document 1): spec.cpu" in result.stderr, "cpu's line"
     assert result.stdout == ""
+
+
+def test_a_settings_dry_run_checks_the_value_and_writes_nothing(
+    invoke: Invoke, sent: RecordingTransport, tmp_path: Path
+) -> None:
+    key = "host.maintenance.local.storage.strategy"
+    path = tmp_path / "setting.yaml"
+    document = "apiVersion: virtplane.io/v1\nkind: Setting\nmetadata: {name: %s}\nspec: {value: %s}\n"
+
+    path.write_text(document % (key, "Migration"))
+    allowed = invoke("apply", "-f", str(path), "--dry-run")
+    path.write_text(document % (key, "Teleport"))
+    refused = invoke("apply", "-f", str(path), "--dry-run")
+
+    assert allowed.stdout == f"setting/{key} configured (server dry run)\n", allowed.output
+    assert refused.exit_code == 1
+    assert "Error (InvalidSetting): " in refused.stderr and "'Teleport' is not allowed" in refused.stderr
+    assert _real_writes(sent) == []
