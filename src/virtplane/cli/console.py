@@ -28,6 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable
+from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import state_of
 
 SUBPROTOCOL = "virtplane.console.v1"  # as the server's api/routes/console.py names it
@@ -167,7 +168,9 @@ def _line_session(session: _Session, fd: int, linger_s: float) -> bool:
 
 def console(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The VM whose serial console to attach to.")],
+    name: Annotated[
+        str, typer.Argument(help="The VM whose serial console to attach to.", autocompletion=complete_vm)
+    ],
     linger: Annotated[
         float,
         typer.Option(

@@ -9,7 +9,9 @@ import typer
 from rich.text import Text
 
 from virtplane.cli.client import ApiError, CliError, JsonObject
+from virtplane.cli.completion import complete_host
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.maintenance_view import maintenance_frame, print_maintenance
 from virtplane.cli.output import OutputFormat, dig, print_structured
 from virtplane.cli.waiting import wait_for
@@ -45,7 +47,9 @@ class Role(StrEnum):
     VIEWER = "viewer"
 
 
-HostArgument = Annotated[str, typer.Argument(help="The host's name.", show_default=False)]
+HostArgument = Annotated[
+    str, typer.Argument(help="The host's name.", show_default=False, autocompletion=complete_host)
+]
 OutputOption = Annotated[
     OutputFormat, typer.Option("--output", "-o", case_sensitive=False, help="table, json or yaml.")
 ]
@@ -75,7 +79,12 @@ def maintenance_enable(
         ),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0, help="With --wait: seconds at most.")
+        float,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help=f"With --wait: seconds at most, then exit {ExitCode.TIMEOUT.value} (the drain goes on).",
+        ),
     ] = DEFAULT_TIMEOUT_S,
     output: OutputOption = OutputFormat.TABLE,
 ) -> None:

@@ -13,7 +13,7 @@ from virtplane import __version__
 from virtplane.cli import console, hosts, resources, settings, vms
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
-from virtplane.cli.context import CliOverrides, CliState, SystemClock
+from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
 
@@ -62,7 +62,9 @@ def root(
     ctx: typer.Context,
     url: Annotated[
         str,
-        typer.Option("--url", envvar="VIRTPLANE_URL", help="Base URL of the virtplane server."),
+        typer.Option(
+            "--url", envvar="VIRTPLANE_URL", callback=checked_url, help="Base URL of the virtplane server."
+        ),
     ] = DEFAULT_URL,
     token: Annotated[
         str | None,

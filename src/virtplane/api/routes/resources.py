@@ -42,6 +42,11 @@ PATCH_ATTEMPTS = 10
 CLAIM_ATTEMPTS = 5
 """Admission runs again this often when a value it chose (an address, a MAC) was taken meanwhile."""
 
+DRY_RUN_HELP = (
+    "Run admission and validation and answer with what would be stored, writing nothing "
+    "(a refusal is the same 4xx as a real write's)."
+)
+
 
 T = TypeVar("T")
 
@@ -165,6 +170,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         request: Request,
         response: Response,
         body: cls = Body(...),  # type: ignore[valid-type]
+        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
         principal: Principal = write,
     ) -> Any:
         # On the loop, as the controllers' writes (each store call is short): a sync route
@@ -176,6 +182,9 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             raise AlreadyExists(kind, new.metadata.name)
         for attempt in range(CLAIM_ATTEMPTS):
             obj = await admit_on_loop(ctx, ctx.admission.on_create, _user_writable(new, None))
+            if dry_run:
+                response.status_code = 201
+                return public_doc(obj)
             try:
                 created = ctx.store.create(
                     obj,
@@ -192,7 +201,9 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         response.status_code = 201
         return public_doc(created)
 
-    def _apply_update(ctx: ApiContext, name: str, obj: Resource, principal: Principal) -> Any:
+    def _apply_update(
+        ctx: ApiContext, name: str, obj: Resource, principal: Principal, *, dry_run: bool = False
+    ) -> Any:
         if obj.metadata.name != name:
             raise ApiError(
                 422, "Invalid", f"metadata.name {obj.metadata.name!r} does not match the path {name!r}"
@@ -203,6 +214,10 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         check = obj.metadata.resource_version != 0
         if not check:
             new.metadata.resource_version = current.metadata.resource_version
+        if dry_run:
+            if new.metadata.resource_version != current.metadata.resource_version:
+                raise Conflict(kind, name, new.metadata.resource_version, current.metadata.resource_version)
+            return public_doc(admit(ctx, ctx.admission.on_update, current, copied(new)))
         for attempt in range(CLAIM_ATTEMPTS):
             admitted = admit(ctx, ctx.admission.on_update, current, copied(new))
             try:
@@ -221,14 +236,16 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         name: str,
         request: Request,
         body: cls = Body(...),  # type: ignore[valid-type]
+        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
         principal: Principal = write,
     ) -> Any:
-        return _apply_update(_ctx(request), name, body, principal)
+        return _apply_update(_ctx(request), name, body, principal, dry_run=dry_run)
 
     def patch_object(
         name: str,
         request: Request,
         body: dict[str, Any] = Body(..., description="RFC 7386 JSON merge patch of metadata and spec"),
+        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
         principal: Principal = write,
     ) -> Any:
         ctx = _ctx(request)
@@ -246,7 +263,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
                     # between would otherwise be overwritten by this stale copy (a lost update)
                     patched["metadata"]["resource_version"] = current.metadata.resource_version
             try:
-                return _apply_update(ctx, name, cls.model_validate(patched), principal)
+                return _apply_update(ctx, name, cls.model_validate(patched), principal, dry_run=dry_run)
             except Conflict:
                 if pinned or attempt == PATCH_ATTEMPTS - 1:
                     raise
