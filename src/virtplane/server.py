@@ -19,6 +19,8 @@ from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
+from virtplane.runtime.retention import vacuum_once_at_start
+from virtplane.store.settings import Settings
 from virtplane.store.store import Store, sqlite_url
 
 log = logging.getLogger("virtplane.server")
@@ -129,6 +131,7 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
     db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
     store = Store(db_url)
     store.migrate()
+    vacuum_once_at_start(store, Settings(store))
     token = admin_token(store, options.data_dir)
     if options.demo:
         from virtplane.demo import seed
