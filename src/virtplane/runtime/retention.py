@@ -75,9 +75,10 @@ class Retention:
         self.every_s = every_s
         self._keep_after = keep_after
 
-    def prune_once(self) -> Pruned:
+    def prune_once(self, limits: Limits | None = None) -> Pruned:
+        """One pass, with ``limits`` or the settings' (any thread)."""
         keep_after = self._keep_after() if self._keep_after is not None else None
-        pruned = prune(self.store, Limits.of(self.settings), keep_after)
+        pruned = prune(self.store, limits or Limits.of(self.settings), keep_after)
         if pruned.changes or pruned.events:
             log.debug(
                 "retention: dropped %d changes and %d events, %d pages freed",
@@ -91,7 +92,8 @@ class Retention:
         """Prune now, then every ``every_s``, until cancelled (a failed pass is logged and retried)."""
         while True:
             try:
-                await asyncio.to_thread(self.prune_once)
+                # the settings read here: their cache belongs to the event loop's thread
+                await asyncio.to_thread(self.prune_once, Limits.of(self.settings))
             except Exception:
                 log.warning("retention: pruning failed; trying again in %g s", self.every_s, exc_info=True)
             await asyncio.sleep(self.every_s)
