@@ -18,9 +18,9 @@ class Sizes:
     idle_s: float = 120.0  # row 7: two resync periods, four heartbeats
     pages: int = 20  # row 8
     drain_vms: int = 40  # row 6
-    soak_days: int = 90  # row 9: simulated days, each of 96 ticks of 15 min
-    soak_creates_per_tick: int = 2  # VMs created a tick, and as many deleted
-    soak_status_per_tick: int = 6  # status writes a tick
+    soak_days: int = 90  # row 9: simulated days, each of 24 ticks of an hour
+    soak_creates_per_tick: int = 8  # VMs created a tick, and as many deleted
+    soak_status_per_tick: int = 24  # status writes a tick
 
 
 FULL = Sizes("full")
@@ -37,6 +37,6 @@ SHORT = Sizes(
     pages=5,
     drain_vms=10,
     soak_days=10,
-    soak_creates_per_tick=1,
-    soak_status_per_tick=3,
+    soak_creates_per_tick=4,
+    soak_status_per_tick=12,
 )

@@ -1,7 +1,7 @@
 """Row 9: months of a fleet's writes in compressed time, and the database's size over them.
 
 The store runs on a clock the soak moves (``Store.clock``: the events' times and what retention
-counts ages from), so a simulated day takes a second or so: each quarter of an hour VMs are
+counts ages from), so a simulated day takes a second or so: each simulated hour VMs are
 created (with their event), status-written (each with an event) and deleted once two days old
 (with their event), so the fleet itself stops growing after two days; then retention runs as the
 server's would (``runtime.retention.prune`` with the settings' defaults: changes an hour, events
@@ -25,7 +25,7 @@ from virtplane.domain.settings import REGISTRY
 from virtplane.runtime.retention import Limits, prune
 from virtplane.store.store import Store, sqlite_url
 
-TICK_S = 900.0  # a quarter of an hour: the server prunes every minute, the soak every tick
+TICK_S = 3600.0  # an hour: the server prunes every minute, the soak after each tick's writes
 TICKS_PER_DAY = round(86400 / TICK_S)
 LIFETIME_TICKS = 2 * TICKS_PER_DAY  # a VM is deleted two days after it was created
 FLAT_FROM_DAY = 3
@@ -116,7 +116,7 @@ async def run(work: Path, sizes: Sizes, _tx_per_s: float, _profile_dir: Path | N
             note=(
                 f"the file after {days} days: {kept[-1]:g} MiB with retention (day {FLAT_FROM_DAY}: "
                 f"{kept[FLAT_FROM_DAY - 1]:g}), {grown[-1]:g} MiB without (day {FLAT_FROM_DAY}: "
-                f"{grown[FLAT_FROM_DAY - 1]:g}); the settings' defaults, pruned every simulated 15 min"
+                f"{grown[FLAT_FROM_DAY - 1]:g}); the settings' defaults, pruned every simulated hour"
             ),
         )
     ]

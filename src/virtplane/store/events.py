@@ -65,11 +65,12 @@ class EventLog(Database):
         key only: no index on time needed) and stops at the first one young enough to keep."""
         cutoff = self.clock() - timedelta(seconds=max_age_s)
         dropped = 0
+        step = min(64, batch)  # a pass every minute finds a few events to drop: read few, more while all go
         while True:
             with self._write() as connection:
                 top = connection.execute(select(func.max(_events.c.id))).scalar_one_or_none() or 0
                 rows = connection.execute(
-                    select(_events.c.id, _events.c.time).order_by(_events.c.id).limit(batch)
+                    select(_events.c.id, _events.c.time).order_by(_events.c.id).limit(step)
                 ).all()
                 upto = None
                 for row in rows:
@@ -80,8 +81,9 @@ class EventLog(Database):
                     return dropped
                 result = connection.execute(delete(_events).where(_events.c.id <= upto))
                 dropped += int(result.rowcount or 0)
-            if upto != rows[-1].id or len(rows) < batch:
+            if upto != rows[-1].id or len(rows) < step:
                 return dropped
+            step = min(2 * step, batch)
 
 
 def event_from_row(row: Any) -> Event:
