@@ -4,6 +4,7 @@ by the test) and by count, and SQLite's file handing the pages back."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -129,4 +130,27 @@ def test_sqlite_a_database_made_before_retention_is_vacuumed_once_at_start(
         assert "one full VACUUM" in caplog.text
         assert not vacuum_once_at_start(store, Settings(store))  # once
     finally:
+        store.close()
+
+
+def test_sqlite_a_vacuum_that_cannot_run_is_logged_and_the_server_starts_anyway(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "old.db"
+    store = Store(sqlite_url(path))
+    store.migrate()
+    with store.connect() as connection:  # made before retention, and its one connection waits briefly
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        raw.executescript("PRAGMA auto_vacuum=NONE; VACUUM; PRAGMA busy_timeout=50")
+    other = sqlite3.connect(path, isolation_level=None)  # another process writing meanwhile
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with caplog.at_level(logging.WARNING, logger="virtplane.retention"):
+            assert not vacuum_once_at_start(store, Settings(store))
+        assert "could not prune and VACUUM" in caplog.text and "locked" in caplog.text
+        assert not store.uses_incremental_vacuum()
+    finally:
+        other.rollback()
+        other.close()
         store.close()

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy.exc import DBAPIError
+
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
@@ -101,22 +103,31 @@ class Retention:
 
 def vacuum_once_at_start(store: Store, settings: Settings) -> bool:
     """SQLite made before retention: prune, then the one full VACUUM that turns incremental
-    auto-vacuum on (it rewrites the file: done before serving, logged); True if it ran."""
+    auto-vacuum on (it rewrites the file: done before serving, logged); True if it ran. One that
+    fails is logged and the server starts anyway: pruning bounds the file without it."""
     if not store.is_sqlite or store.uses_incremental_vacuum():
         return False
     started, before = time.monotonic(), store.size_bytes()
-    pruned = prune(store, Limits.of(settings))
     log.info(
-        "the database predates retention: dropped %d old changes and %d old events; "
-        "one full VACUUM to turn on incremental auto-vacuum (once, %.1f MiB)...",
-        pruned.changes,
-        pruned.events,
+        "the database predates retention: pruning it, then one full VACUUM to turn on "
+        "incremental auto-vacuum (once; %.1f MiB)...",
         before / 2**20,
     )
-    store.use_incremental_vacuum()
+    try:
+        pruned = prune(store, Limits.of(settings))
+        store.use_incremental_vacuum()
+    except DBAPIError as exc:  # a full disk (VACUUM writes a copy), a lock held elsewhere
+        log.warning(
+            "could not prune and VACUUM (%s): the database keeps its size and reuses the pages "
+            "pruning frees; it is tried again at the next start",
+            exc.orig or exc,
+        )
+        return False
     log.info(
-        "VACUUM done in %.1f s: %.1f MiB -> %.1f MiB",
+        "VACUUM done in %.1f s: dropped %d old changes and %d old events, %.1f MiB -> %.1f MiB",
         time.monotonic() - started,
+        pruned.changes,
+        pruned.events,
         before / 2**20,
         store.size_bytes() / 2**20,
     )
