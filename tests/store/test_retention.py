@@ -154,3 +154,19 @@ def test_sqlite_a_vacuum_that_cannot_run_is_logged_and_the_server_starts_anyway(
         other.rollback()
         other.close()
         store.close()
+
+
+def test_pruning_everything_keeps_the_newest_change_and_event_so_that_numbers_go_on(store: Store) -> None:
+    clock = WallClock()
+    store.clock = clock
+    top = writes(store, "a", 5)
+    store.record_events([("Secret", "a-0", f"R{i}", "", NORMAL) for i in range(3)])
+    newest_event = store.list_events()[-1].id
+    store.prune_changes(max_age_s=60, max_rows=1000)  # the mark
+    clock.advance(HOUR)
+    assert store.prune_changes(max_age_s=60, max_rows=1000) == 4  # all but the newest
+    assert store.prune_events(max_age_s=60, max_rows=1000) == 2
+    assert store.revision() == top and store.compacted_revision() == top - 1
+    assert store.create(secret("b")).metadata.resource_version == top + 1  # not 1 again
+    store.record_event("Secret", "b", "After")
+    assert [e.id for e in store.list_events()] == [newest_event, newest_event + 1]

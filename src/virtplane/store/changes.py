@@ -95,15 +95,20 @@ class ChangeLog(Database):
 
     def _drop_changes(self, horizon: int, batch: int = 2000) -> int:
         """Drop the changes up to ``horizon``, ``batch`` revisions per transaction, each moving
-        ``compacted_revision`` with it (a reader between two batches sees where they are)."""
+        ``compacted_revision`` with it (a reader between two batches sees where they are).
+
+        The newest change always stays: the store's revision is the newest row's, and on
+        SQLite an emptied table would hand out revision 1 again."""
         dropped = 0
         changes, state = schema.changes, schema.feed_state
         while True:
             with self._write() as connection:
-                oldest = connection.execute(select(func.min(changes.c.revision))).scalar_one_or_none()
-                if oldest is None or oldest > horizon:
+                oldest, newest = connection.execute(
+                    select(func.min(changes.c.revision), func.max(changes.c.revision))
+                ).one()
+                upto = min(horizon, (oldest or 0) + batch - 1, (newest or 0) - 1)
+                if oldest is None or oldest > upto:
                     return dropped
-                upto = min(horizon, oldest + batch - 1)
                 result = connection.execute(delete(changes).where(changes.c.revision <= upto))
                 connection.execute(
                     update(state)

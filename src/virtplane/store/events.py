@@ -62,7 +62,9 @@ class EventLog(Database):
 
         Events are numbered in commit order and timed as they are appended, so the oldest by
         id are the oldest by time: each batch reads the oldest ids and their times (the primary
-        key only: no index on time needed) and stops at the first one young enough to keep."""
+        key only: no index on time needed) and stops at the first one young enough to keep. The
+        newest event always stays: on SQLite an emptied table would number events from 1 again,
+        and a follower of events (by id) would see none of them."""
         cutoff = self.clock() - timedelta(seconds=max_age_s)
         dropped = 0
         step = min(64, batch)  # a pass every minute finds a few events to drop: read few, more while all go
@@ -74,7 +76,7 @@ class EventLog(Database):
                 ).all()
                 upto = None
                 for row in rows:
-                    if row.id > top - max_rows and aware(row.time) >= cutoff:
+                    if row.id >= top or (row.id > top - max_rows and aware(row.time) >= cutoff):
                         break
                     upto = row.id
                 if upto is None:
