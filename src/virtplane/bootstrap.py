@@ -173,7 +173,7 @@ class ControlPlane:
         self.sim = sim
         self.settings = Settings(store)
         self.cache = Cache(store)
-        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
+        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s, resync=self.cache.resync)
         self.retention = Retention(store, self.settings, keep_after=lambda: self.feed.revision)
         self.registry = CollectorRegistry()
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
