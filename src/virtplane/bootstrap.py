@@ -69,6 +69,7 @@ from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Reque
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
+from virtplane.runtime.retention import Retention
 from virtplane.services.admission import Admission
 from virtplane.services.console import ConsoleService
 from virtplane.services.maintenance import MaintenanceService
@@ -172,7 +173,8 @@ class ControlPlane:
         self.sim = sim
         self.settings = Settings(store)
         self.cache = Cache(store)
-        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
+        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s, resync=self.cache.resync)
+        self.retention = Retention(store, self.settings, keep_after=lambda: self.feed.revision)
         self.registry = CollectorRegistry()
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
         self.ctx = ControllerContext(
@@ -350,6 +352,7 @@ class ControlPlane:
                     name=f"resync-{kind}",
                 )
             )
+        self._lead_tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         # Level-triggered start: every object is looked at once, in dependency order, after
         # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for kind in (

@@ -19,6 +19,8 @@ from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
+from virtplane.runtime.retention import vacuum_once_at_start
+from virtplane.store.settings import Settings
 from virtplane.store.store import Store, sqlite_url
 from virtplane.store.upgrade import NewerData, UpgradeFailed
 
@@ -139,6 +141,7 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
     except (NewerData, UpgradeFailed) as refused:  # the store is as it was: say so in one line
         store.close()
         raise ServeRefused(str(refused), reason=type(refused).__name__) from None
+    vacuum_once_at_start(store, Settings(store))
     token = admin_token(store, options.data_dir)
     if options.demo:
         from virtplane.demo import seed

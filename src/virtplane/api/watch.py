@@ -144,9 +144,11 @@ class _ObjectReader:
 
     def read(self, after: int) -> _Read:
         top = self.store.revision()
+        changes = kind_changes(self.store, self.cls.KIND, after=after, upto=top, limit=self.batch)
+        # The horizon is looked at after the read: pruning that ran meanwhile may have taken
+        # changes this read should have had, and then the horizon is past ``after``.
         if after < self.store.compacted_revision():
             return _Read([], after, after, expired=True)
-        changes = kind_changes(self.store, self.cls.KIND, after=after, upto=top, limit=self.batch)
         more = len(changes) == self.batch
         position = changes[-1].revision if more else max(top, after)
         by_name: OrderedDict[str, list[Change]] = OrderedDict()
