@@ -18,6 +18,7 @@ class Sizes:
     idle_s: float = 120.0  # row 7: two resync periods, four heartbeats
     pages: int = 20  # row 8
     drain_vms: int = 40  # row 6
+    cli_runs: int = 20  # row 9: launches of each command
 
 
 FULL = Sizes("full")
@@ -33,4 +34,5 @@ SHORT = Sizes(
     idle_s=10.0,
     pages=5,
     drain_vms=10,
+    cli_runs=5,
 )

@@ -23,7 +23,7 @@ import yaml
 
 from virtplane.cli.client import ApiClient, ApiError, CliError, JsonObject
 from virtplane.cli.kinds import KINDS, KindInfo, kind_by_name, resolve_kind
-from virtplane.domain.resources import API_VERSION, KIND_BY_NAME
+from virtplane.domain.api_version import API_VERSION
 
 __all__ = ["Manifest", "apply_manifest", "load_manifests"]
 
@@ -179,6 +179,8 @@ def _matches(manifest: Manifest, current: JsonObject) -> bool:
 
 def _with_defaults(manifest: Manifest) -> JsonObject | None:
     """The manifest's spec as the server stores it (defaults filled), or None if it is invalid."""
+    from virtplane.domain.resources import KIND_BY_NAME  # the models: only where a spec is checked
+
     model = KIND_BY_NAME.get(manifest.kind.kind)
     if model is None:
         return None
