@@ -6,11 +6,14 @@ and ``pip`` only record how they were called (a real install takes minutes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "playwright", "schemathesis", "mkdocs", "import-linter"}
@@ -62,3 +65,21 @@ def test_each_entry_point_asks_for_its_own_set() -> None:
 
     assert asks("virtplane") == ["ensure_venv"]
     assert asks("test") == ["ensure_test_venv"]
+
+
+@pytest.mark.slow
+def test_a_fresh_venv_gets_the_runtime_set_and_runs_the_cli(tmp_path: Path) -> None:
+    """A real install (about a minute with pip's cache warm): what ``serve --demo`` installs on
+    a fresh clone has no test tool, and the CLI runs from it."""
+    venv = tmp_path / "venv"
+    env = {**os.environ, "VIRTPLANE_VENV": str(venv), "ROOT": str(ROOT)}
+    subprocess.run(["bash", "-c", '. "$ROOT/bin/_env.sh" && ensure_venv'], env=env, check=True, timeout=900)
+    listed = subprocess.run(
+        [str(venv / "bin" / "pip"), "list", "--format", "json"], capture_output=True, text=True, check=True
+    )
+    installed = {package["name"].lower() for package in json.loads(listed.stdout)}
+    assert "virtplane" in installed and "fastapi" in installed
+    assert not installed & TEST_TOOLS, installed & TEST_TOOLS
+    assert not (venv / ".virtplane-test-installed").exists()
+    version = subprocess.run([str(venv / "bin" / "virtplane"), "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("virtplane "), version
