@@ -16,6 +16,7 @@ fails the build too.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import shutil
@@ -279,6 +280,8 @@ def generate(docs_dir: Path, scratch: Path) -> None:
 
 
 def build(site_dir: Path) -> None:
+    if importlib.util.find_spec("mkdocs") is None:  # a test extra: serve's install leaves it out
+        sys.exit("MkDocs is not installed: ./bin/test installs it, or .venv/bin/pip install -e '.[test]'")
     with tempfile.TemporaryDirectory(prefix="virtplane-docs-") as tmp:
         work = Path(tmp)
         docs = work / "docs"

@@ -26,6 +26,13 @@ def test_a_list_field_shows_its_type_and_its_items_fields() -> None:
     assert "    network <string> (required)" in out
     assert "    mac <string>" in out and "derived from the VM's uid" in out
     assert "    ip <string>" in out
+    assert "ALLOWED:  at most 16 items" in out
+
+
+def test_a_number_shows_its_range() -> None:
+    code, out = explain("vm.spec")
+    assert code == 0, out
+    assert "(default 512; allowed 16 .. 4194304)" in out
 
 
 def test_an_enum_field_shows_its_default_and_allowed_values() -> None:

@@ -44,7 +44,7 @@ def render(kind: str, field: Field) -> str:
                 lines.append(f"        {child.description}")
             facts = [f"default {child.default}"] if child.default != NO_DEFAULT else []
             if child.allowed:
-                facts.append(f"one of {', '.join(child.allowed)}")
+                facts.append(f"allowed {', '.join(child.allowed)}")
             if facts:
                 lines.append(f"        ({'; '.join(facts)})")
     return "\n".join(lines) + "\n"

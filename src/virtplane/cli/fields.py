@@ -37,7 +37,8 @@ class Field:
     default: str
     """The default as JSON, or ``-`` when the field has none."""
     allowed: tuple[str, ...]
-    """The values an enum or a constant allows; empty for any value of the type."""
+    """The values an enum or a constant allows, or the range a number or a list's length
+    must keep to (``16 .. 4194304``, ``at most 16 items``); empty when the type is all."""
     required: bool
     children: tuple[Field, ...]
     """The fields one level down (of an object, or of a list's or map's items)."""
@@ -89,6 +90,24 @@ def _items(schema: Schema, defs: Mapping[str, Schema]) -> Schema:
     return target
 
 
+def _number(value: Any) -> str:
+    """``64`` for the ``64.0`` an OpenAPI document may carry for a whole bound."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _limits(schema: Schema) -> tuple[str, ...]:
+    low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum")
+    found = []
+    if low is not None or high is not None:
+        low_text = "" if low is None else _number(low)
+        found.append(f"{low_text} .. {'' if high is None else _number(high)}".strip())
+    if "maxItems" in schema:
+        found.append(f"at most {schema['maxItems']} items")
+    if "maxLength" in schema:
+        found.append(f"at most {schema['maxLength']} characters")
+    return tuple(found)
+
+
 def _field(path: str, schema: Schema, defs: Mapping[str, Schema], required: bool, depth: int) -> Field:
     target, inner = _target(schema, defs), _items(schema, defs)
     # the field's own words, else its type's (a model's docstring, a list's item model's)
@@ -96,6 +115,7 @@ def _field(path: str, schema: Schema, defs: Mapping[str, Schema], required: bool
     allowed = tuple(str(v) for v in inner.get("enum", ()))
     if "const" in inner:
         allowed = (str(inner["const"]),)
+    allowed += _limits(target)
     default = json.dumps(schema["default"]) if "default" in schema else NO_DEFAULT
     properties: Mapping[str, Schema] = inner.get("properties", {}) if depth < 12 else {}
     wanted = set(inner.get("required", ()))
