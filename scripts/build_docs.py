@@ -256,11 +256,42 @@ def check_statements(text: str, where: str) -> list[str]:
     return problems
 
 
+def check_commands(text: str, where: str) -> list[str]:
+    """Each backticked ``virtplane ...`` names commands and options the CLI has (arguments and
+    placeholders in capitals are not checked)."""
+    import typer.main
+
+    from virtplane.cli.main import app
+
+    root = typer.main.get_command(app)
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for quoted in re.findall(r"`virtplane ([^`]+)`", line):
+            command: Any = root  # typer's own (vendored) click: a group has .commands
+            for token in quoted.split():
+                options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+                if token.startswith("-"):
+                    if token.split("=")[0] not in options:
+                        problems.append(f"{where}:{number}: `virtplane {quoted}`: no option {token}")
+                    continue
+                if not hasattr(command, "commands"):
+                    continue  # the command's arguments (its options are checked above)
+                if not re.fullmatch(r"[a-z][a-z|-]*", token):
+                    break  # a placeholder for a command
+                missing = [name for name in token.split("|") if name not in command.commands]
+                if missing:
+                    problems.append(f"{where}:{number}: `virtplane {quoted}`: no command {' '.join(missing)}")
+                    break
+                command = command.commands[token.split("|")[0]]
+    return problems
+
+
 def check_docs(docs_dir: Path) -> list[str]:
     return [
         problem
         for page in sorted(docs_dir.rglob("*.md"))
-        for problem in check_statements(page.read_text(encoding="utf-8"), str(page.relative_to(docs_dir)))
+        for check in (check_statements, check_commands)
+        for problem in check(page.read_text(encoding="utf-8"), str(page.relative_to(docs_dir)))
     ]
 
 

@@ -88,8 +88,17 @@ def _repo_copy(tmp_path: Path) -> Path:
         ("Every `migration.retry.*` setting applies.", "migration.retry.*"),
         ("```yaml\nkind: VirtualMachineBackup\nmetadata: {name: b}\n```", "VirtualMachineBackup"),
         ("Redfish fencing is in progress and not part of this release.", "not part of this release"),
+        ("Stop it with `virtplane vm halt web-1`.", "no command halt"),
+        ("Follow them with `virtplane events --tail`.", "no option --tail"),
     ],
-    ids=["unknown-setting", "unknown-settings-prefix", "unknown-kind", "unshipped-feature"],
+    ids=[
+        "unknown-setting",
+        "unknown-settings-prefix",
+        "unknown-kind",
+        "unshipped-feature",
+        "unknown-command",
+        "unknown-option",
+    ],
 )
 def test_a_statement_the_code_contradicts_fails_the_build(tmp_path: Path, statement: str, named: str) -> None:
     copy = _repo_copy(tmp_path)
@@ -113,4 +122,6 @@ def test_the_readme_states_nothing_the_code_contradicts() -> None:
     build_docs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build_docs)
 
-    assert build_docs.check_statements((ROOT / "README.md").read_text(encoding="utf-8"), "README.md") == []
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert build_docs.check_statements(readme, "README.md") == []
+    assert build_docs.check_commands(readme, "README.md") == []
