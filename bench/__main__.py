@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, drain, fleet, report, soak
+from bench import against, api, ceiling, cli_start, drain, fleet, report, soak
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -26,8 +26,9 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({6}), drain.run),
     (frozenset({2, 5, 7, 8}), fleet.run),
     (frozenset({9}), soak.run),
+    (frozenset({10}), cli_start.run),
 )
-ALL_ROWS = frozenset(range(1, 10))
+ALL_ROWS = frozenset(range(1, 11))
 
 
 def parse_rows(text: str) -> frozenset[int]:

@@ -21,6 +21,7 @@ class Sizes:
     soak_days: int = 90  # row 9: simulated days, each of 24 ticks of an hour
     soak_creates_per_tick: int = 8  # VMs created a tick, and as many deleted
     soak_status_per_tick: int = 24  # status writes a tick
+    cli_runs: int = 20  # row 10: launches of each command
 
 
 FULL = Sizes("full")
@@ -39,4 +40,5 @@ SHORT = Sizes(
     soak_days=10,
     soak_creates_per_tick=4,
     soak_status_per_tick=12,
+    cli_runs=5,
 )

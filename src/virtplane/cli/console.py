@@ -19,17 +19,18 @@ import termios
 import threading
 import tty
 from collections.abc import Iterator
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 from urllib.parse import quote
 
 import typer
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.sync.client import ClientConnection, connect
-from websockets.typing import Subprotocol
 
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable
 from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import state_of
+
+if TYPE_CHECKING:  # websockets is imported by the command only: every other command starts sooner
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import ClientConnection
 
 SUBPROTOCOL = "virtplane.console.v1"  # as the server's api/routes/console.py names it
 ESCAPE = b"\x1d"  # Ctrl-]
@@ -55,6 +56,10 @@ def _refusal(exc: InvalidStatus) -> ApiError:
 
 
 def _open(url: str, base_url: str, token: str | None) -> ClientConnection:
+    from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+    from websockets.sync.client import connect
+    from websockets.typing import Subprotocol
+
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         return connect(
@@ -85,6 +90,8 @@ class _Session:
         return self._wake_r
 
     def _pump(self) -> None:
+        from websockets.exceptions import ConnectionClosed
+
         self.close_reason = "the connection was lost"
         try:
             while True:
@@ -102,6 +109,8 @@ class _Session:
 
     def send(self, data: bytes) -> bool:
         """False once the session is over."""
+        from websockets.exceptions import ConnectionClosed
+
         try:
             self.ws.send(data)
         except ConnectionClosed:

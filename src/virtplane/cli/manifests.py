@@ -25,7 +25,7 @@ import yaml
 
 from virtplane.cli.client import ApiClient, ApiError, CliError, JsonObject
 from virtplane.cli.kinds import KINDS, KindInfo, kind_by_name, resolve_kind
-from virtplane.domain.resources import API_VERSION
+from virtplane.domain.api_version import API_VERSION
 
 __all__ = ["Manifest", "apply_manifest", "load_manifests", "plan", "same_object", "what_apply_writes"]
 

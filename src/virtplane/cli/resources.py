@@ -25,13 +25,6 @@ from virtplane.cli.progress_view import Tone
 from virtplane.cli.tables import event_id, print_events, print_resources, sorted_events
 from virtplane.cli.waiting import one_row, wait_for
 from virtplane.cli.watching import follow_events, watch_resources
-from virtplane.domain.resources import KIND_BY_NAME
-from virtplane.domain.selectors import (
-    SelectorError,
-    parse_field_selector,
-    parse_label_selector,
-    selectable_fields,
-)
 
 __all__ = ["register"]
 
@@ -208,6 +201,17 @@ def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dic
     params: dict[str, str | int] = {}
     label_text = ",".join(labels)
     field_text = ",".join(fields)
+    if not (label_text or field_text):
+        return params
+    # the models, for the selectable fields: only when there is a selector to check
+    from virtplane.domain.resources import KIND_BY_NAME
+    from virtplane.domain.selectors import (
+        SelectorError,
+        parse_field_selector,
+        parse_label_selector,
+        selectable_fields,
+    )
+
     try:
         parse_label_selector(label_text)
     except SelectorError as error:

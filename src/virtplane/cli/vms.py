@@ -18,8 +18,8 @@ from virtplane.cli.output import dig, print_yaml
 from virtplane.cli.progress_view import Tone
 from virtplane.cli.resources import selector_params
 from virtplane.cli.waiting import follow_operation, one_row, wait_for, wait_for_operation
+from virtplane.domain.api_version import API_VERSION
 from virtplane.domain.names import generated_name, random_suffix
-from virtplane.domain.resources import API_VERSION
 
 __all__ = ["operation_name", "register"]
 

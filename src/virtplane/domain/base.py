@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-API_VERSION = "virtplane.io/v1"
+from virtplane.domain.api_version import API_VERSION as API_VERSION  # re-exported: the kinds import it here
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(

@@ -11,7 +11,7 @@ from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint
-from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
+from virtplane.domain.conditions import VMCondition, place, remove_condition, set_condition, unplace
 from virtplane.domain.intents import MigrationIntent, RecoveryStage, read_migration
 from virtplane.domain.intents import Recovery as RecoveryIntent
 from virtplane.domain.networks import nic_statuses
@@ -145,7 +145,7 @@ async def host(state: VMState) -> Result | None:
         if action is Recovery.RESTART_ELSEWHERE:
             stage = RecoveryIntent(RecoveryStage.WAITING, failed.spec.cluster, name)
             state.intents = state.intents.with_(recovery=stage)
-    status.host = None
+    unplace(status, "HostFenced", f"released from host {name}, which is fenced", now=state.now)
     status.phase = VMPhase.STOPPED
     status.conditions = remove_condition(status.conditions, VMCondition.HOST_REACHABLE)
     outcome = "to start elsewhere" if state.intents.recovery else "it stays stopped"
@@ -228,7 +228,7 @@ async def _migrated_away(state: VMState) -> None:
     found, unasked = await _find_elsewhere(state)
     if found is not None:
         state.ctx.event(state.vm, "Located", f"the domain runs on {found}, not {state.status.host}")
-        state.status.host = found
+        place(state.status, found, "Located", now=state.now)
         raise StopChain(Result(requeue_after=RELEASED_S))
     if unasked:
         state.status.message = f"it left {state.status.host} by migration; cannot ask {unasked}"
