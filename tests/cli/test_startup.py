@@ -1,5 +1,5 @@
 """What a command imports before it answers (issue 39: start-up under 0.3 s). No times here
-(bench/ row 9 measures whole commands): the modules that made it slow stay unimported by the
+(bench/ row 10 measures whole commands): the modules that made it slow stay unimported by the
 commands that do not need them. Each command runs in a fresh interpreter, as a user's does."""
 
 from __future__ import annotations
