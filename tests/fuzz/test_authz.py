@@ -26,7 +26,7 @@ OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
 ADMIN_ONLY = frozenset(
     {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance", "secrets"}
 )
-ADMIN_READS = frozenset({"secrets"})  # credentials: admin-only, also to read (issue 15)
+ADMIN_READS = frozenset({"secrets", "backup"})  # credentials, the whole store: admin-only, also to read
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),
@@ -199,6 +199,7 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("POST", "/v1/vms/actions/start") == "operator"
     assert _needs("POST", "/v1/vms/actions/restart") == "operator"
     assert _needs("GET", "/v1/vms") == "viewer"  # lists and watches alike
+    assert _needs("GET", "/v1/backup") == "admin"  # a copy of the whole store (issue 30)
 
 
 @pytest.mark.parametrize(("method", "path"), list(PUBLIC))
