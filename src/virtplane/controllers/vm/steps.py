@@ -15,7 +15,7 @@ from virtplane.domain.conditions import VMCondition, remove_condition, set_condi
 from virtplane.domain.intents import MigrationIntent, RecoveryStage, read_migration
 from virtplane.domain.intents import Recovery as RecoveryIntent
 from virtplane.domain.networks import nic_statuses
-from virtplane.domain.phases import LIVE_STATES, DomainState
+from virtplane.domain.phases import LIVE_STATES, UP_PHASES, DomainState
 from virtplane.domain.recovery import Recovery, StorageKind, recovery
 from virtplane.domain.resources import (
     ExitReason,
@@ -189,6 +189,7 @@ async def observe(state: VMState) -> Result | None:
             await _migrated_away(state)
             info = None
         if info is None and not problem and not state.intents.held_by:
+            await _locate(state)
             await state.durable(DurablePoint.DEFINE)
             await state.define(driver)
             crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
@@ -238,12 +239,42 @@ async def _migrated_away(state: VMState) -> None:
     await driver.undefine(state.domain)
 
 
-async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
-    """The other host where the VM's domain is live, asking every host (a rare path), and the
-    hosts that could not be asked ("" when all answered)."""
+async def _locate(state: VMState) -> None:
+    """Its host has no domain for the VM: before one is defined there (and maybe started), ask
+    the other hosts. The store may place the VM where it no longer is (restored from a backup,
+    or a domain moved behind the control plane's back): until its location is known, nothing
+    defines or starts it anywhere (DESIGN.md §7). Found: the VM is adopted where it is."""
+    recorded = state.status.host
+    found, unasked = await _find_elsewhere(state, defined_too=True)
+    if found is not None:
+        state.ctx.event(
+            state.vm,
+            "FoundOnOtherHost",
+            f"the store placed it on {recorded}; its domain is on {found}: adopted there",
+            warning=True,
+        )
+        state.status.host = found
+        raise StopChain(Result(requeue_after=RELEASED_S))
+    if unasked:
+        state.status.message = f"its domain is not on {recorded}; cannot ask {unasked} whether it is there"
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    if state.status.phase in UP_PHASES:
+        state.ctx.event(
+            state.vm,
+            "DomainMissing",
+            f"it was {state.status.phase.value} on {recorded}, and no host has its domain: defined again there",
+            warning=True,
+        )
+
+
+async def _find_elsewhere(state: VMState, *, defined_too: bool = False) -> tuple[str | None, str]:
+    """The other host where the VM's domain is live (with ``defined_too``, else one where it is
+    defined), asking every host (a rare path), and the hosts that could not be asked ("" when
+    all answered)."""
     from virtplane.controllers.lookup import host_driver
 
     unasked = []
+    defined_on = None
     for other in state.ctx.cache.hosts():
         if other.metadata.name == state.status.host:
             continue
@@ -257,7 +288,11 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
                 unasked.append(other.metadata.name)
         elif info is not None and info.state in LIVE_STATES:
             return other.metadata.name, ""
-    return None, ", ".join(sorted(unasked))
+        elif info is not None and defined_too:
+            defined_on = defined_on or other.metadata.name
+    if unasked:
+        return None, ", ".join(sorted(unasked))
+    return defined_on, ""
 
 
 __all__ = [
