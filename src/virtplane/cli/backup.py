@@ -4,7 +4,7 @@ The server makes the copy (SQLite's online backup API, ``GET /v1/backup``) and s
 this writes it to a 0600 file beside FILE, checks it is a whole SQLite database, and only
 then renames it to FILE, so an interrupted download never leaves a torn backup under the
 name asked for. How to restore it: ``virtplane store-restore`` and the operator guide
-(docs/operations/backup-and-restore.md).
+(docs/backup-and-restore.md).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ _EPILOG = (
     "  virtplane backup -o virtplane-$(date +%F).db\n"
     "  virtplane backup -o /backups/virtplane.db --force\n\n"
     "Restore: stop the server, then `virtplane store-restore FILE --data-dir DIR`, then start it "
-    "(docs: operations/backup-and-restore). A PostgreSQL store is backed up with pg_dump instead."
+    "(docs/backup-and-restore.md). A PostgreSQL store is backed up with pg_dump instead."
 )
 
 

@@ -34,7 +34,7 @@ _EPILOG = (
     "Examples:\n"
     "  virtplane store-restore virtplane-2030-01-01.db --data-dir /var/lib/virtplane\n\n"
     "Stop the server first; start it again afterwards. The store it replaces is kept beside it as "
-    "virtplane.db.replaced-TIME. Docs: operations/backup-and-restore."
+    "virtplane.db.replaced-TIME. Docs: docs/backup-and-restore.md."
 )
 
 

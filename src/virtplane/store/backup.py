@@ -26,7 +26,7 @@ POSTGRES_BACKUP = (
     "the store is PostgreSQL: back it up with pg_dump, which copies one consistent snapshot "
     "while the server runs (pg_dump --format=custom --file=virtplane.dump DATABASE_URL), and "
     "restore it with pg_restore into an empty database while no server runs "
-    "(docs: operations/backup-and-restore)"
+    "(docs/backup-and-restore.md)"
 )
 """Why the API does not copy a PostgreSQL store, and how to do it instead."""
 

@@ -4,7 +4,7 @@ The copy is made with SQLite's online backup API (``store.backup``) into a priva
 beside the database, which is unlinked once open and streamed from the open file: writers
 go on meanwhile, and nothing of the copy outlives the request. A PostgreSQL store is
 refused (409) with how to back it up instead: ``pg_dump``, not run from here (see
-docs/decisions.md, "Control-plane backup").
+docs/decisions.md, "Restoring the control plane from a backup").
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _chunks(copy: BinaryIO) -> Iterator[bytes]:
         200: {
             "content": {MEDIA_TYPE: {}},
             "description": "The SQLite database: put it in place as DATA_DIR/virtplane.db of a stopped "
-            "server to restore it (docs: operations/backup-and-restore).",
+            "server to restore it (docs/backup-and-restore.md).",
         },
         403: {"model": ErrorBody, "description": "Only admins may copy the store (reason Forbidden)."},
         409: {
