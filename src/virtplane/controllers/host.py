@@ -72,8 +72,7 @@ class HostReconciler:
             driver, facts = await self._probe(host)
             if host.spec.fenced:
                 await self._remove_stale_domains(host, driver)
-            elif host.metadata.name not in self._surveyed:
-                await report_unknown_domains(ctx, host, driver)
+            elif host.metadata.name not in self._surveyed and await report_unknown_domains(ctx, host, driver):
                 self._surveyed.add(host.metadata.name)
             answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))

@@ -10,21 +10,31 @@ domain on the Host; what to do with it is the operator's call (docs/decisions.md
 
 from __future__ import annotations
 
+import logging
+
 from virtplane.controllers.context import ControllerContext
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
+from virtplane.drivers.errors import DriverError
 
 __all__ = ["report_unknown_domains"]
 
+log = logging.getLogger("virtplane.controllers.host")
 
-async def report_unknown_domains(ctx: ControllerContext, host: Host, driver: HypervisorDriver) -> int:
+
+async def report_unknown_domains(ctx: ControllerContext, host: Host, driver: HypervisorDriver) -> bool:
     """Record an ``UnknownDomain`` event for each of the host's virtplane domains whose VM the
-    store does not have (domains not named by virtplane are the host's own business); how many."""
-    found = 0
-    for info in await driver.list_domains():
+    store does not have (domains not named by virtplane are the host's own business). False when
+    the host could not list its domains: the next look tries again, and the probe's own verdict
+    on the host stands."""
+    try:
+        domains = await driver.list_domains()
+    except DriverError as exc:
+        log.info("domains of %s not listed yet: %s", host.metadata.name, exc)
+        return False
+    for info in domains:
         if not info.vm_uid or ctx.cache.vm_by_uid(info.vm_uid) is not None:
             continue
-        found += 1
         ctx.event(
             host,
             "UnknownDomain",
@@ -32,4 +42,4 @@ async def report_unknown_domains(ctx: ControllerContext, host: Host, driver: Hyp
             "is (a store restored from a backup older than the VM?)",
             warning=True,
         )
-    return found
+    return True
