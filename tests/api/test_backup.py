@@ -1,6 +1,5 @@
 """``GET /v1/backup`` over a live server: a consistent, current copy of the store while it is
-being written, for admins only; a store that is not a SQLite file is refused with how to back
-it up instead."""
+being written, for admins only. (A PostgreSQL store: tests/postgres/test_backup_postgres.py.)"""
 
 from __future__ import annotations
 
@@ -13,9 +12,6 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer
-from virtplane.api.app import create_app
-from virtplane.api.context import ApiContext
-from virtplane.store.settings import Settings
 from virtplane.store.store import Store, head_revision
 
 LAN = {
@@ -132,27 +128,3 @@ def test_only_admins_may_copy_the_store(live_server: LiveServer, role: str) -> N
     assert response.json()["reason"] == "Forbidden" and "admin" in response.json()["message"]
     with live_server.client(None) as anonymous:
         assert anonymous.get("/v1/backup").status_code == 401
-
-
-@pytest.mark.parametrize(
-    ("url", "says"),
-    [("postgresql+psycopg://u@db.invalid/virtplane", "pg_dump"), ("sqlite://", "not a SQLite file")],
-)
-async def test_a_store_that_is_no_sqlite_file_is_refused_with_how(url: str, says: str, store: Store) -> None:
-    class Elsewhere:
-        """The store, but at another URL (the route reads nothing else of it before refusing)."""
-
-        def __init__(self) -> None:
-            self.url = url
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(store, name)
-
-    app = create_app(ApiContext(store=Elsewhere(), settings=Settings(store)))  # type: ignore[arg-type]
-    token = store.create_token("backup-admin", "admin")
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://virtplane") as client:
-        response = await client.get("/v1/backup", headers={"Authorization": f"Bearer {token}"})
-    assert response.status_code == 409, response.text
-    assert response.json()["reason"] == "BackupNotSupported"
-    assert says in response.json()["message"]
