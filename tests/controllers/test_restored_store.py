@@ -18,6 +18,7 @@ from tests.conftest import eventually, make_plane
 from tests.controllers.helpers import add_host, add_vm, event_reasons, operate, vm, wait_op, wait_settled
 from virtplane.bootstrap import ControlPlane
 from virtplane.domain.resources import (
+    Host,
     Metadata,
     MigrateSpec,
     OperationPhase,
@@ -26,6 +27,7 @@ from virtplane.domain.resources import (
     VirtualMachine,
     VirtualMachineOperation,
     VirtualMachineOperationSpec,
+    VMPhase,
 )
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.sim import SimCloud
@@ -33,7 +35,7 @@ from virtplane.store.backup import sqlite_backup
 from virtplane.store.store import Store, sqlite_url
 
 BOOT_S = 0.02
-YESTERDAY = ("moved", "stopped", "deleted", "steady")
+YESTERDAY = ("moved", "stopped", "deleted", "steady", "unplaced")
 
 
 def _hosts(state: Path) -> SimCloud:
@@ -119,6 +121,8 @@ async def test_a_restored_control_plane_adopts_what_the_hosts_run(tmp_path: Path
       (FoundOnOtherHost), and never starts it on the old one (a second copy);
     - leaves "created" (unknown to the store) running and reports it (UnknownDomain);
     - leaves "steady" running where it is, not started again;
+    - finds "unplaced" (on no host in the store: a backup taken before its first placement)
+      where it runs, and does not place it again;
     - brings back "deleted" and "stopped" as the restored store asks (its record of their delete and
       stop is lost with the day): "deleted" has no domain anywhere (DomainMissing) and starts again;
       "stopped", off where it was, is started again by its run policy."""
@@ -157,6 +161,14 @@ async def test_a_restored_control_plane_adopts_what_the_hosts_run(tmp_path: Path
     assert hosts.active_hosts(then["moved"][1]) == [away]
     assert hosts.active_hosts(then["deleted"][1]) == []
     with _store(tmp_path / "new" / "virtplane.db") as store:
+        # "unplaced": what a backup taken between its creation and its placement holds (no host
+        # yet), with the host it runs on disabled since, so that placement would pick another
+        unplaced = store.get(VirtualMachine, "unplaced")
+        unplaced.status.host, unplaced.status.phase = None, VMPhase.PENDING
+        store.update_status(unplaced)
+        runs_on = store.get(Host, then["unplaced"][0])
+        runs_on.spec.enabled = False
+        store.update(runs_on)
         async with SecondCopies(hosts) as copies, _running(store, hosts) as plane:
 
             def moved_adopted() -> bool:
@@ -168,8 +180,10 @@ async def test_a_restored_control_plane_adopts_what_the_hosts_run(tmp_path: Path
             assert "FoundOnOtherHost" in event_reasons(plane, "moved")
             await eventually(lambda: _host_events(plane, created[0]))
             assert created[1] in _host_events(plane, created[0])[0]
-            for name in ("deleted", "stopped", "steady"):
+            for name in ("deleted", "stopped", "steady", "unplaced"):
                 await wait_settled(plane, name, "Running")
+            assert vm(plane, "unplaced").status.host == then["unplaced"][0]
+            assert "FoundOnOtherHost" in event_reasons(plane, "unplaced")
             assert "DomainMissing" in event_reasons(plane, "deleted")
             assert vm(plane, "steady").status.host == then["steady"][0]
             assert event_reasons(plane, "steady").count("Started") == started_then["steady"]

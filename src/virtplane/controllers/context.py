@@ -51,6 +51,11 @@ class ControllerContext:
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
     promised: Promises = field(default_factory=Promises)
     """Room placements took before their writes landed (``controllers.scheduling``)."""
+    started_at: datetime = field(default_factory=utcnow)
+    """When this process began to reconcile: a VM created before it, never placed, may still have
+    a domain somewhere if the store was restored from a backup (``vm.steps.observe``)."""
+    looked_for: set[str] = field(default_factory=set)
+    """The uids of the unplaced VMs whose domain was looked for on every host since then."""
     commits: GroupCommit = field(init=False)
     """The status writes of all reconciles, committed together (one transaction per turn of
     the event loop)."""

@@ -180,6 +180,8 @@ async def observe(state: VMState) -> Result | None:
     consumed: after the domain exists again); redefine an off domain whose spec changed."""
     driver = (await state.host()).driver
     if driver is None:
+        if state.status.host is None:
+            await _locate_unplaced(state)
         state.status.observed_generation = state.vm.metadata.generation
         return None
     problem = state.disks()[1]
@@ -265,6 +267,29 @@ async def _locate(state: VMState) -> None:
             f"it was {state.status.phase.value} on {recorded}, and no host has its domain: defined again there",
             warning=True,
         )
+
+
+async def _locate_unplaced(state: VMState) -> None:
+    """A VM on no host is placed afresh; before that, once per process, one created before this
+    process began is looked for on every host: a store restored from a backup taken before its
+    first placement knows no host for a VM that runs since. (A VM created later cannot have a
+    domain yet: its host is recorded before its domain is defined.)"""
+    ctx, uid, created = state.ctx, state.vm.metadata.uid, state.vm.metadata.created_at
+    if uid in ctx.looked_for or (created is not None and created >= ctx.started_at) or state.intents.held_by:
+        return
+    found, unasked = await _find_elsewhere(state, defined_too=True)
+    if unasked:
+        state.status.message = f"it is on no host in the store; cannot ask {unasked} whether it is there"
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    ctx.looked_for.add(uid)
+    if found is not None:
+        ctx.event(
+            state.vm,
+            "FoundOnOtherHost",
+            f"the store placed it nowhere; its domain is on {found}: adopted there",
+        )
+        state.status.host = found
+        raise StopChain(Result(requeue_after=RELEASED_S))
 
 
 async def _find_elsewhere(state: VMState, *, defined_too: bool = False) -> tuple[str | None, str]:
