@@ -14,8 +14,8 @@ import logging
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.domain_survey import survey_domains
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
-from virtplane.controllers.unknown_domains import report_unknown_domains
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
@@ -57,7 +57,6 @@ class HostReconciler:
     def __init__(self, ctx: ControllerContext, bmc_factory: BmcFactory | None = None) -> None:
         self.ctx = ctx
         self.fencer = Fencer(ctx, bmc_factory)
-        self._surveyed: set[str] = set()  # hosts whose domains were listed since they were reached
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
@@ -72,8 +71,8 @@ class HostReconciler:
             driver, facts = await self._probe(host)
             if host.spec.fenced:
                 await self._remove_stale_domains(host, driver)
-            elif host.metadata.name not in self._surveyed and await report_unknown_domains(ctx, host, driver):
-                self._surveyed.add(host.metadata.name)
+            elif host.metadata.name not in ctx.surveyed:
+                await survey_domains(ctx, host, driver)
             answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
@@ -82,7 +81,7 @@ class HostReconciler:
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
         except DriverError as exc:
-            self._surveyed.discard(host.metadata.name)
+            ctx.surveyed.discard(host.metadata.name)
             await ctx.hosts.drop(host.spec.uri)
             # the driver's errors mostly begin with the URI already: say it once
             status.message = f"cannot reach {host.spec.uri}: {str(exc).removeprefix(f'{host.spec.uri}: ')}"

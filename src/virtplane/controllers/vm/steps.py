@@ -271,24 +271,36 @@ async def _locate(state: VMState) -> None:
 
 async def _locate_unplaced(state: VMState) -> None:
     """A VM on no host is placed afresh; before that, once per process, one created before this
-    process began is looked for on every host: a store restored from a backup taken before its
-    first placement knows no host for a VM that runs since. (A VM created later cannot have a
-    domain yet: its host is recorded before its domain is defined.)"""
+    process began is looked for in the census of the hosts' domains (``domain_survey``): a store
+    restored from a backup taken before its first placement knows no host for a VM that runs
+    since. A VM created later cannot have a domain yet (its host is recorded before its domain
+    is defined), so new VMs never wait here."""
     ctx, uid, created = state.ctx, state.vm.metadata.uid, state.vm.metadata.created_at
     if uid in ctx.looked_for or (created is not None and created >= ctx.started_at) or state.intents.held_by:
         return
-    found, unasked = await _find_elsewhere(state, defined_too=True)
-    if unasked:
-        state.status.message = f"it is on no host in the store; cannot ask {unasked} whether it is there"
-        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    # a host that does not answer is not waited for: a VM must not wait days for a host that is
+    # down (the one gap left: a host away at the restore that runs such a VM, docs/decisions.md)
+    unseen = sorted(
+        h.metadata.name
+        for h in ctx.cache.hosts()
+        if h.metadata.name not in ctx.surveyed
+        and not h.spec.fenced
+        and h.status.connection is HostConnection.UP
+    )
+    if unseen:
+        state.status.message = (
+            f"it is on no host in the store; waiting for a first look at {', '.join(unseen)}"
+        )
+        raise StopChain(Result(requeue_after=POLL_TRANSITION_S))
     ctx.looked_for.add(uid)
+    found = ctx.census.get(uid)
     if found is not None:
         ctx.event(
             state.vm,
             "FoundOnOtherHost",
             f"the store placed it nowhere; its domain is on {found}: adopted there",
         )
-        state.status.host = found
+        state.status.host = found  # its next look reads the domain there (and looks further if gone)
         raise StopChain(Result(requeue_after=RELEASED_S))
 
 
