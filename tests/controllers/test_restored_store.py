@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tests.conftest import eventually, make_plane
 from tests.controllers.helpers import add_host, add_vm, event_reasons, operate, vm, wait_op, wait_settled
+from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
 from virtplane.domain.resources import (
     Host,
@@ -32,6 +33,7 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.sim import SimCloud
 from virtplane.store.backup import sqlite_backup
+from virtplane.store.errors import Conflict
 from virtplane.store.store import Store, sqlite_url
 
 BOOT_S = 0.02
@@ -196,3 +198,36 @@ async def test_a_restored_control_plane_adopts_what_the_hosts_run(tmp_path: Path
             assert len(hosts.active_hosts(_domain(plane, name))) == 1, name
         assert hosts.active_hosts(created[1]) == [created[0]]
     hosts.close()
+
+
+async def test_nothing_is_defined_while_a_host_that_may_run_the_vm_cannot_be_asked(
+    plane: ControlPlane,
+) -> None:
+    """The store says host A; the domain runs on host B, which cannot be asked (its connection
+    is lost, its guests run on): the VM waits, and its domain is defined nowhere, until B
+    answers and it is found there."""
+    for host in ("host-1", "host-2"):
+        add_host(plane, host)
+    add_vm(plane, "v", RunPolicy.ALWAYS_ON)
+    running_on = (await wait_settled(plane, "v", "Running")).status.host
+    assert running_on is not None
+    recorded = "host-2" if running_on == "host-1" else "host-1"
+    domain = _domain(plane, "v")
+    plane.sim.inject(running_on, "disconnect")
+    while True:  # what a store restored from before a migration says
+        current = vm(plane, "v")
+        current.status.host = recorded
+        try:
+            plane.store.update_status(current)
+            break
+        except Conflict:
+            continue
+    await reconciled(plane, "v")
+    waiting = vm(plane, "v")
+    assert f"cannot ask {running_on}" in waiting.status.message, waiting.status
+    assert domain not in plane.sim.host_named(recorded).domains  # type: ignore[union-attr]
+    plane.sim.inject(running_on, "reconnect")
+    await eventually(lambda: vm(plane, "v").status.host == running_on)
+    assert "FoundOnOtherHost" in event_reasons(plane, "v")
+    assert plane.sim.active_hosts(domain) == [running_on]
+    assert domain not in plane.sim.host_named(recorded).domains  # type: ignore[union-attr]

@@ -278,14 +278,11 @@ async def _locate_unplaced(state: VMState) -> None:
     ctx, uid, created = state.ctx, state.vm.metadata.uid, state.vm.metadata.created_at
     if uid in ctx.looked_for or (created is not None and created >= ctx.started_at) or state.intents.held_by:
         return
-    # a host that does not answer is not waited for: a VM must not wait days for a host that is
-    # down (the one gap left: a host away at the restore that runs such a VM, docs/decisions.md)
+    # a host that cannot be listed may run it: wait for it, unless it is confirmed off (fenced)
     unseen = sorted(
         h.metadata.name
         for h in ctx.cache.hosts()
-        if h.metadata.name not in ctx.surveyed
-        and not h.spec.fenced
-        and h.status.connection is HostConnection.UP
+        if h.metadata.name not in ctx.surveyed and not _confirmed_off(h)
     )
     if unseen:
         state.status.message = (
@@ -304,10 +301,15 @@ async def _locate_unplaced(state: VMState) -> None:
         raise StopChain(Result(requeue_after=RELEASED_S))
 
 
+def _confirmed_off(host: Host) -> bool:
+    """Fenced by an admin, or by the fencer once its BMC confirmed the power off (Down)."""
+    return host.spec.fenced or host.status.connection is HostConnection.DOWN
+
+
 async def _find_elsewhere(state: VMState, *, defined_too: bool = False) -> tuple[str | None, str]:
     """The other host where the VM's domain is live (with ``defined_too``, else one where it is
     defined), asking every host (a rare path), and the hosts that could not be asked ("" when
-    all answered)."""
+    all answered; a host confirmed off, fenced, runs nothing and need not be asked)."""
     from virtplane.controllers.lookup import host_driver
 
     unasked = []
@@ -321,7 +323,7 @@ async def _find_elsewhere(state: VMState, *, defined_too: bool = False) -> tuple
         except DriverError:
             driver = None
         if driver is None:
-            if not other.spec.fenced:
+            if not _confirmed_off(other):
                 unasked.append(other.metadata.name)
         elif info is not None and info.state in LIVE_STATES:
             return other.metadata.name, ""
