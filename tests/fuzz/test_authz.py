@@ -37,8 +37,9 @@ ADMIN_ONLY = frozenset(
         "quarantine",
     }
 )
-# credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too (issue 30)
-ADMIN_READS = frozenset({"secrets", "quarantine"})
+# credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is
+# the whole store (issue 30)
+ADMIN_READS = frozenset({"secrets", "quarantine", "backup"})
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),
@@ -218,6 +219,7 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("POST", "/v1/vms/actions/start") == "operator"
     assert _needs("POST", "/v1/vms/actions/restart") == "operator"
     assert _needs("GET", "/v1/vms") == "viewer"  # lists and watches alike
+    assert _needs("GET", "/v1/backup") == "admin"  # a copy of the whole store (issue 30)
 
 
 @pytest.mark.parametrize(("method", "path"), list(PUBLIC))

@@ -17,6 +17,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
+from virtplane.api.routes.backup import router as backup_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
@@ -116,6 +117,7 @@ def create_app(
     app.include_router(placement_router)
     app.include_router(quarantine_router)
     app.include_router(console_router)
+    app.include_router(backup_router)
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)

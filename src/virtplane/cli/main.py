@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from virtplane import __version__
-from virtplane.cli import console, explain, hosts, resources, settings, vms
+from virtplane.cli import backup, console, explain, hosts, resources, settings, store_restore, vms
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
@@ -208,6 +208,8 @@ hosts.register(app)
 settings.register(app)
 console.register(app)
 explain.register(app)
+backup.register(app)
+store_restore.register(app)
 
 
 def main() -> None:

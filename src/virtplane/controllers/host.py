@@ -14,6 +14,7 @@ import logging
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.domain_survey import survey_domains
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
@@ -72,6 +73,8 @@ class HostReconciler:
             driver, facts = await self._probe(host)
             if host.spec.fenced or _returning(host):
                 await self._remove_stale_domains(host, driver, fenced=host.spec.fenced)
+            if not host.spec.fenced and host.metadata.name not in ctx.surveyed:
+                await survey_domains(ctx, host, driver)
             answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
@@ -80,6 +83,7 @@ class HostReconciler:
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
         except DriverError as exc:
+            ctx.surveyed.discard(host.metadata.name)
             await ctx.hosts.drop(host.spec.uri)
             # the driver's errors mostly begin with the URI already: say it once
             status.message = f"cannot reach {host.spec.uri}: {str(exc).removeprefix(f'{host.spec.uri}: ')}"
