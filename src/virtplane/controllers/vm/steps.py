@@ -255,7 +255,7 @@ async def _locate(state: VMState) -> None:
             f"the store placed it on {recorded}; its domain is on {found}: adopted there",
             warning=True,
         )
-        state.status.host = found
+        place(state.status, found, "FoundOnOtherHost", now=state.now)
         raise StopChain(Result(requeue_after=RELEASED_S))
     if unasked:
         state.status.message = f"its domain is not on {recorded}; cannot ask {unasked} whether it is there"
@@ -297,7 +297,8 @@ async def _locate_unplaced(state: VMState) -> None:
             "FoundOnOtherHost",
             f"the store placed it nowhere; its domain is on {found}: adopted there",
         )
-        state.status.host = found  # its next look reads the domain there (and looks further if gone)
+        # its next look reads the domain there (and looks further if gone)
+        place(state.status, found, "FoundOnOtherHost", now=state.now)
         raise StopChain(Result(requeue_after=RELEASED_S))
 
 
