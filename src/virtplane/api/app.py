@@ -17,7 +17,7 @@ from virtplane import __version__
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
-from virtplane.api.limits import Limiter
+from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.console import router as console_router
@@ -105,7 +105,9 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
-    app.state.limiter = Limiter()  # the server sets its own (serve's flags)
+    # ``serve`` sets its own from its flags; an app embedded elsewhere (tests, tools) limits
+    # watches but not the pace of writes, which is a policy of the deployment
+    app.state.limiter = Limiter(RequestLimits(writes_per_second=0))
     install_error_handlers(app)
 
     app.add_middleware(BodyLimit)
