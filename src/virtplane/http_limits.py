@@ -11,7 +11,8 @@ So these limits live in a subclass of uvicorn's httptools protocol, where the by
 - the request head (request line and headers) is fed to the parser only up to
   ``max_header_bytes``, and at most ``max_headers`` fields: 431;
 - a head not complete ``header_timeout_s`` after its first byte (or after the connection
-  opened): 408, and the connection is closed;
+  opened): 408, and the connection is closed; a body not complete by then: the connection
+  is closed;
 - connections in total and per client address: beyond them a new connection gets 503
   (in total) or 429 (per client) and is closed at once.
 
@@ -30,6 +31,11 @@ from typing import Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+LINGER_S = 1.0
+"""How long a refused connection stays half-closed for its client to read the answer."""
+LINGER_BYTES = 64 * 1024
+"""What a refused connection's client may still send meanwhile; beyond it the socket is closed."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._counted_as: str | None = None
+        self._lingering: int | None = None  # once refused: the bytes it may still drop
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -148,6 +155,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing() or not data:
+            return
+        if self._lingering is not None:  # refused: dropped, up to a point
+            self._lingering -= len(data)
+            if self._lingering < 0:
+                self.transport.close()
             return
         if not self._in_head:
             super().data_received(data)
@@ -193,10 +205,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._disarm_head_timer()
+        if self.parser.should_upgrade():  # a websocket: its own protocol takes over
+            self._disarm_head_timer()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        self._disarm_head_timer()  # the body too had to come within the timeout
         super().on_message_complete()
         self._in_head = True
         self._head_bytes = 0
@@ -227,17 +241,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
-            limit = self.limits.header_timeout_s
+        if self.transport.is_closing():
+            return
+        limit = self.limits.header_timeout_s
+        if self._in_head:
             self._refuse(
                 Refusal(408, "RequestTimeout", f"the request's headers took longer than {limit:g} s")
             )
+        else:
+            # A body still short of its Content-Length: the route may be reading it, and
+            # may have begun its answer, so no 408 of ours; it hears of the disconnection.
+            self.transport.close()
 
     def _refuse(self, refusal: Refusal) -> None:
+        """Answer and close, reading (and dropping) a little of what the client still sends
+        meanwhile: closed with its request unread, the socket would be reset, and the client
+        could lose the answer before reading it."""
         self._disarm_head_timer()
-        if not self.transport.is_closing():
-            self.transport.write(refusal_bytes(refusal))
+        if self.transport.is_closing() or self._lingering is not None:
+            return
+        self.transport.write(refusal_bytes(refusal))
+        if not self.transport.can_write_eof():
             self.transport.close()
+            return
+        self.transport.write_eof()
+        self._lingering = LINGER_BYTES
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 def limited_protocol(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:

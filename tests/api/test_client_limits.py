@@ -166,9 +166,39 @@ def test_a_half_sent_request_is_closed_after_the_header_timeout(server: ServerPr
     assert status == 408
 
 
+def test_a_half_sent_body_is_closed_after_the_header_timeout(server: ServerProcess) -> None:
+    token = server.token.encode()
+    with connect(server, timeout=HEADER_TIMEOUT_S * 10) as sock:
+        head = b"POST /v1/vms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(head + b"Authorization: Bearer " + token + b"\r\nContent-Length: 100\r\n\r\n{")
+        status, _ = read_answer(sock)  # fails the test if the connection stays open
+    assert status is None, "closed without an answer of its own: the route may have begun one"
+
+
+def test_connections_beyond_the_total_are_refused(tmp_path: Path) -> None:
+    total = 6
+    process = ServerProcess(tmp_path, extra_args=["--max-connections", str(total)])
+    process.start()
+    held: list[socket.socket] = []
+    try:
+        for number in range(2, 2 + total * 3):  # each from an address of its own: no per-client limit
+            sock = connect(process, f"127.0.1.{number}")
+            held.append(sock)
+            status = healthz_over(sock)
+            if status != 200:
+                break
+        assert status == 503, f"{len(held)} connections, all answered"
+        assert len(held) <= total + 1
+    finally:
+        for sock in held:
+            sock.close()
+        process.stop()
+
+
 def healthz_over(sock: socket.socket) -> int | None:
     """GET /healthz on a kept-alive connection; the status (None if the server closed it)."""
-    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused: read the answer
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     return read_answer(sock)[0]
 
 

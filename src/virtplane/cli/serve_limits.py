@@ -34,7 +34,8 @@ HeaderTimeout = Annotated[
         "--header-timeout",
         min=0.1,
         help="Seconds a client has to send a request's headers, from its first byte or the "
-        "connection's opening; then 408 and the connection is closed.",
+        "connection's opening; then 408 and the connection is closed (its body too: then the "
+        "connection is closed).",
         rich_help_panel=PANEL,
     ),
 ]
