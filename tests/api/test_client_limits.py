@@ -25,6 +25,7 @@ WATCHES = 3
 WRITE_BURST = 5
 ATTACKER = "127.0.0.3"  # loopback addresses no other test uses: their connections are the probe's
 OTHER_CLIENT = "127.0.0.2"
+SOCKET_CLIENT = "127.0.0.6"
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +218,24 @@ def test_connections_beyond_the_per_client_limit_are_refused_while_others_are_se
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_websocket_gives_its_connection_back_when_it_ends(server: ServerProcess) -> None:
+    """A console's websocket leaves uvicorn's HTTP protocol for its own: it still counts among
+    its client's connections while open, and no more once closed."""
+    handshake = (
+        b"GET /v1/vms/nothing/console HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Authorization: Bearer " + server.token.encode() + b"\r\n\r\n"
+    )
+    for _ in range(PER_CLIENT * 2):
+        with connect(server, SOCKET_CLIENT) as sock:
+            sock.sendall(handshake)
+            status, body = read_answer(sock)  # the console refuses a VM that does not exist
+            assert status == 404, body
+    with connect(server, SOCKET_CLIENT) as after:
+        assert healthz_over(after) == 200
 
 
 def make_token(server: ServerProcess, name: str, role: str) -> str:
