@@ -51,8 +51,17 @@ def test_only_known_tokens_are_cached(store: Store) -> None:
     known = store.create_token("ci", "operator")
     for i in range(100):
         assert tokens.lookup(f"vp_wrong-{i}") is None
-    assert tokens.lookup("t" * (MAX_TOKEN_CHARS + 1)) is None
     assert len(tokens.entries) == 0
+    looked_up: list[str] = []
+    token_role = store.token_role
+
+    def recorded(token: str) -> tuple[str, str] | None:
+        looked_up.append(token)
+        return token_role(token)
+
+    store.token_role = recorded  # type: ignore[method-assign]
+    assert tokens.lookup("t" * (MAX_TOKEN_CHARS + 1)) is None
+    assert looked_up == [], "a token longer than any we make is refused before the store is asked"
     principal = tokens.lookup(known)
     assert principal is not None and principal.name == "ci"
     assert len(tokens.entries) == 1
