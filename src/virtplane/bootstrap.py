@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from virtplane.api.app import create_app
+from virtplane.api.app import TokenCacheCollector, create_app
 from virtplane.api.context import ApiContext
 from virtplane.controllers import (
     host,
@@ -174,6 +174,7 @@ class ControlPlane:
         self.cache = Cache(store)
         self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
         self.registry = CollectorRegistry()
+        self._tokens_collector: TokenCacheCollector | None = None
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
         self.ctx = ControllerContext(
             store,
@@ -409,9 +410,14 @@ class ControlPlane:
             finally:
                 await self.stop()
 
-        return create_app(
+        app = create_app(
             self.api_context,
             lifespan=lifespan,
             registry=self.registry,
             extra_routers=self.options.extra_routers,
         )
+        if self._tokens_collector is not None:  # an app built again: its cache is the one shown
+            self.registry.unregister(self._tokens_collector)
+        self._tokens_collector = TokenCacheCollector(app.state.tokens)
+        self.registry.register(self._tokens_collector)
+        return app

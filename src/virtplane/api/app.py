@@ -123,7 +123,6 @@ def create_app(
 
     if registry is not None:
         metrics_registry = registry
-        registry.register(TokenCacheCollector(app.state.tokens))
 
         @app.get("/metrics", tags=["Health"], operation_id="metrics", include_in_schema=False)
         async def metrics() -> Response:  # on the event loop: collectors read the cache it updates
