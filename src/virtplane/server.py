@@ -6,17 +6,19 @@ import gc
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from rich.console import Console
 
+from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.watch import Streams
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
+from virtplane.http_limits import ConnectionLimits, limited_protocol
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.runtime.retention import vacuum_once_at_start
@@ -53,6 +55,8 @@ class ServeOptions:
     sim_bridges: tuple[str, ...] | None = None
     """The Linux bridges each new simulated host has (None: the demo's with --demo, else none)."""
     lease_s: float = 15.0
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 class ApiServer(uvicorn.Server):
@@ -236,13 +240,18 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
     console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)
     print(f"VIRTPLANE_URL={url}", flush=True)
     print(f"VIRTPLANE_TOKEN={token}", flush=True)
+    app = plane.app()
+    app.state.limiter = Limiter(options.request_limits)
+    limits = options.connection_limits
     config = uvicorn.Config(
-        plane.app(),
+        app,
         # uvicorn's production pair, both dependencies: libuv's loop and a parser in C. The API,
         # the controllers and the change feed share this one loop, so its own work is on every
-        # path (docs/decisions.md, "Processes").
+        # path (docs/decisions.md, "Processes"). The parser's protocol is ours: it bounds what
+        # a client may cost before the app sees a request (virtplane.http_limits).
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(limits),
+        timeout_keep_alive=limits.idle_timeout_s,
         log_level=options.log_level.lower(),
         log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
     )

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from virtplane import __version__
+from virtplane.api.limits import RequestLimits
 from virtplane.cli.main import app
+from virtplane.http_limits import ConnectionLimits
 
 
 @dataclass
@@ -28,6 +30,8 @@ class RecordedServeOptions:
     sim_shutdown_seconds: float = 0.5
     sim_link_mib_s: float = 1000.0
     lease_s: float = 15.0
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 class RecordedServeRefused(Exception):

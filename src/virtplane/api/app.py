@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -15,6 +17,7 @@ from virtplane import __version__
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.backup import router as backup_router
@@ -65,6 +68,23 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class TokenCacheCollector(Collector):
+    """The size of the API's token cache, which only valid tokens may grow."""
+
+    def __init__(self, tokens: TokenCache) -> None:
+        self.tokens = tokens
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "virtplane_token_cache_entries", "Tokens in the API's cache.", value=len(self.tokens.entries)
+        )
+        yield GaugeMetricFamily(
+            "virtplane_token_cache_bytes",
+            "Estimated bytes the API's token cache holds.",
+            value=self.tokens.entries.bytes,
+        )
+
+
 @asynccontextmanager
 async def _no_lifespan(_: FastAPI) -> AsyncIterator[None]:
     yield
@@ -87,6 +107,9 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
+    # ``serve`` sets its own from its flags; an app embedded elsewhere (tests, tools) limits
+    # watches but not the pace of writes, which is a policy of the deployment
+    app.state.limiter = Limiter(RequestLimits(writes_per_second=0))
     install_error_handlers(app)
 
     app.add_middleware(BodyLimit)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -10,6 +9,8 @@ from enum import StrEnum
 from fastapi import Request
 
 from virtplane.api.errors import ApiError
+from virtplane.api.limits import check_write
+from virtplane.api.token_cache import BoundedCache
 from virtplane.store.store import Store
 
 
@@ -31,24 +32,31 @@ class Principal:
         return _RANK[self.role] >= _RANK[needed]
 
 
-class TokenCache:
-    """Token → principal, cached briefly so that a busy API does not hash-and-query per call."""
+MAX_TOKEN_CHARS = 256
+"""Longer tokens are refused before any look-up (ours are 46 characters)."""
 
-    def __init__(self, store: Store, ttl_s: float = 5.0) -> None:
+
+class TokenCache:
+    """Token → principal of the tokens found, cached briefly so that a busy API does not
+    hash-and-query per call; bounded (``BoundedCache``), and never holding an unknown token."""
+
+    def __init__(self, store: Store, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
         self._store = store
-        self._ttl_s = ttl_s
-        self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self.entries: BoundedCache[Principal] = BoundedCache(
+            max_entries=max_entries, max_bytes=max_entries * (MAX_TOKEN_CHARS + 200), ttl_s=ttl_s
+        )
 
     def lookup(self, token: str) -> Principal | None:
-        now = time.monotonic()
-        hit = self._entries.get(token)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+        if len(token) > MAX_TOKEN_CHARS:
+            return None
+        principal = self.entries.get(token)
+        if principal is not None:
+            return principal
         found = self._store.token_role(token)
-        principal = None if found is None else Principal(found[0], Role(found[1]))
-        if len(self._entries) > 10_000:
-            self._entries.clear()
-        self._entries[token] = (now + self._ttl_s, principal)
+        if found is None:
+            return None
+        principal = Principal(found[0], Role(found[1]))
+        self.entries.put(token, principal)
         return principal
 
 
@@ -83,7 +91,9 @@ def require(role: Role) -> Callable[[Request], Awaitable[Principal]]:
 
     async def dependency(request: Request) -> Principal:
         token = bearer_token(request.headers.get("authorization", ""))
-        return authorize(request.app.state.tokens, token, role)
+        principal = authorize(request.app.state.tokens, token, role)
+        check_write(request, principal.name)  # before the route does any work
+        return principal
 
     dependency.__name__ = f"require_{role.value}"
     return dependency

@@ -10,7 +10,17 @@ import typer
 from typer.core import TyperGroup
 
 from virtplane import __version__
-from virtplane.cli import backup, console, explain, hosts, resources, settings, store_restore, vms
+from virtplane.cli import (
+    backup,
+    console,
+    explain,
+    hosts,
+    resources,
+    serve_limits,
+    settings,
+    store_restore,
+    vms,
+)
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
@@ -170,6 +180,15 @@ def serve(
             "over this long after the leader died.",
         ),
     ] = 15.0,
+    max_header_bytes: serve_limits.MaxHeaderBytes = 32 * 1024,
+    max_headers: serve_limits.MaxHeaders = 100,
+    header_timeout: serve_limits.HeaderTimeout = 10.0,
+    idle_timeout: serve_limits.IdleTimeout = 5,
+    max_connections: serve_limits.MaxConnections = 1000,
+    max_connections_per_client: serve_limits.MaxConnectionsPerClient = 100,
+    max_watches_per_token: serve_limits.MaxWatchesPerToken = 50,
+    writes_per_second: serve_limits.WritesPerSecond = 100.0,
+    write_burst: serve_limits.WriteBurst = 200,
 ) -> None:
     """Run the control plane: API, controllers and dashboard, until interrupted.
 
@@ -179,6 +198,8 @@ def serve(
     try:
         # Imported here: the server pulls in FastAPI, SQLAlchemy and uvicorn, which the
         # client commands do not need.
+        from virtplane.api.limits import RequestLimits
+        from virtplane.http_limits import ConnectionLimits
         from virtplane.server import ServeOptions, ServeRefused, run_server
     except ImportError as error:
         raise CliError("ServerUnavailable", f"the virtplane server cannot be loaded: {error}") from error
@@ -196,6 +217,19 @@ def serve(
                 sim_shutdown_seconds=sim_shutdown_seconds,
                 sim_link_mib_s=sim_link_mib_s,
                 lease_s=lease_seconds,
+                connection_limits=ConnectionLimits(
+                    max_header_bytes=max_header_bytes,
+                    max_headers=max_headers,
+                    header_timeout_s=header_timeout,
+                    idle_timeout_s=idle_timeout,
+                    max_connections=max_connections,
+                    max_connections_per_client=max_connections_per_client,
+                ),
+                request_limits=RequestLimits(
+                    max_watches_per_token=max_watches_per_token,
+                    writes_per_second=writes_per_second,
+                    write_burst=write_burst,
+                ),
             )
         )
     except ServeRefused as refused:

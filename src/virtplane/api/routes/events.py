@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
+from virtplane.api.limits import limiter
 from virtplane.api.lists import (
     DEFAULT_WATCH_TIMEOUT_S,
     LIST_RESPONSES,
@@ -61,24 +64,27 @@ def list_events(
     timeout_s: float = Query(
         DEFAULT_WATCH_TIMEOUT_S, gt=0, le=MAX_WATCH_TIMEOUT_S, description="With watch: end after this long."
     ),
-    _: Principal = Depends(require(Role.VIEWER)),
+    principal: Principal = Depends(require(Role.VIEWER)),
 ) -> Response:
     ctx = _ctx(request)
     if kind is not None:
         cls = KIND_BY_PLURAL.get(kind) or KIND_BY_NAME.get(kind)
         kind = cls.KIND if cls is not None else kind
     if watch:
-        since = last_event_id(ctx.store) if resource_version is None else resource_version
-        stream = event_stream(
-            ctx.store,
-            since=max(since, after_id),
-            kind=kind,
-            name=name,
-            streams=ctx.streams,
-            options=ctx.watch,
-            timeout_s=timeout_s,
-        )
-        return stream_response(stream)
+
+        def opened() -> AsyncIterator[bytes]:
+            since = last_event_id(ctx.store) if resource_version is None else resource_version
+            return event_stream(
+                ctx.store,
+                since=max(since, after_id),
+                kind=kind,
+                name=name,
+                streams=ctx.streams,
+                options=ctx.watch,
+                timeout_s=timeout_s,
+            )
+
+        return stream_response(limiter(request).watched(principal.name, opened))
     before: int | None = None
     if continue_token:
         before, newest = decode_continue(continue_token, "Event", int)

@@ -5,7 +5,7 @@ controllers and is never taken from a request. Annotations under the system pref
 (``virtplane.io/``) hold durable intents: a request can neither set nor drop them.
 """
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from anyio import from_thread
@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
+from virtplane.api.limits import limiter
 from virtplane.api.lists import (
     DEFAULT_LIMIT,
     DEFAULT_WATCH_TIMEOUT_S,
@@ -140,7 +141,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             le=MAX_WATCH_TIMEOUT_S,
             description="With watch: end after this long.",
         ),
-        _: Principal = read,
+        principal: Principal = read,
     ) -> Response:
         ctx = _ctx(request)
         labels = parse_labels(label_selector)
@@ -149,19 +150,22 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             return page_response(
                 ctx.store, cls, limit=limit, token=continue_token, labels=labels, fields=fields
             )
-        since = ctx.store.revision() if resource_version is None else resource_version
-        require_resumable(ctx.store, since)
-        stream = object_stream(
-            ctx.store,
-            cls,
-            since=since,
-            labels=labels,
-            fields=fields,
-            streams=ctx.streams,
-            options=ctx.watch,
-            timeout_s=timeout_s,
-        )
-        return stream_response(stream)
+
+        def opened() -> AsyncIterator[bytes]:
+            since = ctx.store.revision() if resource_version is None else resource_version
+            require_resumable(ctx.store, since)
+            return object_stream(
+                ctx.store,
+                cls,
+                since=since,
+                labels=labels,
+                fields=fields,
+                streams=ctx.streams,
+                options=ctx.watch,
+                timeout_s=timeout_s,
+            )
+
+        return stream_response(limiter(request).watched(principal.name, opened))
 
     def get_object(name: str, request: Request, _: Principal = read) -> Any:
         return public_doc(_ctx(request).store.get(cls, name))
