@@ -20,6 +20,7 @@ from virtplane.drivers.base import HypervisorDriver
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.store.store import Store, sqlite_url
+from virtplane.store.upgrade import NewerData, UpgradeFailed
 
 log = logging.getLogger("virtplane.server")
 
@@ -69,7 +70,12 @@ class ApiServer(uvicorn.Server):
 
 
 class ServeRefused(Exception):
-    """The server cannot start (its directory is taken, its port is busy); nothing was started."""
+    """The server cannot start (its directory is taken, its port is busy, its store is from a newer
+    release or could not be upgraded); nothing was started. ``reason`` is the CLI's."""
+
+    def __init__(self, message: str, reason: str = "ServeRefused") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def admin_token(store: Store, data_dir: Path) -> str:
@@ -128,7 +134,11 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
     options.data_dir.mkdir(parents=True, exist_ok=True)
     db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
     store = Store(db_url)
-    store.migrate()
+    try:
+        store.migrate()
+    except (NewerData, UpgradeFailed) as refused:  # the store is as it was: say so in one line
+        store.close()
+        raise ServeRefused(str(refused), reason=type(refused).__name__) from None
     token = admin_token(store, options.data_dir)
     if options.demo:
         from virtplane.demo import seed

@@ -22,6 +22,7 @@ from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.placement import router as placement_router
+from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.whoami import router as whoami_router
@@ -113,6 +114,7 @@ def create_app(
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
+    app.include_router(quarantine_router)
     app.include_router(console_router)
     app.include_router(web_router)
     for router in extra_routers or []:

@@ -197,7 +197,7 @@ def serve(
             )
         )
     except ServeRefused as refused:
-        raise CliError("ServeRefused", str(refused)) from None
+        raise CliError(refused.reason, str(refused)) from None
 
 
 resources.register(app)
