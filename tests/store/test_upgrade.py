@@ -62,7 +62,7 @@ def test_a_data_migration_that_fails_leaves_the_store_as_it_was(
         raise RuntimeError("injected: a data migration that raises half-way")
 
     monkeypatch.setattr(upgrade, "upgrade_bodies", failing)
-    with pytest.raises(UpgradeFailed, match="rolled back.*schema still 0004.*injected"):
+    with pytest.raises(UpgradeFailed, match=r"rolled back.*schema still 0004.*injected"):
         old_store.migrate()
     assert contents(old_store) == before, "the schema, the bodies and the bookkeeping as they were"
     assert old_store.schema_revision() == OLD, "the old release finds its own revision"
