@@ -10,6 +10,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, text
 
+from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import Metadata, VirtualMachine, VirtualMachineSpec
 from virtplane.store.store import MIGRATIONS, Store
 
@@ -29,6 +30,18 @@ def old_vm(store: Store, name: str, cpu: int = 1) -> None:
     """A VM as an older model wrote it: without ``spec.termination_grace_period_s``."""
     store.create(VirtualMachine(metadata=Metadata(name=name), spec=VirtualMachineSpec(cpu=cpu)))
     set_body(store, "VirtualMachine", name, lambda body: body["spec"].pop("termination_grace_period_s"))
+
+
+CLAIMS = [Claim("mac", "52:54:00:00:00:01"), Claim("ip:lan", "10.1.0.20")]
+
+
+def unreadable_vm(store: Store) -> None:
+    """VMs "good" and "bad" (which holds CLAIMS), with a stored spec.cpu of bad's that no model of
+    this release reads, under a schema fingerprint of another release."""
+    store.create(VirtualMachine(metadata=Metadata(name="good"), spec=VirtualMachineSpec(cpu=1)))
+    store.create(VirtualMachine(metadata=Metadata(name="bad"), spec=VirtualMachineSpec(cpu=1)), claims=CLAIMS)
+    set_body(store, "VirtualMachine", "bad", lambda body: body["spec"].update(cpu="lots"))
+    forget_fingerprints(store)
 
 
 def set_body(store: Store, kind: str, name: str, edit: Any) -> None:

@@ -1,0 +1,56 @@
+"""A body the current models cannot read is quarantined, named, and its claims kept (issue 30)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.store.upgrades import CLAIMS, unreadable_vm
+from virtplane.domain.resources import VirtualMachine
+from virtplane.store import NotFound
+from virtplane.store.store import Store
+
+
+def test_an_unreadable_body_is_named_and_set_aside_and_the_rest_is_served(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    unreadable_vm(store)
+    revision = store.revision()
+    caplog.set_level(logging.INFO, logger="virtplane.store.upgrade")
+
+    report = store.migrate()
+
+    (line,) = [r.getMessage() for r in caplog.records if "quarantined" in r.getMessage()]
+    assert line.startswith(
+        "store upgrade: quarantined VirtualMachine bad: spec.cpu: Input should be a valid integer"
+    )
+    assert [r.levelno for r in caplog.records if "quarantined" in r.getMessage()] == [logging.WARNING]
+    assert [item.name for item in report.bodies.unreadable] == ["bad"]
+    assert [vm.metadata.name for vm in store.list_objects(VirtualMachine)] == ["good"]
+    (kept,) = store.quarantined()
+    assert (kept.kind, kept.name) == ("VirtualMachine", "bad")
+    assert kept.reason.startswith("spec.cpu: ") and '"cpu":"lots"' in kept.body.replace(" ", "")
+    assert kept.document()["body"]["spec"]["cpu"] == "lots"
+    held = {claim: holder.name for claim, holder in store.claims("")}
+    assert held == {claim: "bad" for claim in CLAIMS}, "nothing else may take its address or MAC"
+    (event,) = store.list_events(kind="VirtualMachine", name="bad")
+    assert (event.reason, event.type.value) == ("Quarantined", "Warning") and "spec.cpu" in event.message
+    assert [(c.name, c.op) for c in store.changes_since(revision, 10)] == [("bad", "deleted")], (
+        "a watcher sees it go"
+    )
+
+    assert store.migrate().bodies.unreadable == [], "once set aside, it is not read again"
+
+
+def test_deleting_a_quarantined_object_releases_its_claims(store: Store) -> None:
+    unreadable_vm(store)
+    store.migrate()
+
+    deleted = store.delete_quarantined("VirtualMachine", "bad", by="admin")
+
+    assert deleted.name == "bad" and store.quarantined() == []
+    assert store.claims("") == []
+    assert store.list_events(kind="VirtualMachine", name="bad")[-1].reason == "QuarantineDeleted"
+    with pytest.raises(NotFound):
+        store.delete_quarantined("VirtualMachine", "bad", by="admin")
