@@ -6,8 +6,9 @@ import logging
 
 import pytest
 
-from tests.store.upgrades import CLAIMS, unreadable_vm
-from virtplane.domain.resources import VirtualMachine
+from tests.store.upgrades import CLAIMS, forget_fingerprints, set_body, unreadable_vm
+from virtplane.domain.ipam import Claim
+from virtplane.domain.resources import Metadata, VirtualMachine
 from virtplane.store import NotFound
 from virtplane.store.store import Store
 
@@ -47,10 +48,29 @@ def test_deleting_a_quarantined_object_releases_its_claims(store: Store) -> None
     unreadable_vm(store)
     store.migrate()
 
-    deleted = store.delete_quarantined("VirtualMachine", "bad", by="admin")
+    (deleted,) = store.delete_quarantined("VirtualMachine", "bad", by="admin")
 
     assert deleted.name == "bad" and store.quarantined() == []
     assert store.claims("") == []
     assert store.list_events(kind="VirtualMachine", name="bad")[-1].reason == "QuarantineDeleted"
     with pytest.raises(NotFound):
         store.delete_quarantined("VirtualMachine", "bad", by="admin")
+
+
+def test_an_object_made_again_and_quarantined_again_keeps_both_records(store: Store) -> None:
+    """The first record is neither lost nor left holding its claims unlisted."""
+    unreadable_vm(store)
+    store.migrate()
+    again = Claim("mac", "52:54:00:00:00:02")
+    store.create(VirtualMachine(metadata=Metadata(name="bad")), claims=[again])
+    set_body(store, "VirtualMachine", "bad", lambda body: body["spec"].update(cpu="more"))
+    forget_fingerprints(store)
+    store.migrate()
+
+    first, second = store.quarantined()
+    assert (first.name, second.name) == ("bad", "bad") and first.uid != second.uid
+    assert '"lots"' in first.body and '"more"' in second.body
+
+    (deleted,) = store.delete_quarantined("VirtualMachine", "bad", by="admin", uid=first.uid)
+    assert deleted.uid == first.uid and store.quarantined() == [second]
+    assert [claim for claim, _ in store.claims("")] == [again], "the first's released, the second's held"

@@ -38,7 +38,8 @@ def test_serve_quarantines_an_unreadable_object_and_serves_the_rest(tmp_path: Pa
             viewer = admin.post("/v1/tokens", json={"name": "v", "role": "viewer"}).json()["token"]
             refused = admin.get("/v1/quarantine", headers={"Authorization": f"Bearer {viewer}"})
             assert (refused.status_code, refused.json()["reason"]) == (403, "Forbidden")
-            assert admin.delete("/v1/quarantine/VirtualMachine/bad").json()["name"] == "bad"
+            (deleted,) = admin.delete("/v1/quarantine/VirtualMachine/bad").json()["items"]
+            assert deleted["name"] == "bad"
             again = admin.delete("/v1/quarantine/VirtualMachine/bad")
             assert (again.status_code, again.json()["reason"]) == (404, "NotFound")
             assert admin.delete("/v1/quarantine/no%20kind/x").status_code == 422

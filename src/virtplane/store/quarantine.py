@@ -92,7 +92,6 @@ def set_aside(store: Database, connection: Connection, items: Sequence[Unreadabl
         return
     now = utcnow()
     for item in items:
-        connection.execute(delete(_q).where(_q.c.kind == item.kind, _q.c.name == item.name))
         connection.execute(
             insert(_q).values(
                 kind=item.kind,
@@ -126,31 +125,45 @@ def set_aside(store: Database, connection: Connection, items: Sequence[Unreadabl
         store._record_change(connection, item.kind, item.name, "deleted")
 
 
+def _quarantined(row: Any) -> Quarantined:
+    return Quarantined(
+        row.kind, row.name, row.uid, row.body, row.reason, row.release, aware(row.quarantined_at)
+    )
+
+
 class QuarantineStore(Database):
     def quarantined(self) -> list[Quarantined]:
         """Every quarantined object, by kind and name."""
         with self.connect() as connection:
-            rows = connection.execute(select(_q).order_by(_q.c.kind, _q.c.name)).all()
-        return [
-            Quarantined(r.kind, r.name, r.uid, r.body, r.reason, r.release, aware(r.quarantined_at))
-            for r in rows
-        ]
+            rows = connection.execute(select(_q).order_by(_q.c.kind, _q.c.name, _q.c.quarantined_at)).all()
+        return [_quarantined(row) for row in rows]
 
-    def delete_quarantined(self, kind: str, name: str, by: str) -> Quarantined:
-        """Delete a quarantined object for good and release its claims; ``NotFound`` if there is none."""
+    def delete_quarantined(self, kind: str, name: str, by: str, uid: str | None = None) -> list[Quarantined]:
+        """Delete the quarantined objects ``kind/name`` (only the one of ``uid`` if given: an object
+        made again under the name may have been quarantined too) for good, releasing their claims;
+        ``NotFound`` if there is none."""
+        where = [_q.c.kind == kind, _q.c.name == name] + ([_q.c.uid == uid] if uid is not None else [])
         with self._write() as connection:
-            row = connection.execute(select(_q).where(_q.c.kind == kind, _q.c.name == name)).first()
-            if row is None:
+            rows = connection.execute(select(_q).where(*where).order_by(_q.c.quarantined_at)).all()
+            if not rows:
                 raise NotFound(f"quarantined {kind}", name)
-            connection.execute(delete(_q).where(_q.c.kind == kind, _q.c.name == name))
-            claims.release(connection, row.uid)
+            connection.execute(delete(_q).where(*where))
+            for row in rows:
+                claims.release(connection, row.uid)
             self._append_events(
                 connection,
-                [(kind, name, "QuarantineDeleted", f"deleted from quarantine by {by}", EventType.NORMAL)],
+                [
+                    (
+                        kind,
+                        name,
+                        "QuarantineDeleted",
+                        f"uid {row.uid} deleted from quarantine by {by}",
+                        EventType.NORMAL,
+                    )
+                    for row in rows
+                ],
             )
-        return Quarantined(
-            row.kind, row.name, row.uid, row.body, row.reason, row.release, aware(row.quarantined_at)
-        )
+        return [_quarantined(row) for row in rows]
 
 
 __all__ = ["QuarantineStore", "Quarantined", "Unreadable", "set_aside", "validation_reason"]

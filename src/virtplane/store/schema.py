@@ -146,7 +146,7 @@ quarantine = Table(
     metadata,
     Column("kind", String(64), primary_key=True),
     Column("name", String(255), primary_key=True),
-    Column("uid", String(36), nullable=False),
+    Column("uid", String(36), primary_key=True),
     Column("body", Text, nullable=False),
     Column("reason", Text, nullable=False),
     Column("release", String(64), nullable=False),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
@@ -18,6 +18,13 @@ router = APIRouter(tags=["Quarantine"])
 
 KindPath = Path(pattern=r"^[A-Za-z][A-Za-z0-9]{0,63}$", description="The object's kind, e.g. VirtualMachine")
 NamePath = Path(min_length=1, max_length=255, description="The object's name")
+UidQuery = Query(
+    default=None,
+    min_length=1,
+    max_length=36,
+    description="Only the quarantined object of this uid (an object made again under the name "
+    "may have been quarantined too); without it, every one of the name",
+)
 
 
 def _ctx(request: Request) -> ApiContext:
@@ -43,6 +50,8 @@ def delete_quarantine(
     request: Request,
     kind: str = KindPath,
     name: str = NamePath,
+    uid: str | None = UidQuery,
     principal: Principal = Depends(require(Role.ADMIN)),
 ) -> dict[str, Any]:
-    return _ctx(request).store.delete_quarantined(kind, name, by=principal.name).document()
+    deleted = _ctx(request).store.delete_quarantined(kind, name, by=principal.name, uid=uid)
+    return {"items": [item.document() for item in deleted]}

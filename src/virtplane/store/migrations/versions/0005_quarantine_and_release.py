@@ -26,7 +26,7 @@ def upgrade() -> None:
         "quarantine",
         sa.Column("kind", sa.String(64), primary_key=True),
         sa.Column("name", sa.String(255), primary_key=True),
-        sa.Column("uid", sa.String(36), nullable=False),
+        sa.Column("uid", sa.String(36), primary_key=True),
         sa.Column("body", sa.Text, nullable=False),
         sa.Column("reason", sa.Text, nullable=False),
         sa.Column("release", sa.String(64), nullable=False),
