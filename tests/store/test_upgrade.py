@@ -129,6 +129,20 @@ def test_sqlite_the_store_is_backed_up_before_it_is_upgraded(tmp_path: Path) -> 
     restored.close()
 
 
+def test_sqlite_no_upgrade_without_its_backup(tmp_path: Path) -> None:
+    store = store_at(sqlite_url(tmp_path / "virtplane.db"), OLD)
+    old_vm(store, "a")
+    before = contents(store)
+    (tmp_path / "backups").write_text("a file where the backups directory goes")
+
+    with pytest.raises(UpgradeFailed, match="FileExistsError") as failed:
+        store.migrate()
+
+    assert "\n" not in str(failed.value)
+    assert contents(store) == before, "rolled back: the old release can still start"
+    store.close()
+
+
 def test_sqlite_an_empty_store_is_not_backed_up(tmp_path: Path) -> None:
     store = Store(sqlite_url(tmp_path / "virtplane.db"))
     assert store.migrate().backup is None
@@ -177,6 +191,8 @@ def test_sqlite_newer_data_is_refused_in_one_line_and_left_byte_for_byte(
     before = database.read_bytes()
 
     opened = Store(sqlite_url(database))
+    with pytest.raises(NewerData):
+        opened.refuse_newer_data()  # what a command that only reads the store asks
     with pytest.raises(NewerData) as refused:
         opened.migrate()
     opened.close()

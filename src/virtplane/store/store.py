@@ -24,7 +24,14 @@ from virtplane.store.events import EventLog, event_from_row
 from virtplane.store.leases import Leases
 from virtplane.store.quarantine import QuarantineStore
 from virtplane.store.tokens import Tokens
-from virtplane.store.upgrade import MIGRATIONS, UpgradeReport, head_revision, upgrade_store
+from virtplane.store.upgrade import (
+    MIGRATIONS,
+    UpgradeReport,
+    head_revision,
+    read_found,
+    refuse_newer,
+    upgrade_store,
+)
 from virtplane.store.writes import ObjectWrites
 
 __all__ = [
@@ -51,6 +58,14 @@ class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, Leases, Qu
         query, and Alembic is not loaded: it is a tenth of a second of a start-up, which a
         fleet coming back from an outage waits for."""
         return upgrade_store(self)
+
+    def refuse_newer_data(self) -> None:
+        """``NewerData`` if a newer release wrote this store; reads only. For a command that opens
+        the store without upgrading it (``migrate`` does this first)."""
+        with self.engine.connect() as connection:
+            found = read_found(connection)
+            connection.rollback()
+        refuse_newer(found)
 
     def schema_revision(self) -> str | None:
         """The schema's Alembic revision (None: no schema yet)."""

@@ -54,6 +54,7 @@ BACKUPS = "backups"
 """The directory beside a SQLite database where the upgrade's backups go."""
 RELEASE_KEY = "release"
 UPGRADING_DOC = "docs/upgrading.md"
+_MAX_CAUSE = 400
 
 
 @functools.cache
@@ -195,9 +196,10 @@ def upgrade_store(store: Database, release: str = __version__) -> UpgradeReport:
         raise
     except Exception as error:
         log.exception("store upgrade failed and was rolled back: the store is as it was")
+        cause = " ".join(str(error).split())  # one line: a database error quotes its SQL over several
         raise UpgradeFailed(
             f"the store upgrade to release {release} failed and was rolled back (schema still "
-            f"{found.revision or 'empty'}): {type(error).__name__}: {error}"
+            f"{found.revision or 'empty'}): {type(error).__name__}: {cause[:_MAX_CAUSE]}"
         ) from error
     for level, line in report.log_lines():
         log.log(level, line)
