@@ -24,9 +24,21 @@ from virtplane.api.context import ApiContext
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
 ADMIN_ONLY = frozenset(
-    {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance", "secrets"}
+    {
+        "hosts",
+        "storagepools",
+        "images",
+        "networks",
+        "settings",
+        "tokens",
+        "faults",
+        "maintenance",
+        "secrets",
+        "quarantine",
+    }
 )
-ADMIN_READS = frozenset({"secrets"})  # credentials: admin-only, also to read (issue 15)
+# credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too (issue 30)
+ADMIN_READS = frozenset({"secrets", "quarantine"})
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),
@@ -40,7 +52,12 @@ PUBLIC = {
     ("GET", "/docs/oauth2-redirect"): (200,),
     ("GET", "/redoc"): (200,),
 }
-PARAMS = {"name": "authz-nothing", "key": "migration.max_per_cluster", "file_name": "app.js"}
+PARAMS = {
+    "name": "authz-nothing",
+    "key": "migration.max_per_cluster",
+    "file_name": "app.js",
+    "kind": "Secret",
+}
 BAD_TOKENS: dict[str, dict[str, str]] = {
     "no-token": {},
     "bad-token": {"Authorization": "Bearer vp_not-a-real-token"},
@@ -195,6 +212,8 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("GET", "/v1/secrets") == "admin"  # issue 15: credentials are admin-only
     assert _needs("GET", "/v1/secrets/{name}") == "admin"
     assert _needs("PUT", "/v1/secrets/{name}") == "admin"
+    assert _needs("GET", "/v1/quarantine") == "admin"  # issue 30: stored bodies, as they were
+    assert _needs("DELETE", "/v1/quarantine/{kind}/{name}") == "admin"
     assert _needs("POST", "/v1/vms/actions/stop") == "operator"  # many VMs at once (issue 13)
     assert _needs("POST", "/v1/vms/actions/start") == "operator"
     assert _needs("POST", "/v1/vms/actions/restart") == "operator"
