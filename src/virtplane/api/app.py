@@ -25,6 +25,7 @@ from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
+from virtplane.api.routes.tokens import router as tokens_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.web import router as web_router
 
@@ -111,6 +112,7 @@ def create_app(
     add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)
+    app.include_router(tokens_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)

@@ -10,7 +10,10 @@ from enum import StrEnum
 from fastapi import Request
 
 from virtplane.api.errors import ApiError
+from virtplane.api.token_use import LastUse
+from virtplane.store.database import utcnow
 from virtplane.store.store import Store
+from virtplane.store.tokens import TokenInfo
 
 
 class Role(StrEnum):
@@ -21,44 +24,72 @@ class Role(StrEnum):
 
 _RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 
+PRINCIPAL_KEY = "virtplane.principal"
+"""Where ``require`` leaves the caller's principal in the ASGI scope."""
+
 
 @dataclass(frozen=True)
 class Principal:
     name: str
+    """The token's name: its id in the token list and the audit log."""
     role: Role
+    owner: str | None = None
 
     def can(self, needed: Role) -> bool:
         return _RANK[self.role] >= _RANK[needed]
 
 
 class TokenCache:
-    """Token → principal, cached briefly so that a busy API does not hash-and-query per call."""
+    """Token → its stored record, cached briefly so that a busy API does not hash-and-query per call.
+
+    The record is cached, not the verdict: ``authorize`` checks expiry and revocation on every
+    request, and a revocation through this process empties the cache (``invalidate``), so a
+    revoked or expired token's next request is refused. (Another replica's revocation is seen
+    here within ``ttl_s``.)"""
 
     def __init__(self, store: Store, ttl_s: float = 5.0) -> None:
         self._store = store
         self._ttl_s = ttl_s
-        self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._entries: dict[str, tuple[float, TokenInfo | None]] = {}
+        self.last_use = LastUse(store)
 
-    def lookup(self, token: str) -> Principal | None:
+    def lookup(self, token: str) -> TokenInfo | None:
         now = time.monotonic()
         hit = self._entries.get(token)
         if hit is not None and hit[0] > now:
             return hit[1]
-        found = self._store.token_role(token)
-        principal = None if found is None else Principal(found[0], Role(found[1]))
+        found = self._store.token_info(token)
         if len(self._entries) > 10_000:
             self._entries.clear()
-        self._entries[token] = (now + self._ttl_s, principal)
-        return principal
+        self._entries[token] = (now + self._ttl_s, found)
+        return found
+
+    def invalidate(self) -> None:
+        """Forget every cached record (a token was revoked)."""
+        self._entries.clear()
 
 
 def authorize(cache: TokenCache, token: str, role: Role) -> Principal:
     """The principal of ``token`` if it has at least ``role``; ApiError 401 or 403 otherwise."""
+    return permit(authenticate(cache, token), role)
+
+
+def authenticate(cache: TokenCache, token: str) -> Principal:
+    """The principal of ``token``; ApiError 401 (with the reason: unknown, revoked, expired) otherwise."""
     if not token.strip():
         raise ApiError(401, "Unauthorized", "send a token: 'Authorization: Bearer TOKEN'")
-    principal = cache.lookup(token.strip())
-    if principal is None:
+    found = cache.lookup(token.strip())
+    if found is None:
         raise ApiError(401, "Unauthorized", "the token is not valid")
+    refusal = found.refusal(utcnow())
+    if refusal is not None:
+        raise ApiError(401, *refusal)
+    cache.last_use.note(found.name)
+    return Principal(found.name, Role(found.role), found.owner)
+
+
+def permit(principal: Principal, role: Role) -> Principal:
+    """``principal`` if it has at least ``role``; ApiError 403 otherwise."""
     if not principal.can(role):
         raise ApiError(
             403,
@@ -83,7 +114,9 @@ def require(role: Role) -> Callable[[Request], Awaitable[Principal]]:
 
     async def dependency(request: Request) -> Principal:
         token = bearer_token(request.headers.get("authorization", ""))
-        return authorize(request.app.state.tokens, token, role)
+        principal = authenticate(request.app.state.tokens, token)
+        request.scope[PRINCIPAL_KEY] = principal  # for the audit log, which records after the answer
+        return permit(principal, role)
 
     dependency.__name__ = f"require_{role.value}"
     return dependency
