@@ -56,12 +56,14 @@ def test_the_list_shows_no_secret_and_the_last_use(live_server: LiveServer) -> N
     with live_server.client() as admin:
         created = _create(admin, "grafana", description="dashboards", owner="svc-grafana")
         secret = str(created["token"])
+        bare = str(_create(admin, "bare")["token"])  # nothing but a name and a role
         assert _get_vms(live_server, secret).status_code == 200
         used = eventually_sync(lambda: admin.get("/v1/tokens/grafana").json()["last_used_at"])
         assert used is not None
         listing = admin.get("/v1/tokens")
         for shown in (listing.text, admin.get("/v1/tokens/grafana").text):
-            assert secret not in shown and token_hash(secret) not in shown
+            for token in (secret, bare):
+                assert token not in shown and token_hash(token) not in shown
         grafana = next(t for t in listing.json()["items"] if t["name"] == "grafana")
         assert grafana["owner"] == "svc-grafana" and grafana["description"] == "dashboards"
         assert grafana["role"] == "viewer" and grafana["revoked_at"] is None
