@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from virtplane import __version__
-from virtplane.cli import console, hosts, resources, settings, vms
+from virtplane.cli import console, hosts, resources, settings, tokens, vms
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock
@@ -205,6 +205,7 @@ vms.register(app)
 hosts.register(app)
 settings.register(app)
 console.register(app)
+tokens.register(app)
 
 
 def main() -> None:
