@@ -1,0 +1,61 @@
+"""Every file of the data directory is private after `serve --demo`, whatever the umask; the admin
+token is printed once, when it is made."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.crash.server import ServerProcess
+
+
+@pytest.fixture
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The test's umask, inherited by the server it starts."""
+    previous = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(previous)
+
+
+def _modes(data_dir: Path) -> dict[str, int]:
+    found = {".": stat.S_IMODE(data_dir.stat().st_mode)}
+    for path in data_dir.rglob("*"):
+        found[str(path.relative_to(data_dir))] = stat.S_IMODE(path.lstat().st_mode)
+    return found
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000], indirect=True, ids=["umask-022", "umask-000"])
+def test_the_data_dir_is_private_and_the_token_printed_once(tmp_path: Path, umask: int) -> None:
+    data = tmp_path / "data"
+    server = ServerProcess(data, demo=True)
+    server.log = tmp_path / "server.log"  # the test's own file, not the server's
+    server.start()
+    try:
+        token = server.token
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as admin:
+            assert admin.post("/v1/tokens", json={"name": "ci", "role": "viewer"}).status_code == 201
+    finally:
+        server.stop()
+    first = server.log.read_text()
+    server.start()  # a second start on the same data
+    server.stop()
+
+    modes = _modes(data)
+    for name in (".", "admin.token", "virtplane.db", "sim.db", "consoles"):
+        assert name in modes, sorted(modes)
+    assert modes["."] == 0o700 and modes["admin.token"] == 0o600 and modes["virtplane.db"] == 0o600
+    exposed = {name: oct(mode) for name, mode in modes.items() if mode & 0o077}
+    assert exposed == {}, f"open to others with umask {umask:03o}: {exposed}"
+
+    assert first.count(token) == 1, "the new admin token is printed once (the export line)"
+    again = server.log.read_text()[len(first) :]
+    assert token not in again, again
+    assert f"admin token: in {data / 'admin.token'}" in again
+    assert f"VIRTPLANE_TOKEN=$(cat {data / 'admin.token'})" in again
