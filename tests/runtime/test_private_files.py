@@ -41,6 +41,9 @@ def test_the_data_dir_is_private_and_the_token_printed_once(tmp_path: Path, umas
         token = server.token
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as admin:
             assert admin.post("/v1/tokens", json={"name": "ci", "role": "viewer"}).status_code == 201
+        running = _modes(data)  # while it serves: the WAL and SHM files are there
+        assert {"virtplane.db-wal", "virtplane.db-shm"} <= set(running), sorted(running)
+        assert {n: oct(m) for n, m in running.items() if m & 0o077} == {}, f"umask {umask:03o}"
     finally:
         server.stop()
     first = server.log.read_text()
