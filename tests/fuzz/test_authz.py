@@ -37,8 +37,9 @@ ADMIN_ONLY = frozenset(
         "quarantine",
     }
 )
-# credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too (issue 30)
-ADMIN_READS = frozenset({"secrets", "quarantine"})
+# credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too (issue 30);
+# who holds which token and the audit log, who did what (issue 31)
+ADMIN_READS = frozenset({"secrets", "quarantine", "tokens", "audit"})
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),

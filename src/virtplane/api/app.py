@@ -12,11 +12,13 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from virtplane import __version__
+from virtplane.api.audit import AuditRecorder, AuditWrites
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
+from virtplane.api.routes.audit import router as audit_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
@@ -87,8 +89,10 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
+    app.state.audit = AuditRecorder(ctx.store, ctx.settings)
     install_error_handlers(app)
 
+    app.add_middleware(AuditWrites, recorder=app.state.audit)  # inside BodyLimit: sees only bodies it let in
     app.add_middleware(BodyLimit)
 
     @app.get("/healthz", tags=["Health"], operation_id="healthz", summary="Liveness and store reachability")
@@ -113,6 +117,7 @@ def create_app(
     app.include_router(settings_router)
     app.include_router(events_router)
     app.include_router(tokens_router)
+    app.include_router(audit_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
