@@ -39,6 +39,19 @@ def test_a_delete_is_recorded_by_whom_before_its_answer(live_server: LiveServer)
             assert record["token"] == "test-operator" and record["owner"] == "test-operator"
             assert record["client"] == "127.0.0.1" and record["kind"] == "VirtualMachine"
         assert deleted["status"] in (200, 202) and deleted["reason"] == ""
+        # a replace and a patch record what changed, not everything they sent
+        vm["metadata"]["name"] = "web-8"
+        current = operator.post("/v1/vms", json=vm).json()
+        current["spec"]["cpu"] = 2
+        del current["metadata"]["resource_version"]  # no optimistic lock: the controller writes it too
+        assert operator.put("/v1/vms/web-8", json=current).status_code == 200
+        patch = {"metadata": {"labels": {"app": "db"}}, "spec": {"cpu": 2}}
+        patched = operator.patch(
+            "/v1/vms/web-8", json=patch, headers={"Content-Type": "application/merge-patch+json"}
+        )
+        assert patched.status_code == 200, patched.text
+        changes = [(r["verb"], r["fields"]) for r in _records(admin, name="web-8")][1:]
+        assert changes == [("replace", ["spec.cpu"]), ("patch", ["metadata.labels"])]
         # a refused write is recorded with its outcome; a token's creation names no secret
         assert operator.delete("/v1/hosts/nowhere").status_code == 403
         refused = _records(admin, kind="Host", name="nowhere")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +25,8 @@ import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from virtplane.api.auth import PRINCIPAL_KEY, Principal
-from virtplane.domain.resources import KIND_BY_PLURAL
+from virtplane.domain.intents import SYSTEM_PREFIX
+from virtplane.domain.resources import KIND_BY_PLURAL, Resource
 from virtplane.logs import AUDIT_LOGGER
 from virtplane.store.audit import AuditEntry
 from virtplane.store.settings import Settings
@@ -41,19 +43,55 @@ _VERBS = {"POST": "create", "PUT": "replace", "PATCH": "patch", "DELETE": "delet
 _OTHER_KINDS = {"tokens": "Token", "quarantine": "Quarantine"}
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """An object's writable parts before a replace or patch, by top-level path (``spec.cpu``)."""
+
+    cls: type[Resource]
+    name: str
+    paths: dict[str, Any]
+
+
 class AuditRecorder:
     def __init__(self, store: Store, settings: Settings) -> None:
         self._store = store
         self._settings = settings
         self._pruned_at = float("-inf")
 
-    async def record(self, entry: AuditEntry) -> None:
+    async def record(self, entry: AuditEntry, changed_from: Snapshot | None = None) -> None:
+        """Record ``entry``; with ``changed_from`` (the object before a replace or patch), its fields
+        are the paths that changed, read from the object now."""
         try:
-            await anyio.to_thread.run_sync(self._write, entry)
+            await anyio.to_thread.run_sync(self._write, entry, changed_from)
         except Exception:  # the write itself is done: its answer goes out, the failure is logged
             log.exception("could not record the audit entry %s", entry.document())
 
-    def _write(self, entry: AuditEntry) -> None:
+    def snapshot(self, cls: type[Resource], name: str) -> Snapshot:
+        """What of ``cls/name`` a write may change (spec, labels, user annotations); empty if it is not there."""
+        found = self._store.find(cls, name)
+        if found is None:
+            return Snapshot(cls, name, {})
+        document = found.model_dump(mode="json")
+        metadata = document.get("metadata") or {}
+        annotations = {
+            k: v for k, v in (metadata.get("annotations") or {}).items() if not k.startswith(SYSTEM_PREFIX)
+        }
+        return Snapshot(
+            cls,
+            name,
+            {
+                **{f"spec.{key}": value for key, value in (document.get("spec") or {}).items()},
+                "metadata.labels": metadata.get("labels") or {},
+                "metadata.annotations": annotations,
+            },
+        )
+
+    def _write(self, entry: AuditEntry, changed_from: Snapshot | None) -> None:
+        if changed_from is not None and changed_from.paths and entry.status < 300:
+            after = self.snapshot(changed_from.cls, changed_from.name).paths
+            paths = set(changed_from.paths) | set(after)
+            changed = sorted(p for p in paths if changed_from.paths.get(p) != after.get(p))
+            entry = replace(entry, fields=tuple(changed[:MAX_FIELDS]))
         self._store.record_audit(entry)
         export.info(json.dumps({"audit": entry.document()}, separators=(",", ":")))
         now = time.monotonic()
@@ -105,6 +143,19 @@ def describe(method: str, path: str, body: bytes) -> tuple[str, str, str, str, t
     else:
         verb = _VERBS.get(method, method.lower())
     return verb, kind, name, subresource, _fields(document)
+
+
+def _replaced(method: str, path: str) -> tuple[type[Resource], str] | None:
+    """The object a replace or patch (``PUT|PATCH /v1/{plural}/{name}``) writes, if it is a resource."""
+    parts = [p for p in path.split("/") if p]
+    if method not in ("PUT", "PATCH") or len(parts) != 3:
+        return None
+    cls = KIND_BY_PLURAL.get(parts[1])
+    return None if cls is None else (cls, parts[2])
+
+
+def _has_credentials(scope: Scope) -> bool:
+    return any(key == b"authorization" for key, _ in scope["headers"]) or bool(scope.get("subprotocols"))
 
 
 def _json(body: bytes) -> Any:
@@ -168,6 +219,10 @@ class AuditWrites:
         body = bytearray()
         held: list[Message] = []
         recorded = False
+        before: Snapshot | None = None
+        target = _replaced(scope["method"], scope["path"])
+        if target is not None and _has_credentials(scope):  # read before the write changes it
+            before = await anyio.to_thread.run_sync(self.recorder.snapshot, *target)
 
         async def receive_body() -> Message:
             message = await receive()
@@ -193,7 +248,7 @@ class AuditWrites:
                 fields=fields,
                 reason=_reason(status, answer),
             )
-            await self.recorder.record(entry)
+            await self.recorder.record(entry, before)
 
         async def send_recorded(message: Message) -> None:
             if message["type"] == "http.response.start":
