@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from tests.conftest import LiveServer, eventually_sync
 from tests.store.upgrades import store_at
+from virtplane.api.token_use import LastUse
 from virtplane.store.store import Store, sqlite_url
 from virtplane.store.tokens import token_hash
 
@@ -102,3 +103,15 @@ def test_tokens_made_before_the_upgrade_keep_working(tmp_path: Path) -> None:
         assert info.revoked_at is None
     finally:
         store.close()
+
+
+def test_the_last_use_is_written_at_most_once_a_minute(store: Store) -> None:
+    store.create_token("busy", "viewer")
+    uses = LastUse(store)
+    uses.note("busy")  # no running loop: written in this thread
+    first = store.token_named("busy").last_used_at
+    assert first is not None
+    store.token_used("busy", datetime(2000, 1, 1, tzinfo=UTC))  # a mark a second write would replace
+    for _ in range(100):
+        uses.note("busy")
+    assert store.token_named("busy").last_used_at == datetime(2000, 1, 1, tzinfo=UTC)

@@ -33,7 +33,7 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.USAGE: "the command line is wrong (unknown option, missing argument, bad value)",
     ExitCode.UNREACHABLE: "no server answered at --url / VIRTPLANE_URL",
     ExitCode.TIMEOUT: "--wait gave up after --timeout seconds; the work goes on in the server",
-    ExitCode.DENIED: "no token, an unknown token, or a role that may not do this (HTTP 401, 403)",
+    ExitCode.DENIED: "no token, an unknown, revoked or expired token, or a role that may not do this (HTTP 401, 403)",
     ExitCode.NOT_FOUND: "the named resource does not exist (HTTP 404)",
 }
 
