@@ -14,6 +14,7 @@ prunes the table by the ``audit.*`` settings every few minutes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -53,18 +54,46 @@ class Snapshot:
 
 
 class AuditRecorder:
+    """Writes audit records in batches: the records of the requests that finish while one batch is
+    written go into the next, in one transaction (on SQLite, a write's commit costs as much as
+    the write: without batching, a busy API's every write would cost two)."""
+
     def __init__(self, store: Store, settings: Settings) -> None:
         self._store = store
         self._settings = settings
         self._pruned_at = float("-inf")
+        self._queued: list[tuple[AuditEntry, Snapshot | None, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._pruner: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
 
     async def record(self, entry: AuditEntry, changed_from: Snapshot | None = None) -> None:
-        """Record ``entry``; with ``changed_from`` (the object before a replace or patch), its fields
-        are the paths that changed, read from the object now."""
+        """Record ``entry``, returning once it is committed; with ``changed_from`` (the object before
+        a replace or patch), its fields are the paths that changed, read from the object now."""
+        written = asyncio.get_running_loop().create_future()
+        self._queued.append((entry, changed_from, written))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued())
+        await asyncio.shield(written)
+
+    async def _write_queued(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, []
+            try:
+                await anyio.to_thread.run_sync(self._write, [(entry, before) for entry, before, _ in batch])
+            except Exception:  # the writes are done: their answers go out, the failure is logged
+                log.exception("could not record %d audit entries", len(batch))
+            for _, _, written in batch:
+                if not written.done():
+                    written.set_result(None)
+            if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:  # beside the writes: nobody waits
+                self._pruned_at = time.monotonic()
+                self._pruner = asyncio.create_task(self._prune_now())
+
+    async def _prune_now(self) -> None:
         try:
-            await anyio.to_thread.run_sync(self._write, entry, changed_from)
-        except Exception:  # the write itself is done: its answer goes out, the failure is logged
-            log.exception("could not record the audit entry %s", entry.document())
+            await anyio.to_thread.run_sync(self._prune)
+        except Exception:
+            log.exception("could not prune the audit log")
 
     def snapshot(self, cls: type[Resource], name: str) -> Snapshot:
         """What of ``cls/name`` a write may change (spec, labels, user annotations); empty if it is not there."""
@@ -86,21 +115,24 @@ class AuditRecorder:
             },
         )
 
-    def _write(self, entry: AuditEntry, changed_from: Snapshot | None) -> None:
-        if changed_from is not None and changed_from.paths and entry.status < 300:
-            after = self.snapshot(changed_from.cls, changed_from.name).paths
-            paths = set(changed_from.paths) | set(after)
-            changed = sorted(p for p in paths if changed_from.paths.get(p) != after.get(p))
-            entry = replace(entry, fields=tuple(changed[:MAX_FIELDS]))
-        self._store.record_audit(entry)
-        export.info(json.dumps({"audit": entry.document()}, separators=(",", ":")))
-        now = time.monotonic()
-        if now - self._pruned_at >= PRUNE_EVERY_S:
-            self._pruned_at = now
-            self._store.prune_audit(
-                max_age=timedelta(days=int(self._settings.get("audit.retention_days"))),
-                max_records=int(self._settings.get("audit.max_records")),
-            )
+    def _write(self, batch: list[tuple[AuditEntry, Snapshot | None]]) -> None:
+        entries = [self._changed(entry, before) for entry, before in batch]
+        self._store.record_audits(entries)
+        for entry in entries:
+            export.info(json.dumps({"audit": entry.document()}, separators=(",", ":")))
+
+    def _prune(self) -> None:
+        self._store.prune_audit(
+            max_age=timedelta(days=int(self._settings.get("audit.retention_days"))),
+            max_records=int(self._settings.get("audit.max_records")),
+        )
+
+    def _changed(self, entry: AuditEntry, before: Snapshot | None) -> AuditEntry:
+        if before is None or not before.paths or entry.status >= 300:
+            return entry
+        after = self.snapshot(before.cls, before.name).paths
+        changed = sorted(p for p in set(before.paths) | set(after) if before.paths.get(p) != after.get(p))
+        return replace(entry, fields=tuple(changed[:MAX_FIELDS]))
 
 
 def client_address(scope: Scope) -> str:

@@ -70,12 +70,21 @@ def _entry(row: Any) -> AuditEntry:
 
 class AuditLog(Database):
     def record_audit(self, entry: AuditEntry) -> None:
-        values = entry.document()
-        del values["id"]
-        values["time"] = entry.time
-        values["fields"] = json.dumps(list(entry.fields))
+        self.record_audits([entry])
+
+    def record_audits(self, entries: list[AuditEntry]) -> None:
+        """Append audit records, in one transaction."""
+        if not entries:
+            return
+        rows = []
+        for entry in entries:
+            values = entry.document()
+            del values["id"]
+            values["time"] = entry.time
+            values["fields"] = json.dumps(list(entry.fields))
+            rows.append(values)
         with self._write() as connection:
-            connection.execute(insert(schema.audit).values(values))
+            connection.execute(insert(schema.audit), rows)
 
     def audit_records(
         self,
