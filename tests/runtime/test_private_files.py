@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from tests.crash.server import ServerProcess
+from tests.store.upgrades import store_at
+from virtplane.store.store import sqlite_url
 
 
 @pytest.fixture
@@ -62,3 +64,22 @@ def test_the_data_dir_is_private_and_the_token_printed_once(tmp_path: Path, umas
     assert token not in again, again
     assert f"admin token: in {data / 'admin.token'}" in again
     assert f"VIRTPLANE_TOKEN=$(cat {data / 'admin.token'})" in again
+
+
+@pytest.mark.parametrize("umask", [0o022], indirect=True, ids=["umask-022"])
+def test_an_older_release_s_open_files_are_narrowed_and_its_backup_is_private(
+    tmp_path: Path, umask: int
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store_at(sqlite_url(data / "virtplane.db"), "0005").close()  # as the release before left it
+    assert _modes(data)["."] == 0o755 and _modes(data)["virtplane.db"] == 0o644
+    server = ServerProcess(data)
+    server.log = tmp_path / "server.log"
+    server.start()
+    server.stop()
+    modes = _modes(data)
+    backups = [name for name in modes if name.startswith("backups/")]
+    assert backups, sorted(modes)  # the upgrade to 0006 backed the store up first
+    exposed = {name: oct(mode) for name, mode in modes.items() if mode & 0o077}
+    assert exposed == {}, f"open to others after the upgrade: {exposed}"
