@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +32,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+AUDIT_LOGGER = "virtplane.audit"
+"""The audit log's export: one JSON document a line, on stdout (``configure``)."""
+
+
 def configure(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler()
     if fmt == "json":
@@ -40,3 +45,11 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The audit records go to stdout, one JSON document a line, whatever the level and format of
+    # the rest (which is on stderr): a log shipper reads them from the journal or a pipe.
+    audit = logging.getLogger(AUDIT_LOGGER)
+    audit_handler = logging.StreamHandler(sys.stdout)
+    audit_handler.setFormatter(logging.Formatter("%(message)s"))
+    audit.handlers[:] = [audit_handler]
+    audit.setLevel(logging.INFO)
+    audit.propagate = False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,9 @@ from virtplane.drivers.base import HypervisorDriver
 from virtplane.http_limits import ConnectionLimits, limited_protocol
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
+from virtplane.runtime.private import create_private, narrow, private_dir, private_umask, write_private
 from virtplane.runtime.retention import vacuum_once_at_start
+from virtplane.store.errors import AlreadyExists
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store, sqlite_url
 from virtplane.store.upgrade import NewerData, UpgradeFailed
@@ -31,6 +32,7 @@ log = logging.getLogger("virtplane.server")
 DEFAULT_PORT = 8470
 SIM_DEFAULT_VCPUS = 32
 SIM_DEFAULT_MEMORY_MIB = 131072
+ADMIN_TOKEN_FILE = "admin.token"
 GC_YOUNG_THRESHOLD = 10_000
 """Allocations between two collections of the youngest generation (CPython's default: 700).
 A reconcile's objects live across a few awaits; at 700 many outlive a collection, are
@@ -84,24 +86,25 @@ class ServeRefused(Exception):
         self.reason = reason
 
 
-def admin_token(store: Store, data_dir: Path) -> str:
-    """The admin token kept in DIR/admin.token; made (and registered) on first start."""
-    path = data_dir / "admin.token"
+def admin_token(store: Store, data_dir: Path) -> tuple[str, bool]:
+    """The admin token kept in DIR/admin.token, and whether it was made now (on the first start,
+    or when the kept one no longer works): only a new token is printed."""
+    path = data_dir / ADMIN_TOKEN_FILE
     if path.exists():
+        narrow(path, 0o600)  # as an older release left it
         token = path.read_text().strip()
         if token and store.token_role(token) is not None:
-            return token
+            return token, False
     suffix = 0
     while True:
         name = "admin" if suffix == 0 else f"admin-{suffix}"
         try:
-            token = store.create_token(name, "admin")
+            token = store.create_token(name, "admin", description="made by serve; kept in " + str(path))
             break
-        except Exception:
+        except AlreadyExists:
             suffix += 1
-    path.write_text(token + "\n")
-    os.chmod(path, 0o600)
-    return token
+    write_private(path, token + "\n")
+    return token, True
 
 
 def sim_factory(plane_ref: list[ControlPlane], sim: Any, bridges: tuple[str, ...] = ()) -> Any:
@@ -133,11 +136,14 @@ def sim_factory(plane_ref: list[ControlPlane], sim: Any, bridges: tuple[str, ...
     return factory
 
 
-def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
-    """The control plane for ``options``, the admin token and the database URL."""
+@private_umask()  # the database, its WAL, backups, sim.db, consoles/: private as they are made
+def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
+    """The control plane for ``options``, the admin token (and whether it is new) and the database URL."""
     from virtplane.drivers.sim import SimCloud
 
-    options.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(options.data_dir)
+    if options.db_url is None:
+        create_private(options.data_dir / "virtplane.db")  # SQLite gives its WAL and SHM this mode
     db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
     store = Store(db_url)
     try:
@@ -153,6 +159,7 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
         seed(store)
     # The simulated hypervisor keeps its state beside the store, so that, like real hosts,
     # it outlives a crash of the control plane.
+    create_private(options.data_dir / "sim.db")
     sim = SimCloud(
         boot_seconds=options.sim_boot_seconds,
         shutdown_seconds=options.sim_shutdown_seconds,
@@ -206,11 +213,13 @@ def run_server(options: ServeOptions) -> None:
     configure_logging(options.log_level, options.log_format)
     locks = [DataDirLock(d) for d in store_directories(options)]
     try:
-        for lock in locks:
-            try:
-                lock.acquire()
-            except DataDirBusy as exc:
-                raise ServeRefused(str(exc)) from None
+        with private_umask():  # the data directory and the lock file in it
+            private_dir(options.data_dir)
+            for lock in locks:
+                try:
+                    lock.acquire()
+                except DataDirBusy as exc:
+                    raise ServeRefused(str(exc)) from None
         sock = listen(options.host, options.port)
         _serve(options, sock)
     finally:
@@ -231,15 +240,20 @@ def store_directories(options: ServeOptions) -> list[Path]:
 
 def _serve(options: ServeOptions, sock: socket.socket) -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    plane, token, db_url = build(options)
+    plane, (token, new_token), db_url = build(options)
     url = f"http://{options.host}:{options.port}"
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
-    console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
+    kept = options.data_dir / ADMIN_TOKEN_FILE
+    # The token is printed once, when it is made: later starts (into a journal) say where it is.
+    if new_token:
+        console.print(f"admin token: made now, shown only this once (below), kept in {kept}", soft_wrap=True)
+    else:
+        console.print(f"admin token: in {kept}", soft_wrap=True)
     # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
-    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)
+    shown = token if new_token else f"$(cat {kept})"
+    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={shown}", soft_wrap=True, markup=False)
     print(f"VIRTPLANE_URL={url}", flush=True)
-    print(f"VIRTPLANE_TOKEN={token}", flush=True)
     app = plane.app()
     app.state.limiter = Limiter(options.request_limits)
     limits = options.connection_limits

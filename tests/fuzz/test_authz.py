@@ -38,8 +38,8 @@ ADMIN_ONLY = frozenset(
     }
 )
 # credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is
-# the whole store (issue 30)
-ADMIN_READS = frozenset({"secrets", "quarantine", "backup"})
+# the whole store (issue 30); who holds which token and the audit log, who did what (issue 31)
+ADMIN_READS = frozenset({"secrets", "quarantine", "backup", "tokens", "audit"})
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),

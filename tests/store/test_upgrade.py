@@ -91,10 +91,10 @@ def test_a_failure_after_the_bodies_were_rewritten_leaves_them_as_they_were(
 def test_an_upgrade_lists_what_each_step_changed(old_store: Store, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="virtplane.store.upgrade")
     report = old_store.migrate()
-    assert report.applied == ["0005"] and old_store.schema_revision() == head_revision()
+    assert report.applied == ["0005", "0006"] and old_store.schema_revision() == head_revision()
     assert report.bodies.rewritten == {"VirtualMachine": 2}
     lines = [record.getMessage() for record in caplog.records]
-    assert f"store upgrade: schema {OLD} -> 0005 (applied 0005)" in lines
+    assert f"store upgrade: schema {OLD} -> 0006 (applied 0005, 0006)" in lines
     assert "store upgrade: bodies rewritten in the current shape: VirtualMachine 2" in lines
     assert f"store upgrade: release unrecorded -> {__version__}" in lines
     assert old_store.get(VirtualMachine, "b").spec.cpu == 2

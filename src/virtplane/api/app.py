@@ -14,12 +14,14 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from virtplane import __version__
+from virtplane.api.audit import AuditRecorder, AuditWrites
 from virtplane.api.auth import TokenCache
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
+from virtplane.api.routes.audit import router as audit_router
 from virtplane.api.routes.backup import router as backup_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
@@ -29,6 +31,7 @@ from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
+from virtplane.api.routes.tokens import router as tokens_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.web import router as web_router
 
@@ -110,8 +113,10 @@ def create_app(
     # ``serve`` sets its own from its flags; an app embedded elsewhere (tests, tools) limits
     # watches but not the pace of writes, which is a policy of the deployment
     app.state.limiter = Limiter(RequestLimits(writes_per_second=0))
+    app.state.audit = AuditRecorder(ctx.store, ctx.settings)
     install_error_handlers(app)
 
+    app.add_middleware(AuditWrites, recorder=app.state.audit)  # inside BodyLimit: sees only bodies it let in
     app.add_middleware(BodyLimit)
 
     @app.get("/healthz", tags=["Health"], operation_id="healthz", summary="Liveness and store reachability")
@@ -135,6 +140,8 @@ def create_app(
     add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)
+    app.include_router(tokens_router)
+    app.include_router(audit_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)

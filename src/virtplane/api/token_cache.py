@@ -63,6 +63,10 @@ class BoundedCache(Generic[V]):
         while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
 
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
     def _drop(self, key: str) -> None:
         del self._entries[key]
         self.bytes -= self.cost(key)

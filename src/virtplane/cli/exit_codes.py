@@ -36,7 +36,7 @@ MEANINGS: dict[ExitCode, str] = {
     "a --url that is not http:// or https://)",
     ExitCode.UNREACHABLE: "no server answered at --url / VIRTPLANE_URL",
     ExitCode.TIMEOUT: "--wait gave up after --timeout seconds; the work goes on in the server",
-    ExitCode.DENIED: "no token, an unknown token, or a role that may not do this (HTTP 401, 403)",
+    ExitCode.DENIED: "no token, an unknown, revoked or expired token, or a role that may not do this (HTTP 401, 403)",
     ExitCode.NOT_FOUND: "the named resource does not exist (HTTP 404, or VMNotFound for a VM action)",
 }
 

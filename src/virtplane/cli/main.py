@@ -19,6 +19,7 @@ from virtplane.cli import (
     serve_limits,
     settings,
     store_restore,
+    tokens,
     vms,
 )
 from virtplane.cli.client import DEFAULT_URL, CliError
@@ -244,6 +245,7 @@ console.register(app)
 explain.register(app)
 backup.register(app)
 store_restore.register(app)
+tokens.register(app)
 
 
 def main() -> None:

@@ -354,6 +354,22 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         minimum=100,
         maximum=1_000_000_000,
     ),
+    SettingDef(
+        "audit.retention_days",
+        SettingType.INT,
+        90,
+        "Audit records older than this are deleted (checked every few minutes).",
+        minimum=1,
+        maximum=36500,
+    ),
+    SettingDef(
+        "audit.max_records",
+        SettingType.INT,
+        1_000_000,
+        "At most this many audit records are kept: the oldest go first.",
+        minimum=1000,
+        maximum=1_000_000_000,
+    ),
 )
 
 

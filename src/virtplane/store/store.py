@@ -8,7 +8,7 @@ order they are drawn, the lock order events then revisions) are in
 - ``reads``: objects by name, by names, by kind (paged lists are in ``lists``);
 - ``creates`` and ``writes``: new objects; updates, status-only updates, deletes;
 - ``changes``: the change log behind watches; ``events``: the event log;
-- ``tokens``: API tokens; ``leases``: leader election;
+- ``tokens``: API tokens; ``audit``: who wrote what; ``leases``: leader election;
 - ``quarantine``: objects the current models cannot read, set aside by an upgrade.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from virtplane.store.audit import AuditLog
 from virtplane.store.changes import Change, ChangeLog
 from virtplane.store.creates import ObjectCreates
 from virtplane.store.database import EventRecord, sqlite_url, utcnow
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 
-class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, Leases, QuarantineStore):
+class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, AuditLog, Leases, QuarantineStore):
     """All durable state. Construct with a SQLAlchemy URL, then call ``migrate()``."""
 
     def migrate(self) -> UpgradeReport:

@@ -25,6 +25,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
+from virtplane.api.audit import client_address, entry_for
 from virtplane.api.auth import Principal, Role, authorize, bearer_token
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError, error_response, mapped_error
@@ -84,8 +85,9 @@ async def _from_guest(websocket: WebSocket, session: ConsoleSession) -> None:
         await websocket.send_bytes(data)
 
 
-async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> None:
-    """Bytes both ways until one side ends; then the other is ended too."""
+async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> str:
+    """Bytes both ways until one side ends; then the other is ended too. Returns which one ended
+    it, as the event's reason."""
     to_guest = asyncio.create_task(_to_guest(websocket, session))
     from_guest = asyncio.create_task(_from_guest(websocket, session))
     try:
@@ -101,8 +103,9 @@ async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession)
         with contextlib.suppress(Exception):  # the client may be gone already
             await websocket.close(1000, close_reason(why))
         await _record(ctx, session.vm, "ConsoleClosed", why)
-    else:
-        await _record(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
+        return "ConsoleClosed"
+    await _record(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
+    return "ConsoleDetached"
 
 
 @router.websocket("/v1/vms/{name}/console")
@@ -143,7 +146,24 @@ async def console(websocket: WebSocket, name: str) -> None:
         "ConsoleAttached",
         f"{principal.name} attached to the serial console on host {session.host}",
     )
-    await _relay(websocket, ctx, session)
+    audit = websocket.app.state.audit
+    where = client_address(websocket.scope)
+    await audit.record(
+        entry_for(principal, where, "console-open", VirtualMachine.KIND, name, 101, subresource="console")
+    )
+    ended = await _relay(websocket, ctx, session)
+    await audit.record(
+        entry_for(
+            principal,
+            where,
+            "console-close",
+            VirtualMachine.KIND,
+            name,
+            1000,
+            subresource="console",
+            reason=ended,
+        )
+    )
     log.info("console of VM %s on host %s: detached (%s)", name, session.host, principal.name)
 
 

@@ -1,11 +1,10 @@
-"""The audit trail (read-only) and API tokens."""
+"""The event log (read-only)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
@@ -22,7 +21,7 @@ from virtplane.api.lists import (
     list_response,
 )
 from virtplane.api.watch import event_stream, stream_response
-from virtplane.domain.resources import KIND_BY_NAME, KIND_BY_PLURAL, Name
+from virtplane.domain.resources import KIND_BY_NAME, KIND_BY_PLURAL
 from virtplane.store.lists import events_before, last_event_id
 
 router = APIRouter()
@@ -93,27 +92,3 @@ def list_events(
     events, older = events_before(ctx.store, before=before, after=after_id, limit=limit, kind=kind, name=name)
     next_token = encode_continue("Event", events[0].id, newest) if older and events else None
     return list_response([e.model_dump_json() for e in events], next_token, newest)
-
-
-class TokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: Name
-    role: Role = Field(description="admin, operator or viewer")
-
-
-class TokenResponse(BaseModel):
-    name: str
-    role: Role
-    token: str
-
-
-@router.post(
-    "/v1/tokens", tags=["Token"], operation_id="create_tokens", status_code=201, summary="Create an API token"
-)
-def create_token(
-    request: Request, body: TokenRequest, principal: Principal = Depends(require(Role.ADMIN))
-) -> TokenResponse:
-    ctx = _ctx(request)
-    token = ctx.store.create_token(body.name, body.role.value)
-    ctx.store.record_event("Token", body.name, "Created", f"role {body.role.value}, by {principal.name}")
-    return TokenResponse(name=body.name, role=body.role, token=token)
