@@ -17,21 +17,22 @@ from virtplane.store.audit import AuditEntry
 from virtplane.store.store import Store
 
 
-def _records(admin: httpx.Client, **params: Any) -> list[dict[str, Any]]:
-    response = admin.get("/v1/audit", params=params)
-    assert response.status_code == 200, response.text
-    items: list[dict[str, Any]] = response.json()["items"]
+def _records(admin: httpx.Client, at_least: int = 0, **params: Any) -> list[dict[str, Any]]:
+    """The records ``params`` select, once there are ``at_least`` of them: a write is answered
+    before its record's batch commits (``AuditRecorder.record``)."""
+    path = str(httpx.URL("/v1/audit", params=params))
+    body = wait_json(admin, path, lambda body: len(body.get("items", ())) >= at_least)
+    items: list[dict[str, Any]] = body["items"]
     return items
 
 
-def test_a_delete_is_recorded_by_whom_before_its_answer(live_server: LiveServer) -> None:
+def test_a_delete_is_recorded_by_whom(live_server: LiveServer) -> None:
     with live_server.client("admin") as admin, live_server.client("operator") as operator:
         admin.post("/v1/tokens", json={"name": "ci", "role": "operator", "owner": "svc-ci"})
         vm = {"metadata": {"name": "web-9", "labels": {"app": "web"}}, "spec": {"cpu": 1, "memory_mib": 256}}
         assert operator.post("/v1/vms", json=vm).status_code == 201
         assert operator.delete("/v1/vms/web-9").status_code in (200, 202)
-        # read at once: recorded before the answer went out
-        records = _records(admin, kind="vms", name="web-9")
+        records = _records(admin, 2, kind="vms", name="web-9")
         assert [r["verb"] for r in records] == ["create", "delete"], records
         created, deleted = records
         assert created["fields"] == ["metadata.labels", "spec.cpu", "spec.memory_mib"]
@@ -50,13 +51,13 @@ def test_a_delete_is_recorded_by_whom_before_its_answer(live_server: LiveServer)
             "/v1/vms/web-8", json=patch, headers={"Content-Type": "application/merge-patch+json"}
         )
         assert patched.status_code == 200, patched.text
-        changes = [(r["verb"], r["fields"]) for r in _records(admin, name="web-8")][1:]
+        changes = [(r["verb"], r["fields"]) for r in _records(admin, 3, name="web-8")][1:]
         assert changes == [("replace", ["spec.cpu"]), ("patch", ["metadata.labels"])]
         # a refused write is recorded with its outcome; a token's creation names no secret
         assert operator.delete("/v1/hosts/nowhere").status_code == 403
-        refused = _records(admin, kind="Host", name="nowhere")
+        refused = _records(admin, 1, kind="Host", name="nowhere")
         assert [(r["verb"], r["status"], r["reason"]) for r in refused] == [("delete", 403, "Forbidden")]
-        token = _records(admin, kind="Token", name="ci")[0]
+        token = _records(admin, 1, kind="Token", name="ci")[0]
         assert token["verb"] == "create" and token["fields"] == ["owner", "role"], token
         assert token["token"] == "test-admin"
 
@@ -92,6 +93,7 @@ def test_pages_and_since(live_server: LiveServer) -> None:
         start = datetime.now(UTC)
         for i in range(5):
             admin.post("/v1/tokens", json={"name": f"p{i}", "role": "viewer"})
+        _records(admin, 5, kind="Token")
         first = admin.get("/v1/audit", params={"kind": "Token", "limit": 3}).json()
         assert [r["name"] for r in first["items"]] == ["p0", "p1", "p2"]
         rest = admin.get(
@@ -109,6 +111,7 @@ def test_records_are_exported_as_json_lines(
     caplog.set_level(logging.INFO, logger="virtplane.audit")
     with live_server.client("admin") as admin:
         admin.post("/v1/tokens", json={"name": "shipped", "role": "viewer"})
+        _records(admin, 1, kind="Token", name="shipped")
     lines = [json.loads(r.getMessage())["audit"] for r in caplog.records if r.name == "virtplane.audit"]
     assert [(line["verb"], line["kind"], line["name"]) for line in lines] == [("create", "Token", "shipped")]
 

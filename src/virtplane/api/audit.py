@@ -66,14 +66,20 @@ class AuditRecorder:
         self._writer: asyncio.Task[None] | None = None
         self._pruner: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
 
-    async def record(self, entry: AuditEntry, changed_from: Snapshot | None = None) -> None:
-        """Record ``entry``, returning once it is committed; with ``changed_from`` (the object before
-        a replace or patch), its fields are the paths that changed, read from the object now."""
+    def record(self, entry: AuditEntry, changed_from: Snapshot | None = None) -> asyncio.Future[None]:
+        """Queue ``entry`` for the next batch; the future is done once it is committed. With
+        ``changed_from`` (the object before a replace or patch), its fields are the paths that
+        changed, read from the object then.
+
+        The answer does not wait for the batch (as kube-apiserver's batch audit backend): a
+        write is answered before any reconcile it woke runs (tests/api/test_answer_first.py), and
+        waiting would hand the loop to the controllers first. A crash in the few milliseconds
+        between the answer and the batch's commit loses those records (docs/decisions.md)."""
         written = asyncio.get_running_loop().create_future()
         self._queued.append((entry, changed_from, written))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_queued())
-        await asyncio.shield(written)
+        return written
 
     async def _write_queued(self) -> None:
         while self._queued:
@@ -280,7 +286,7 @@ class AuditWrites:
                 fields=fields,
                 reason=_reason(status, answer),
             )
-            await self.recorder.record(entry, before)
+            self.recorder.record(entry, before)
 
         async def send_recorded(message: Message) -> None:
             if message["type"] == "http.response.start":
