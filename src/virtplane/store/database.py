@@ -72,7 +72,11 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None
     # Before anything creates the file's first page: a new database frees the pages that
     # retention empties (``reclaim_space``); an existing one switches at its next VACUUM
     # (``use_incremental_vacuum``). Set after journal_mode, it would not take.
-    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    # Only on an empty file: on an existing one the pragma writes its header even where it
+    # changes nothing, and a store opened only to be refused (newer data) must stay untouched.
+    cursor.execute("PRAGMA page_count")
+    if cursor.fetchone()[0] == 0:
+        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     # NORMAL in WAL mode stays consistent after a crash of the process; only an OS
     # crash can lose the last transactions. busy_timeout covers other processes.
