@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,3 +79,26 @@ def assert_claims_held(server: LiveServer, client: httpx.Client) -> None:
     }
     held = {(claim.scope, claim.value): holder.name for claim, holder in server.store.claims("")}
     assert held == wanted
+
+
+@contextmanager
+def said_by_virtplane() -> Iterator[list[str]]:
+    """The messages virtplane's loggers give meanwhile, INFO and up, from a handler on the
+    ``virtplane`` logger itself: pytest's caplog sits on the root logger, whose handlers a
+    server configured in-process by an earlier test may have replaced (the full suite once
+    captured nothing there)."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = logging.getLogger("virtplane")
+    handler, level = Keep(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

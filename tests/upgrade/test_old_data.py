@@ -11,7 +11,6 @@ worked on ``vp-<uid>``, a file that does not exist.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from tests.upgrade.conftest import (
     assert_claims_held,
     files,
     run_operation,
+    said_by_virtplane,
     settled,
     upgraded,
 )
@@ -34,10 +34,12 @@ LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_old_data_is_served_whole(release: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO)
-    with upgraded(release, tmp_path) as (server, _), server.client("viewer") as viewer:
-        said = [r.getMessage() for r in caplog.records]
+def test_old_data_is_served_whole(release: str, tmp_path: Path) -> None:
+    with (
+        said_by_virtplane() as said,
+        upgraded(release, tmp_path) as (server, _),
+        server.client("viewer") as viewer,
+    ):
         upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
         assert upgraded_sim == (SIM_SCHEMA[release] != "3"), "the sim file's upgrade is said"
         assert any(
