@@ -174,9 +174,19 @@ def _newer_release(connection: Connection) -> None:
     connection.execute(text("UPDATE store_meta SET value = '999.0.0' WHERE key = 'release'"))
 
 
+def _newer_data(connection: Connection) -> None:
+    # a newer release's data migration, with no schema change and the release unrecorded
+    connection.execute(text("UPDATE feed_state SET revision = 999 WHERE name = 'data:version'"))
+    connection.execute(text("DELETE FROM store_meta WHERE key = 'release'"))
+
+
 @pytest.mark.parametrize(
     ("make_newer", "found"),
-    [(_newer_schema, "schema is at revision 0999"), (_newer_release, "upgraded by release 999.0.0")],
+    [
+        (_newer_schema, "schema is at revision 0999"),
+        (_newer_release, "upgraded by release 999.0.0"),
+        (_newer_data, "has had data migration 999"),
+    ],
 )
 def test_sqlite_newer_data_is_refused_in_one_line_and_left_byte_for_byte(
     tmp_path: Path, make_newer: object, found: str

@@ -42,7 +42,8 @@ from virtplane.store.backup import sqlite_backup
 from virtplane.store.bodies import Normalised, normalize_bodies
 from virtplane.store.database import LOCK_MIGRATE
 from virtplane.store.errors import StoreError
-from virtplane.store.migrations.data import upgrade_bodies
+from virtplane.store.migrations.data import LATEST as LATEST_DATA
+from virtplane.store.migrations.data import data_version, upgrade_bodies
 from virtplane.store.quarantine import set_aside
 
 if TYPE_CHECKING:
@@ -90,10 +91,12 @@ def release_key(version: str | None) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class Found:
-    """What an opened store holds: its schema revision (None: empty) and the release recorded."""
+    """What an opened store holds: its schema revision (None: empty), the release recorded, and
+    the last data migration it had (None: none recorded)."""
 
     revision: str | None
     release: str | None
+    data: int | None = None
 
 
 def read_found(connection: Connection) -> Found:
@@ -106,7 +109,8 @@ def read_found(connection: Connection) -> Found:
     if "store_meta" in tables:
         meta = schema.store_meta
         release = connection.execute(select(meta.c.value).where(meta.c.key == RELEASE_KEY)).scalar()
-    return Found(None if revision is None else str(revision), release)
+    data = data_version(connection) if "feed_state" in tables else None
+    return Found(None if revision is None else str(revision), release, data)
 
 
 def refuse_newer(found: Found, own: str = __version__) -> None:
@@ -120,6 +124,11 @@ def refuse_newer(found: Found, own: str = __version__) -> None:
         raise NewerData(
             f"the store's schema is at revision {found.revision}, which release {own} (schema {head}) "
             f"does not know: a newer release wrote it; {what_to_do}"
+        )
+    if found.data is not None and found.data > LATEST_DATA:
+        raise NewerData(
+            f"the store has had data migration {found.data}, which release {own} (data migrations up to "
+            f"{LATEST_DATA}) does not know: a newer release wrote it; {what_to_do}"
         )
     recorded, mine = release_key(found.release), release_key(own)
     if recorded is not None and mine is not None and recorded > mine:
