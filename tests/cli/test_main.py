@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import types
@@ -102,6 +103,9 @@ def test_serve_refused_is_an_error_with_exit_status_1(
     # serve configures the root logger for the CliRunner's stream, closed afterwards: put it back
     monkeypatch.setattr(logging.getLogger(), "handlers", list(logging.getLogger().handlers))
     monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)
+    audit = logging.getLogger("virtplane.audit")
+    for attribute in ("handlers", "level", "propagate"):
+        monkeypatch.setattr(audit, attribute, copy.copy(getattr(audit, attribute)))
     with DataDirLock(tmp_path):
         result = CliRunner().invoke(app, ["serve", "--data-dir", str(tmp_path), "--port", "1"])
     assert result.exit_code == 1
