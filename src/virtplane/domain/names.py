@@ -89,6 +89,7 @@ HOST_PATH = NamePattern("an absolute path", r"/[^\x00]*", "/var/lib/virtplane/im
 LIBVIRT_VOLUME_NAME = NamePattern("a volume file name", r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", "vp-1234.qcow2")
 LIBVIRT_DOMAIN_NAME = NamePattern("a libvirt domain name", r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", "vp-web-1")
 WEB_ASSET = NamePattern("a dashboard file name", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", "app.js")
+KIND = NamePattern("a kind", r"[A-Za-z][A-Za-z0-9]{0,63}", "VirtualMachine")
 
 ALL_PATTERNS = (
     DNS_LABEL,
@@ -106,6 +107,7 @@ ALL_PATTERNS = (
     LIBVIRT_VOLUME_NAME,
     LIBVIRT_DOMAIN_NAME,
     WEB_ASSET,
+    KIND,
 )
 
 BATCH_LABEL = "virtplane.io/batch"

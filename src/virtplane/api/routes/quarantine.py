@@ -13,12 +13,13 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
+from virtplane.domain.names import KIND
 from virtplane.domain.resources import Secret
 from virtplane.store.quarantine import Quarantined
 
 router = APIRouter(tags=["Quarantine"])
 
-KindPath = Path(pattern=r"^[A-Za-z][A-Za-z0-9]{0,63}$", description="The object's kind, e.g. VirtualMachine")
+KindPath = Path(pattern=KIND.anchored, description="The object's kind, e.g. VirtualMachine")
 NamePath = Path(min_length=1, max_length=255, description="The object's name")
 UidQuery = Query(
     default=None,
