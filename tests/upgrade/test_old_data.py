@@ -41,7 +41,7 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path) -> None:
         server.client("viewer") as viewer,
     ):
         upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
-        assert upgraded_sim == (SIM_SCHEMA[release] != "3"), "the sim file's upgrade is said"
+        assert upgraded_sim == (SIM_SCHEMA[release] != "3"), f"the sim file's upgrade is said: {said}"
         assert any(
             line.startswith("store upgrade: data migration: data migrations 1, 2 applied") for line in said
         ), said
