@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from virtplane import __version__
+import virtplane
 from virtplane.cli import (
     backup,
     console,
@@ -64,7 +64,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"virtplane {__version__}")
+        typer.echo(f"virtplane {virtplane.__version__}")
         raise typer.Exit()
 
 
