@@ -4,7 +4,8 @@
 # (the dashboard test), Prometheus (promtool and a real server for the alert rules), systemd
 # (systemd-analyze for the units in deploy/), OpenSSH's server and openssl (the qemu+ssh and
 # qemu+tls tests start their own sshd and make their own certificates; netcat carries qemu+ssh
-# to a test daemon's socket). No system service is started or left to run: the tests start
+# to a test daemon's socket), OpenLDAP's slapd and ldap-utils (the LDAP login tests start their
+# own slapd on a loopback port and load it with ldapadd). No system service is started or left to run: the tests start
 # their own daemons. Then prepares the QEMU guest (scripts/qemu/setup.sh).
 # Idempotent and quick when everything is there. Skips what it cannot do (not root,
 # no apt) and says so; the tests that need a missing part skip with a reason.
@@ -16,7 +17,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 pkgs="libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 libvirt-clients qemu-utils
       libvirt-dev pkg-config gcc python3-dev busybox-static cpio
-      postgresql chromium prometheus systemd openssh-server openssl netcat-openbsd"
+      postgresql chromium prometheus systemd openssh-server openssl netcat-openbsd slapd ldap-utils"
 missing=""
 for pkg in $pkgs; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

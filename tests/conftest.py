@@ -169,11 +169,20 @@ class LiveServer:
 
 
 @contextmanager
-def serving(store: Store, plane: ControlPlane | None = None, name: str = "test") -> Iterator[LiveServer]:
-    """The real app under uvicorn on a free port, in a thread, with tokens for every role."""
+def serving(
+    store: Store,
+    plane: ControlPlane | None = None,
+    name: str = "test",
+    setup: Callable[[Any], None] | None = None,
+) -> Iterator[LiveServer]:
+    """The real app under uvicorn on a free port, in a thread, with tokens for every role;
+    ``setup(app)`` first sets what ``serve`` would from its options (``app.state.logins``)."""
     tokens = {role: store.create_token(f"{name}-{role}", role) for role in ("admin", "operator", "viewer")}
     plane = plane or make_plane(store)
-    config = uvicorn.Config(plane.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    app = plane.app()
+    if setup is not None:
+        setup(app)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = ApiServer(config, plane.api_context.streams)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -13,11 +13,13 @@ import uvicorn
 from rich.console import Console
 
 from virtplane.api.limits import Limiter, RequestLimits
+from virtplane.api.routes.login import Logins
 from virtplane.api.watch import Streams
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.http_limits import ConnectionLimits, limited_protocol
+from virtplane.identity.config import IdentitySettings
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.runtime.private import create_private, narrow, private_dir, private_umask, write_private
@@ -59,6 +61,8 @@ class ServeOptions:
     lease_s: float = 15.0
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
+    identity: IdentitySettings | None = None
+    """Who may log in (``[identity]`` of the config file); None: tokens only."""
 
 
 class ApiServer(uvicorn.Server):
@@ -256,6 +260,8 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
     print(f"VIRTPLANE_URL={url}", flush=True)
     app = plane.app()
     app.state.limiter = Limiter(options.request_limits)
+    if options.identity is not None:
+        app.state.logins = Logins.of(options.identity)
     limits = options.connection_limits
     config = uvicorn.Config(
         app,

@@ -16,6 +16,7 @@ from virtplane import __version__
 from virtplane.api.limits import RequestLimits
 from virtplane.cli.main import app
 from virtplane.http_limits import ConnectionLimits
+from virtplane.identity.config import IdentitySettings
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RecordedServeOptions:
     lease_s: float = 15.0
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
+    identity: IdentitySettings | None = None
 
 
 class RecordedServeRefused(Exception):

@@ -26,6 +26,7 @@ from virtplane.api.routes.backup import router as backup_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
+from virtplane.api.routes.login import router as login_router
 from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.quarantine import router as quarantine_router
@@ -114,6 +115,7 @@ def create_app(
     # watches but not the pace of writes, which is a policy of the deployment
     app.state.limiter = Limiter(RequestLimits(writes_per_second=0))
     app.state.audit = AuditRecorder(ctx.store, ctx.settings)
+    app.state.logins = None  # ``serve`` sets its ``Logins`` from [identity] in its config
     install_error_handlers(app)
 
     app.add_middleware(AuditWrites, recorder=app.state.audit)  # inside BodyLimit: sees only bodies it let in
@@ -141,6 +143,7 @@ def create_app(
     app.include_router(settings_router)
     app.include_router(events_router)
     app.include_router(tokens_router)
+    app.include_router(login_router)
     app.include_router(audit_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)

@@ -168,6 +168,8 @@ def describe(method: str, path: str, body: bytes) -> tuple[str, str, str, str, t
     plural = parts[0] if parts else ""
     cls = KIND_BY_PLURAL.get(plural)
     kind = cls.KIND if cls is not None else _OTHER_KINDS.get(plural, plural)
+    if plural in ("login", "logout"):  # the session is the record's token; nothing of the body
+        return plural, "Token", "", "", ()
     if plural == "quarantine" and len(parts) >= 3:  # /v1/quarantine/{kind}/{name}
         return "delete", parts[1], parts[2], "quarantine", ()
     if plural == "vms" and len(parts) >= 3 and parts[1] == "actions":  # bulk: /v1/vms/actions/{verb}

@@ -125,3 +125,41 @@ def check_write(request: Request, principal: str) -> None:
     """Count a write of ``principal`` (any method but GET, HEAD and OPTIONS)."""
     if request.method not in SAFE_METHODS:
         limiter(request).write(principal)
+
+
+class LoginAttempts:
+    """Logins per client address: ``per_minute`` sustained, as many at once after a quiet minute.
+
+    A login is the one request that needs no token, and each one costs the directory a bind:
+    password guessing from one address gets 429 TooManyLogins before the directory is asked.
+    """
+
+    MAX_CLIENTS = 10_000
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+        self._lock = threading.Lock()  # the login route runs in worker threads
+
+    def take(self, client: str) -> None:
+        rate, burst = self.per_minute / 60.0, float(self.per_minute)
+        with self._lock:
+            now = self._clock()
+            if len(self._buckets) >= self.MAX_CLIENTS:  # forget clients whose bucket has refilled
+                self._buckets = {
+                    k: b for k, b in self._buckets.items() if b.tokens + (now - b.at) * rate < burst
+                }
+            bucket = self._buckets.setdefault(client, _Bucket(burst, now))
+            bucket.tokens = min(burst, bucket.tokens + (now - bucket.at) * rate)
+            bucket.at = now
+            if bucket.tokens >= 1.0:
+                bucket.tokens -= 1.0
+                return
+            wait = (1.0 - bucket.tokens) / rate
+        raise ApiError(
+            429,
+            "TooManyLogins",
+            f"{client} may try {self.per_minute} logins a minute; retry in {wait:.0f} s",
+            retry_after_s=ceil(wait),
+        )

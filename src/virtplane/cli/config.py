@@ -10,6 +10,9 @@ The file's values become the flags' defaults (click's ``default_map``), so a fla
 the command line wins over the file, and each value is checked as the flag's own would be;
 it means what the flag's would (a relative ``data-dir`` is relative to the working
 directory). A key that is not a flag is an error naming the key and the file.
+
+A table is a section of settings that are not flags (``[identity]``: who may log in, in the
+operator's guide); ``config_section`` reads it for ``serve``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from typing import Any
 
 import typer
 
-__all__ = ["load_config"]
+__all__ = ["config_section", "load_config"]
+
+SECTIONS = frozenset({"identity"})
+"""The tables a config file may hold beside the flags."""
 
 
 def load_config(ctx: typer.Context, param: typer.CallbackParam, path: Path | None) -> Path | None:
@@ -47,11 +53,14 @@ def flag_defaults(ctx: typer.Context, path: Path, *, own: str | None) -> dict[st
     }
     defaults: dict[str, Any] = {}
     for key, value in document.items():
+        if key in SECTIONS:
+            continue
         option = flags.get(key)
         if option is None or option.name is None:
             raise typer.BadParameter(
                 f"unknown key {key!r} in {path}; the keys are the flags of "
-                f"`{ctx.command_path}` without '--': {', '.join(sorted(flags))}"
+                f"`{ctx.command_path}` without '--': {', '.join(sorted(flags))}; "
+                f"and the tables {', '.join(f'[{s}]' for s in sorted(SECTIONS))}"
             )
         if not isinstance(value, str | int | float | bool):  # a table, an array or a date
             raise typer.BadParameter(f"{key} in {path} must be a string, a number or true/false")
@@ -61,3 +70,11 @@ def flag_defaults(ctx: typer.Context, path: Path, *, own: str | None) -> dict[st
             raise typer.BadParameter(f"{key} = {value!r} in {path}: {error.message}") from None
         defaults[option.name] = value
     return defaults
+
+
+def config_section(path: Path, name: str) -> Any:
+    """The table ``[name]`` of the TOML file ``path`` (already read once by ``--config``), or None."""
+    try:
+        return tomllib.loads(path.read_text()).get(name)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise typer.BadParameter(f"cannot read {path}: {error}") from None

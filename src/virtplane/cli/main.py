@@ -23,7 +23,7 @@ from virtplane.cli import (
     vms,
 )
 from virtplane.cli.client import DEFAULT_URL, CliError
-from virtplane.cli.config import load_config
+from virtplane.cli.config import config_section, load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
@@ -204,6 +204,7 @@ def serve(
         from virtplane.server import ServeOptions, ServeRefused, run_server
     except ImportError as error:
         raise CliError("ServerUnavailable", f"the virtplane server cannot be loaded: {error}") from error
+    identity = _identity(config)
     try:
         run_server(
             ServeOptions(
@@ -231,10 +232,24 @@ def serve(
                     writes_per_second=writes_per_second,
                     write_burst=write_burst,
                 ),
+                identity=identity,
             )
         )
     except ServeRefused as refused:
         raise CliError(refused.reason, str(refused)) from None
+
+
+def _identity(config: Path | None) -> Any:
+    """The ``[identity]`` settings of the config file (None without one); a usage error if wrong."""
+    table = None if config is None else config_section(config, "identity")
+    if table is None:
+        return None
+    from virtplane.identity.config import IdentityConfigError, identity_settings
+
+    try:
+        return identity_settings(table, str(config))
+    except IdentityConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="'--config'") from None
 
 
 resources.register(app)

@@ -25,6 +25,10 @@ from virtplane.store import schema, statements
 from virtplane.store.database import Database, aware, utcnow
 from virtplane.store.errors import AlreadyExists, NotFound
 
+USER_OWNER_PREFIXES = ("ldap:", "oidc:")
+"""A token whose owner is ``ldap:alice`` was made by alice's login: it belongs to a user. Any
+other owner is a service account's (a token made with ``POST /v1/tokens``)."""
+
 
 @dataclass(frozen=True)
 class TokenInfo:
@@ -49,6 +53,11 @@ class TokenInfo:
             return "TokenExpired", f"the token {self.name} expired at {self.expires_at.isoformat()}"
         return None
 
+    @property
+    def owner_kind(self) -> str:
+        """``user`` (a login's session) or ``service-account``."""
+        return "user" if (self.owner or "").startswith(USER_OWNER_PREFIXES) else "service-account"
+
     def document(self) -> dict[str, Any]:
         def iso(value: datetime | None) -> str | None:
             return None if value is None else value.isoformat()
@@ -57,6 +66,7 @@ class TokenInfo:
             "name": self.name,
             "role": self.role,
             "owner": self.owner,
+            "owner_kind": self.owner_kind,
             "description": self.description,
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),

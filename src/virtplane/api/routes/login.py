@@ -1,0 +1,122 @@
+"""``POST /v1/login``: a user's LDAP username and password for a session token; ``POST /v1/logout``.
+
+The session token is an API token like any other (listed, revoked and audited by its name),
+owned by ``ldap:USERNAME``, with the role the user's groups map to (``[identity.roles]``; the
+highest wins) and an expiry ``[identity] session-hours`` away. The role is the one the groups
+gave at login: a change in the directory applies at the next login.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from virtplane.api.audit import client_address
+from virtplane.api.auth import PRINCIPAL_KEY, Principal, Role, require
+from virtplane.api.context import ApiContext
+from virtplane.api.errors import ApiError
+from virtplane.api.limits import LoginAttempts
+from virtplane.domain.names import generated_name, random_suffix
+from virtplane.identity.config import IdentitySettings
+from virtplane.identity.ldap import DirectoryUnavailable, LdapDirectory, LoginRefused
+from virtplane.store.database import utcnow
+from virtplane.store.errors import AlreadyExists
+
+router = APIRouter(tags=["Login"])
+
+
+@dataclass
+class Logins:
+    """What ``/v1/login`` needs: the settings, the directory, the attempts per client."""
+
+    settings: IdentitySettings
+    ldap: LdapDirectory | None
+    attempts: LoginAttempts
+
+    @classmethod
+    def of(cls, settings: IdentitySettings) -> Logins:
+        directory = LdapDirectory(settings.ldap) if settings.ldap is not None else None
+        return cls(settings, directory, LoginAttempts(settings.login_attempts_per_minute))
+
+
+class LoginRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    username: str = Field(min_length=1, max_length=256, description="The user's name in the directory")
+    password: str = Field(min_length=1, max_length=1024, description="Checked by the directory, never kept")
+
+    @field_validator("username")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable() or value != value.strip():
+            raise ValueError("a username has no control characters and no leading or trailing space")
+        return value
+
+
+def _logins(request: Request) -> Logins:
+    logins: Logins | None = getattr(request.app.state, "logins", None)
+    if logins is None or logins.ldap is None:
+        raise ApiError(
+            404, "LoginNotConfigured", "this server has no LDAP login ([identity.ldap] in serve --config)"
+        )
+    return logins
+
+
+@router.post(
+    "/v1/login",
+    operation_id="login",
+    status_code=201,
+    summary="An LDAP user's session token (no token needed); the token is shown in this answer only",
+)
+def login(request: Request, body: LoginRequest) -> dict[str, Any]:
+    logins = _logins(request)
+    assert logins.ldap is not None
+    client = client_address(request.scope)
+    logins.attempts.take(client)  # before the directory is asked
+    try:
+        user = logins.ldap.authenticate(body.username, body.password)
+    except LoginRefused:
+        raise ApiError(401, "LoginFailed", "the username or password is wrong") from None
+    except DirectoryUnavailable as down:
+        raise ApiError(503, "DirectoryUnavailable", f"cannot check the login now: {down}") from None
+    owner = f"ldap:{user.username}"
+    role = logins.settings.role_for(user.groups)
+    if role is None:
+        groups = ", ".join(user.groups) or "none"
+        raise ApiError(
+            403,
+            "NoRole",
+            f"{owner} is in no group that has a role here (their groups: {groups}); "
+            "an administrator maps groups to roles in [identity.roles]",
+        )
+    ctx: ApiContext = request.app.state.ctx
+    expires_at = utcnow() + timedelta(hours=logins.settings.session_hours)
+    label = re.sub(r"[^a-z0-9]+", "-", user.username.lower()).strip("-") or "user"
+    while True:
+        name = generated_name(label, "ldap", random_suffix())
+        try:
+            token = ctx.store.create_token(
+                name, role, owner=owner, description=f"login from {client}", expires_at=expires_at
+            )
+            break
+        except AlreadyExists:  # the same suffix drawn twice for one user: draw again
+            continue
+    request.scope[PRINCIPAL_KEY] = Principal(name, Role(role), owner)  # the audit log's who
+    ctx.store.record_event("Token", name, "Created", f"login of {owner} as {role}")
+    return {**ctx.store.token_named(name).document(), "token": token, "groups": list(user.groups)}
+
+
+@router.post(
+    "/v1/logout",
+    operation_id="logout",
+    summary="Revoke the token this request is made with (a login's session, or any other)",
+)
+def logout(request: Request, principal: Principal = Depends(require(Role.VIEWER))) -> dict[str, Any]:
+    ctx: ApiContext = request.app.state.ctx
+    revoked = ctx.store.revoke_token(principal.name, by=principal.owner or principal.name)
+    request.app.state.tokens.invalidate()
+    return revoked.document()
