@@ -15,6 +15,7 @@ from virtplane.cli import (
     console,
     explain,
     hosts,
+    login,
     resources,
     serve_limits,
     settings,
@@ -25,6 +26,7 @@ from virtplane.cli import (
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import config_section, load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
+from virtplane.cli.credentials import saved_token
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
 
@@ -82,7 +84,8 @@ def root(
         typer.Option(
             "--token",
             envvar="VIRTPLANE_TOKEN",
-            help="API token, sent as 'Authorization: Bearer TOKEN'. `serve` prints the admin token.",
+            help="API token, sent as 'Authorization: Bearer TOKEN'. `serve` prints the admin token; "
+            "without one, the session `virtplane login` kept for --url is used.",
             show_default=False,
         ),
     ] = None,
@@ -95,7 +98,7 @@ def root(
     overrides = ctx.obj if isinstance(ctx.obj, CliOverrides) else CliOverrides()
     state = CliState(
         url=url,
-        token=token or None,
+        token=token or saved_token(url),
         transport=overrides.transport,
         clock=overrides.clock or SystemClock(),
     )
@@ -261,6 +264,7 @@ explain.register(app)
 backup.register(app)
 store_restore.register(app)
 tokens.register(app)
+login.register(app)
 
 
 def main() -> None:

@@ -77,19 +77,23 @@ def token_create(
 
 
 def token_list(ctx: typer.Context, output: OutputOption = OutputFormat.TABLE) -> None:
-    """List the API tokens (admin): never the tokens themselves."""
+    """List the API tokens (admin): never the tokens themselves. KIND: a user's login session
+    (owner ldap:NAME) or a service account's token (made with `token create`)."""
     state = state_of(ctx)
     listed = state.client.request("GET", "/v1/tokens")
     if print_structured(listed, output):
         return
     items = listed.get("items", []) if isinstance(listed, dict) else []
-    table = new_table(["NAME", "ROLE", "OWNER", "STATE", "AGE", "LAST USED", "EXPIRES", "DESCRIPTION"])
+    table = new_table(
+        ["NAME", "ROLE", "OWNER", "KIND", "STATE", "AGE", "LAST USED", "EXPIRES", "DESCRIPTION"]
+    )
     for token in items:
         revoked = token.get("revoked_at")
         table.add_row(
             cell_text(token.get("name")),
             cell_text(token.get("role")),
             cell_text(token.get("owner")),
+            cell_text(token.get("owner_kind")),
             "Revoked" if revoked else "Active",
             age(token.get("created_at")),
             age(token.get("last_used_at")) if token.get("last_used_at") else "never",
