@@ -3,6 +3,7 @@ session token that is revoked or expires like any other."""
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,16 @@ def test_a_directory_that_is_down_is_a_503_saying_so(server_with: ServerWith, tm
     assert down.json()["reason"] == "DirectoryUnavailable" and own.url.rstrip("/") in down.json()["message"]
 
 
+def test_a_directory_that_never_answers_is_a_503_after_its_timeout(server_with: ServerWith) -> None:
+    with socket.socket() as silent:  # listens, never reads: a hung LDAP server
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"ldap://127.0.0.1:{silent.getsockname()[1]}"
+        with server_with(url, ldap={"timeout-seconds": 1}) as server:
+            hung = login(server, "bob", "bob-pw")
+    assert hung.status_code == 503 and hung.json()["reason"] == "DirectoryUnavailable", hung.text
+
+
 def test_a_revoked_session_is_refused_at_its_next_request(live: LiveServer) -> None:
     body, alice = session(live, "alice", "alice-pw")
     with alice:
@@ -165,3 +176,12 @@ def test_a_user_found_by_search_logs_in(server_with: ServerWith, tmp_path: Path)
         wrong = login(server, "bob", "nope")
     assert found.status_code == 201 and found.json()["owner"] == "ldap:bob", found.text
     assert wrong.status_code == 401
+
+
+def test_logout_with_a_service_accounts_token_is_refused_and_the_token_keeps_working(
+    live: LiveServer,
+) -> None:
+    with live.client("operator") as ci:
+        refused = ci.post("/v1/logout")
+        assert refused.status_code == 409 and refused.json()["reason"] == "NotASession", refused.text
+        assert ci.get("/v1/vms").status_code == 200

@@ -7,7 +7,8 @@ needs a role above viewer, the role that only reads (403), and may conflict with
 stored state (409: a stale ``resource_version``, a name taken, an operation the VM's state
 refuses); a path that names an object may name none (404); parameters or a body may be
 invalid (422). ``tests/api/test_openapi_errors.py`` checks the 401s and 403s against the
-running app.
+running app. Two operations are otherwise: the login needs no token (``TOKEN_FREE``: its 401
+is a wrong password, its 403 a user without a role), and a logout is a write any role makes.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
-__all__ = ["ErrorBody", "document_error_responses", "errors_of"]
+__all__ = ["ANY_ROLE", "TOKEN_FREE", "ErrorBody", "document_error_responses", "errors_of"]
 
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
+TOKEN_FREE = frozenset({("post", "/v1/login")})
+"""Operations that need no token, with their own 401, 403, 429 and 503."""
+ANY_ROLE = frozenset({("post", "/v1/logout")})
+"""Writes any valid token may make (no 403; a 409 for a token that is not a login's)."""
 FASTAPI_VALIDATION_DESCRIPTION = "Validation Error"
 
 _DESCRIPTIONS = {
@@ -30,6 +35,8 @@ _DESCRIPTIONS = {
     409: "A conflict: a stale resource_version, a name already taken, or a request the object's "
     "state refuses (reason Conflict, AlreadyExists, NotApplicable, ...).",
     422: "An invalid body or parameter; the message names the field.",
+    429: "Too many requests from this client; retry_after_s says when to try again.",
+    503: "A service this needs (the directory) did not answer; the message says which.",
 }
 
 
@@ -47,6 +54,10 @@ def errors_of(path: str, method: str, operation: dict[str, Any]) -> list[int]:
     """The error statuses the operation ``method path`` can answer (see the module docstring)."""
     if not path.startswith("/v1/"):
         return []
+    if (method, path) in TOKEN_FREE:
+        return [401, 403, 422, 429, 503]
+    if (method, path) in ANY_ROLE:
+        return [401, 409]
     statuses = [401]
     if method in WRITE_METHODS:
         statuses.append(403)

@@ -71,6 +71,13 @@ def _logins(request: Request) -> Logins:
     operation_id="login",
     status_code=201,
     summary="An LDAP user's session token (no token needed); the token is shown in this answer only",
+    responses={
+        401: {"description": "The username or the password is wrong, never said which (LoginFailed)."},
+        403: {"description": "The user is in no group mapped to a role (NoRole); the message lists them."},
+        404: {"description": "The server has no [identity.ldap] (LoginNotConfigured)."},
+        429: {"description": "Too many logins from this client address (TooManyLogins)."},
+        503: {"description": "The LDAP server did not answer or failed the look-up (DirectoryUnavailable)."},
+    },
 )
 def login(request: Request, body: LoginRequest) -> dict[str, Any]:
     logins = _logins(request)
@@ -113,10 +120,20 @@ def login(request: Request, body: LoginRequest) -> dict[str, Any]:
 @router.post(
     "/v1/logout",
     operation_id="logout",
-    summary="Revoke the token this request is made with (a login's session, or any other)",
+    summary="End the login session this request is made with: its token is revoked",
+    responses={409: {"description": "The token is a service account's, not a login's (NotASession)."}},
 )
 def logout(request: Request, principal: Principal = Depends(require(Role.VIEWER))) -> dict[str, Any]:
     ctx: ApiContext = request.app.state.ctx
+    # only a login's session: a script that logs out with a service account's token would
+    # otherwise stop every job that shares it
+    if ctx.store.token_named(principal.name).owner_kind != "user":
+        raise ApiError(
+            409,
+            "NotASession",
+            f"{principal.name} is a service account's token, not a login's session: "
+            "an admin revokes it (virtplane token revoke NAME)",
+        )
     revoked = ctx.store.revoke_token(principal.name, by=principal.owner or principal.name)
     request.app.state.tokens.invalidate()
     return revoked.document()
