@@ -11,7 +11,11 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from tests.conftest import LiveServer
+from tests.identity.oidc_provider import log_in_at_provider, running_provider
+from tests.identity.test_oidc_login import _serving
+from virtplane.cli.context import CliOverrides
 from virtplane.cli.main import app
+from virtplane.store.store import Store
 
 
 @pytest.fixture(autouse=True)
@@ -70,4 +74,44 @@ def test_a_wrong_password_is_refused_and_nothing_is_kept(live: LiveServer, own_c
     refused = cli(live, "login", "--username", "alice", input="wrong\n")
     assert refused.exit_code == 5, refused.output
     assert "LoginFailed" in refused.output and "the username or password is wrong" in refused.output
+    assert not (own_config_home / "virtplane" / "credentials.json").exists()
+
+
+def test_login_oidc_opens_the_browser_and_keeps_the_session(
+    store: Store, tmp_path: Path, own_config_home: Path
+) -> None:
+    opened: list[str] = []
+
+    def browser(url: str) -> None:  # a person logging in at the provider, then the redirect to the CLI
+        opened.append(url)
+        back_to_cli = log_in_at_provider(url, "sub-carol")
+        assert back_to_cli.startswith("http://127.0.0.1:")
+        assert httpx.get(back_to_cli, timeout=10).status_code == 200
+
+    with running_provider() as provider, _serving(store, provider.issuer, tmp_path / "secret") as server:
+        logged = CliRunner().invoke(
+            app,
+            ["--url", server.url, "login", "--oidc"],
+            obj=CliOverrides(browser=browser),
+            env={"COLUMNS": "300"},
+        )
+        assert logged.exit_code == 0, logged.output
+        assert f"logged in to {server.url} as oidc:carol (admin)" in logged.output
+        assert len(opened) == 1 and opened[0] in logged.output, (
+            "the URL is also shown, for a browser elsewhere"
+        )
+        listed = cli(server, "token", "list", "-o", "json")  # an admin's session, kept
+        assert listed.exit_code == 0 and '"owner": "oidc:carol"' in listed.stdout, listed.output
+
+
+def test_login_oidc_gives_up_when_the_browser_never_comes_back(
+    store: Store, tmp_path: Path, own_config_home: Path
+) -> None:
+    with running_provider() as provider, _serving(store, provider.issuer, tmp_path / "secret") as server:
+        waited = CliRunner().invoke(
+            app,
+            ["--url", server.url, "login", "--oidc", "--timeout", "1"],
+            obj=CliOverrides(browser=lambda url: None),
+        )
+    assert waited.exit_code != 0 and "no answer from the browser within 1 s" in waited.output, waited.output
     assert not (own_config_home / "virtplane" / "credentials.json").exists()

@@ -3,6 +3,7 @@ wrong key or value stops serve with the key's name."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,22 @@ def test_the_highest_role_of_a_users_groups_wins() -> None:
     assert settings.role_for(["x"]) is None and settings.role_for([]) is None
     with pytest.raises(IdentityConfigError, match="no identity provider"):
         identity_settings({"roles": {"a": "admin"}}, "t")
+
+
+@pytest.mark.parametrize(
+    ("oidc", "named"),
+    [
+        ({"client-id": "v"}, "identity.oidc.issuer in t: missing"),
+        ({"issuer": "https://sso"}, "identity.oidc.client-id in t: missing"),
+        ({"issuer": "sso.example.org", "client-id": "v"}, "identity.oidc.issuer in t: an http"),
+        ({"issuer": "https://sso", "client-id": "v", "scopes": "profile"}, "must include openid"),
+        (
+            {"issuer": "https://sso", "client-id": "v", "client-secret": "x"},
+            "unknown key identity.oidc.client-secret",
+        ),
+        ({"issuer": "https://sso", "client-id": "v", "client-secret-file": "/nonexistent"}, "cannot read it"),
+    ],
+)
+def test_a_wrong_oidc_key_is_named(oidc: dict[str, str], named: str) -> None:
+    with pytest.raises(IdentityConfigError, match=re.escape(named)):
+        identity_settings({"oidc": oidc}, "t")

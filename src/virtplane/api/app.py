@@ -28,6 +28,7 @@ from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.login import router as login_router
 from virtplane.api.routes.maintenance import router as maintenance_router
+from virtplane.api.routes.oidc import router as oidc_router
 from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
@@ -144,6 +145,7 @@ def create_app(
     app.include_router(events_router)
     app.include_router(tokens_router)
     app.include_router(login_router)
+    app.include_router(oidc_router)
     app.include_router(audit_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 __all__ = ["ANY_ROLE", "TOKEN_FREE", "ErrorBody", "document_error_responses", "errors_of"]
 
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
-TOKEN_FREE = frozenset({("post", "/v1/login")})
+TOKEN_FREE = frozenset({("post", "/v1/login"), ("post", "/v1/login/oidc/start"), ("post", "/v1/login/oidc")})
 """Operations that need no token, with their own 401, 403, 429 and 503."""
 ANY_ROLE = frozenset({("post", "/v1/logout")})
 """Writes any valid token may make (no 403; a 409 for a token that is not a login's)."""

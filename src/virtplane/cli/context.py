@@ -7,6 +7,7 @@ Tests inject a transport and a fake clock by passing ``obj=CliOverrides(...)`` t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -41,6 +42,8 @@ class CliOverrides:
 
     transport: httpx.BaseTransport | None = None
     clock: Clock | None = None
+    browser: Callable[[str], object] | None = None
+    """Opens a URL for the user (``login --oidc``); the system's web browser by default."""
 
 
 @dataclass
@@ -48,6 +51,7 @@ class CliState:
     url: str
     token: str | None
     transport: httpx.BaseTransport | None = None
+    browser: Callable[[str], object] | None = None
     clock: Clock = field(default_factory=SystemClock)
     console: Console = field(default_factory=make_console)
     err_console: Console = field(default_factory=lambda: make_console(stderr=True))

@@ -100,6 +100,7 @@ def root(
         url=url,
         token=token or saved_token(url),
         transport=overrides.transport,
+        browser=overrides.browser,
         clock=overrides.clock or SystemClock(),
     )
     ctx.obj = state

@@ -16,7 +16,9 @@
     virtplane-operators = "operator"
     staff = "viewer"
 
-Instead of ``user-dn-template``, ``user-search-base`` (with ``user-filter``, and ``bind-dn`` plus
+``[identity.oidc]`` (issuer, client-id, client-secret-file, scopes, groups-claim,
+username-claim, redirect-url) adds an OpenID Connect login; the same ``[identity.roles]`` map
+its groups claim. Instead of ``user-dn-template``, ``user-search-base`` (with ``user-filter``, and ``bind-dn`` plus
 ``bind-password-file`` if the directory does not let anonymous clients search) finds the user's
 entry first. The password of the search account is read from a file, never from this table.
 """
@@ -55,8 +57,25 @@ class LdapSettings:
 
 
 @dataclass(frozen=True)
+class OidcSettings:
+    issuer: str
+    """The provider's URL; its metadata is read from ``ISSUER/.well-known/openid-configuration``."""
+    client_id: str
+    client_secret: str | None = None
+    scopes: str = "openid profile email"
+    groups_claim: str = "groups"
+    username_claim: str = "preferred_username"
+    """The ID token's claim that names the user (``sub`` if the token has none)."""
+    redirect_url: str | None = None
+    """The dashboard's callback as the provider must send the browser to it (default: this
+    server's ``/auth/oidc/callback`` as the request reached it)."""
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class IdentitySettings:
     ldap: LdapSettings | None = None
+    oidc: OidcSettings | None = None
     roles: Mapping[str, str] = field(default_factory=dict)
     """Group name → role."""
     session_hours: float = 12.0
@@ -80,7 +99,17 @@ _LDAP_KEYS = {
     "group-name-attribute",
     "timeout-seconds",
 }
-_TOP_KEYS = {"session-hours", "login-attempts-per-minute", "ldap", "roles"}
+_OIDC_KEYS = {
+    "issuer",
+    "client-id",
+    "client-secret-file",
+    "scopes",
+    "groups-claim",
+    "username-claim",
+    "redirect-url",
+    "timeout-seconds",
+}
+_TOP_KEYS = {"session-hours", "login-attempts-per-minute", "ldap", "oidc", "roles"}
 
 
 def identity_settings(table: Any, source: str) -> IdentitySettings:
@@ -103,10 +132,11 @@ def identity_settings(table: Any, source: str) -> IdentitySettings:
             f"identity.login-attempts-per-minute in {source}: a whole number, 1 or more"
         )
     ldap = _ldap(top["ldap"], source) if "ldap" in top else None
-    if roles and ldap is None:
+    oidc = _oidc(top["oidc"], source) if "oidc" in top else None
+    if roles and ldap is None and oidc is None:
         raise IdentityConfigError(f"identity.roles in {source}: no identity provider to map groups of")
     return IdentitySettings(
-        ldap=ldap, roles=roles, session_hours=float(hours), login_attempts_per_minute=attempts
+        ldap=ldap, oidc=oidc, roles=roles, session_hours=float(hours), login_attempts_per_minute=attempts
     )
 
 
@@ -155,6 +185,49 @@ def _ldap(value: Any, source: str) -> LdapSettings:
     )
 
 
+def _oidc(value: Any, source: str) -> OidcSettings:
+    table = _table(value, "identity.oidc", source, _OIDC_KEYS)
+    text = {
+        key: _text(table, key, source, "oidc") for key in _OIDC_KEYS - {"timeout-seconds"} if key in table
+    }
+    for needed in ("issuer", "client-id"):
+        if needed not in text:
+            raise IdentityConfigError(f"identity.oidc.{needed} in {source}: missing")
+    for key in ("issuer", "redirect-url"):
+        if key in text and not _http_url(text[key]):
+            raise IdentityConfigError(f"identity.oidc.{key} in {source}: an http:// or https:// URL")
+    if "openid" not in text.get("scopes", "openid").split():
+        raise IdentityConfigError(f"identity.oidc.scopes in {source}: must include openid")
+    secret = None
+    if "client-secret-file" in text:
+        try:
+            secret = Path(text["client-secret-file"]).read_text().strip()
+        except OSError as error:
+            raise IdentityConfigError(
+                f"identity.oidc.client-secret-file in {source}: cannot read it: {error.strerror or error}"
+            ) from None
+    timeout = table.get("timeout-seconds", 10.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 120:
+        raise IdentityConfigError(
+            f"identity.oidc.timeout-seconds in {source}: seconds, above 0 and at most 120"
+        )
+    return OidcSettings(
+        issuer=text["issuer"].rstrip("/"),
+        client_id=text["client-id"],
+        client_secret=secret,
+        scopes=text.get("scopes", OidcSettings.scopes),
+        groups_claim=text.get("groups-claim", OidcSettings.groups_claim),
+        username_claim=text.get("username-claim", OidcSettings.username_claim),
+        redirect_url=text.get("redirect-url"),
+        timeout_s=float(timeout),
+    )
+
+
+def _http_url(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
 def _ldap_url(url: str) -> bool:
     try:
         parts = urlsplit(url)
@@ -176,8 +249,8 @@ def _table(value: Any, where: str, source: str, keys: set[str] | None) -> dict[s
     return value
 
 
-def _text(table: Mapping[str, Any], key: str, source: str) -> str:
+def _text(table: Mapping[str, Any], key: str, source: str, section: str = "ldap") -> str:
     value = table[key]
     if not isinstance(value, str) or not value.strip():
-        raise IdentityConfigError(f"identity.ldap.{key} in {source}: a string, not empty")
+        raise IdentityConfigError(f"identity.{section}.{key} in {source}: a string, not empty")
     return value

@@ -24,6 +24,7 @@ from virtplane.api.limits import LoginAttempts
 from virtplane.domain.names import generated_name, random_suffix
 from virtplane.identity.config import IdentitySettings
 from virtplane.identity.ldap import DirectoryUnavailable, LdapDirectory, LoginRefused
+from virtplane.identity.oidc import OidcLogin
 from virtplane.store.database import utcnow
 from virtplane.store.errors import AlreadyExists
 
@@ -37,11 +38,13 @@ class Logins:
     settings: IdentitySettings
     ldap: LdapDirectory | None
     attempts: LoginAttempts
+    oidc: OidcLogin | None = None
 
     @classmethod
     def of(cls, settings: IdentitySettings) -> Logins:
         directory = LdapDirectory(settings.ldap) if settings.ldap is not None else None
-        return cls(settings, directory, LoginAttempts(settings.login_attempts_per_minute))
+        oidc = OidcLogin(settings.oidc) if settings.oidc is not None else None
+        return cls(settings, directory, LoginAttempts(settings.login_attempts_per_minute), oidc)
 
 
 class LoginRequest(BaseModel):
@@ -57,11 +60,14 @@ class LoginRequest(BaseModel):
         return value
 
 
-def _logins(request: Request) -> Logins:
+def configured_logins(request: Request, provider: str) -> Logins:
+    """The server's logins if ``provider`` (ldap, oidc) is configured; 404 LoginNotConfigured otherwise."""
     logins: Logins | None = getattr(request.app.state, "logins", None)
-    if logins is None or logins.ldap is None:
+    if logins is None or getattr(logins, provider) is None:
         raise ApiError(
-            404, "LoginNotConfigured", "this server has no LDAP login ([identity.ldap] in serve --config)"
+            404,
+            "LoginNotConfigured",
+            f"this server has no {provider.upper()} login ([identity.{provider}] in serve --config)",
         )
     return logins
 
@@ -80,7 +86,7 @@ def _logins(request: Request) -> Logins:
     },
 )
 def login(request: Request, body: LoginRequest) -> dict[str, Any]:
-    logins = _logins(request)
+    logins = configured_logins(request, "ldap")
     assert logins.ldap is not None
     client = client_address(request.scope)
     logins.attempts.take(client)  # before the directory is asked
@@ -90,21 +96,30 @@ def login(request: Request, body: LoginRequest) -> dict[str, Any]:
         raise ApiError(401, "LoginFailed", "the username or password is wrong") from None
     except DirectoryUnavailable as down:
         raise ApiError(503, "DirectoryUnavailable", f"cannot check the login now: {down}") from None
-    owner = f"ldap:{user.username}"
-    role = logins.settings.role_for(user.groups)
+    return open_session(request, logins, "ldap", user.username, user.groups)
+
+
+def open_session(
+    request: Request, logins: Logins, provider: str, username: str, groups: tuple[str, ...]
+) -> dict[str, Any]:
+    """A session token for ``provider:username`` with the highest role of ``groups`` (403 NoRole
+    if none is mapped); its document, the token and the groups."""
+    owner = f"{provider}:{username}"
+    role = logins.settings.role_for(groups)
     if role is None:
-        groups = ", ".join(user.groups) or "none"
+        shown = ", ".join(groups) or "none"
         raise ApiError(
             403,
             "NoRole",
-            f"{owner} is in no group that has a role here (their groups: {groups}); "
+            f"{owner} is in no group that has a role here (their groups: {shown}); "
             "an administrator maps groups to roles in [identity.roles]",
         )
     ctx: ApiContext = request.app.state.ctx
+    client = client_address(request.scope)
     expires_at = utcnow() + timedelta(hours=logins.settings.session_hours)
-    label = re.sub(r"[^a-z0-9]+", "-", user.username.lower()).strip("-") or "user"
+    label = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-") or "user"
     while True:
-        name = generated_name(label, "ldap", random_suffix())
+        name = generated_name(label, provider, random_suffix())
         try:
             token = ctx.store.create_token(
                 name, role, owner=owner, description=f"login from {client}", expires_at=expires_at
@@ -114,7 +129,7 @@ def login(request: Request, body: LoginRequest) -> dict[str, Any]:
             continue
     request.scope[PRINCIPAL_KEY] = Principal(name, Role(role), owner)  # the audit log's who
     ctx.store.record_event("Token", name, "Created", f"login of {owner} as {role}")
-    return {**ctx.store.token_named(name).document(), "token": token, "groups": list(user.groups)}
+    return {**ctx.store.token_named(name).document(), "token": token, "groups": list(groups)}
 
 
 @router.post(

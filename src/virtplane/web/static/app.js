@@ -316,6 +316,15 @@ function init() {
   $("signout").addEventListener("click", () => signOut(null));
   $("events-older").addEventListener("click", loadOlderEvents);
   $("notice-close").addEventListener("click", hideNotice);
+  // an OpenID Connect login comes back as /ui/#session=TOKEN: keep it, and take it out of the address
+  const fromLogin = new URLSearchParams(window.location.hash.slice(1)).get("session");
+  if (fromLogin) {
+    sessionStorage.setItem(TOKEN_KEY, fromLogin);
+    history.replaceState(null, "", window.location.pathname + window.location.search);
+  }
+  fetch("/auth/oidc").then((r) => (r.ok ? r.json() : null)).then((offered) => {
+    $("oidc-login").hidden = !(offered && offered.enabled);
+  }).catch(() => {});
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) start(saved);
   else signOut(null);
