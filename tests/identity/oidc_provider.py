@@ -4,6 +4,7 @@ that a test can check the PKCE pair it never sees otherwise."""
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,9 +63,7 @@ def running_provider() -> Iterator[Provider]:
                 length = int(environ.get("CONTENT_LENGTH") or 0)
                 body = environ["wsgi.input"].read(length)
                 params.update(parse_qs(body.decode()))
-                import io
-
-                environ["wsgi.input"] = io.BytesIO(body)
+                environ["wsgi.input"] = io.BytesIO(body)  # read here: Flask reads it again
             provider.seen.append((path, params))
         return flask_app(environ, start_response)
 

@@ -12,7 +12,13 @@ from tests.cli.test_main import RecordedServeOptions, fake_server_module  # noqa
 from tests.cli.test_serve_config import invoke, write
 from tests.identity.conftest import GUIDE
 from tests.test_readme import blocks
-from virtplane.identity.config import IdentityConfigError, IdentitySettings, LdapSettings, identity_settings
+from virtplane.identity.config import (
+    IdentityConfigError,
+    IdentitySettings,
+    LdapSettings,
+    OidcSettings,
+    identity_settings,
+)
 
 
 def guide_block() -> str:
@@ -100,3 +106,20 @@ def test_the_highest_role_of_a_users_groups_wins() -> None:
 def test_a_wrong_oidc_key_is_named(oidc: dict[str, str], named: str) -> None:
     with pytest.raises(IdentityConfigError, match=re.escape(named)):
         identity_settings({"oidc": oidc}, "t")
+
+
+def test_serve_reads_the_guides_oidc_example(
+    fake_server_module: list[RecordedServeOptions],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    (oidc,) = [b for b in blocks(GUIDE.read_text(), "toml") if "[identity.oidc]" in b]
+    code, output = invoke("serve", "--config", str(write(tmp_path, guide_block() + "\n" + oidc)))
+    assert code == 0, output
+    [options] = fake_server_module
+    assert options.identity is not None and options.identity.oidc == OidcSettings(
+        issuer="https://sso.example.org/realms/ops",
+        client_id="virtplane",
+        scopes="openid profile email groups",
+        groups_claim="groups",
+        username_claim="preferred_username",
+    )
