@@ -50,6 +50,8 @@ ServerWith = Callable[..., AbstractContextManager[LiveServer]]
 def server_with(store: Store, slapd: Slapd) -> ServerWith:
     """``server_with(**changes)``: a live server whose logins are the guide's, changed so."""
 
+    started: list[str] = []
+
     @contextmanager
     def start(url: str | None = None, **changes: Any) -> Iterator[LiveServer]:
         settings = identity_settings(guide_identity(url or slapd.url, **changes), "the test")
@@ -57,7 +59,8 @@ def server_with(store: Store, slapd: Slapd) -> ServerWith:
         def setup(app: Any) -> None:
             app.state.logins = Logins.of(settings)
 
-        with serving(store, setup=setup) as server:
+        started.append(f"test{len(started) or ''}")  # tokens test-admin, then test1-admin, ...
+        with serving(store, name=started[-1], setup=setup) as server:
             yield server
 
     return start

@@ -7,13 +7,16 @@ with the guide's configuration (only its URL changed).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,10 +62,50 @@ def _ldif() -> str:
     return "\n".join(entries)
 
 
-def _config(directory: Path) -> str:
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """(a CA's certificate, a server certificate for 127.0.0.1 it signed, that one's key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.now(UTC)
+
+    def certificate(subject: str, key: Any, issuer: str, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=5))
+            .not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            builder = builder.add_extension(san, critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("virtplane test CA", ca_key, "virtplane test CA", ca_key, ca=True)
+    server = certificate("127.0.0.1", server_key, "virtplane test CA", ca_key, ca=False)
+    paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return paths
+
+
+def _config(directory: Path, tls: tuple[Path, Path, Path] | None) -> str:
     schemas = "".join(f"include {SCHEMA / name}.schema\n" for name in ("core", "cosine", "inetorgperson"))
+    certificates = f"TLSCertificateFile {tls[1]}\nTLSCertificateKeyFile {tls[2]}\n" if tls else ""
     return (
-        f"{schemas}modulepath {MODULES}\nmoduleload back_mdb\npidfile {directory / 'slapd.pid'}\n"
+        f"{schemas}{certificates}modulepath {MODULES}\nmoduleload back_mdb\npidfile {directory / 'slapd.pid'}\n"
         # passwords are for binding only; everything else may be read by a bound user
         "access to attrs=userPassword by anonymous auth by * none\n"
         "access to * by users read by * none\n"
@@ -76,6 +119,9 @@ class Slapd:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    ldaps_url: str | None = None
+    ca_file: Path | None = None
+    """With TLS: the CA that signed the server's certificate (for 127.0.0.1)."""
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -105,19 +151,23 @@ def slapd_or_skip() -> str:
     return slapd
 
 
-def start_slapd(directory: Path) -> Slapd:
-    """A slapd of our own on a free loopback port, loaded with ``PEOPLE``, answering binds."""
+def start_slapd(directory: Path, *, tls: bool = False) -> Slapd:
+    """A slapd of our own on a free loopback port, loaded with ``PEOPLE``, answering binds; with
+    ``tls``, also on ldaps:// (and StartTLS on ldap://) with a certificate of a CA of its own."""
     binary = slapd_or_skip()
     (directory / "db").mkdir(parents=True)
-    (directory / "slapd.conf").write_text(_config(directory))
+    certificates = _certificates(directory) if tls else None
+    (directory / "slapd.conf").write_text(_config(directory, certificates))
     url = f"ldap://127.0.0.1:{_free_port()}/"
+    ldaps = f"ldaps://127.0.0.1:{_free_port()}/" if tls else None
     log = directory / "slapd.log"
     with log.open("wb") as out:
         # -d 0: stays in the foreground (ours to stop), logging nothing but errors
+        listen = f"{url} {ldaps}" if ldaps else url
         process = subprocess.Popen(
-            [binary, "-f", str(directory / "slapd.conf"), "-h", url, "-d", "0"], stdout=out, stderr=out
+            [binary, "-f", str(directory / "slapd.conf"), "-h", listen, "-d", "0"], stdout=out, stderr=out
         )
-    server = Slapd(url, process, log)
+    server = Slapd(url, process, log, ldaps, certificates[0] if certificates else None)
     (directory / "people.ldif").write_text(_ldif())
     deadline = time.monotonic() + 20
     while True:  # until it answers: ldapadd fails with "can't contact" while it starts

@@ -185,3 +185,22 @@ def test_logout_with_a_service_accounts_token_is_refused_and_the_token_keeps_wor
         refused = ci.post("/v1/logout")
         assert refused.status_code == 409 and refused.json()["reason"] == "NotASession", refused.text
         assert ci.get("/v1/vms").status_code == 200
+
+
+def test_ldaps_and_starttls_check_the_servers_certificate(server_with: ServerWith, tmp_path: Path) -> None:
+    own = start_slapd(tmp_path / "slapd", tls=True)
+    assert own.ldaps_url is not None and own.ca_file is not None
+    try:
+        with server_with(own.ldaps_url, ldap={"ca-file": str(own.ca_file)}) as server:
+            assert login(server, "bob", "bob-pw").status_code == 201
+        with server_with(own.url, ldap={"ca-file": str(own.ca_file), "start-tls": True}) as server:
+            assert login(server, "bob", "bob-pw").status_code == 201
+        with server_with(own.ldaps_url) as server:  # the system's CAs do not know the test's
+            untrusted = login(server, "bob", "bob-pw")
+        with server_with(own.url, ldap={"start-tls": True}) as server:
+            untrusted_starttls = login(server, "bob", "bob-pw")
+    finally:
+        own.stop()
+    for refused in (untrusted, untrusted_starttls):
+        assert refused.status_code == 503 and refused.json()["reason"] == "DirectoryUnavailable", refused.text
+        assert "certificate" in refused.json()["message"], refused.text

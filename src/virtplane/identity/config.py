@@ -54,6 +54,10 @@ class LdapSettings:
     """``{user_dn}`` and ``{username}`` are replaced, escaped for a filter."""
     group_name_attribute: str = "cn"
     timeout_s: float = 5.0
+    ca_file: str | None = None
+    """The CAs the server's certificate must chain to (ldaps:// or start-tls); default: the system's."""
+    start_tls: bool = False
+    """Upgrade an ldap:// connection to TLS before the bind."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ _LDAP_KEYS = {
     "group-filter",
     "group-name-attribute",
     "timeout-seconds",
+    "ca-file",
+    "start-tls",
 }
 _OIDC_KEYS = {
     "issuer",
@@ -142,7 +148,11 @@ def identity_settings(table: Any, source: str) -> IdentitySettings:
 
 def _ldap(value: Any, source: str) -> LdapSettings:
     table = _table(value, "identity.ldap", source, _LDAP_KEYS)
-    text = {key: _text(table, key, source) for key in _LDAP_KEYS - {"timeout-seconds"} if key in table}
+    text = {
+        key: _text(table, key, source)
+        for key in _LDAP_KEYS - {"timeout-seconds", "start-tls"}
+        if key in table
+    }
     for needed in ("url", "group-search-base"):
         if needed not in text:
             raise IdentityConfigError(f"identity.ldap.{needed} in {source}: missing")
@@ -171,8 +181,17 @@ def _ldap(value: Any, source: str) -> LdapSettings:
         raise IdentityConfigError(
             f"identity.ldap.timeout-seconds in {source}: seconds, above 0 and at most 120"
         )
+    start_tls = table.get("start-tls", False)
+    if not isinstance(start_tls, bool):
+        raise IdentityConfigError(f"identity.ldap.start-tls in {source}: true or false")
+    if start_tls and text["url"].startswith("ldaps://"):
+        raise IdentityConfigError(f"identity.ldap.start-tls in {source}: an ldaps:// URL is TLS already")
+    if "ca-file" in text and not Path(text["ca-file"]).is_file():
+        raise IdentityConfigError(f"identity.ldap.ca-file in {source}: no file {text['ca-file']}")
     return LdapSettings(
         url=text["url"],
+        ca_file=text.get("ca-file"),
+        start_tls=start_tls,
         group_search_base=text["group-search-base"],
         user_dn_template=text.get("user-dn-template"),
         user_search_base=text.get("user-search-base"),

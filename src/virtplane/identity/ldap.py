@@ -9,11 +9,13 @@ worker thread.
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 from dataclasses import dataclass
 from math import ceil
 from typing import Any
 
-from ldap3 import NONE, SUBTREE, Connection, Server
+from ldap3 import NONE, SUBTREE, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPException, LDAPInvalidDnError, LDAPPasswordIsMandatoryError
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
@@ -42,8 +44,17 @@ class DirectoryUser:
 class LdapDirectory:
     def __init__(self, settings: LdapSettings) -> None:
         self.settings = settings
+        # ldap3's own default is not to check the server's certificate: a password would go to
+        # whoever answers. Checked against ca-file, or the system's CAs, and the host's name.
+        tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=settings.ca_file)
         # ldap3 takes no path, not even the "/" of ldap://host:389/
-        self._server = Server(settings.url.rstrip("/"), get_info=NONE, connect_timeout=settings.timeout_s)
+        self._server = Server(
+            settings.url.rstrip("/"),
+            use_ssl=settings.url.startswith("ldaps://"),
+            tls=tls,
+            get_info=NONE,
+            connect_timeout=settings.timeout_s,
+        )
 
     def authenticate(self, username: str, password: str) -> DirectoryUser:
         """The user, if ``password`` is theirs; LoginRefused or DirectoryUnavailable otherwise."""
@@ -53,13 +64,14 @@ class LdapDirectory:
             dn = self._user_dn(username)
             connection = self._connection(dn, password)
             try:
+                self._secure(connection)
                 if not connection.bind():
                     if connection.result.get("result") == INVALID_CREDENTIALS:
                         raise LoginRefused()
                     raise DirectoryUnavailable(f"the LDAP server refused the bind: {_said(connection)}")
                 groups = self._groups(connection, username, dn)
             finally:
-                connection.unbind()
+                _close(connection)
         except (LDAPInvalidDnError, LDAPPasswordIsMandatoryError):
             raise LoginRefused() from None
         except LDAPException as error:
@@ -78,6 +90,13 @@ class LdapDirectory:
             raise_exceptions=False,
         )
 
+    def _secure(self, connection: Connection) -> None:
+        """With start-tls: TLS before anything is sent (the bind carries the password)."""
+        if self.settings.start_tls:
+            connection.open()
+            if not connection.start_tls():
+                raise DirectoryUnavailable(f"the LDAP server refused StartTLS: {_said(connection)}")
+
     def _user_dn(self, username: str) -> str:
         settings = self.settings
         if settings.user_dn_template is not None:
@@ -85,6 +104,7 @@ class LdapDirectory:
         assert settings.user_search_base is not None  # one of the two: checked with the settings
         search = self._connection(settings.bind_dn, settings.bind_password)
         try:
+            self._secure(search)
             if not search.bind():
                 raise DirectoryUnavailable(f"the LDAP server refused the search account: {_said(search)}")
             found = search.search(
@@ -98,7 +118,7 @@ class LdapDirectory:
             if not found and search.result.get("result") not in (0, NO_SUCH_OBJECT):
                 raise DirectoryUnavailable(f"the LDAP server failed the user search: {_said(search)}")
         finally:
-            search.unbind()
+            _close(search)
         if len(entries) != 1:  # nobody, or a filter that is not unique: refuse either way
             raise LoginRefused()
         dn: str = entries[0]["dn"]
@@ -122,6 +142,12 @@ class LdapDirectory:
             value: Any = entry.get("attributes", {}).get(attribute)
             names += [str(v) for v in value] if isinstance(value, list) else [str(value)] if value else []
         return tuple(sorted(set(names)))
+
+
+def _close(connection: Connection) -> None:
+    # after a failed TLS handshake the socket is gone: the unbind's own error would hide the reason
+    with contextlib.suppress(LDAPException):
+        connection.unbind()
 
 
 def _said(connection: Connection) -> str:
