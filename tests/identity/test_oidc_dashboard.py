@@ -50,6 +50,15 @@ def test_sign_in_with_openid_connect_from_the_dashboard(
         whoami = httpx.get(f"{live_server.url}/v1/whoami", headers={"Authorization": f"Bearer {token}"})
         assert whoami.json()["role"] == "operator" and whoami.json()["name"].startswith("alice-oidc-")
 
+        with page.expect_response(lambda answer: answer.url.endswith("/v1/logout")) as logged_out:
+            page.click("#signout")
+        assert logged_out.value.status == 200
+        expect(page.locator("#login")).to_be_visible()
+        after = httpx.get(f"{live_server.url}/v1/vms", headers={"Authorization": f"Bearer {token}"})
+        assert after.status_code == 401 and after.json()["reason"] == "TokenRevoked", (
+            "signing out ends the session"
+        )
+
 
 def test_the_button_is_hidden_when_the_server_has_no_oidc(page: Page, live_server: LiveServer) -> None:
     from playwright.sync_api import expect

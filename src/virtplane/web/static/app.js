@@ -313,7 +313,14 @@ function init() {
     $("login-error").hidden = true;
     start(token);
   });
-  $("signout").addEventListener("click", () => signOut(null));
+  $("signout").addEventListener("click", () => {
+    // a login's session is revoked on the server too (a pasted service token gets a 409 and stays)
+    const token = session.token;
+    if (token) {
+      fetch("/v1/logout", { method: "POST", headers: { Authorization: `Bearer ${token}` } }).catch(() => {});
+    }
+    signOut(null);
+  });
   $("events-older").addEventListener("click", loadOlderEvents);
   $("notice-close").addEventListener("click", hideNotice);
   // an OpenID Connect login comes back as /ui/#session=TOKEN: keep it, and take it out of the address
