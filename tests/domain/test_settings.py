@@ -67,4 +67,6 @@ def test_the_allocation_ratios_are_host_scoped_with_novas_defaults() -> None:
     assert {k for k, d in REGISTRY.items() if d.scope is SettingScope.HOST} == {
         "host.cpu_allocation_ratio",
         "host.memory_allocation_ratio",
+        "host.accelerator.kvm_broken",
+        "host.accelerator.validation_kernel",
     }

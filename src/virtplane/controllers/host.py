@@ -16,12 +16,15 @@ from datetime import timedelta
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
 from virtplane.controllers.watch import Watch, itself
+from virtplane.domain.accelerators import choose, needs_validation
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
 from virtplane.domain.intents import read_migration
 from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
+    Accelerator,
+    AcceleratorStatus,
     Allocatable,
     Allocation,
     AllocationRatios,
@@ -76,6 +79,7 @@ class HostReconciler:
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
             status.bridges = sorted(facts.bridges)  # which bridge networks the host has
+            await self._accelerator(host, driver, status)
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
@@ -142,6 +146,45 @@ class HostReconciler:
                 return driver, await driver.host_facts()
         except TimeoutError:
             raise HostUnreachable(f"no answer within {timeout_s:g}s") from None
+
+    async def _accelerator(self, host: Host, driver: HypervisorDriver, status: HostStatus) -> None:
+        """What the host's guests run under (``domain.accelerators``), told to its driver on every
+        look (a new driver after a restart must know). The validation boot runs only when no
+        verdict is recorded for the host's libvirt, QEMU and host identity."""
+        settings, name, cluster = self.ctx.settings, host.metadata.name, host.spec.cluster
+        offer = await driver.accelerator_offer()
+        recorded = status.accelerator
+        wanted = host.spec.accelerator
+        kvm_works = recorded.kvm_works if recorded and recorded.validated_for == offer.fingerprint else None
+        if needs_validation(wanted, offer.kvm, offer.fingerprint, recorded):
+            kernel = settings.get_str("host.accelerator.validation_kernel", cluster=cluster, host=name)
+            timeout_s = settings.get_float("host.accelerator.validation_timeout_s")
+            verdict = await driver.validate_kvm(kernel, timeout_s)
+            kvm_works = verdict == ""
+            self.ctx.event(
+                host,
+                "KVMValidated" if kvm_works else "KVMBroken",
+                "a validation guest booted under KVM" if kvm_works else f"KVM validation failed: {verdict}",
+                warning=not kvm_works,
+            )
+        on_broken = settings.get_str("host.accelerator.kvm_broken", cluster=cluster, host=name)
+        choice = choose(wanted, offer.kvm, kvm_works, on_broken)
+        driver.use_accelerator(choice.used)
+        offered = [Accelerator.KVM, Accelerator.TCG] if offer.kvm else [Accelerator.TCG]
+        status.accelerator = AcceleratorStatus(
+            offered=offered,
+            used=choice.used,
+            kvm_works=kvm_works,
+            validated_for=offer.fingerprint if kvm_works is not None else "",
+        )
+        status.conditions = set_condition(
+            status.conditions,
+            HostCondition.ACCELERATOR,
+            choice.used is not None,
+            choice.reason,
+            choice.message,
+            now=self.ctx.now(),
+        )
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
         """The allocation ratios that apply to this host (settings by host, cluster, global) and

@@ -295,6 +295,31 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=600,
     ),
     SettingDef(
+        "host.accelerator.kvm_broken",
+        SettingType.STRING,
+        "fallback",
+        "A host that offers KVM but whose validation guest does not boot under it: fallback runs "
+        "its guests under TCG (and says so), refuse gives it no guests.",
+        allowed=("fallback", "refuse"),
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.accelerator.validation_kernel",
+        SettingType.STRING,
+        "/boot/vmlinuz",
+        "A Linux kernel on each host that the KVM validation guest boots (with no root disk it "
+        "must reach its panic, the known point, on the serial console).",
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.accelerator.validation_timeout_s",
+        SettingType.FLOAT,
+        60.0,
+        "How long the KVM validation guest may take to reach its known point; later is broken.",
+        minimum=1,
+        maximum=3600,
+    ),
+    SettingDef(
         "host.recovery.max_starting_per_cluster",
         SettingType.INT,
         10,

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
-from virtplane.domain.resources import Capability, ExitReason
+from virtplane.domain.resources import Accelerator, Capability, ExitReason
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -146,6 +146,14 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class AcceleratorOffer:
+    kvm: bool
+    """libvirt's capabilities offer kvm domains on the host."""
+    fingerprint: str
+    """The libvirt and QEMU versions and the host's identity: a validation verdict holds while it does."""
+
+
+@dataclass(frozen=True)
 class VolumeInfo:
     name: str
     path: str
@@ -220,6 +228,16 @@ class HypervisorDriver(Protocol):
     def set_event_sink(self, sink: EventSink | None) -> None: ...
 
     async def host_facts(self) -> HostFacts: ...
+
+    # -- accelerator (domain.accelerators decides; the host controller asks and records)
+    async def accelerator_offer(self) -> AcceleratorOffer: ...
+
+    async def validate_kvm(self, kernel: str, timeout_s: float) -> str:
+        """Boot a validation guest (``kernel``, a path on the host) under KVM: "" when it reaches
+        its known point within ``timeout_s``, else why it did not. The guest is gone after."""
+
+    def use_accelerator(self, accelerator: Accelerator | None) -> None:
+        """What domains defined from now on run under; None: ``ensure_defined`` refuses them."""
 
     # -- domains
     async def list_domains(self) -> list[DomainInfo]: ...
@@ -302,6 +320,7 @@ class HypervisorDriver(Protocol):
 
 __all__ = [
     "DOMAIN_PREFIX",
+    "AcceleratorOffer",
     "Capability",
     "ConsoleStream",
     "DiskAttachment",

@@ -23,6 +23,8 @@ from virtplane.domain.base import (
 from virtplane.domain.networks import Network
 from virtplane.domain.resources.event import Event, EventType
 from virtplane.domain.resources.host import (
+    Accelerator,
+    AcceleratorStatus,
     Allocatable,
     Allocation,
     AllocationRatios,
@@ -95,6 +97,8 @@ __all__ = [
     "KINDS",
     "KIND_BY_NAME",
     "KIND_BY_PLURAL",
+    "Accelerator",
+    "AcceleratorStatus",
     "Allocatable",
     "Allocation",
     "AllocationRatios",

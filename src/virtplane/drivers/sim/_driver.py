@@ -6,8 +6,11 @@ import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
+from virtplane.domain.resources import Accelerator
 from virtplane.drivers.base import (
+    AcceleratorOffer,
     Capability,
     ConsoleStream,
     DomainInfo,
@@ -83,14 +86,28 @@ def _entry_point(
     return call
 
 
+SIM_KVM_ABSENT, SIM_KVM_WORKS, SIM_KVM_BROKEN = "absent", "works", "broken"
+"""A simulated host's KVM (its URI's ``kvm=``): none, one that boots guests, one that does not."""
+
+
+def kvm_in(uri: str) -> str:
+    """The ``kvm=`` of a sim:// URI's query; absent when not given."""
+    value = parse_qs(urlsplit(uri).query).get("kvm", [SIM_KVM_ABSENT])[0]
+    if value not in (SIM_KVM_ABSENT, SIM_KVM_WORKS, SIM_KVM_BROKEN):
+        raise ValueError(f"{uri!r}: kvm must be absent, works or broken, not {value!r}")
+    return value
+
+
 class SimDriver:
     """Every call checks the connection first: closed, host unknown, down or disconnected
     → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
 
-    def __init__(self, world: SimWorld, uri: str) -> None:
+    def __init__(self, world: SimWorld, uri: str, *, kvm: str = SIM_KVM_ABSENT) -> None:
         self._world = world
         self._uri = uri
         self._open = False
+        self._kvm = kvm
+        self._accelerator: Accelerator | None = Accelerator.TCG
         self.event_sink: EventSink | None = None
 
     @property
@@ -135,6 +152,28 @@ class SimDriver:
     async def host_facts(self) -> HostFacts:
         return self._host().facts()
 
+    @_entry_point
+    async def accelerator_offer(self) -> AcceleratorOffer:
+        host = self._host()
+        return AcceleratorOffer(
+            kvm=self._kvm != SIM_KVM_ABSENT, fingerprint=f"sim {host.name} kvm={self._kvm}"
+        )
+
+    @_entry_point
+    async def validate_kvm(self, kernel: str, timeout_s: float) -> str:
+        self._host()
+        if self._kvm == SIM_KVM_WORKS:
+            return ""
+        return f"the validation guest did not reach its known point within {timeout_s:g}s (simulated kvm={self._kvm})"
+
+    def use_accelerator(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = accelerator
+
+    @property
+    def accelerator(self) -> Accelerator | None:
+        """What this host's guests are defined with (tests read it)."""
+        return self._accelerator
+
     # ------------------------------------------------------------------ domains
 
     @_entry_point
@@ -150,7 +189,12 @@ class SimDriver:
 
     @_entry_point
     async def ensure_defined(self, spec: DomainSpec) -> None:
-        self._host().define(spec)
+        host = self._host()
+        if self._accelerator is None:
+            raise PermanentError(
+                f"{self._uri} takes no guests: its KVM is not usable (see the Host's Accelerator condition)"
+            )
+        host.define(spec)
 
     @_entry_point
     async def start(self, name: str) -> None:
