@@ -10,6 +10,7 @@ and the allocation ratios that apply to it, with the allocatable capacity they g
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from datetime import timedelta
 
@@ -29,6 +30,7 @@ from virtplane.domain.resources import (
     Allocation,
     AllocationRatios,
     Capacity,
+    ClusterCPU,
     Host,
     HostConnection,
     HostStatus,
@@ -80,6 +82,7 @@ class HostReconciler:
             status.capabilities = sorted(driver.capabilities)
             status.bridges = sorted(facts.bridges)  # which bridge networks the host has
             await self._accelerator(host, driver, status)
+            await self._cluster_cpu(host, driver, status)
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
@@ -185,6 +188,35 @@ class HostReconciler:
             choice.message,
             now=self.ctx.now(),
         )
+
+    async def _cluster_cpu(self, host: Host, driver: HypervisorDriver, status: HostStatus) -> None:
+        """The host's CPU, and the CPU model its cluster-mode VMs are defined with: the setting
+        cpu.model of its cluster, else libvirt's baseline of every host of the cluster whose guests
+        run under the same accelerator (guests migrate only between those), computed again only
+        when one of those CPUs changes."""
+        status.cpu = await driver.host_cpu()
+        cluster = host.spec.cluster
+        named = self.ctx.settings.get_str("cpu.model", cluster=cluster)
+        if named:
+            status.cluster_cpu = ClusterCPU(model=named, source=f"setting cpu.model of cluster {cluster}")
+            return
+        used = status.accelerator.used if status.accelerator else None
+        cpus = {host.metadata.name: status.cpu} if status.cpu else {}
+        for peer in self.ctx.cache.hosts():
+            peer_used = peer.status.accelerator.used if peer.status.accelerator else None
+            if peer.spec.cluster == cluster and peer.status.cpu and peer_used is used:
+                cpus.setdefault(peer.metadata.name, peer.status.cpu)
+        if not cpus:
+            status.cluster_cpu = None
+            return
+        digest = hashlib.sha256(
+            repr(sorted((n, c.signature()) for n, c in cpus.items())).encode()
+        ).hexdigest()[:12]
+        source = f"baseline of {', '.join(sorted(cpus))} ({digest})"
+        if status.cluster_cpu is not None and status.cluster_cpu.source == source:
+            return
+        baseline = await driver.baseline_cpu([cpus[name] for name in sorted(cpus)])
+        status.cluster_cpu = ClusterCPU(**baseline.model_dump(), source=source) if baseline else None
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
         """The allocation ratios that apply to this host (settings by host, cluster, global) and

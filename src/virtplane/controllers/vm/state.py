@@ -83,7 +83,9 @@ class VMState:
     def spec(self, seed: str | None = None) -> DomainSpec:
         cache = self.ctx.cache
         boot, nics = vm_boot(cache, self.vm)[0], vm_nics(cache, self.vm)[0]
-        return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed)
+        host = cache.host(self.vm.status.host) if self.vm.status.host else None
+        cluster_cpu = host.status.cluster_cpu if host is not None else None
+        return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed, cluster_cpu)
 
     async def define(self, driver: HypervisorDriver) -> DomainSpec:
         """Define the domain (it is off or missing) with the VM's NoCloud seed placed on the host

@@ -66,6 +66,25 @@ class AcceleratorStatus(BaseModel):
     )
 
 
+class HostCPU(BaseModel):
+    """A CPU as libvirt defines guests with it: a named model and the features it adds."""
+
+    model: str
+    vendor: str = ""
+    features: list[str] = Field(default_factory=list, description="Required on top of the model.")
+    disabled: list[str] = Field(default_factory=list, description="The model's features this CPU lacks.")
+
+    def signature(self) -> str:
+        """Equal for identical CPUs (host-passthrough guests migrate only between those)."""
+        return f"{self.vendor}/{self.model}/+{','.join(sorted(self.features))}/-{','.join(sorted(self.disabled))}"
+
+
+class ClusterCPU(HostCPU):
+    source: str = Field(
+        default="", description="Where it comes from: setting cpu.model, or the baseline of which hosts."
+    )
+
+
 class Capacity(Strict):
     vcpus: int = Field(ge=1, le=4096)
     memory_mib: int = Field(ge=64, le=64 * 1024 * 1024)
@@ -178,6 +197,13 @@ class HostStatus(BaseModel):
     )
     accelerator: AcceleratorStatus | None = Field(
         default=None, description="What the host offers and its guests run under (see condition Accelerator)."
+    )
+    cpu: HostCPU | None = Field(
+        default=None, description="The CPU the host's hypervisor offers guests (libvirt's host-model)."
+    )
+    cluster_cpu: ClusterCPU | None = Field(
+        default=None,
+        description="The CPU model the host defines cluster-mode VMs with (see setting cpu.model).",
     )
     last_heartbeat: datetime | None = None
     silent_since: datetime | None = Field(

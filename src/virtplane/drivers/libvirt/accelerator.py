@@ -15,6 +15,7 @@ import contextlib
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from virtplane.domain.resources import HostCPU
 from virtplane.drivers.base import ConsoleStream
 
 VALIDATION_DOMAIN = "vp-kvm-validation"
@@ -36,6 +37,43 @@ def offered_domain_types(capabilities_xml: str, arch: str = "x86_64") -> frozens
 
 def host_uuid(capabilities_xml: str) -> str:
     return ET.fromstring(capabilities_xml).findtext("host/uuid", default="")
+
+
+def host_model(domain_capabilities_xml: str) -> HostCPU | None:
+    """The host-model CPU of libvirt's domain capabilities: what the hypervisor offers guests."""
+    mode = ET.fromstring(domain_capabilities_xml).find("cpu/mode[@name='host-model']")
+    if mode is None or mode.get("supported") != "yes" or not mode.findtext("model"):
+        return None
+    return _cpu_of(mode)
+
+
+def parse_cpu(cpu_xml: str) -> HostCPU | None:
+    """A ``<cpu>`` definition (as baselineHypervisorCPU returns) as a HostCPU."""
+    root = ET.fromstring(cpu_xml)
+    return _cpu_of(root) if root.findtext("model") else None
+
+
+def _cpu_of(element: ET.Element) -> HostCPU:
+    features = element.findall("feature")
+    return HostCPU(
+        model=element.findtext("model", default=""),
+        vendor=element.findtext("vendor", default=""),
+        features=sorted(f.get("name", "") for f in features if f.get("policy", "require") == "require"),
+        disabled=sorted(f.get("name", "") for f in features if f.get("policy") == "disable"),
+    )
+
+
+def cpu_xml(cpu: HostCPU) -> str:
+    """``cpu`` as a custom CPU definition (baselineHypervisorCPU's input)."""
+    root = ET.Element("cpu", {"mode": "custom", "match": "exact"})
+    ET.SubElement(root, "model", {"fallback": "forbid"}).text = cpu.model
+    if cpu.vendor:
+        ET.SubElement(root, "vendor").text = cpu.vendor
+    for name in cpu.features:
+        ET.SubElement(root, "feature", {"policy": "require", "name": name})
+    for name in cpu.disabled:
+        ET.SubElement(root, "feature", {"policy": "disable", "name": name})
+    return ET.tostring(root, encoding="unicode")
 
 
 def validation_xml(kernel: str) -> str:
@@ -88,9 +126,12 @@ def destroy_leftover(conn: Any, lv: Any) -> None:
 __all__ = [
     "KNOWN_POINT",
     "VALIDATION_DOMAIN",
+    "cpu_xml",
     "destroy_leftover",
+    "host_model",
     "host_uuid",
     "offered_domain_types",
+    "parse_cpu",
     "read_until_known_point",
     "validation_xml",
 ]

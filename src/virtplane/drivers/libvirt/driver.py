@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from virtplane.domain.resources import Accelerator
+from virtplane.domain.resources import Accelerator, HostCPU
 from virtplane.drivers.base import (
     AcceleratorOffer,
     Capability,
@@ -162,6 +162,26 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
         self._refusal = ""
         domain_type = "kvm" if used is Accelerator.KVM else "qemu"
         self.flavor = flavor_for(self._uri, domain_type)
+
+    async def host_cpu(self) -> HostCPU | None:
+        if self.domain_type == "test":  # its domains take no CPU models
+            return None
+        virttype = self.domain_type
+
+        def model(conn: Any) -> HostCPU | None:
+            return accelerator.host_model(conn.getDomainCapabilities(None, "x86_64", None, virttype, 0))
+
+        return await self._call(model)
+
+    async def baseline_cpu(self, cpus: list[HostCPU]) -> HostCPU | None:
+        if self.domain_type == "test" or not cpus:
+            return None
+        virttype, xmls = self.domain_type, [accelerator.cpu_xml(cpu) for cpu in cpus]
+
+        def baseline(conn: Any) -> HostCPU | None:
+            return accelerator.parse_cpu(conn.baselineHypervisorCPU(None, "x86_64", None, virttype, xmls, 0))
+
+        return await self._call(baseline)
 
     @property
     def domain_type(self) -> str:

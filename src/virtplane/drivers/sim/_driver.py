@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from virtplane.domain.resources import Accelerator
+from virtplane.domain.resources import Accelerator, HostCPU
 from virtplane.drivers.base import (
     AcceleratorOffer,
     Capability,
@@ -98,15 +98,30 @@ def kvm_in(uri: str) -> str:
     return value
 
 
+SIM_TCG_CPU = "qemu64"
+
+
+def cpu_in(uri: str) -> HostCPU | None:
+    """The host CPU a sim:// URI names (``cpu=MODEL&cpufeatures=a,b``), offered under KVM."""
+    query = parse_qs(urlsplit(uri).query)
+    if "cpu" not in query:
+        return None
+    features = [f for f in query.get("cpufeatures", [""])[0].split(",") if f]
+    return HostCPU(model=query["cpu"][0], features=sorted(features))
+
+
 class SimDriver:
     """Every call checks the connection first: closed, host unknown, down or disconnected
     → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
 
-    def __init__(self, world: SimWorld, uri: str, *, kvm: str = SIM_KVM_ABSENT) -> None:
+    def __init__(
+        self, world: SimWorld, uri: str, *, kvm: str = SIM_KVM_ABSENT, cpu: HostCPU | None = None
+    ) -> None:
         self._world = world
         self._uri = uri
         self._open = False
         self._kvm = kvm
+        self._cpu = cpu or HostCPU(model=SIM_TCG_CPU)
         self._accelerator: Accelerator | None = Accelerator.TCG
         self.event_sink: EventSink | None = None
 
@@ -168,6 +183,23 @@ class SimDriver:
 
     def use_accelerator(self, accelerator: Accelerator | None) -> None:
         self._accelerator = accelerator
+
+    @_entry_point
+    async def host_cpu(self) -> HostCPU | None:
+        self._host()
+        if self._accelerator is not Accelerator.KVM:  # TCG offers its own model, whatever the host has
+            return HostCPU(model=SIM_TCG_CPU)
+        return self._cpu
+
+    @_entry_point
+    async def baseline_cpu(self, cpus: list[HostCPU]) -> HostCPU | None:
+        """As libvirt's: the common model where all have it (else the TCG one), the common features."""
+        self._host()
+        if not cpus:
+            return None
+        models = {cpu.model for cpu in cpus}
+        common = set(cpus[0].features).intersection(*(cpu.features for cpu in cpus[1:]))
+        return HostCPU(model=models.pop() if len(models) == 1 else SIM_TCG_CPU, features=sorted(common))
 
     @property
     def accelerator(self) -> Accelerator | None:
