@@ -84,3 +84,33 @@ async def test_the_override_wins_and_the_validation_boot_runs_once_per_fingerpri
     status, _ = await eventually(lambda: (a := accelerator_of(plane, "h1"))[1].reason == "Overridden" and a)
     assert status.used is Accelerator.TCG and status.kvm_works is True, "the verdict stays recorded"
     assert boots == ["sim://h1"]
+
+
+@pytest.mark.parametrize(
+    ("uri", "setting", "spec", "reason"),
+    [
+        (
+            "sim://h1",
+            None,
+            {"cpu_mode": "host-passthrough"},
+            "cpu_mode host-passthrough needs KVM; it runs guests under tcg",
+        ),
+        ("sim://h1?kvm=broken", "refuse", {}, "takes no guests: its KVM is not usable"),
+    ],
+)
+async def test_a_vm_asking_what_no_host_can_do_is_unschedulable_with_the_reason(
+    plane: ControlPlane, uri: str, setting: str | None, spec: dict[str, Any], reason: str
+) -> None:
+    from tests.controllers.helpers import add_vm, vm
+    from virtplane.domain.conditions import VMCondition
+    from virtplane.domain.resources import RunPolicy
+
+    if setting:
+        plane.settings.set("host.accelerator.kvm_broken", setting)
+    add_host(plane, "h1", uri=uri)
+    await eventually(lambda: accelerator_of(plane, "h1")[1])
+    add_vm(plane, "web", RunPolicy.ALWAYS_ON, **spec)
+    condition = await eventually(
+        lambda: (c := get_condition(vm(plane, "web").status.conditions, VMCondition.SCHEDULED)) and c
+    )
+    assert condition.reason == "Unschedulable" and f"h1: {reason}" in condition.message, condition.message
