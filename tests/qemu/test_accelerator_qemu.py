@@ -36,3 +36,39 @@ async def test_the_domain_type_follows_the_validation_boot(rig: Rig, drivers: di
     await console_shows(rig, spec.name, "GUEST-UP", limit_s=60.0)
     if offer.kvm and not kvm_works:
         assert choice.reason == AcceleratorReason.KVM_BROKEN and "known point" in verdict, verdict
+
+
+async def test_the_control_plane_validates_the_host_and_defines_its_vms_with_the_verdict(qplane: Any) -> None:
+    """Host a with spec.accelerator auto: its controller boots the validation guest itself; the
+    Host says what it offers and uses and why, and a VM's domain is defined with it."""
+    import libvirt
+
+    from tests.conftest import eventually
+    from virtplane.domain.conditions import HostCondition, get_condition
+    from virtplane.domain.resources import Host, RunPolicy, VMPhase
+
+    await qplane.add_host("a", accelerator=Accelerator.AUTO)
+    host = qplane.store.get(Host, "a")
+    status = host.status.accelerator
+    condition = get_condition(host.status.conditions, HostCondition.ACCELERATOR)
+    print(f"\nhost a: {condition.reason}: {condition.message}")
+    assert status.used is qplane.accelerator, "the controller's verdict is the rig's"
+    if qplane.accelerator is Accelerator.KVM:
+        assert condition.reason == AcceleratorReason.KVM_VALIDATED
+    elif Accelerator.KVM in status.offered:  # present but broken, as under nested virtualization here
+        assert (condition.reason, status.kvm_works) == (AcceleratorReason.KVM_BROKEN, False)
+        assert "known point" in condition.message and status.validated_for
+    else:
+        assert condition.reason == AcceleratorReason.KVM_ABSENT
+    assert condition.status.value == "True"
+
+    qplane.add_vm("accel", RunPolicy.ALWAYS_ON)
+    await qplane.wait_settled("accel", VMPhase.RUNNING)
+    await eventually(lambda: "GUEST-UP" in qplane.console("accel"), timeout=60)
+    conn = libvirt.open(qplane.rig.hosts["a"].uri)
+    try:
+        defined = conn.lookupByName(qplane.domain("accel")).XMLDesc(0)
+    finally:
+        conn.close()
+    expected = "kvm" if status.used is Accelerator.KVM else "qemu"
+    assert f"<domain type='{expected}'" in defined, defined[:200]

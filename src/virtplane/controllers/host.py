@@ -158,16 +158,20 @@ class HostReconciler:
         offer = await driver.accelerator_offer()
         recorded = status.accelerator
         wanted = host.spec.accelerator
-        kvm_works = recorded.kvm_works if recorded and recorded.validated_for == offer.fingerprint else None
+        fresh = recorded is not None and recorded.validated_for == offer.fingerprint
+        kvm_works = recorded.kvm_works if recorded is not None and fresh else None
+        validation = recorded.validation if recorded is not None and fresh else ""
         if needs_validation(wanted, offer.kvm, offer.fingerprint, recorded):
             kernel = settings.get_str("host.accelerator.validation_kernel", cluster=cluster, host=name)
             timeout_s = settings.get_float("host.accelerator.validation_timeout_s")
-            verdict = await driver.validate_kvm(kernel, timeout_s)
-            kvm_works = verdict == ""
+            validation = await driver.validate_kvm(kernel, timeout_s)
+            kvm_works = validation == ""
             self.ctx.event(
                 host,
                 "KVMValidated" if kvm_works else "KVMBroken",
-                "a validation guest booted under KVM" if kvm_works else f"KVM validation failed: {verdict}",
+                "a validation guest booted under KVM"
+                if kvm_works
+                else f"KVM validation failed: {validation}",
                 warning=not kvm_works,
             )
         on_broken = settings.get_str("host.accelerator.kvm_broken", cluster=cluster, host=name)
@@ -179,13 +183,19 @@ class HostReconciler:
             used=choice.used,
             kvm_works=kvm_works,
             validated_for=offer.fingerprint if kvm_works is not None else "",
+            validation=validation,
+        )
+        message = (
+            f"{choice.message} ({validation})"
+            if validation and choice.used is not Accelerator.KVM
+            else choice.message
         )
         status.conditions = set_condition(
             status.conditions,
             HostCondition.ACCELERATOR,
             choice.used is not None,
             choice.reason,
-            choice.message,
+            message,
             now=self.ctx.now(),
         )
 

@@ -64,6 +64,7 @@ class AcceleratorStatus(BaseModel):
     validated_for: str = Field(
         default="", description="The libvirt and QEMU versions and host the verdict holds for."
     )
+    validation: str = Field(default="", description="What the validation guest did, when it failed.")
 
 
 class HostCPU(BaseModel):
