@@ -114,3 +114,24 @@ async def test_a_vm_asking_what_no_host_can_do_is_unschedulable_with_the_reason(
         lambda: (c := get_condition(vm(plane, "web").status.conditions, VMCondition.SCHEDULED)) and c
     )
     assert condition.reason == "Unschedulable" and f"h1: {reason}" in condition.message, condition.message
+
+
+async def test_a_new_connection_defines_as_the_host_records_before_its_controller_looks(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.controllers.helpers import add_vm, wait_phase
+    from virtplane.controllers.host import HostReconciler
+    from virtplane.domain.resources import RunPolicy
+
+    add_host(plane, "h1", uri="sim://h1?kvm=works")
+    await eventually(lambda: accelerator_of(plane, "h1")[1])
+
+    async def not_yet(*args: object) -> None:  # the host controller has not looked since
+        return None
+
+    monkeypatch.setattr(HostReconciler, "_accelerator", not_yet)
+    driver = plane.sim.driver("sim://h1")
+    driver.use_accelerator(Accelerator.TCG)  # what a new connection starts with
+    add_vm(plane, "web", RunPolicy.ALWAYS_ON)
+    await wait_phase(plane, "web", "Running")
+    assert driver.accelerator is Accelerator.KVM

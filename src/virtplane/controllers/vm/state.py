@@ -100,6 +100,11 @@ class VMState:
             await self.durable(DurablePoint.SEED)
         spec = self.spec(await place_seed(self.ctx.cache, self.vm, driver))
         crashpoint(CRASH_POINTS[DurablePoint.SEED])
+        host = self.ctx.cache.host(self.vm.status.host) if self.vm.status.host else None
+        if host is not None and host.status.accelerator is not None:
+            # as the Host records it: a new connection (after a restart) may define before the
+            # host controller's first look tells it
+            driver.use_accelerator(host.status.accelerator.used)
         await driver.ensure_defined(spec)
         await self.delete_seeds(keep=current)
         self._defined = (driver, spec)
