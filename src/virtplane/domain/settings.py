@@ -309,9 +309,10 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
     SettingDef(
         "host.accelerator.validation_kernel",
         SettingType.STRING,
-        "/boot/vmlinuz",
+        "/vmlinuz",
         "A Linux kernel on each host that the KVM validation guest boots (with no root disk it "
-        "must reach its panic, the known point, on the serial console).",
+        "must reach its panic, the known point, on the serial console). Debian links the "
+        "installed kernel at /vmlinuz, Ubuntu at /boot/vmlinuz.",
         scope=SettingScope.HOST,
     ),
     SettingDef(
