@@ -28,6 +28,8 @@ class SettingScope(StrEnum):
     GLOBAL = "global"
     HOST = "host"
     """A global value, overridable per cluster and per host."""
+    CLUSTER = "cluster"
+    """A global value, overridable per cluster only (what every host of a cluster must share)."""
 
 
 class SettingError(ValueError):
@@ -60,6 +62,8 @@ class SettingDef:
             raise SettingError(f"{self.key}: give a cluster or a host, not both")
         if (cluster is not None or host is not None) and self.scope is SettingScope.GLOBAL:
             raise SettingError(f"{self.key} is a global setting: it cannot be set per cluster or host")
+        if host is not None and self.scope is SettingScope.CLUSTER:
+            raise SettingError(f"{self.key} is set per cluster: every host of a cluster shares it")
 
     def effective(
         self, stored: ScopedValues | None, *, cluster: str | None = None, host: str | None = None
@@ -68,11 +72,10 @@ class SettingDef:
         cluster's, else the global value, else the default."""
         if stored is None:
             return self.default
-        if self.scope is SettingScope.HOST:
-            if host is not None and host in stored.hosts:
-                return stored.hosts[host]
-            if cluster is not None and cluster in stored.clusters:
-                return stored.clusters[cluster]
+        if self.scope is SettingScope.HOST and host is not None and host in stored.hosts:
+            return stored.hosts[host]
+        if self.scope is not SettingScope.GLOBAL and cluster is not None and cluster in stored.clusters:
+            return stored.clusters[cluster]
         return stored.value
 
     def parse(self, raw: Any) -> Any:
@@ -293,6 +296,41 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         "How long one call to a BMC may take before it counts as not answering.",
         minimum=0.01,
         maximum=600,
+    ),
+    SettingDef(
+        "host.accelerator.kvm_broken",
+        SettingType.STRING,
+        "fallback",
+        "A host that offers KVM but whose validation guest does not boot under it: fallback runs "
+        "its guests under TCG (and says so), refuse gives it no guests.",
+        allowed=("fallback", "refuse"),
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.accelerator.validation_kernel",
+        SettingType.STRING,
+        "/vmlinuz",
+        "A Linux kernel on each host that the KVM validation guest boots (with no root disk it "
+        "must reach its panic, the known point, on the serial console). Debian links the "
+        "installed kernel at /vmlinuz, Ubuntu at /boot/vmlinuz.",
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.accelerator.validation_timeout_s",
+        SettingType.FLOAT,
+        60.0,
+        "How long the KVM validation guest may take to reach its known point; later is broken.",
+        minimum=1,
+        maximum=3600,
+    ),
+    SettingDef(
+        "cpu.model",
+        SettingType.STRING,
+        "",
+        "The CPU model of a cluster's VMs (cpu_mode cluster), a libvirt model name such as "
+        "Haswell-noTSX; empty: the baseline libvirt computes from every host's CPU, so a VM can "
+        "live-migrate to any host of its cluster.",
+        scope=SettingScope.CLUSTER,
     ),
     SettingDef(
         "host.recovery.max_starting_per_cluster",

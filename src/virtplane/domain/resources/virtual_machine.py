@@ -64,9 +64,21 @@ class Boot(Strict):
     cmdline: str = Field(default="", max_length=4096)
 
 
+class CpuMode(StrEnum):
+    CLUSTER = "cluster"
+    """The CPU model of the VM's cluster (a baseline of its hosts, or setting cpu.model): migrates anywhere in it."""
+    HOST_PASSTHROUGH = "host-passthrough"
+    """The host's own CPU: needs KVM, and migrates only to hosts with the identical CPU."""
+
+
 class VirtualMachineSpec(Strict):
     run_policy: RunPolicy = RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY
     cpu: int = Field(default=1, ge=1, le=256)
+    cpu_mode: CpuMode = Field(
+        default=CpuMode.CLUSTER,
+        description="cluster: the cluster's CPU model, so the VM can live-migrate to any host of its "
+        "cluster; host-passthrough: the host's CPU (KVM only; migrates only to identical CPUs).",
+    )
     memory_mib: int = Field(default=512, ge=16, le=4 * 1024 * 1024)
     disks: list[Disk] = Field(default_factory=list, max_length=32)
     live_migration_policy: LiveMigrationPolicy = LiveMigrationPolicy.ALLOWED
