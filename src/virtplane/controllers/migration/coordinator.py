@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
@@ -41,6 +42,7 @@ from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, set_condition
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_migration, write_migration
+from virtplane.domain.migration_policy import EffectivePolicy, effective_policy
 from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
 from virtplane.domain.resources import (
@@ -136,6 +138,29 @@ class MigrationCoordinator:
             return 0.0
         return round(100.0 * job.data_processed_mib / job.data_total_mib, 1)
 
+    def policy_of(self, vm: VirtualMachine) -> EffectivePolicy:
+        """The VM's migration policy: its spec.migration over the settings of its host."""
+        host = vm.status.host
+        cached = self.ctx.cache.host(host) if host else None
+        cluster = cached.spec.cluster if cached is not None else None
+
+        def setting(key: str) -> Any:
+            return self.ctx.settings.get(f"migration.{key}", cluster=cluster, host=host)
+
+        defaults = EffectivePolicy(
+            auto_converge=bool(setting("auto_converge")),
+            post_copy_after_s=int(setting("post_copy_after_s")),
+            max_downtime_ms=int(setting("max_downtime_ms")),
+            bandwidth_mib_s=int(setting("bandwidth_mib_s")),
+        )
+        return effective_policy(vm.spec.migration, defaults)
+
+    def record_dirty_rate(self, vm: VirtualMachine) -> None:
+        """Keep on the VM the highest dirty rate its migration showed (the plan's risk note reads it)."""
+        flight = self.flights.get(vm.metadata.name)
+        if flight is not None and flight.max_dirty_rate_mib_s is not None:
+            vm.status.migration_dirty_rate_mib_s = round(flight.max_dirty_rate_mib_s, 1)
+
     def vm_lock(self, name: str) -> asyncio.Lock:
         """Held while one VM's migration is started or followed."""
         return self._vm_locks.setdefault(name, asyncio.Lock())
@@ -227,13 +252,16 @@ class MigrationCoordinator:
                 "MigrationStarted",
                 f"live migration {mode}from {source} to {target} (attempt {attempt}, by {requested_by})",
             )
-            bandwidth = ctx.settings.get_int("migration.bandwidth_mib_s")
+            policy = self.policy_of(vm)
             request = MigrationRequest(
                 domain=domain_name(vm.metadata.uid),
                 target_uri=target_host.spec.uri,
                 migration_address=target_host.spec.migration_address,
                 copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
-                bandwidth_mib_s=bandwidth or None,
+                bandwidth_mib_s=policy.bandwidth_mib_s or None,
+                auto_converge=policy.auto_converge,
+                post_copy=policy.post_copy,
+                max_downtime_ms=policy.max_downtime_ms or None,
                 spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
             )
             try:
@@ -283,6 +311,7 @@ class MigrationCoordinator:
 
         def clear(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
+            self.record_dirty_rate(current)
             current.status.conditions = set_condition(
                 current.status.conditions,
                 VMCondition.MIGRATION,
