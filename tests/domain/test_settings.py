@@ -67,4 +67,9 @@ def test_the_allocation_ratios_are_host_scoped_with_novas_defaults() -> None:
     assert {k for k, d in REGISTRY.items() if d.scope is SettingScope.HOST} == {
         "host.cpu_allocation_ratio",
         "host.memory_allocation_ratio",
+        # the migration policy's defaults: a cluster or host may have its own (a VM's spec wins)
+        "migration.auto_converge",
+        "migration.bandwidth_mib_s",
+        "migration.max_downtime_ms",
+        "migration.post_copy_after_s",
     }

@@ -28,6 +28,7 @@ from tests.upgrade.conftest import (
     settled,
     upgraded,
 )
+from virtplane.drivers.sim._persist import SCHEMA_VERSION as SIM_SCHEMA_VERSION
 from virtplane.store.migrations.data.d0002_host_paths import ANNOTATION_PREFIX, CONDITION
 
 LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
@@ -38,8 +39,9 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path, caplog: pytest.L
     caplog.set_level(logging.INFO)
     with upgraded(release, tmp_path) as (server, _), server.client("viewer") as viewer:
         said = [r.getMessage() for r in caplog.records]
-        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
-        assert upgraded_sim == (SIM_SCHEMA[release] != "3"), "the sim file's upgrade is said"
+        current = str(SIM_SCHEMA_VERSION)
+        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to {current}" in line for line in said)
+        assert upgraded_sim == (SIM_SCHEMA[release] != current), "the sim file's upgrade is said"
         assert any(
             line.startswith("store upgrade: data migration: data migrations 1, 2 applied") for line in said
         ), said

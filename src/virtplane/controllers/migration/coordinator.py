@@ -45,6 +45,7 @@ from virtplane.domain.intents import MigrationIntent, read_migration, write_migr
 from virtplane.domain.migration_policy import EffectivePolicy, effective_policy
 from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.progress import InFlight
 from virtplane.domain.resources import (
     ConditionStatus,
     Host,
@@ -67,6 +68,25 @@ log = logging.getLogger("virtplane.controllers.migration")
 
 KIND = "Migration"
 """The controller kind that follows migrations in flight; its keys are VM names."""
+
+
+def policy_of(ctx: ControllerContext, vm: VirtualMachine) -> EffectivePolicy:
+    """The VM's migration policy: its spec.migration over the settings of its host (that
+    host's override, else its cluster's, else the global value)."""
+    host = vm.status.host
+    cached = ctx.cache.host(host) if host else None
+    cluster = cached.spec.cluster if cached is not None else None
+
+    def setting(key: str) -> Any:
+        return ctx.settings.get(f"migration.{key}", cluster=cluster, host=host)
+
+    defaults = EffectivePolicy(
+        auto_converge=bool(setting("auto_converge")),
+        post_copy_after_s=int(setting("post_copy_after_s")),
+        max_downtime_ms=int(setting("max_downtime_ms")),
+        bandwidth_mib_s=int(setting("bandwidth_mib_s")),
+    )
+    return effective_policy(vm.spec.migration, defaults)
 
 
 class MigrationCoordinator:
@@ -138,22 +158,22 @@ class MigrationCoordinator:
             return 0.0
         return round(100.0 * job.data_processed_mib / job.data_total_mib, 1)
 
-    def policy_of(self, vm: VirtualMachine) -> EffectivePolicy:
-        """The VM's migration policy: its spec.migration over the settings of its host."""
-        host = vm.status.host
-        cached = self.ctx.cache.host(host) if host else None
-        cluster = cached.spec.cluster if cached is not None else None
-
-        def setting(key: str) -> Any:
-            return self.ctx.settings.get(f"migration.{key}", cluster=cluster, host=host)
-
-        defaults = EffectivePolicy(
-            auto_converge=bool(setting("auto_converge")),
-            post_copy_after_s=int(setting("post_copy_after_s")),
-            max_downtime_ms=int(setting("max_downtime_ms")),
-            bandwidth_mib_s=int(setting("bandwidth_mib_s")),
+    def in_flight(self, vm_name: str, intent: MigrationIntent, *, returning: bool = False) -> InFlight:
+        """The progress event of the VM's migration under way, with what the hypervisor measures."""
+        job = self.job_of(vm_name)
+        return InFlight(
+            intent.target,
+            intent.attempt,
+            self.progress_pct(vm_name),
+            returning=returning,
+            dirty_rate_mib_s=round(job.dirty_rate_mib_s, 1) if job else 0.0,
+            remaining_mib=round(job.memory_remaining_mib, 1) if job else 0.0,
+            iteration=job.iteration if job else 0,
+            post_copy=job.post_copy if job else False,
         )
-        return effective_policy(vm.spec.migration, defaults)
+
+    def policy_of(self, vm: VirtualMachine) -> EffectivePolicy:
+        return policy_of(self.ctx, vm)
 
     def record_dirty_rate(self, vm: VirtualMachine) -> None:
         """Keep on the VM the highest dirty rate its migration showed (the plan's risk note reads it)."""
