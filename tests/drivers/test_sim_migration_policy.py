@@ -4,16 +4,22 @@ post-copy, maximum downtime; the arithmetic first, then through the driver."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 
 import pytest
 
 from virtplane.domain.phases import DomainState
-from virtplane.drivers.base import MigrationPhase, MigrationRequest
+from virtplane.drivers.base import MigrationPhase, MigrationRequest, domain_name
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.sim import FaultKind, SimCloud, SimDriver
 from virtplane.drivers.sim._precopy import Migration
 
 from .test_sim import TICK_S, cloud, h1, h2, make_spec, running, wait_for_job
+from .test_sim_migration_restarts import boot, source_and_target
+from .test_sim_persistence import connected, life, make_cloud
+from .test_sim_persistence import make_spec as persisted_spec
+from .test_sim_persistence import wait_for_job as wait_for_persisted_job
 
 __all__ = ["cloud", "h1", "h2"]  # fixtures
 
@@ -151,3 +157,65 @@ async def test_a_host_failure_during_post_copy_loses_the_guest(
     info = await h1.get_info(spec.name)
     assert info is not None and info.state is not DomainState.RUNNING
     assert cloud.active_hosts(spec.name) == []
+
+
+# --------------------------------------------------------------------------- the state file
+
+
+def test_a_migration_in_post_copy_goes_on_in_the_next_process(tmp_path: Path) -> None:
+    """The policy and the switch are stored with the job: the next process finishes it in
+    post-copy (no dirtying, no abort), as the hypervisors would."""
+    path = tmp_path / "sim.db"
+    name = domain_name("vm")
+
+    async def first_life() -> None:
+        cloud = make_cloud(path)
+        src = await source_and_target(cloud)
+        await boot(src, persisted_spec("vm", memory_mib=1024))
+        cloud.set_dirty_rate(name, 5000)
+        request = MigrationRequest(
+            domain=name, target_uri="sim://dst", bandwidth_mib_s=1, post_copy=True, auto_converge=True
+        )
+        await src.migrate(request)
+        await wait_for_persisted_job(src, name, lambda job: job.data_processed_mib > 0)
+        await src.start_post_copy(name)
+
+    async def second_life() -> None:
+        cloud = make_cloud(path)
+        src = await connected(cloud, "src")
+        job = await src.migration_job(name)
+        assert job is not None and job.post_copy and job.phase is MigrationPhase.RUNNING
+        with pytest.raises(PermanentError, match="post-copy"):
+            await src.abort_migration(name)
+
+    life(first_life)
+    life(second_life)
+
+
+def test_a_state_file_of_schema_3_gets_the_policy_column(tmp_path: Path) -> None:
+    """A migration stored before the policy was goes on with none: plain pre-copy."""
+    path = tmp_path / "sim.db"
+    name = domain_name("vm")
+
+    async def first_life() -> None:
+        cloud = make_cloud(path)
+        src = await source_and_target(cloud)
+        await boot(src, persisted_spec("vm", memory_mib=1024))
+        await src.migrate(MigrationRequest(domain=name, target_uri="sim://dst", bandwidth_mib_s=1))
+        await wait_for_persisted_job(src, name, lambda job: job.data_processed_mib > 0)
+
+    life(first_life)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE migrations DROP COLUMN policy")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
+    cloud = make_cloud(path)
+    migration = cloud.migrations.latest(name)
+    assert migration is not None and migration.phase is MigrationPhase.RUNNING
+    assert (migration.auto_converge, migration.post_copy_allowed, migration.post_copy) == (
+        False,
+        False,
+        False,
+    )
+    cloud.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
