@@ -185,9 +185,7 @@ class MigrationFollower:
             # still here, and no abort can bring it back; only the outcome is waited for
             return Result(requeue_after=POLL_S)
         reason = watch.abort_reason or self._abort_reason(vm, intent, watch)
-        if not reason:
-            await self._maybe_post_copy(vm, intent, watch, src, dname)
-        if reason:
+        if reason:  # an abort wins over a switch to post-copy due at the same time
             if not watch.abort_reason:
                 watch.abort_reason = reason
                 self.ctx.event(
@@ -199,6 +197,7 @@ class MigrationFollower:
             with contextlib.suppress(NotFound):
                 await src.abort_migration(dname)
             return Result(requeue_after=0.05)
+        await self._maybe_post_copy(vm, intent, watch, src, dname)
         progress_timeout = self.ctx.settings.get_int("migration.progress_timeout_s")
         return Result(requeue_after=min(POLL_S, max(0.05, progress_timeout / 4)))
 
