@@ -77,4 +77,9 @@ def test_the_allocation_ratios_are_host_scoped_with_novas_defaults() -> None:
         "host.memory_allocation_ratio",
         "host.accelerator.kvm_broken",
         "host.accelerator.validation_kernel",
+        # the migration policy's defaults: a cluster or host may have its own (a VM's spec wins)
+        "migration.auto_converge",
+        "migration.bandwidth_mib_s",
+        "migration.max_downtime_ms",
+        "migration.post_copy_after_s",
     }

@@ -197,9 +197,39 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         "migration.bandwidth_mib_s",
         SettingType.INT,
         0,
-        "Bandwidth limit per migration in MiB/s; 0 means no limit.",
+        "Bandwidth limit per migration in MiB/s; 0 means no limit. A VM's spec.migration overrides it.",
         minimum=0,
         maximum=1_000_000,
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "migration.auto_converge",
+        SettingType.BOOL,
+        False,
+        "Slow a migrating guest's vCPUs while pre-copy does not converge (libvirt's auto-converge). "
+        "A VM's spec.migration overrides it.",
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "migration.post_copy_after_s",
+        SettingType.INT,
+        0,
+        "Switch a migration to post-copy after this many seconds without convergence; 0 never. "
+        "RISK: during post-copy a failure of either host or of the link loses the guest. "
+        "A VM's spec.migration overrides it.",
+        minimum=0,
+        maximum=86400,
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "migration.max_downtime_ms",
+        SettingType.INT,
+        0,
+        "Longest pause of a migration's switch-over in ms; 0 the hypervisor's default (QEMU: 300). "
+        "A VM's spec.migration overrides it.",
+        minimum=0,
+        maximum=60_000,
+        scope=SettingScope.HOST,
     ),
     SettingDef(
         "host.cpu_allocation_ratio",

@@ -181,6 +181,10 @@ class MigrationJob:
     data_remaining_mib: float = 0.0
     iteration: int = 0
     error: str = ""
+    memory_remaining_mib: float = 0.0
+    dirty_rate_mib_s: float = 0.0  # what the guest dirties now, as the hypervisor measures it
+    throttle_pct: int = 0  # how far auto-converge slows the guest's vCPUs
+    post_copy: bool = False  # switched to post-copy: the guest runs on the target, memory split
 
     @property
     def finished(self) -> bool:
@@ -195,6 +199,9 @@ class MigrationRequest:
     bandwidth_mib_s: int | None = None
     spec: DomainSpec | None = field(default=None)  # lets the target pre-create copied disks
     migration_address: str | None = None  # where the target receives the data (its Host spec)
+    auto_converge: bool = False  # throttle the guest's vCPUs while pre-copy does not converge
+    post_copy: bool = False  # allow ``start_post_copy`` later (VIR_MIGRATE_POSTCOPY)
+    max_downtime_ms: int | None = None  # the longest pause the switch-over may take
 
 
 class ConsoleStream(Protocol):
@@ -329,6 +336,10 @@ class HypervisorDriver(Protocol):
 
     async def abort_migration(self, name: str) -> None:
         """Abort the outgoing migration of ``name``, also one started by an earlier process."""
+
+    async def start_post_copy(self, name: str) -> None:
+        """Switch the outgoing migration of ``name`` (started with ``post_copy``) to post-copy:
+        the guest runs on the target from now on and pulls the pages it still lacks. Idempotent."""
 
 
 __all__ = [

@@ -212,5 +212,8 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
 
         await self._call(abort)
 
+    async def start_post_copy(self, name: str) -> None:
+        await self._call(lambda conn: self._migrations.start_post_copy(LibvirtDomain.lookup(conn, name)))
+
 
 __all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "LibvirtDriver"]

@@ -334,3 +334,7 @@ class SimDriver:
     @_entry_point
     async def abort_migration(self, name: str) -> None:
         self._world.migrations.abort(self._host(), name)
+
+    @_entry_point
+    async def start_post_copy(self, name: str) -> None:
+        self._world.migrations.start_post_copy(self._host(), name)
