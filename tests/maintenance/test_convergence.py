@@ -103,6 +103,18 @@ async def test_post_copy_after_its_bound_brings_a_busy_guest_over(busy: Cluster,
     assert "MigrationPostCopy" in busy.events("VirtualMachine", "v0")
 
 
+async def test_an_abort_due_with_the_post_copy_switch_wins(busy: Cluster, clock: WallClock) -> None:
+    set_policy(busy, post_copy_after_s=3)
+    busy.sim.set_dirty_rate(busy.domain("v0"), BUSY_MIB_S)
+    busy.request("h1")
+    await eventually(lambda: passes(busy) >= 10)
+    clock.advance(6)  # past the post-copy bound and the completion timeout at the same look
+    await busy.wait_state("h1", "ErrorInMaintenance")
+    events = busy.events("VirtualMachine", "v0")
+    assert "MigrationAborting" in events and "MigrationPostCopy" not in events
+    assert busy.settled("v0", "h1")
+
+
 async def test_a_restart_during_post_copy_reads_the_outcome_back(
     busy: Cluster, store: Store, clock: WallClock
 ) -> None:
