@@ -24,7 +24,7 @@ WITH_HOST_PATHS = ("245494f", "e3e7cb1")
 """Releases before the image library: volumes copied from host paths, kernels booted from them."""
 RELEASES = (*WITH_HOST_PATHS, "8ce44f1", "fa36f81")
 SIM_SCHEMA = {"245494f": "1", "e3e7cb1": "2", "8ce44f1": "2", "fa36f81": "3"}
-"""The schema of the simulator's state file each release wrote (3 is the current one)."""
+"""The schema of the simulator's state file each release wrote (the current one is ``_persist.SCHEMA_VERSION``, 4)."""
 
 
 @contextmanager

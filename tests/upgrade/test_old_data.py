@@ -28,6 +28,7 @@ from tests.upgrade.conftest import (
     settled,
     upgraded,
 )
+from virtplane.drivers.sim._persist import SCHEMA_VERSION as SIM_SCHEMA_VERSION
 from virtplane.store.migrations.data.d0002_host_paths import ANNOTATION_PREFIX, CONDITION
 
 LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
@@ -40,8 +41,9 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path) -> None:
         upgraded(release, tmp_path) as (server, _),
         server.client("viewer") as viewer,
     ):
-        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
-        assert upgraded_sim == (SIM_SCHEMA[release] != "3"), f"the sim file's upgrade is said: {said}"
+        current = str(SIM_SCHEMA_VERSION)
+        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to {current}" in line for line in said)
+        assert upgraded_sim == (SIM_SCHEMA[release] != current), f"the sim file's upgrade is said: {said}"
         assert any(
             line.startswith("store upgrade: data migration: data migrations 1, 2 applied") for line in said
         ), said

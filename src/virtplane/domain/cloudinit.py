@@ -35,7 +35,11 @@ def network_config(nics: list[SeedNic]) -> dict[str, Any]:
         if nic.ip and nic.prefix_length is not None:
             entry["addresses"] = [f"{nic.ip}/{nic.prefix_length}"]
             if nic.gateway:
-                entry["routes"] = [{"to": "0.0.0.0/0", "via": nic.gateway}]
+                # The default route as gateway4/gateway6, not as a route "to: 0.0.0.0/0": cloud-init's
+                # ENI renderer (images with ifupdown) writes routes as `post-up route add`, which needs
+                # net-tools, and a gateway as ifupdown's own `gateway` line; netplan reads gateway4
+                # (deprecated, still read) and refuses a second default route next to it.
+                entry["gateway6" if ":" in nic.gateway else "gateway4"] = nic.gateway
             if nic.dns_servers:
                 entry["nameservers"] = {"addresses": list(nic.dns_servers)}
         else:
