@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
+import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from virtplane.drivers.base import HypervisorDriver
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.store.store import Store, sqlite_url
+from virtplane.tls import ServerTls, TlsConfigError, is_loopback
 
 log = logging.getLogger("virtplane.server")
 
@@ -50,6 +53,10 @@ class ServeOptions:
     sim_bridges: tuple[str, ...] | None = None
     """The Linux bridges each new simulated host has (None: the demo's with --demo, else none)."""
     lease_s: float = 15.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_http: bool = False
+    """Serve plain HTTP on a non-loopback address (a warning is logged): behind a TLS proxy."""
 
 
 class ApiServer(uvicorn.Server):
@@ -59,9 +66,16 @@ class ApiServer(uvicorn.Server):
     never finishes by itself: without this, shutdown would wait for every watcher.
     """
 
-    def __init__(self, config: uvicorn.Config, streams: Streams) -> None:
+    def __init__(self, config: uvicorn.Config, streams: Streams, tls: ServerTls | None = None) -> None:
         super().__init__(config)
         self.streams = streams
+        self.tls = tls
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.tls is not None:
+            # SIGHUP: a renewed certificate for new connections; the listener stays open
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.tls.reload)
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.streams.close()
@@ -187,6 +201,7 @@ def run_server(options: ServeOptions) -> None:
     """Serve until interrupted. In this order, so that a refusal starts nothing: take the data
     directory, bind the port, then build the store, the controllers and the app."""
     configure_logging(options.log_level, options.log_format)
+    tls = server_tls(options)
     locks = [DataDirLock(d) for d in store_directories(options)]
     try:
         for lock in locks:
@@ -195,10 +210,35 @@ def run_server(options: ServeOptions) -> None:
             except DataDirBusy as exc:
                 raise ServeRefused(str(exc)) from None
         sock = listen(options.host, options.port)
-        _serve(options, sock)
+        _serve(options, sock, tls)
     finally:
         for lock in locks:
             lock.release()
+
+
+def server_tls(options: ServeOptions) -> ServerTls | None:
+    """The TLS context of ``--tls-cert``/``--tls-key``, or ServeRefused: plain HTTP only on
+    loopback, unless ``--insecure-http`` says the operator means it."""
+    if (options.tls_cert is None) != (options.tls_key is None):
+        raise ServeRefused("--tls-cert and --tls-key go together: give both, or neither for plain HTTP")
+    if options.tls_cert is not None and options.tls_key is not None:
+        try:
+            return ServerTls(options.tls_cert, options.tls_key)
+        except TlsConfigError as error:
+            raise ServeRefused(str(error)) from None
+    if not is_loopback(options.host):
+        if not options.insecure_http:
+            raise ServeRefused(
+                f"{options.host} is not a loopback address and no certificate was given: tokens would "
+                "cross the network in clear. Give --tls-cert and --tls-key (docs/operator-guide.md, "
+                "'TLS'), or --insecure-http if a TLS proxy in front of virtplane does it."
+            )
+        log.warning(
+            "serving plain HTTP on %s (--insecure-http): tokens and passwords cross the network in "
+            "clear unless a TLS proxy is in front",
+            options.host,
+        )
+    return None
 
 
 def store_directories(options: ServeOptions) -> list[Path]:
@@ -212,12 +252,14 @@ def store_directories(options: ServeOptions) -> list[Path]:
     return directories
 
 
-def _serve(options: ServeOptions, sock: socket.socket) -> None:
+def _serve(options: ServeOptions, sock: socket.socket, tls: ServerTls | None = None) -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     plane, token, db_url = build(options)
-    url = f"http://{options.host}:{options.port}"
+    url = f"{'https' if tls else 'http'}://{options.host}:{options.port}"
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
+    if tls is not None:
+        console.print(f"TLS certificate SHA-256 fingerprint: {tls.fingerprint}", soft_wrap=True)
     console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
     # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
     console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)
@@ -232,5 +274,7 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
         http="httptools",
         log_level=options.log_level.lower(),
         log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
+        # our one context, which SIGHUP reloads in place (ServerTls)
+        ssl_context_factory=(lambda _config, _default: tls.context) if tls is not None else None,
     )
-    ApiServer(config, plane.api_context.streams).run(sockets=[sock])
+    ApiServer(config, plane.api_context.streams, tls).run(sockets=[sock])

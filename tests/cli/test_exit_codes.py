@@ -27,6 +27,8 @@ CASES: dict[ExitCode, Callable[[Invoke], Result]] = {
     ExitCode.TIMEOUT: lambda invoke: invoke("vm", "start", "manual", "--wait", "--timeout", "2"),
     ExitCode.DENIED: lambda invoke: invoke("vm", "stop", "always", role="viewer"),
     ExitCode.NOT_FOUND: lambda invoke: invoke("get", "vm", "no-such-vm"),
+    # a pin for a plain http:// URL: nothing to verify (tests/cli/test_tls.py: a CA or pin mismatch)
+    ExitCode.UNTRUSTED: lambda invoke: invoke("--tls-fingerprint", "ab" * 32, "get", "vms"),
 }
 
 

@@ -27,6 +27,9 @@ sim-boot-seconds = 0.1
 sim-shutdown-seconds = 0.2
 sim-link-mib-s = 50000
 leader-lease-seconds = 6
+tls-cert = "{dir}/cert.pem"
+tls-key = "{dir}/key.pem"
+insecure-http = true
 """
 
 
@@ -72,6 +75,9 @@ def test_every_flag_of_serve_can_come_from_the_file(
             sim_shutdown_seconds=0.2,
             sim_link_mib_s=50000,
             lease_s=6.0,
+            tls_cert=tmp_path / "cert.pem",
+            tls_key=tmp_path / "key.pem",
+            insecure_http=True,
         )
     ]
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import selectors
+import ssl
 import sys
 import termios
 import threading
@@ -29,6 +30,7 @@ from websockets.typing import Subprotocol
 
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable
 from virtplane.cli.context import state_of
+from virtplane.cli.tls import untrusted_from
 
 SUBPROTOCOL = "virtplane.console.v1"  # as the server's api/routes/console.py names it
 ESCAPE = b"\x1d"  # Ctrl-]
@@ -53,15 +55,22 @@ def _refusal(exc: InvalidStatus) -> ApiError:
     return ApiError(response.status_code, f"HTTP{response.status_code}", response.reason_phrase)
 
 
-def _open(url: str, base_url: str, token: str | None) -> ClientConnection:
+def _open(url: str, base_url: str, token: str | None, tls: ssl.SSLContext | None) -> ClientConnection:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         return connect(
-            url, additional_headers=headers, subprotocols=[Subprotocol(SUBPROTOCOL)], open_timeout=15
+            url,
+            additional_headers=headers,
+            subprotocols=[Subprotocol(SUBPROTOCOL)],
+            open_timeout=15,
+            ssl=tls if url.startswith("wss:") else None,
         )
     except InvalidStatus as exc:
         raise _refusal(exc) from None
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+        untrusted = untrusted_from(exc, base_url)
+        if untrusted is not None:
+            raise untrusted from None
         raise ServerUnreachable(base_url, str(exc) or type(exc).__name__) from None
 
 
@@ -178,7 +187,7 @@ def console(
     """Attach to a VM's serial console (operator role). Ctrl-] detaches."""
     state = state_of(ctx)
     url = console_url(state.url, name)
-    ws = _open(url, state.url, state.token)
+    ws = _open(url, state.url, state.token, state.tls())
     stdin = sys.stdin.buffer
     interactive = stdin.isatty()
     if interactive:

@@ -16,6 +16,7 @@ from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
+from virtplane.cli.tls import normalize_fingerprint
 
 __all__ = ["app", "main"]
 
@@ -73,6 +74,27 @@ def root(
             show_default=False,
         ),
     ] = None,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-file",
+            envvar="VIRTPLANE_CA_FILE",
+            dir_okay=False,
+            help="PEM file of the CA(s) that signed the server's certificate (default: the system's).",
+            show_default=False,
+        ),
+    ] = None,
+    tls_fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-fingerprint",
+            envvar="VIRTPLANE_TLS_FINGERPRINT",
+            callback=normalize_fingerprint,
+            help="Trust only the certificate with this SHA-256 fingerprint (AB:CD:..., as `serve` "
+            "prints it); replaces CA checks.",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
@@ -85,6 +107,8 @@ def root(
         token=token or None,
         transport=overrides.transport,
         clock=overrides.clock or SystemClock(),
+        ca_file=ca_file,
+        tls_fingerprint=tls_fingerprint,
     )
     ctx.obj = state
     ctx.call_on_close(state.close)
@@ -168,6 +192,26 @@ def serve(
             "over this long after the leader died.",
         ),
     ] = 15.0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-cert",
+            dir_okay=False,
+            help="PEM certificate (chain) to serve HTTPS with; SIGHUP reloads it and --tls-key.",
+            show_default=False,
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.", show_default=False),
+    ] = None,
+    insecure_http: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-http",
+            help="Allow plain HTTP on a non-loopback --host (behind a TLS proxy); logs a warning.",
+        ),
+    ] = False,
 ) -> None:
     """Run the control plane: API, controllers and dashboard, until interrupted.
 
@@ -194,6 +238,9 @@ def serve(
                 sim_shutdown_seconds=sim_shutdown_seconds,
                 sim_link_mib_s=sim_link_mib_s,
                 lease_s=lease_seconds,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                insecure_http=insecure_http,
             )
         )
     except ServeRefused as refused:
