@@ -21,6 +21,7 @@ from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
+from virtplane.store.sealing import Keyring, SecretsKeyError
 from virtplane.store.store import Store, sqlite_url
 from virtplane.tls import ServerTls, TlsConfigError, is_loopback
 
@@ -57,6 +58,8 @@ class ServeOptions:
     tls_key: Path | None = None
     insecure_http: bool = False
     """Serve plain HTTP on a non-loopback address (a warning is logged): behind a TLS proxy."""
+    secrets_key_file: Path | None = None
+    """The key that seals Secrets' passwords (store/sealing.py); None: DATA_DIR/secrets.key."""
 
 
 class ApiServer(uvicorn.Server):
@@ -141,7 +144,11 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
 
     options.data_dir.mkdir(parents=True, exist_ok=True)
     db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
-    store = Store(db_url)
+    try:
+        keyring = Keyring.load_or_create(options.secrets_key_file or options.data_dir / "secrets.key")
+    except SecretsKeyError as error:
+        raise ServeRefused(str(error)) from None
+    store = Store(db_url, keyring=keyring)
     store.migrate()
     token = admin_token(store, options.data_dir)
     if options.demo:

@@ -31,6 +31,7 @@ class RecordedServeOptions:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     insecure_http: bool = False
+    secrets_key_file: Path | None = None
 
 
 class RecordedServeRefused(Exception):

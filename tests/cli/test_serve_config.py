@@ -30,6 +30,7 @@ leader-lease-seconds = 6
 tls-cert = "{dir}/cert.pem"
 tls-key = "{dir}/key.pem"
 insecure-http = true
+secrets-key-file = "{dir}/secrets.key"
 """
 
 
@@ -78,6 +79,7 @@ def test_every_flag_of_serve_can_come_from_the_file(
             tls_cert=tmp_path / "cert.pem",
             tls_key=tmp_path / "key.pem",
             insecure_http=True,
+            secrets_key_file=tmp_path / "secrets.key",
         )
     ]
 

@@ -40,7 +40,7 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path, caplog: pytest.L
         said = [r.getMessage() for r in caplog.records]
         upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
         assert upgraded_sim == (SIM_SCHEMA[release] != "3"), "the sim file's upgrade is said"
-        assert any(line.startswith("upgrade: data migrations 1, 2 applied") for line in said), said
+        assert any(line.startswith("upgrade: data migrations 1, 2, 3 applied") for line in said), said
         vms = {vm["metadata"]["name"]: vm for vm in viewer.get("/v1/vms").json()["items"]}
         old = {"web-1", "web-2", "app-1", "db-1", "batch-1", "archive-1", "legacy-1"}
         assert old <= set(vms), "every VM the old release had is there"

@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from virtplane import __version__
-from virtplane.cli import console, hosts, resources, settings, vms
+from virtplane.cli import console, hosts, resources, secrets, settings, vms
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock
@@ -205,6 +205,16 @@ def serve(
         Path | None,
         typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.", show_default=False),
     ] = None,
+    secrets_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secrets-key-file",
+            dir_okay=False,
+            help="The key that seals Secrets' passwords (default DATA_DIR/secrets.key, made 0600 at "
+            "first start); keep a copy apart from the database's backups.",
+            show_default=False,
+        ),
+    ] = None,
     insecure_http: Annotated[
         bool,
         typer.Option(
@@ -241,6 +251,7 @@ def serve(
                 tls_cert=tls_cert,
                 tls_key=tls_key,
                 insecure_http=insecure_http,
+                secrets_key_file=secrets_key_file,
             )
         )
     except ServeRefused as refused:
@@ -252,6 +263,7 @@ vms.register(app)
 hosts.register(app)
 settings.register(app)
 console.register(app)
+secrets.register(app)
 
 
 def main() -> None:
