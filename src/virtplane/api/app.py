@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from virtplane import __version__
-from virtplane.api.auth import TokenCache
+from virtplane.api.auth import Principal, Role, TokenCache, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.openapi_errors import document_error_responses
@@ -102,7 +102,9 @@ def create_app(
         metrics_registry = registry
 
         @app.get("/metrics", tags=["Health"], operation_id="metrics", include_in_schema=False)
-        async def metrics() -> Response:  # on the event loop: collectors read the cache it updates
+        async def metrics(  # on the event loop: collectors read the cache it updates
+            _: Principal = Depends(require(Role.VIEWER)),  # it names every VM and host: a token
+        ) -> Response:
             return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(whoami_router)
