@@ -36,8 +36,6 @@ PUBLIC = {
     ("GET", "/ui/static/{file_name}"): (200,),
     ("GET", "/ui/static/vendor/{file_name}"): (404,),  # PARAMS' file_name is not a vendored file
     ("GET", "/docs"): (200,),
-    ("GET", "/docs/oauth2-redirect"): (200,),
-    ("GET", "/redoc"): (200,),
 }
 HIDDEN_WITH_A_TOKEN = {("GET", "/metrics"): "viewer"}
 """Outside the OpenAPI document, not public: the metrics name every VM and host (issue 31)."""

@@ -82,6 +82,10 @@ def create_app(
         lifespan=lifespan or _no_lifespan,
         # no 307 to a path without the trailing slash: /v1/vms/%2F is a 404, not a redirect to the list
         redirect_slashes=False,
+        # /docs is the dashboard's (virtplane.web): Swagger UI shipped in the package, under its
+        # content policy; FastAPI's pages would load it (and ReDoc) from a CDN
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
