@@ -183,10 +183,16 @@ def console(
             help="Without a terminal: at the end of the input, wait until the guest is quiet this long."
         ),
     ] = 1.0,
+    takeover: Annotated[
+        bool,
+        typer.Option(
+            "--takeover", help="Admin: end the session that holds the console (it is told who) and attach."
+        ),
+    ] = False,
 ) -> None:
     """Attach to a VM's serial console (operator role). Ctrl-] detaches."""
     state = state_of(ctx)
-    url = console_url(state.url, name)
+    url = console_url(state.url, name) + ("?takeover=true" if takeover else "")
     ws = _open(url, state.url, state.token, state.tls())
     stdin = sys.stdin.buffer
     interactive = stdin.isatty()
@@ -215,7 +221,8 @@ def console(
 EPILOG = (
     "Examples:\n"
     "  virtplane console web-1                      # Ctrl-] detaches\n"
-    "  printf 'hostname\\n' | virtplane console web-1  # line by line, for scripts"
+    "  printf 'hostname\\n' | virtplane console web-1  # line by line, for scripts\n"
+    "  virtplane console web-1 --takeover           # admin: someone left it attached"
 )
 
 
