@@ -135,14 +135,21 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             le=MAX_WATCH_TIMEOUT_S,
             description="With watch: end after this long.",
         ),
-        _: Principal = read,
+        principal: Principal = read,
     ) -> Response:
         ctx = _ctx(request)
         labels = parse_labels(label_selector)
         fields = parse_fields(field_selector, fields_of_kind)
+        redacted = not principal.can(Role.OPERATOR)  # a viewer: no user_data (api/shown.py)
         if not watch:
             return page_response(
-                ctx.store, cls, limit=limit, token=continue_token, labels=labels, fields=fields
+                ctx.store,
+                cls,
+                limit=limit,
+                token=continue_token,
+                labels=labels,
+                fields=fields,
+                redacted=redacted,
             )
         since = ctx.store.revision() if resource_version is None else resource_version
         require_resumable(ctx.store, since)
@@ -155,11 +162,12 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             streams=ctx.streams,
             options=ctx.watch,
             timeout_s=timeout_s,
+            redacted=redacted,
         )
         return stream_response(stream)
 
-    def get_object(name: str, request: Request, _: Principal = read) -> Any:
-        return public_doc(_ctx(request).store.get(cls, name))
+    def get_object(name: str, request: Request, principal: Principal = read) -> Any:
+        return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))
 
     async def create_object(
         request: Request,
