@@ -248,6 +248,14 @@ def server_tls(options: ServeOptions) -> ServerTls | None:
     return None
 
 
+def print_fingerprint(console: Console, fingerprint: str) -> None:
+    """The line operators pin the certificate from (``--tls-fingerprint``), verbatim: without
+    ``emoji=False`` Rich prints the ':CD:' of a fingerprint as a disc."""
+    console.print(
+        f"TLS certificate SHA-256 fingerprint: {fingerprint}", soft_wrap=True, emoji=False, markup=False
+    )
+
+
 def store_directories(options: ServeOptions) -> list[Path]:
     """The directories one server must own: the data directory, and a SQLite store's own if elsewhere."""
     directories = [options.data_dir.resolve()]
@@ -266,7 +274,7 @@ def _serve(options: ServeOptions, sock: socket.socket, tls: ServerTls | None = N
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
     if tls is not None:
-        console.print(f"TLS certificate SHA-256 fingerprint: {tls.fingerprint}", soft_wrap=True)
+        print_fingerprint(console, tls.fingerprint)
     console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
     # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
     console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)

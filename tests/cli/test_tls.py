@@ -5,6 +5,7 @@ unless ``--insecure-http``."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
@@ -17,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from tests.crash.server import ServerProcess, free_port
 from tests.pki import Issued, TestCa
-from virtplane.server import ServeOptions, ServeRefused, server_tls
+from virtplane.server import ServeOptions, ServeRefused, print_fingerprint, server_tls
 from virtplane.tls import sha256_fingerprint
 
 
@@ -117,6 +119,13 @@ def test_the_cli_talks_to_a_tls_server_it_trusts_and_refuses_one_it_does_not(
         assert plain.returncode == 7 and "is not https://" in one_line(plain.stderr)
     finally:
         server.stop()
+
+
+def test_the_fingerprint_is_printed_verbatim_even_where_it_spells_an_emoji_code() -> None:
+    fingerprint = ":".join(["CD", "AB", "ID", "OK"] * 8)  # Rich's :cd: :ab: :id: :ok: emoji codes
+    console = Console(file=io.StringIO(), width=80)
+    print_fingerprint(console, fingerprint)
+    assert console.file.getvalue() == f"TLS certificate SHA-256 fingerprint: {fingerprint}\n"  # type: ignore[attr-defined]
 
 
 def test_sighup_serves_a_new_certificate_to_new_connections_on_the_same_listener(
