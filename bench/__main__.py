@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, drain, fleet, report
+from bench import against, api, ceiling, cli_start, drain, fleet, report, soak
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -25,14 +25,17 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({1, 3, 4}), api.run),
     (frozenset({6}), drain.run),
     (frozenset({2, 5, 7, 8}), fleet.run),
+    (frozenset({9}), soak.run),
+    (frozenset({10}), cli_start.run),
 )
+ALL_ROWS = frozenset(range(1, 11))
 
 
 def parse_rows(text: str) -> frozenset[int]:
     rows = frozenset(int(part) for part in text.split(",") if part.strip())
-    unknown = rows - frozenset(range(1, 9))
+    unknown = rows - ALL_ROWS
     if unknown:
-        raise argparse.ArgumentTypeError(f"no such rows: {sorted(unknown)} (rows are 1 to 8)")
+        raise argparse.ArgumentTypeError(f"no such rows: {sorted(unknown)} (rows are 1 to {max(ALL_ROWS)})")
     return rows
 
 
@@ -55,9 +58,7 @@ async def run(
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--short", action="store_true", help="small sizes, a couple of minutes (CI)")
-    parser.add_argument(
-        "--rows", type=parse_rows, default=frozenset(range(1, 9)), help="e.g. 1,4 (default: all)"
-    )
+    parser.add_argument("--rows", type=parse_rows, default=ALL_ROWS, help="e.g. 1,4 (default: all)")
     parser.add_argument(
         "--profile", action="store_true", help="record each row with py-spy (slows the server)"
     )
@@ -104,7 +105,7 @@ def main() -> None:
     if args.save or not args.short:
         path = report.write_json(result, results)
         print(f"wrote {path}")
-        if not args.short and args.rows == frozenset(range(1, 9)) and not args.profile:
+        if not args.short and args.rows == ALL_ROWS and not args.profile:
             report.write_markdown(result, report.ROOT / "docs" / "benchmarks.md")
             print("wrote docs/benchmarks.md")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from virtplane.api.limits import RequestLimits
 from virtplane.server import ServeOptions, run_server
 
 
@@ -30,6 +31,8 @@ def main() -> None:
             sim_shutdown_seconds=0.0,
             sim_link_mib_s=args.link_mib_s,
             sim_migration_tick_s=args.migration_tick_s,
+            # row 1 measures how many writes one token's clients can make: no rate limit on them
+            request_limits=RequestLimits(writes_per_second=0),
         )
     )
 

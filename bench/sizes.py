@@ -18,6 +18,10 @@ class Sizes:
     idle_s: float = 120.0  # row 7: two resync periods, four heartbeats
     pages: int = 20  # row 8
     drain_vms: int = 40  # row 6
+    soak_days: int = 90  # row 9: simulated days, each of 24 ticks of an hour
+    soak_creates_per_tick: int = 8  # VMs created a tick, and as many deleted
+    soak_status_per_tick: int = 24  # status writes a tick
+    cli_runs: int = 20  # row 10: launches of each command
 
 
 FULL = Sizes("full")
@@ -33,4 +37,8 @@ SHORT = Sizes(
     idle_s=10.0,
     pages=5,
     drain_vms=10,
+    soak_days=10,
+    soak_creates_per_tick=4,
+    soak_status_per_tick=12,
+    cli_runs=5,
 )

@@ -2,7 +2,8 @@
 around a real test-driver connection whose opens and calls block while it is stopped, as a
 stopped daemon's do, and which records every close with the calls then in the connection
 (libvirt frees a closed connection, and a call still in it crashes the process when it
-returns, so that number must be 0)."""
+returns, so that number must be 0). It can also be cut off from the control plane (a network
+partition): opens and calls fail at once while its domains keep running."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ class StoppableDaemon:
         self.in_calls = 0  # calls waiting in a stopped daemon, over all connections
         self.closes: list[int] = []  # for each close: the calls then in that connection
         self.connections: list[HeldConnection] = []
+        self.partitioned = False
+
+    def cut_off(self) -> None:
+        """The link to the host is down: every open and call fails at once."""
+        self.partitioned = True
+
+    def reconnect(self) -> None:
+        self.partitioned = False
 
     def stop(self) -> None:
         self.running.clear()
@@ -34,6 +43,8 @@ class StoppableDaemon:
 
     def open(self, _uri: str) -> Any:
         self._held(lambda: None)
+        if self.partitioned:
+            raise libvirt.libvirtError(f"unable to connect to {self.uri}: No route to host")
         self.connections.append(HeldConnection(libvirt.open(self.uri), self))
         return self.connections[-1]
 
@@ -60,7 +71,7 @@ class HeldConnection:
         self.dead = True
 
     def isAlive(self) -> int:
-        return 0 if self.dead else 1
+        return 0 if self.dead or self._daemon.partitioned else 1
 
     def close(self) -> int:
         with self._daemon.lock:
@@ -73,7 +84,7 @@ class HeldConnection:
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self.dead:  # a dead connection fails at once, without asking the daemon
+            if self.dead or self._daemon.partitioned:  # fails at once, without asking the daemon
                 self._answer(attribute)
             with self._daemon.lock:
                 self.in_calls += 1
@@ -86,6 +97,6 @@ class HeldConnection:
         return call
 
     def _answer(self, attribute: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.dead:
+        if self.dead or self._daemon.partitioned:
             raise libvirt.libvirtError("Cannot recv data: Connection reset by peer")
         return attribute(*args, **kwargs)

@@ -4,6 +4,7 @@ the settings from the registry."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from virtplane.cli.exit_codes import ExitCode
+from virtplane.domain.resources import VirtualMachineSpec
 from virtplane.domain.settings import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +45,10 @@ def test_the_site_builds_strictly_with_every_reference(tmp_path: Path) -> None:
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert "/v1/hosts/{name}/maintenance" in api and "409" in api
     assert (site / "reference" / "openapi.json").exists()
+    kinds = (site / "reference" / "kinds" / "index.html").read_text(encoding="utf-8")
+    for field in VirtualMachineSpec.model_fields:
+        assert f"<code>spec.{field}</code>" in kinds, f"the field reference has spec.{field} of a VM"
+    assert "<code>spec.nics.network</code>" in kinds and "<code>status.conditions</code>" in kinds
 
 
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
@@ -65,3 +71,57 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
 
     assert done.returncode != 0
     assert "missing.md" in done.stderr
+
+
+def _repo_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    for part in ("docs", "scripts"):
+        shutil.copytree(ROOT / part, copy / part)
+    shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        ("Raise `host.liveness.disconnect_after_s` on a slow network.", "host.liveness.disconnect_after_s"),
+        ("Every `migration.retry.*` setting applies.", "migration.retry.*"),
+        ("```yaml\nkind: VirtualMachineBackup\nmetadata: {name: b}\n```", "VirtualMachineBackup"),
+        ("Redfish fencing is in progress and not part of this release.", "not part of this release"),
+        ("Stop it with `virtplane vm halt web-1`.", "no command halt"),
+        ("Follow them with `virtplane events --tail`.", "no option --tail"),
+    ],
+    ids=[
+        "unknown-setting",
+        "unknown-settings-prefix",
+        "unknown-kind",
+        "unshipped-feature",
+        "unknown-command",
+        "unknown-option",
+    ],
+)
+def test_a_statement_the_code_contradicts_fails_the_build(tmp_path: Path, statement: str, named: str) -> None:
+    copy = _repo_copy(tmp_path)
+    guide = copy / "docs" / "operator-guide.md"
+    guide.write_text(guide.read_text(encoding="utf-8") + f"\n{statement}\n", encoding="utf-8")
+
+    done = subprocess.run(
+        [sys.executable, str(copy / "scripts" / "build_docs.py"), "--site-dir", str(tmp_path / "site")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode != 0
+    assert "operator-guide.md" in done.stderr and named in done.stderr, done.stderr
+
+
+def test_the_readme_states_nothing_the_code_contradicts() -> None:
+    spec = importlib.util.spec_from_file_location("build_docs", ROOT / "scripts" / "build_docs.py")
+    assert spec is not None and spec.loader is not None
+    build_docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_docs)
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert build_docs.check_statements(readme, "README.md") == []
+    assert build_docs.check_commands(readme, "README.md") == []

@@ -97,7 +97,12 @@ def test_a_vms_seed_follows_its_spec_and_its_networks() -> None:
     assert seed is not None and seed.file_name == f"vp-seed-{seed.digest}.iso"
     label, files = read_seed_iso(seed.iso())
     assert label == "cidata"
-    assert yaml.safe_load(files["meta-data"])["instance-id"] == "uid-7"
+    meta = yaml.safe_load(files["meta-data"])
+    assert (meta["instance-id"], meta["local-hostname"], meta["public-keys"]) == (
+        "uid-7",
+        "web-1",
+        ["ssh-ed25519 K"],
+    )
     nic = yaml.safe_load(files["network-config"])["ethernets"]["nic0"]
     assert nic["addresses"] == ["10.1.0.9/24"] and nic["nameservers"] == {"addresses": ["10.1.0.53"]}
     # rebuilt when the spec changes: another digest, another file

@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from virtplane.api.app import create_app
+from virtplane.api.app import TokenCacheCollector, create_app
 from virtplane.api.context import ApiContext
 from virtplane.controllers import (
     host,
@@ -69,6 +69,7 @@ from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Reque
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
+from virtplane.runtime.retention import Retention
 from virtplane.services.admission import Admission
 from virtplane.services.console import ConsoleService
 from virtplane.services.maintenance import MaintenanceService
@@ -172,8 +173,10 @@ class ControlPlane:
         self.sim = sim
         self.settings = Settings(store)
         self.cache = Cache(store)
-        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s)
+        self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s, resync=self.cache.resync)
+        self.retention = Retention(store, self.settings, keep_after=lambda: self.feed.revision)
         self.registry = CollectorRegistry()
+        self._tokens_collector: TokenCacheCollector | None = None
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
         self.ctx = ControllerContext(
             store,
@@ -350,6 +353,7 @@ class ControlPlane:
                     name=f"resync-{kind}",
                 )
             )
+        self._lead_tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         # Level-triggered start: every object is looked at once, in dependency order, after
         # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for kind in (
@@ -409,9 +413,14 @@ class ControlPlane:
             finally:
                 await self.stop()
 
-        return create_app(
+        app = create_app(
             self.api_context,
             lifespan=lifespan,
             registry=self.registry,
             extra_routers=self.options.extra_routers,
         )
+        if self._tokens_collector is not None:  # an app built again: its cache is the one shown
+            self.registry.unregister(self._tokens_collector)
+        self._tokens_collector = TokenCacheCollector(app.state.tokens)
+        self.registry.register(self._tokens_collector)
+        return app

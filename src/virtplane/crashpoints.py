@@ -21,6 +21,7 @@ POINTS = (
     "host.before-fence",  # the fence is recorded on the host, the BMC not asked yet
     "vm.seed-written",  # a new seed file is on the host, the domain not yet defined with it
     "migration.seed-copied",  # a local seed is on the migration's target, the migration not yet begun
+    "upgrade.before-commit",  # the store's upgrade done and backed up, its transaction not committed
 )
 
 

@@ -17,6 +17,7 @@ from cryptography.fernet import Fernet
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.store.sealing import Keyring, write_key_file
 from virtplane.store.store import Store, sqlite_url
+from virtplane.store.upgrade import NewerData
 
 __all__ = ["RotateRefused", "rotate_key"]
 
@@ -41,13 +42,17 @@ def rotate_key(data_dir: Path, db_url: str | None = None, key_file: Path | None 
     try:
         old = Keyring.load(path)
         new_key = Fernet.generate_key()
-        both = [new_key, *old.keys]
-        write_key_file(path, both)  # the old key stays until every Secret is sealed again
-        store = Store(url, keyring=Keyring(both, path))
+        both = Keyring([new_key, *old.keys], path)
+        store = Store(url, keyring=both)
         try:
             if store.schema_revision() is None:
                 raise RotateRefused(f"no virtplane database at {url}")
-            count = store.reseal_secrets(Keyring(both, path))
+            try:  # before the key file changes: its Secrets may be in a shape this release does not know
+                store.refuse_newer_data()
+            except NewerData as newer:
+                raise RotateRefused(str(newer)) from None
+            write_key_file(path, both.keys)  # the old key stays until every Secret is sealed again
+            count = store.reseal_secrets(both)
         finally:
             store.close()
         write_key_file(path, [new_key])

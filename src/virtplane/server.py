@@ -5,24 +5,30 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from rich.console import Console
 
+from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.watch import Streams
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
+from virtplane.http_limits import ConnectionLimits, limited_protocol
 from virtplane.logs import configure as configure_logging
 from virtplane.runtime.datadir import DataDirBusy, DataDirLock
+from virtplane.runtime.private import create_private, narrow, private_dir, private_umask, write_private
+from virtplane.runtime.retention import vacuum_once_at_start
+from virtplane.store.errors import AlreadyExists
 from virtplane.store.sealing import Keyring, SecretsKeyError
+from virtplane.store.settings import Settings
 from virtplane.store.store import Store, sqlite_url
+from virtplane.store.upgrade import NewerData, UpgradeFailed
 from virtplane.tls import ServerTls, TlsConfigError, is_loopback
 
 log = logging.getLogger("virtplane.server")
@@ -30,6 +36,7 @@ log = logging.getLogger("virtplane.server")
 DEFAULT_PORT = 8470
 SIM_DEFAULT_VCPUS = 32
 SIM_DEFAULT_MEMORY_MIB = 131072
+ADMIN_TOKEN_FILE = "admin.token"
 GC_YOUNG_THRESHOLD = 10_000
 """Allocations between two collections of the youngest generation (CPython's default: 700).
 A reconcile's objects live across a few awaits; at 700 many outlive a collection, are
@@ -60,6 +67,8 @@ class ServeOptions:
     """Serve plain HTTP on a non-loopback address (a warning is logged): behind a TLS proxy."""
     secrets_key_file: Path | None = None
     """The key that seals Secrets' passwords (store/sealing.py); None: DATA_DIR/secrets.key."""
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 class ApiServer(uvicorn.Server):
@@ -86,27 +95,33 @@ class ApiServer(uvicorn.Server):
 
 
 class ServeRefused(Exception):
-    """The server cannot start (its directory is taken, its port is busy); nothing was started."""
+    """The server cannot start (its directory is taken, its port is busy, its store is from a newer
+    release or could not be upgraded); nothing was started. ``reason`` is the CLI's."""
+
+    def __init__(self, message: str, reason: str = "ServeRefused") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-def admin_token(store: Store, data_dir: Path) -> str:
-    """The admin token kept in DIR/admin.token; made (and registered) on first start."""
-    path = data_dir / "admin.token"
+def admin_token(store: Store, data_dir: Path) -> tuple[str, bool]:
+    """The admin token kept in DIR/admin.token, and whether it was made now (on the first start,
+    or when the kept one no longer works): only a new token is printed."""
+    path = data_dir / ADMIN_TOKEN_FILE
     if path.exists():
+        narrow(path, 0o600)  # as an older release left it
         token = path.read_text().strip()
         if token and store.token_role(token) is not None:
-            return token
+            return token, False
     suffix = 0
     while True:
         name = "admin" if suffix == 0 else f"admin-{suffix}"
         try:
-            token = store.create_token(name, "admin")
+            token = store.create_token(name, "admin", description="made by serve; kept in " + str(path))
             break
-        except Exception:
+        except AlreadyExists:
             suffix += 1
-    path.write_text(token + "\n")
-    os.chmod(path, 0o600)
-    return token
+    write_private(path, token + "\n")
+    return token, True
 
 
 def sim_factory(plane_ref: list[ControlPlane], sim: Any, bridges: tuple[str, ...] = ()) -> Any:
@@ -138,18 +153,27 @@ def sim_factory(plane_ref: list[ControlPlane], sim: Any, bridges: tuple[str, ...
     return factory
 
 
-def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
-    """The control plane for ``options``, the admin token and the database URL."""
+@private_umask()  # the database, its WAL, backups, sim.db, consoles/: private as they are made
+def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
+    """The control plane for ``options``, the admin token (and whether it is new) and the database URL."""
     from virtplane.drivers.sim import SimCloud
 
-    options.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(options.data_dir)
+    if options.db_url is None:
+        create_private(options.data_dir / "virtplane.db")  # SQLite gives its WAL and SHM this mode
     db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
+    store = Store(db_url)
     try:
-        keyring = Keyring.load_or_create(options.secrets_key_file or options.data_dir / "secrets.key")
+        store.refuse_newer_data()  # before a key is made for a store this release will not open
+        store.keyring = Keyring.load_or_create(options.secrets_key_file or options.data_dir / "secrets.key")
+        store.migrate()  # with the key: data migration 3 seals the passwords older releases kept in clear
+    except (NewerData, UpgradeFailed) as refused:  # the store is as it was: say so in one line
+        store.close()
+        raise ServeRefused(str(refused), reason=type(refused).__name__) from None
     except SecretsKeyError as error:
+        store.close()
         raise ServeRefused(str(error)) from None
-    store = Store(db_url, keyring=keyring)
-    store.migrate()
+    vacuum_once_at_start(store, Settings(store))
     token = admin_token(store, options.data_dir)
     if options.demo:
         from virtplane.demo import seed
@@ -157,6 +181,7 @@ def build(options: ServeOptions) -> tuple[ControlPlane, str, str]:
         seed(store)
     # The simulated hypervisor keeps its state beside the store, so that, like real hosts,
     # it outlives a crash of the control plane.
+    create_private(options.data_dir / "sim.db")
     sim = SimCloud(
         boot_seconds=options.sim_boot_seconds,
         shutdown_seconds=options.sim_shutdown_seconds,
@@ -211,11 +236,13 @@ def run_server(options: ServeOptions) -> None:
     tls = server_tls(options)
     locks = [DataDirLock(d) for d in store_directories(options)]
     try:
-        for lock in locks:
-            try:
-                lock.acquire()
-            except DataDirBusy as exc:
-                raise ServeRefused(str(exc)) from None
+        with private_umask():  # the data directory and the lock file in it
+            private_dir(options.data_dir)
+            for lock in locks:
+                try:
+                    lock.acquire()
+                except DataDirBusy as exc:
+                    raise ServeRefused(str(exc)) from None
         sock = listen(options.host, options.port)
         _serve(options, sock, tls)
     finally:
@@ -269,24 +296,34 @@ def store_directories(options: ServeOptions) -> list[Path]:
 
 def _serve(options: ServeOptions, sock: socket.socket, tls: ServerTls | None = None) -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    plane, token, db_url = build(options)
+    plane, (token, new_token), db_url = build(options)
     url = f"{'https' if tls else 'http'}://{options.host}:{options.port}"
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
     if tls is not None:
         print_fingerprint(console, tls.fingerprint)
-    console.print(f"admin token: [bold]{token}[/]  (kept in {options.data_dir / 'admin.token'})")
+    kept = options.data_dir / ADMIN_TOKEN_FILE
+    # The token is printed once, when it is made: later starts (into a journal) say where it is.
+    if new_token:
+        console.print(f"admin token: made now, shown only this once (below), kept in {kept}", soft_wrap=True)
+    else:
+        console.print(f"admin token: in {kept}", soft_wrap=True)
     # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
-    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={token}", soft_wrap=True)
+    shown = token if new_token else f"$(cat {kept})"
+    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={shown}", soft_wrap=True, markup=False)
     print(f"VIRTPLANE_URL={url}", flush=True)
-    print(f"VIRTPLANE_TOKEN={token}", flush=True)
+    app = plane.app()
+    app.state.limiter = Limiter(options.request_limits)
+    limits = options.connection_limits
     config = uvicorn.Config(
-        plane.app(),
+        app,
         # uvicorn's production pair, both dependencies: libuv's loop and a parser in C. The API,
         # the controllers and the change feed share this one loop, so its own work is on every
-        # path (docs/decisions.md, "Processes").
+        # path (docs/decisions.md, "Processes"). The parser's protocol is ours: it bounds what
+        # a client may cost before the app sees a request (virtplane.http_limits).
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(limits),
+        timeout_keep_alive=limits.idle_timeout_s,
         log_level=options.log_level.lower(),
         log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
         # our one context, which SIGHUP reloads in place (ServerTls)

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, eventually_sync
+from tests.conftest import LiveServer, eventually_sync, wait_json
+from virtplane.drivers.base import domain_name
 
 
 def network(name: str, **spec: Any) -> dict[str, Any]:
@@ -122,6 +123,36 @@ def test_deleting_a_vm_releases_its_address_and_mac(admin: httpx.Client) -> None
     assert admin.delete("/v1/vms/b").status_code == 200
     eventually_sync(lambda: admin.get("/v1/vms/b").status_code == 404)
     assert admin.delete("/v1/networks/lan").status_code == 200
+
+
+def test_an_address_stays_claimed_while_the_vm_is_being_deleted_and_its_domain_exists(
+    live_server: LiveServer, admin: httpx.Client
+) -> None:
+    """Deletion asked is not deletion done: while the VM's host cannot remove its domain (the
+    guest may still answer at that address, with that MAC), nobody else gets them."""
+    live_server.plane.sim.add_host("h1", 8, 16384, ["br0"])  # has the network's bridge
+    host = {"metadata": {"name": "h1"}, "spec": {"uri": "sim://h1", "cluster": "c1"}}
+    assert admin.post("/v1/hosts", json=host).status_code == 201
+    chosen = {"network": "lan", "ip": "10.1.0.5", "mac": "52:54:00:00:00:05"}
+    doc = vm("a", chosen)
+    doc["spec"]["run_policy"] = "AlwaysOn"
+    assert admin.post("/v1/vms", json=doc).status_code == 201
+    uid = wait_json(admin, "/v1/vms/a", lambda v: v["status"]["phase"] == "Running")["metadata"]["uid"]
+    cut = admin.post("/v1/hosts/h1/faults", json={"kind": "disconnect"})
+    assert cut.status_code in (200, 201), cut.text
+
+    assert admin.delete("/v1/vms/a").status_code == 200
+    events = "/v1/events?name=a&limit=500"
+    wait_json(admin, events, lambda e: any(i["reason"] == "DeletionWaiting" for i in e["items"]))
+    assert live_server.plane.sim.snapshot_state().active_hosts(domain_name(uid)) == ["h1"]
+    refused(admin.post("/v1/vms", json=vm("b", {"network": "lan", "ip": "10.1.0.5"})), 409, "AddressInUse")
+    refused(admin.post("/v1/vms", json=vm("b", {"network": "lan", "mac": chosen["mac"]})), 409, "MacInUse")
+
+    assert admin.post("/v1/hosts/h1/faults", json={"kind": "reconnect"}).status_code in (200, 201)
+    eventually_sync(lambda: admin.get("/v1/vms/a").status_code == 404, timeout=20)
+    assert live_server.plane.sim.snapshot_state().active_hosts(domain_name(uid)) == []
+    again = admin.post("/v1/vms", json=vm("b", chosen))
+    assert again.status_code == 201, again.text
 
 
 def test_concurrent_creates_never_share_an_address(live_server: LiveServer, admin: httpx.Client) -> None:

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import LiveServer
 from virtplane.domain.resources import Host, Setting, VirtualMachine
 
-from .conftest import Invoke, RecordingTransport
+from .conftest import Invoke, RecordingTransport, SentRequest
 
 FLEET = """\
 apiVersion: virtplane.io/v1
@@ -30,6 +30,11 @@ spec:
   cpu: 2
   memory_mib: 1024
 """
+
+
+def writes(sent: RecordingTransport) -> list[SentRequest]:
+    """The PUTs and PATCHes that were real writes, not dry runs."""
+    return [r for r in sent.sent if r.method in ("PUT", "PATCH") and "dryRun" not in r.params]
 
 
 @pytest.fixture
@@ -67,7 +72,7 @@ def test_applying_the_same_file_again_changes_nothing(
 
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["host/node-1 unchanged", "vm/web-1 unchanged"]
-    assert not [r for r in sent.sent if r.method in ("PUT", "PATCH")]
+    assert not writes(sent), "asked as dry runs only"
 
 
 def test_a_changed_spec_is_written_with_the_version_read_and_keeps_other_annotations(
@@ -81,7 +86,7 @@ def test_a_changed_spec_is_written_with_the_version_read_and_keeps_other_annotat
 
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["host/node-1 unchanged", "vm/web-1 configured"]
-    put = sent.to("PUT", "/v1/vms/web-1")[-1].body
+    put = writes(sent)[-1].body
     assert isinstance(put["metadata"]["resource_version"], int), "a guarded write"
     assert put["metadata"]["annotations"] == {"team": "blue"}, "what the manifest does not name survives"
     vm = server.store.get(VirtualMachine, "web-1")
@@ -96,7 +101,7 @@ def test_a_stale_write_is_retried_after_reading_again(
     fleet_file.write_text(FLEET.replace("cpu: 2", "cpu: 3"))
 
     def someone_else_writes_first(request: httpx.Request) -> None:
-        if request.method == "PUT" and len(sent.to("PUT", "/v1/vms/web-1")) == 1:
+        if request.method == "PUT" and len(sent.to("PUT", "/v1/vms/web-1")) == 1:  # the dry run
             server.store.mutate(VirtualMachine, "web-1", lambda v: v.metadata.labels.update(by="other"))
 
     sent.before_send = someone_else_writes_first
@@ -104,7 +109,8 @@ def test_a_stale_write_is_retried_after_reading_again(
 
     assert result.exit_code == 0, result.output
     assert "vm/web-1 configured" in result.stdout
-    assert len(sent.to("PUT", "/v1/vms/web-1")) >= 2, "the first write lost the race and was refused"
+    assert len(sent.to("PUT", "/v1/vms/web-1")) == 3, "the first dry run lost the race: asked again"
+    assert len(writes(sent)) == 1
     assert server.store.get(VirtualMachine, "web-1").spec.cpu == 3
 
 
@@ -138,7 +144,7 @@ def test_a_bad_document_is_named_and_nothing_is_sent(
     result = invoke("apply", "-f", str(path))
 
     assert result.exit_code == 1
-    assert f"Error (InvalidManifest): {path} document 2: {expected_error}" in result.stderr
+    assert f"Error (InvalidManifest): {path}:9 (document 2): {expected_error}" in result.stderr
     assert sent.sent == []
 
 
@@ -161,7 +167,7 @@ def test_a_refused_document_does_not_stop_the_others(
 
     assert result.exit_code == 1
     assert result.stdout.splitlines() == ["host/node-1 created"]
-    assert "Error (Invalid): vm/web-1:" in result.stderr and "cpu" in result.stderr
+    assert f"Error (Invalid): vm/web-1 in {path}:15 (document 2): spec.cpu" in result.stderr, "cpu's line"
     assert server.store.find(VirtualMachine, "web-1") is None
 
 
@@ -180,7 +186,10 @@ def test_invalid_yaml_is_a_clear_error(invoke: Invoke, tmp_path: Path) -> None:
     result = invoke("apply", "-f", str(path))
 
     assert result.exit_code == 1
-    assert f"Error (InvalidManifest): {path} is not valid YAML" in result.stderr
+    assert (
+        f"Error (InvalidManifest): {path} is not valid YAML: line 2, column 1: expected ',' or ']'"
+        in result.stderr
+    ), "the file's name and the line, not <unicode string>"
 
 
 def test_a_setting_document_sets_its_value(

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from virtplane import __version__
+from virtplane.api.limits import RequestLimits
 from virtplane.cli.main import app
+from virtplane.http_limits import ConnectionLimits
 
 
 @dataclass
@@ -32,6 +35,8 @@ class RecordedServeOptions:
     tls_key: Path | None = None
     insecure_http: bool = False
     secrets_key_file: Path | None = None
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 class RecordedServeRefused(Exception):
@@ -102,6 +107,9 @@ def test_serve_refused_is_an_error_with_exit_status_1(
     # serve configures the root logger for the CliRunner's stream, closed afterwards: put it back
     monkeypatch.setattr(logging.getLogger(), "handlers", list(logging.getLogger().handlers))
     monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)
+    audit = logging.getLogger("virtplane.audit")
+    for attribute in ("handlers", "level", "propagate"):
+        monkeypatch.setattr(audit, attribute, copy.copy(getattr(audit, attribute)))
     with DataDirLock(tmp_path):
         result = CliRunner().invoke(app, ["serve", "--data-dir", str(tmp_path), "--port", "1"])
     assert result.exit_code == 1

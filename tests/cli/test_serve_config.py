@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 
 from tests.cli.test_main import RecordedServeOptions, fake_server_module  # noqa: F401 (a fixture)
 from tests.crash.server import ServerProcess, free_port
+from virtplane.api.limits import RequestLimits
 from virtplane.cli.main import app
+from virtplane.http_limits import ConnectionLimits
 
 EVERY_FLAG = """\
 demo = true
@@ -31,6 +33,15 @@ tls-cert = "{dir}/cert.pem"
 tls-key = "{dir}/key.pem"
 insecure-http = true
 secrets-key-file = "{dir}/secrets.key"
+max-header-bytes = 16384
+max-headers = 50
+header-timeout = 2.5
+idle-timeout = 30
+max-connections = 500
+max-connections-per-client = 20
+max-watches-per-token = 10
+writes-per-second = 5.0
+write-burst = 10
 """
 
 
@@ -80,6 +91,15 @@ def test_every_flag_of_serve_can_come_from_the_file(
             tls_key=tmp_path / "key.pem",
             insecure_http=True,
             secrets_key_file=tmp_path / "secrets.key",
+            connection_limits=ConnectionLimits(
+                max_header_bytes=16384,
+                max_headers=50,
+                header_timeout_s=2.5,
+                idle_timeout_s=30,
+                max_connections=500,
+                max_connections_per_client=20,
+            ),
+            request_limits=RequestLimits(max_watches_per_token=10, writes_per_second=5.0, write_burst=10),
         )
     ]
 

@@ -6,22 +6,28 @@ record only once deleted (DESIGN.md §1).
 
 from __future__ import annotations
 
+import base64
 from typing import Any
+
+import yaml
 
 from tests.conftest import LiveServer, eventually_sync, wait_json
 from virtplane.domain.resources import VirtualMachine
 from virtplane.domain.seeds import SEED_VOLUMES, SeedVolume, read_seed_volumes
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.sim import SimFaultError
+from virtplane.seed_iso import read_seed_iso
 
 
-def _setup(admin: Any) -> None:
+def _setup(admin: Any, cloud_init: dict[str, Any] | None = None) -> None:
     docs = [
         ("hosts", {"metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}),
         ("storagepools", {"metadata": {"name": "shared"}, "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 50}}),
         ("volumes", {"metadata": {"name": "root"}, "spec": {"pool": "shared", "size_gib": 1}}),
         ("vms", {"metadata": {"name": "web"}, "spec": {"disks": [{"volume": "root"}], "cloud_init": {"user_data": "#cloud-config\n"}}}),
     ]  # fmt: skip
+    if cloud_init is not None:
+        docs[-1][1]["spec"]["cloud_init"] = cloud_init
     for plural, doc in docs:
         created = admin.post(f"/v1/{plural}", json=doc)
         assert created.status_code == 201, created.text
@@ -71,3 +77,23 @@ def test_a_rebuilt_seed_replaces_the_old_volume_and_a_deleted_vm_takes_its_seed(
         assert admin.delete("/v1/vms/web").status_code in (200, 202)
         eventually_sync(lambda: admin.get("/v1/vms/web").status_code == 404)
         assert not _exists(live_server, second)
+
+
+def test_the_seed_the_guest_reads_carries_its_ssh_keys_hostname_and_user_data(
+    live_server: LiveServer,
+) -> None:
+    """The ISO as uploaded to the host's pool, read back with pycdlib, holds what the spec says,
+    literally (not compared with the control plane's own rendering of it)."""
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0ZXN0a2V5 me@laptop"
+    user_data = "#cloud-config\nruncmd: [[touch, /seeded]]\n"
+    with live_server.client("admin") as admin:
+        _setup(admin, {"user_data": user_data, "ssh_authorized_keys": [key]})
+        uid = wait_json(admin, "/v1/vms/web", lambda v: v["status"]["phase"] == "Running")["metadata"]["uid"]
+        path = eventually_sync(lambda: _seed_path(live_server, uid))
+        content = live_server.in_loop(live_server.plane.sim.read_volume, path)
+    label, files = read_seed_iso(base64.b64decode(content))
+    assert label == "cidata"
+    meta = yaml.safe_load(files["meta-data"])
+    assert meta["public-keys"] == [key]
+    assert meta["local-hostname"] == "web" and meta["instance-id"] == uid
+    assert files["user-data"] == user_data.encode()

@@ -19,6 +19,8 @@ from virtplane.tls import is_loopback
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
 INSTALLED_VENV = "/opt/virtplane/venv"
 """Where README's set-up installs virtplane; the test puts this environment there instead."""
+OWN_FILES = 1024
+"""Descriptors the server needs beside its clients' connections: database, libvirt, consoles."""
 
 
 def config_of(unit: Path) -> str:
@@ -69,3 +71,19 @@ def test_the_configuration_each_unit_starts_with_is_accepted_by_serve(
         ), "HTTPS on the network, as the file's comment says how to make the pair"
         assert not options.insecure_http
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.read_text(), "systemctl reload: a renewed cert"
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_each_unit_has_open_files_for_its_connection_limit(
+    unit: Path,
+    fake_server_module: list[RecordedServeOptions],  # noqa: F811
+) -> None:
+    """systemd's default of 1,024 open files would run out before serve's connection limit
+    refuses anyone: idle clients would take every descriptor (issue 31, slowloris)."""
+    result = CliRunner().invoke(app, ["serve", "--config", str(DEPLOY / "config" / config_of(unit))])
+    assert result.exit_code == 0, result.output
+    [options] = fake_server_module
+    limits = [line for line in unit.read_text().splitlines() if line.startswith("LimitNOFILE=")]
+    assert limits, f"{unit.name} has no LimitNOFILE="
+    open_files = int(limits[0].removeprefix("LimitNOFILE="))
+    assert open_files >= options.connection_limits.max_connections + OWN_FILES

@@ -37,6 +37,9 @@ def library(tmp_path: Path) -> Path:
     lib.mkdir()
     (lib / "vmlinuz").write_bytes(b"kernel")
     (tmp_path / "secret").write_text("root:$y$...")
+    # a sibling whose path begins with the library's: outside it all the same
+    (tmp_path / "library-private").mkdir()
+    (tmp_path / "library-private" / "secret.qcow2").write_bytes(b"another tenant's disk")
     return lib
 
 
@@ -46,7 +49,16 @@ def test_a_regular_file_and_a_link_that_stays_inside_pass(library: Path) -> None
     check_local(str(library / "current"), str(library), facts_of(library / "current"), "image")
 
 
-@pytest.mark.parametrize("target", ["../secret", "{tmp}/secret", "/etc/hostname"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "../secret",
+        "{tmp}/secret",
+        "/etc/hostname",
+        "../library-private/secret.qcow2",
+        "{tmp}/library-private/secret.qcow2",
+    ],
+)
 def test_a_link_out_of_the_library_is_refused_without_saying_where_it_leads(
     library: Path, target: str
 ) -> None:

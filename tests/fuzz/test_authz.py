@@ -24,9 +24,22 @@ from virtplane.api.context import ApiContext
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
 ADMIN_ONLY = frozenset(
-    {"hosts", "storagepools", "images", "networks", "settings", "tokens", "faults", "maintenance", "secrets"}
+    {
+        "hosts",
+        "storagepools",
+        "images",
+        "networks",
+        "settings",
+        "tokens",
+        "faults",
+        "maintenance",
+        "secrets",
+        "quarantine",
+    }
 )
-ADMIN_READS = frozenset({"secrets"})  # credentials: admin-only, also to read (issue 15)
+# credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is
+# the whole store (issue 30); who holds which token and the audit log, who did what (issue 31)
+ADMIN_READS = frozenset({"secrets", "quarantine", "backup", "tokens", "audit"})
 PUBLIC = {
     ("GET", "/healthz"): (200,),
     ("GET", "/openapi.json"): (200,),
@@ -39,7 +52,12 @@ PUBLIC = {
 }
 HIDDEN_WITH_A_TOKEN = {("GET", "/metrics"): "viewer"}
 """Outside the OpenAPI document, not public: the metrics name every VM and host (issue 31)."""
-PARAMS = {"name": "authz-nothing", "key": "migration.max_per_cluster", "file_name": "app.js"}
+PARAMS = {
+    "name": "authz-nothing",
+    "key": "migration.max_per_cluster",
+    "file_name": "app.js",
+    "kind": "Secret",
+}
 BAD_TOKENS: dict[str, dict[str, str]] = {
     "no-token": {},
     "bad-token": {"Authorization": "Bearer vp_not-a-real-token"},
@@ -194,10 +212,13 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("GET", "/v1/secrets") == "admin"  # issue 15: credentials are admin-only
     assert _needs("GET", "/v1/secrets/{name}") == "admin"
     assert _needs("PUT", "/v1/secrets/{name}") == "admin"
+    assert _needs("GET", "/v1/quarantine") == "admin"  # issue 30: stored bodies, as they were
+    assert _needs("DELETE", "/v1/quarantine/{kind}/{name}") == "admin"
     assert _needs("POST", "/v1/vms/actions/stop") == "operator"  # many VMs at once (issue 13)
     assert _needs("POST", "/v1/vms/actions/start") == "operator"
     assert _needs("POST", "/v1/vms/actions/restart") == "operator"
     assert _needs("GET", "/v1/vms") == "viewer"  # lists and watches alike
+    assert _needs("GET", "/v1/backup") == "admin"  # a copy of the whole store (issue 30)
 
 
 @pytest.mark.parametrize(("method", "path"), list(PUBLIC))

@@ -99,7 +99,9 @@ def _request_target(url: str) -> str:
 
 
 def check_response(case: Any, response: Any) -> None:
-    where = f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}"
+    # a backup's answer is binary: the text is only for the message
+    text = response.content[:300].decode("utf-8", "replace")
+    where = f"{case.method} {case.formatted_path} -> {response.status_code}: {text}"
     assert response.status_code < 500, where
     if response.status_code < 400:
         return

@@ -7,7 +7,19 @@ import pytest
 from tests.conftest import eventually
 from tests.maintenance.conftest import Cluster
 from virtplane.domain.intents import PowerState, StopMode, read_intents
-from virtplane.domain.resources import LiveMigrationPolicy, RunPolicy, VirtualMachine, VMPhase, Volume
+from virtplane.domain.resources import (
+    Disk,
+    LiveMigrationPolicy,
+    Metadata,
+    RunPolicy,
+    VirtualMachine,
+    VirtualMachineSpec,
+    VMPhase,
+    Volume,
+    VolumePhase,
+    VolumeSpec,
+)
+from virtplane.drivers.sim import SimFaultError
 
 
 async def seeded(cluster: Cluster) -> None:
@@ -80,6 +92,38 @@ async def test_strategy_migration_moves_local_disks_with_the_vm(cluster: Cluster
     with pytest.raises(Exception, match="no volume"):
         cluster.sim.read_volume(disk.status.path, host="h1")
     assert cluster.vm("off").status.phase is VMPhase.STOPPED and cluster.vm("off").status.host == "h1"
+
+
+async def test_strategy_migration_moves_every_local_disk_of_a_vm(cluster: Cluster) -> None:
+    """A VM with two disks in h1's local pool and one shared: both local disks arrive on the
+    target with their data and neither is left on the source; the shared one stays put."""
+    await cluster.add_host("h1")
+    pools = {"two-root": "h1-local", "two-data": "h1-local", "two-shared": "shared"}
+    for name, pool in pools.items():
+        cluster.store.create(Volume(metadata=Metadata(name=name), spec=VolumeSpec(pool=pool, size_gib=1)))
+        await eventually(lambda name=name: cluster.store.get(Volume, name).status.phase is VolumePhase.READY)  # type: ignore[misc]
+    disks = [Disk(volume="two-root", boot_order=1), Disk(volume="two-data"), Disk(volume="two-shared")]
+    spec = VirtualMachineSpec(disks=disks, termination_grace_period_s=1)
+    cluster.store.create(VirtualMachine(metadata=Metadata(name="two"), spec=spec))
+    await eventually(lambda: cluster.settled("two", "h1"))
+    await cluster.add_host("h2")
+    paths = {name: cluster.store.get(Volume, name).status.path for name in pools}
+    for name in pools:
+        cluster.sim.write_volume(paths[name], f"{name} written on h1", host="h1")
+
+    view = cluster.request("h1", "Migration")
+    assert [(i["vm"], i["action"], i["target"]) for i in view["plan"]["items"]] == [
+        ("two", "MigrateWithStorage", "h2")
+    ]
+    await cluster.wait_state("h1", "Maintenance")
+    await eventually(lambda: cluster.settled("two", "h2"))
+    for name in ("two-root", "two-data"):
+        assert cluster.store.get(Volume, name).spec.pool == "h2-local"
+        assert cluster.sim.read_volume(paths[name], host="h2") == f"{name} written on h1"
+        with pytest.raises(SimFaultError, match="no volume"):
+            cluster.sim.read_volume(paths[name], host="h1")
+    assert cluster.store.get(Volume, "two-shared").spec.pool == "shared"
+    assert cluster.sim.read_volume(paths["two-shared"]) == "two-shared written on h1"
 
 
 @pytest.mark.parametrize("policy", [RunPolicy.ALWAYS_ON, RunPolicy.MANUAL])

@@ -13,11 +13,15 @@ from virtplane.domain.resources import (
     HostSpec,
     Metadata,
     RunPolicy,
+    Secret,
+    SecretSpec,
     VirtualMachine,
     VirtualMachineSpec,
 )
 from virtplane.drivers.sim import SimCloud
 from virtplane.server import sim_factory
+from virtplane.store.database import utcnow
+from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
 pytestmark = pytest.mark.postgres
@@ -148,3 +152,27 @@ async def test_a_follower_plans_maintenance_from_current_data_not_its_trailing_c
             await first.stop()
             first_store.close()
             second_store.close()
+
+
+async def test_only_the_lease_holder_prunes_the_change_feed() -> None:
+    with schema_url() as url:
+        store = Store(url)
+        store.migrate()
+        Settings(store).set("store.changes.max_rows", 100)
+        for i in range(150):
+            store.create(
+                Secret(metadata=Metadata(name=f"s-{i}"), spec=SecretSpec(username="u", password="p"))
+            )
+        assert store.try_acquire_lease("controllers", "another-replica", utcnow(), 3600)
+        plane = replica(store, SimCloud(), "replica-1")
+        plane.retention.every_s = 0.01
+        try:
+            await plane.start()
+            assert plane.elector is not None
+            await eventually(lambda: plane.elector is not None and plane.elector.attempts >= 3)
+            assert store.compacted_revision() == 0, "a follower prunes nothing"
+            store.release_lease("controllers", "another-replica")
+            await eventually(lambda: store.compacted_revision() >= store.revision() - 100)
+        finally:
+            await plane.stop()
+            store.close()

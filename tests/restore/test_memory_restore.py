@@ -77,6 +77,22 @@ async def test_a_vm_running_before_the_restore_resumes_the_snapshots_memory(
     assert "ResumedFromMemory" in events and "ColdBoot" not in events
 
 
+async def test_a_later_plain_start_clears_memory_restored(plane: ControlPlane) -> None:
+    """MemoryRestored speaks of the start after a restore; once the VM has stopped and booted
+    again, cold, it would claim a resume that no longer holds (issue 39: no stale conditions)."""
+    await make_vm(plane, MANUAL)
+    await bring_to(plane, "a", "Running")
+    snap = await snapshot(plane, "a", with_memory=True)
+    await restored(plane, snap.metadata.name, "Running")
+    resumed = memory_condition(plane)
+    assert resumed is not None and resumed.reason == "ResumedFromMemory"
+
+    await bring_to(plane, "a", "Stopped")
+    await bring_to(plane, "a", "Running")
+    assert plane.sim.read_memory(dname(plane)).startswith(f"{dname(plane)}:boot-"), "a plain boot"
+    assert memory_condition(plane) is None
+
+
 async def test_a_vm_stopped_before_the_restore_stays_stopped_and_later_boots_cold(
     plane: ControlPlane,
 ) -> None:

@@ -16,6 +16,7 @@ from virtplane.domain.intents import RESTORE_POWER_STATE, read_intents
 from virtplane.domain.resources import (
     Disk,
     ExitReason,
+    Host,
     Metadata,
     OperationPhase,
     OperationType,
@@ -54,9 +55,16 @@ def fast_backoff(plane: ControlPlane) -> None:
 
 
 async def make_vm(
-    plane: ControlPlane, policy: RunPolicy, name: str = "a", grace: int = 2, uri: str | None = None
+    plane: ControlPlane,
+    policy: RunPolicy,
+    name: str = "a",
+    grace: int = 2,
+    uri: str | None = None,
+    host_enabled: bool = True,
 ) -> VirtualMachine:
     add_host(plane, uri=uri)
+    if not host_enabled:  # the VM waits for a host (Pending)
+        plane.store.mutate(Host, "h1", lambda h: setattr(h.spec, "enabled", False))
     plane.store.create(
         StoragePool(
             metadata=Metadata(name="shared"),
@@ -363,3 +371,20 @@ async def test_deleting_a_snapshot_deletes_its_disk_snapshots(plane: ControlPlan
     pool = plane.store.get(StoragePool, "shared")
     with pytest.raises(DriverNotFound):
         await plane.sim.driver("sim://h1").revert_volume(pool_ref(pool), "a-root", handle)
+
+
+async def test_a_vm_pending_when_the_restore_begins_comes_back_running(plane: ControlPlane) -> None:
+    """DESIGN.md §4: Pending counts as Running for the power state a restore keeps. The VM waits
+    for a host (its only one is disabled) from its creation to the end of the restore; once the
+    host takes VMs again it runs, though after a restore recorded Stopped it would stay off."""
+    await make_vm(plane, AOUSM, host_enabled=False)
+    await eventually(lambda: vm(plane, "a").status.phase.value == "Pending")
+    snap = await snapshot(plane, "a")
+    dry = await wait_op(plane, restore(plane, "a", snap.metadata.name, RestoreMode.DRY_RUN))
+    assert dry.status.progress["power_state"] == "Running (kept as before the restore)"
+    op = await wait_op(plane, restore(plane, "a", snap.metadata.name), timeout=15)
+    assert op.status.phase is OperationPhase.COMPLETED, op.status.message
+    assert read_intents(vm(plane, "a").metadata.annotations).start, "the start request it became"
+    plane.store.mutate(Host, "h1", lambda h: setattr(h.spec, "enabled", True))
+    current = await settled_after_restore(plane, "a")
+    assert current.status.phase.value == "Running"

@@ -23,6 +23,7 @@ from virtplane.store.migrations.data import LATEST, data_version
 from virtplane.store.migrations.data.d0003_sealed_secrets import KeyNeeded
 from virtplane.store.sealing import Keyring, SecretsKeyError
 from virtplane.store.store import Store, sqlite_url
+from virtplane.store.upgrade import UpgradeFailed
 
 PASSWORD = "BMC-pa55word-in-clear"
 NEW_PASSWORD = "another-BMC-pa55word"
@@ -116,8 +117,9 @@ def test_an_upgrade_without_a_key_stops_and_leaves_the_database_as_it_was(tmp_pa
     db = tmp_path / "old.db"
     old_release_database(db)
     store = Store(sqlite_url(db))
-    with pytest.raises(KeyNeeded, match="Secret/bmc holds a password in clear"):
+    with pytest.raises(UpgradeFailed, match="KeyNeeded: Secret/bmc holds a password in clear") as failed:
         store.migrate()
+    assert isinstance(failed.value.__cause__, KeyNeeded)
     with store.engine.connect() as connection:
         assert data_version(connection) == 2, "not marked as done"
     store.close()

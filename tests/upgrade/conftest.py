@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import logging
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,17 @@ SIM_SCHEMA = {"245494f": "1", "e3e7cb1": "2", "8ce44f1": "2", "fa36f81": "3"}
 
 
 @contextmanager
-def upgraded(release: str, tmp_path: Path) -> Iterator[tuple[LiveServer, SimCloud]]:
+def upgraded(
+    release: str, tmp_path: Path, before: Callable[[Path], None] | None = None
+) -> Iterator[tuple[LiveServer, SimCloud]]:
     """The current server (``serve --demo``'s ``build``) on a copy of ``release``'s data
-    directory, its simulated hosts reading the same ``sim.db`` the old release wrote."""
+    directory, its simulated hosts reading the same ``sim.db`` the old release wrote;
+    ``before`` may change that data directory first, as the old release could have."""
     data = tmp_path / "data"
     with tarfile.open(FIXTURES / f"{release}.tar.gz") as archive:
         archive.extractall(data, filter="data")
+    if before is not None:
+        before(data)
     options = ServeOptions(
         data_dir=data, demo=True, sim_boot_seconds=0.02, sim_shutdown_seconds=0.02, sim_link_mib_s=1e6
     )
@@ -78,3 +84,26 @@ def assert_claims_held(server: LiveServer, client: httpx.Client) -> None:
     }
     held = {(claim.scope, claim.value): holder.name for claim, holder in server.store.claims("")}
     assert held == wanted
+
+
+@contextmanager
+def said_by_virtplane() -> Iterator[list[str]]:
+    """The messages virtplane's loggers give meanwhile, INFO and up, from a handler on the
+    ``virtplane`` logger itself: pytest's caplog sits on the root logger, whose handlers a
+    server configured in-process by an earlier test may have replaced (the full suite once
+    captured nothing there)."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = logging.getLogger("virtplane")
+    handler, level = Keep(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from virtplane import __version__
+from virtplane.api.audit import AuditRecorder, AuditWrites
 from virtplane.api.auth import Principal, Role, TokenCache, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
+from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
+from virtplane.api.routes.audit import router as audit_router
+from virtplane.api.routes.backup import router as backup_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.placement import router as placement_router
+from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
+from virtplane.api.routes.tokens import router as tokens_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.web import router as web_router
 
@@ -63,6 +71,23 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class TokenCacheCollector(Collector):
+    """The size of the API's token cache, which only valid tokens may grow."""
+
+    def __init__(self, tokens: TokenCache) -> None:
+        self.tokens = tokens
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "virtplane_token_cache_entries", "Tokens in the API's cache.", value=len(self.tokens.entries)
+        )
+        yield GaugeMetricFamily(
+            "virtplane_token_cache_bytes",
+            "Estimated bytes the API's token cache holds.",
+            value=self.tokens.entries.bytes,
+        )
+
+
 @asynccontextmanager
 async def _no_lifespan(_: FastAPI) -> AsyncIterator[None]:
     yield
@@ -89,8 +114,13 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
+    # ``serve`` sets its own from its flags; an app embedded elsewhere (tests, tools) limits
+    # watches but not the pace of writes, which is a policy of the deployment
+    app.state.limiter = Limiter(RequestLimits(writes_per_second=0))
+    app.state.audit = AuditRecorder(ctx.store, ctx.settings)
     install_error_handlers(app)
 
+    app.add_middleware(AuditWrites, recorder=app.state.audit)  # inside BodyLimit: sees only bodies it let in
     app.add_middleware(BodyLimit)
 
     @app.get("/healthz", tags=["Health"], operation_id="healthz", summary="Liveness and store reachability")
@@ -116,10 +146,14 @@ def create_app(
     add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)
+    app.include_router(tokens_router)
+    app.include_router(audit_router)
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
+    app.include_router(quarantine_router)
     app.include_router(console_router)
+    app.include_router(backup_router)
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)

@@ -12,10 +12,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from virtplane.api.field_hints import unknown_field_message
 from virtplane.domain import errors as domain
+from virtplane.domain.resources import KIND_BY_NAME
 from virtplane.domain.settings import SettingError
 from virtplane.store import errors as store
 from virtplane.store.claims import ClaimTaken
@@ -38,19 +40,44 @@ def error_response(status: int, reason: str, message: str, **extra: Any) -> JSON
     return JSONResponse({"reason": reason, "message": message, **extra}, status_code=status)
 
 
-def _location(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+def _path(loc: tuple[Any, ...] | list[Any]) -> list[Any]:
+    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
     # pydantic names a model_validator failure by the model; it says nothing to users
-    parts = [p for p in parts if not p[:1].isupper() and not p.startswith("function-")]
-    return ".".join(parts) or "body"
+    return [p for p in parts if not str(p)[:1].isupper() and not str(p).startswith("function-")]
 
 
-def describe_validation_errors(errors: list[Any]) -> str:
+def _location(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(p) for p in _path(loc)) or "body"
+
+
+def describe_validation_errors(errors: list[Any], model: type[BaseModel] | None = None) -> str:
+    """``spec.cpu: Input should be ...; spec.memory: unknown field; did you mean memory_mib?``;
+    with the ``model`` validated, an unknown field gets the name it likely meant."""
     lines = []
     for err in errors:
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            message = unknown_field_message(model, _path(err.get("loc", ()))) or message
         lines.append(f"{_location(err.get('loc', ()))}: {message}")
     return "; ".join(lines) or "invalid request"
+
+
+def _fields(errors: list[Any]) -> list[str]:
+    """The fields at fault, as the message names them (``spec.memory``): for clients that
+    point at them, e.g. the CLI at a manifest's line."""
+    return list(dict.fromkeys(_location(err.get("loc", ())) for err in errors))
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The model a route's JSON body is validated as (a resource kind), if it has one."""
+    body_field = getattr(request.scope.get("route"), "body_field", None)
+    annotation = getattr(getattr(body_field, "field_info", None), "annotation", None)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _resource_model(title: str) -> type[BaseModel] | None:
+    """A resource kind by the name pydantic gives its ``ValidationError`` (``VirtualMachine``)."""
+    return KIND_BY_NAME.get(title)
 
 
 STATUS_OF: tuple[tuple[type[Exception], int, str | None], ...] = (
@@ -101,15 +128,18 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status, exc.reason, exc.message, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
-    async def _request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_response(400, "MalformedJSON", "the request body is not valid JSON")
-        return error_response(422, "Invalid", describe_validation_errors(errors))
+        message = describe_validation_errors(errors, _body_model(request))
+        return error_response(422, "Invalid", message, fields=_fields(errors))
 
     @app.exception_handler(ValidationError)
     async def _model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
-        return error_response(422, "Invalid", describe_validation_errors(list(exc.errors())))
+        errors = list(exc.errors())
+        message = describe_validation_errors(errors, _resource_model(exc.title))
+        return error_response(422, "Invalid", message, fields=_fields(errors))
 
     async def _from_table(_: Request, exc: Exception) -> JSONResponse:
         return _mapped(exc)

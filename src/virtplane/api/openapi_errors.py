@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 __all__ = ["ErrorBody", "document_error_responses", "errors_of"]
 
@@ -38,6 +38,9 @@ class ErrorBody(BaseModel):
 
     reason: str
     message: str
+    fields: list[str] | None = Field(
+        None, description="With a 422 for a body that is not valid: the fields at fault, e.g. spec.memory."
+    )
 
 
 def errors_of(path: str, method: str, operation: dict[str, Any]) -> list[int]:

@@ -54,9 +54,11 @@ class CliError(Exception):
 class ApiError(CliError):
     """The server refused or failed a request."""
 
-    def __init__(self, status_code: int, reason: str, message: str) -> None:
+    def __init__(self, status_code: int, reason: str, message: str, fields: list[str] | None = None) -> None:
         super().__init__(reason, message)
         self.status_code = status_code
+        self.fields = fields or []
+        """The fields at fault the server named (``spec.memory``), if any."""
 
 
 class WatchExpired(CliError):
@@ -92,10 +94,12 @@ def _error_from_response(response: httpx.Response) -> ApiError:
     fallback_reason = response.reason_phrase.replace(" ", "") or f"HTTP{response.status_code}"
     if isinstance(body, dict):
         if "reason" in body or "message" in body:
+            fields = body.get("fields")
             return ApiError(
                 response.status_code,
                 str(body.get("reason") or fallback_reason),
                 str(body.get("message") or ""),
+                [str(f) for f in fields] if isinstance(fields, list) else None,
             )
         if "detail" in body:  # FastAPI's own errors (422 validation, 404 route not found)
             return ApiError(response.status_code, fallback_reason, _format_detail(body["detail"]))
@@ -296,11 +300,13 @@ class ApiClient:
     def get(self, plural: str, name: str) -> JsonObject:
         return self._object("GET", f"/v1/{plural}/{name}")
 
-    def create(self, plural: str, resource: JsonObject) -> JsonObject:
-        return self._object("POST", f"/v1/{plural}", resource)
+    def create(self, plural: str, resource: JsonObject, *, dry_run: bool = False) -> JsonObject:
+        """Create ``resource``; with ``dry_run`` the server only admits it and answers what it
+        would store."""
+        return self._object("POST", f"/v1/{plural}", resource, _dry_run(dry_run))
 
-    def replace(self, plural: str, name: str, resource: JsonObject) -> JsonObject:
-        return self._object("PUT", f"/v1/{plural}/{name}", resource)
+    def replace(self, plural: str, name: str, resource: JsonObject, *, dry_run: bool = False) -> JsonObject:
+        return self._object("PUT", f"/v1/{plural}/{name}", resource, _dry_run(dry_run))
 
     def patch(
         self, plural: str, name: str, merge_patch: JsonObject, params: dict[str, str | int] | None = None
@@ -338,6 +344,10 @@ class ApiClient:
             params["name"] = name
         items, metadata = self.list_page("events", params)
         return items, _position(metadata)
+
+
+def _dry_run(dry_run: bool) -> dict[str, str | int] | None:
+    return {"dryRun": "true"} if dry_run else None
 
 
 def _position(obj: Any) -> int:

@@ -20,17 +20,19 @@ import termios
 import threading
 import tty
 from collections.abc import Iterator
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 from urllib.parse import quote
 
 import typer
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.sync.client import ClientConnection, connect
-from websockets.typing import Subprotocol
 
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable
+from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import state_of
 from virtplane.cli.tls import untrusted_from
+
+if TYPE_CHECKING:  # websockets is imported by the command only: every other command starts sooner
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import ClientConnection
 
 SUBPROTOCOL = "virtplane.console.v1"  # as the server's api/routes/console.py names it
 ESCAPE = b"\x1d"  # Ctrl-]
@@ -56,6 +58,10 @@ def _refusal(exc: InvalidStatus) -> ApiError:
 
 
 def _open(url: str, base_url: str, token: str | None, tls: ssl.SSLContext | None) -> ClientConnection:
+    from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+    from websockets.sync.client import connect
+    from websockets.typing import Subprotocol
+
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         return connect(
@@ -93,6 +99,8 @@ class _Session:
         return self._wake_r
 
     def _pump(self) -> None:
+        from websockets.exceptions import ConnectionClosed
+
         self.close_reason = "the connection was lost"
         try:
             while True:
@@ -110,6 +118,8 @@ class _Session:
 
     def send(self, data: bytes) -> bool:
         """False once the session is over."""
+        from websockets.exceptions import ConnectionClosed
+
         try:
             self.ws.send(data)
         except ConnectionClosed:
@@ -176,7 +186,9 @@ def _line_session(session: _Session, fd: int, linger_s: float) -> bool:
 
 def console(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The VM whose serial console to attach to.")],
+    name: Annotated[
+        str, typer.Argument(help="The VM whose serial console to attach to.", autocompletion=complete_vm)
+    ],
     linger: Annotated[
         float,
         typer.Option(

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 import typer
@@ -20,7 +21,7 @@ from virtplane.cli.client import ApiClient
 from virtplane.cli.output import make_console
 from virtplane.cli.tls import CertificateNotTrusted, client_context
 
-__all__ = ["CliOverrides", "CliState", "Clock", "SystemClock", "state_of"]
+__all__ = ["CliOverrides", "CliState", "Clock", "SystemClock", "checked_url", "state_of"]
 
 
 class Clock(Protocol):
@@ -88,3 +89,12 @@ def state_of(ctx: typer.Context) -> CliState:
         ctx.obj = state
         ctx.call_on_close(state.close)
     return state
+
+
+def checked_url(url: str) -> str:
+    """``--url``'s check: an http:// or https:// URL with a host, else a usage error (exit 2),
+    not a server that seems down (``localhost:8470`` would parse as the scheme "localhost")."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise typer.BadParameter(f"{url!r} is not an http:// or https:// URL, e.g. http://127.0.0.1:8470")
+    return url

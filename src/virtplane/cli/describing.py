@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from virtplane.cli.client import ApiError, JsonObject
+from virtplane.cli.completion import complete_name
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.kinds import KindInfo, complete_kind, resolve_kind
 from virtplane.cli.maintenance_view import print_maintenance
@@ -40,7 +41,12 @@ def describe(
             autocompletion=complete_kind,
         ),
     ],
-    name: Annotated[str, typer.Argument(help="The resource's name (a setting's key).", show_default=False)],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The resource's name (a setting's key).", show_default=False, autocompletion=complete_name
+        ),
+    ],
 ) -> None:
     """Show one resource in full: its conditions, a VM's operations, a host's VMs and
     maintenance, and its last 20 events."""

@@ -1,4 +1,4 @@
-"""Host commands (maintenance, enable/disable), simulator faults and API tokens."""
+"""Host commands (maintenance, enable/disable) and simulator faults."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import typer
 from rich.text import Text
 
 from virtplane.cli.client import ApiError, CliError, JsonObject
+from virtplane.cli.completion import complete_host
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.maintenance_view import maintenance_frame, print_maintenance
 from virtplane.cli.output import OutputFormat, dig, print_structured
 from virtplane.cli.waiting import wait_for
@@ -45,7 +47,9 @@ class Role(StrEnum):
     VIEWER = "viewer"
 
 
-HostArgument = Annotated[str, typer.Argument(help="The host's name.", show_default=False)]
+HostArgument = Annotated[
+    str, typer.Argument(help="The host's name.", show_default=False, autocompletion=complete_host)
+]
 OutputOption = Annotated[
     OutputFormat, typer.Option("--output", "-o", case_sensitive=False, help="table, json or yaml.")
 ]
@@ -75,7 +79,12 @@ def maintenance_enable(
         ),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0, help="With --wait: seconds at most.")
+        float,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help=f"With --wait: seconds at most, then exit {ExitCode.TIMEOUT.value} (the drain goes on).",
+        ),
     ] = DEFAULT_TIMEOUT_S,
     output: OutputOption = OutputFormat.TABLE,
 ) -> None:
@@ -159,7 +168,7 @@ def disable(ctx: typer.Context, host: HostArgument) -> None:
     _set_enabled(state_of(ctx), host, False)
 
 
-# --------------------------------------------------------------------------- sim, tokens
+# --------------------------------------------------------------------------- sim
 
 
 GUEST_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})
@@ -212,24 +221,6 @@ def fault(
     state.console.print(Text(f"fault {kind.value}{times} injected into host/{where}{on_vm}{note}"))
 
 
-def token_create(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Who the token is for.", show_default=False)],
-    role: Annotated[Role, typer.Option("--role", case_sensitive=False, help="admin, operator or viewer.")],
-    output: OutputOption = OutputFormat.TABLE,
-) -> None:
-    """Create an API token (admin). The token is shown only once."""
-    state = state_of(ctx)
-    created = state.client.post("/v1/tokens", {"name": name, "role": role.value})
-    if print_structured(created, output):
-        return
-    state.console.print(
-        Text(f"token {created.get('name', name)} ({created.get('role', role.value)}) created:")
-    )
-    state.console.print(Text(str(created.get("token", "")), style="bold"))
-    state.console.print(Text("Use it with --token or: export VIRTPLANE_TOKEN=<token>", style="dim"))
-
-
 _HOST_EPILOG = (
     "Examples:\n"
     "  virtplane host maintenance enable node-1 --dry-run\n"
@@ -244,7 +235,6 @@ _SIM_EPILOG = (
     "  virtplane sim fault sim-1 fail-start --vm web-1 --count 3  # its next 3 starts on sim-1 fail\n"
     "  virtplane sim fault sim-2 host-down"
 )
-_TOKEN_EPILOG = "Examples:\n  virtplane token create ci --role operator\n  virtplane token create grafana --role viewer -o json"
 
 
 def register(app: typer.Typer) -> None:
@@ -265,7 +255,3 @@ def register(app: typer.Typer) -> None:
     )
     sim_app.command(epilog=_SIM_EPILOG)(fault)
     app.add_typer(sim_app, name="sim")
-
-    token_app = typer.Typer(help="API tokens.", epilog=_TOKEN_EPILOG, no_args_is_help=True)
-    token_app.command("create", epilog=_TOKEN_EPILOG)(token_create)
-    app.add_typer(token_app, name="token")

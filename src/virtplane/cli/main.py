@@ -9,11 +9,23 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from virtplane import __version__
-from virtplane.cli import console, hosts, resources, secrets, settings, vms
+import virtplane
+from virtplane.cli import (
+    backup,
+    console,
+    explain,
+    hosts,
+    resources,
+    secrets,
+    serve_limits,
+    settings,
+    store_restore,
+    tokens,
+    vms,
+)
 from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import load_config
-from virtplane.cli.context import CliOverrides, CliState, SystemClock
+from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
 from virtplane.cli.tls import normalize_fingerprint
@@ -54,7 +66,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"virtplane {__version__}")
+        typer.echo(f"virtplane {virtplane.__version__}")
         raise typer.Exit()
 
 
@@ -63,7 +75,9 @@ def root(
     ctx: typer.Context,
     url: Annotated[
         str,
-        typer.Option("--url", envvar="VIRTPLANE_URL", help="Base URL of the virtplane server."),
+        typer.Option(
+            "--url", envvar="VIRTPLANE_URL", callback=checked_url, help="Base URL of the virtplane server."
+        ),
     ] = DEFAULT_URL,
     token: Annotated[
         str | None,
@@ -222,6 +236,15 @@ def serve(
             help="Allow plain HTTP on a non-loopback --host (behind a TLS proxy); logs a warning.",
         ),
     ] = False,
+    max_header_bytes: serve_limits.MaxHeaderBytes = 32 * 1024,
+    max_headers: serve_limits.MaxHeaders = 100,
+    header_timeout: serve_limits.HeaderTimeout = 10.0,
+    idle_timeout: serve_limits.IdleTimeout = 5,
+    max_connections: serve_limits.MaxConnections = 1000,
+    max_connections_per_client: serve_limits.MaxConnectionsPerClient = 100,
+    max_watches_per_token: serve_limits.MaxWatchesPerToken = 50,
+    writes_per_second: serve_limits.WritesPerSecond = 100.0,
+    write_burst: serve_limits.WriteBurst = 200,
 ) -> None:
     """Run the control plane: API, controllers and dashboard, until interrupted.
 
@@ -231,6 +254,8 @@ def serve(
     try:
         # Imported here: the server pulls in FastAPI, SQLAlchemy and uvicorn, which the
         # client commands do not need.
+        from virtplane.api.limits import RequestLimits
+        from virtplane.http_limits import ConnectionLimits
         from virtplane.server import ServeOptions, ServeRefused, run_server
     except ImportError as error:
         raise CliError("ServerUnavailable", f"the virtplane server cannot be loaded: {error}") from error
@@ -252,10 +277,23 @@ def serve(
                 tls_key=tls_key,
                 insecure_http=insecure_http,
                 secrets_key_file=secrets_key_file,
+                connection_limits=ConnectionLimits(
+                    max_header_bytes=max_header_bytes,
+                    max_headers=max_headers,
+                    header_timeout_s=header_timeout,
+                    idle_timeout_s=idle_timeout,
+                    max_connections=max_connections,
+                    max_connections_per_client=max_connections_per_client,
+                ),
+                request_limits=RequestLimits(
+                    max_watches_per_token=max_watches_per_token,
+                    writes_per_second=writes_per_second,
+                    write_burst=write_burst,
+                ),
             )
         )
     except ServeRefused as refused:
-        raise CliError("ServeRefused", str(refused)) from None
+        raise CliError(refused.reason, str(refused)) from None
 
 
 resources.register(app)
@@ -264,6 +302,10 @@ hosts.register(app)
 settings.register(app)
 console.register(app)
 secrets.register(app)
+explain.register(app)
+backup.register(app)
+store_restore.register(app)
+tokens.register(app)
 
 
 def main() -> None:

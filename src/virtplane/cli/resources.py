@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,9 +13,11 @@ import typer
 from rich.text import Text
 
 from virtplane.cli.client import ApiError, CliError, JsonObject, ServerUnreachable
+from virtplane.cli.completion import complete_name
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.describing import describe
-from virtplane.cli.exit_codes import ExitCode
+from virtplane.cli.exit_codes import ExitCode, common_exit_code
+from virtplane.cli.formats import GetOutput, parse_get_output, print_get
 from virtplane.cli.kinds import EVENTS, KindInfo, complete_kind, resolve_kind
 from virtplane.cli.manifests import Manifest, apply_manifest, load_manifests
 from virtplane.cli.output import OutputFormat, print_error, print_structured, styled
@@ -22,19 +25,21 @@ from virtplane.cli.progress_view import Tone
 from virtplane.cli.tables import event_id, print_events, print_resources, sorted_events
 from virtplane.cli.waiting import one_row, wait_for
 from virtplane.cli.watching import follow_events, watch_resources
-from virtplane.domain.resources import KIND_BY_NAME
-from virtplane.domain.selectors import (
-    SelectorError,
-    parse_field_selector,
-    parse_label_selector,
-    selectable_fields,
-)
 
 __all__ = ["register"]
 
 OutputOption = Annotated[
     OutputFormat,
     typer.Option("--output", "-o", case_sensitive=False, help="table, wide (more columns), json or yaml."),
+]
+FilenamesOption = Annotated[
+    list[str],
+    typer.Option(
+        "--filename",
+        "-f",
+        help="YAML manifest (several documents allowed); '-' reads stdin.",
+        show_default=False,
+    ),
 ]
 KindArgument = Annotated[
     str,
@@ -49,15 +54,15 @@ KindArgument = Annotated[
 
 def apply(
     ctx: typer.Context,
-    filenames: Annotated[
-        list[str],
+    filenames: FilenamesOption,
+    dry_run: Annotated[
+        bool,
         typer.Option(
-            "--filename",
-            "-f",
-            help="YAML manifest (several documents allowed); '-' reads stdin.",
-            show_default=False,
+            "--dry-run",
+            help="Let the server check each document (validation and admission) and say what it would "
+            "do; write nothing.",
         ),
-    ],
+    ] = False,
 ) -> None:
     """Create resources from YAML manifests, or update the ones that exist.
 
@@ -65,22 +70,27 @@ def apply(
     Existing resources get the manifest's labels and spec (annotations are merged).
     """
     state = state_of(ctx)
-    manifests: list[Manifest] = []
-    for filename in filenames:
-        manifests.extend(load_manifests(filename, _read_source(filename)))
-    failures = 0
-    for manifest in manifests:
+    failures: list[CliError] = []
+    for manifest in read_manifests(filenames):
         try:
-            result = apply_manifest(state.client, manifest)
+            result = apply_manifest(state.client, manifest, dry_run=dry_run)
         except ServerUnreachable:
             raise
         except CliError as error:
-            failures += 1
-            print_error(state.err_console, error.reason, f"{manifest.reference}: {error.message}")
+            failures.append(error)
+            print_error(state.err_console, error.reason, f"{manifest.located(error)}: {error.message}")
             continue
-        state.console.print(Text.assemble(f"{manifest.reference} ", styled(result)))
+        suffix = " (server dry run)" if dry_run else ""
+        state.console.print(Text.assemble(f"{manifest.reference} ", styled(result), suffix))
     if failures:
-        raise typer.Exit(ExitCode.FAILED)
+        raise typer.Exit(common_exit_code(failures))
+
+
+def read_manifests(filenames: list[str]) -> list[Manifest]:
+    manifests: list[Manifest] = []
+    for filename in filenames:
+        manifests.extend(load_manifests(filename, _read_source(filename)))
+    return manifests
 
 
 def _read_source(filename: str) -> str:
@@ -95,8 +105,32 @@ def _read_source(filename: str) -> str:
 def get(
     ctx: typer.Context,
     kind: KindArgument,
-    name: Annotated[str | None, typer.Argument(help="Show only this one.", show_default=False)] = None,
-    output: OutputOption = OutputFormat.TABLE,
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Show only this one.", show_default=False, autocompletion=complete_name),
+    ] = None,
+    output: Annotated[
+        GetOutput | None,
+        typer.Option(
+            "--output",
+            "-o",
+            parser=parse_get_output,
+            metavar="FORMAT",
+            help="table (default), wide (more columns), json, yaml, name (kind/name per line), "
+            "jsonpath=TEMPLATE ('{.status.phase}', '{.items[*].metadata.name}') or "
+            "custom-columns=HEADER:PATH,... (NAME:.metadata.name,IP:.spec.nics[*].ip).",
+            show_default=False,
+        ),
+    ] = None,
+    sort_by: Annotated[
+        str | None,
+        typer.Option(
+            "--sort-by", help="Sort the list by this JSONPath, e.g. .status.host.", show_default=False
+        ),
+    ] = None,
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Tables and custom columns without their header row.")
+    ] = False,
     selector: Annotated[
         list[str] | None,
         typer.Option(
@@ -128,26 +162,38 @@ def get(
     """List resources of a kind, or show one; with -w, keep printing what changes."""
     state = state_of(ctx)
     info = resolve_kind(kind, allow_events=True)
+    output = output or GetOutput()
+    if watch and (output.basic is None or sort_by or no_headers):
+        raise typer.BadParameter(
+            "-w prints changes as rows or JSON lines: -o name, jsonpath, custom-columns, --sort-by and "
+            "--no-headers are for a list without -w",
+            param_hint="--watch",
+        )
+    show = partial(print_get, state.console, info, sort_by=sort_by, headers=not no_headers)
     if info is EVENTS:
-        _events(state, None, None, limit, watch, output)
+        if watch:
+            _events(state, None, None, limit, watch, output.basic or OutputFormat.TABLE)
+        else:
+            show(sorted_events(state.client.events_page(limit=limit)[0]), output)
         return
     if name is not None and (selector or field_selector):
         raise typer.BadParameter("a selector cannot be combined with a NAME", param_hint="--selector")
     if info.kind == "Setting" and (selector or field_selector or watch):
         raise typer.BadParameter("settings take no selectors and cannot be watched", param_hint="--watch")
     if name is not None and not watch:
-        resource = state.client.get(info.plural, name)
-        if not print_structured(resource, output):
-            print_resources(state.console, info, [resource], output)
+        show([state.client.get(info.plural, name)], output, single=True)
         return
     params = selector_params(
         info, selector or [], [f"metadata.name={name}"] if name else field_selector or []
     )
     items, revision = state.client.list_all(info.plural, params)
-    if not watch or output not in (OutputFormat.JSON, OutputFormat.YAML):
-        print_resources(state.console, info, items, output)
-    if watch:
-        watch_resources(state, info, items, revision, params, output, watch_timeout)
+    if not watch:
+        show(items, output)
+        return
+    basic = output.basic or OutputFormat.TABLE
+    if basic not in (OutputFormat.JSON, OutputFormat.YAML):
+        print_resources(state.console, info, items, basic)
+    watch_resources(state, info, items, revision, params, basic, watch_timeout)
 
 
 def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dict[str, str | int]:
@@ -155,6 +201,17 @@ def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dic
     params: dict[str, str | int] = {}
     label_text = ",".join(labels)
     field_text = ",".join(fields)
+    if not (label_text or field_text):
+        return params
+    # the models, for the selectable fields: only when there is a selector to check
+    from virtplane.domain.resources import KIND_BY_NAME
+    from virtplane.domain.selectors import (
+        SelectorError,
+        parse_field_selector,
+        parse_label_selector,
+        selectable_fields,
+    )
+
     try:
         parse_label_selector(label_text)
     except SelectorError as error:
@@ -173,9 +230,18 @@ def selector_params(info: KindInfo, labels: list[str], fields: list[str]) -> dic
 def delete(
     ctx: typer.Context,
     kind: KindArgument,
-    name: Annotated[str, typer.Argument(help="The resource's name.", show_default=False)],
+    name: Annotated[
+        str, typer.Argument(help="The resource's name.", show_default=False, autocompletion=complete_name)
+    ],
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the resource is gone.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds to wait at most.")] = 300,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help=f"With --wait: seconds to wait at most, then exit {ExitCode.TIMEOUT.value}.",
+        ),
+    ] = 300,
 ) -> None:
     """Delete a resource (its finalizers run first: a VM's domain is destroyed)."""
     state = state_of(ctx)
@@ -286,8 +352,10 @@ _APPLY_EPILOG = (
     "Examples:\n"
     "  virtplane apply -f fleet.yaml\n"
     "  virtplane apply -f hosts.yaml -f vms.yaml\n"
-    "  cat vm.yaml | virtplane apply -f -\n\n"
-    "Prints one line per document: vm/web-1 created, configured or unchanged."
+    "  cat vm.yaml | virtplane apply -f -\n"
+    "  virtplane apply -f fleet.yaml --dry-run\n\n"
+    "Prints one line per document: vm/web-1 created, configured or unchanged (the server's "
+    "object already says what the manifest says, the fields the server fills included)."
 )
 _GET_EPILOG = (
     "Examples:\n"
@@ -295,6 +363,11 @@ _GET_EPILOG = (
     "  virtplane get vm web-1 -o yaml\n"
     "  virtplane get hosts -o wide\n"
     "  virtplane get vms -l app=web,tier!=db -o json\n"
+    "  virtplane get vms -o name\n"
+    "  virtplane get vm web-1 -o jsonpath='{.status.phase}'\n"
+    "  virtplane get vms -o jsonpath='{.items[*].metadata.name}'\n"
+    "  virtplane get vms -o custom-columns=NAME:.metadata.name,HOST:.status.host --no-headers\n"
+    "  virtplane get vms --sort-by=.status.host\n"
     "  virtplane get vms --field-selector status.host=node-1 -w\n"
     "  virtplane get ops\n"
     "  virtplane get events --limit 20"
@@ -311,7 +384,10 @@ _EVENTS_EPILOG = (
 
 
 def register(app: typer.Typer) -> None:
+    from virtplane.cli.diffing import DIFF_EPILOG, diff
+
     app.command(epilog=_APPLY_EPILOG)(apply)
+    app.command(epilog=DIFF_EPILOG)(diff)
     app.command(epilog=_GET_EPILOG)(get)
     app.command(epilog=_DESCRIBE_EPILOG)(describe)
     app.command(epilog=_DELETE_EPILOG)(delete)

@@ -202,19 +202,29 @@ def resource_table(
 
 
 def print_resources(
-    console: Console, kind: KindInfo, resources: Sequence[JsonObject], output: OutputFormat
+    console: Console,
+    kind: KindInfo,
+    resources: Sequence[JsonObject],
+    output: OutputFormat,
+    *,
+    headers: bool = True,
 ) -> None:
     """A list of resources, as a table (or wide table), or as ``{"items": [...]}`` JSON/YAML."""
     if print_structured({"items": list(resources)}, output):
         return
     if not resources:
         console.print(f"No {kind.plural} found.")
-    else:
-        print_table(console, resource_table(kind, resources, wide=output is OutputFormat.WIDE))
+        return
+    table = resource_table(kind, resources, wide=output is OutputFormat.WIDE)
+    table.show_header = headers
+    print_table(console, table)
 
 
-def print_events(console: Console, events: Sequence[JsonObject], *, with_object: bool = True) -> None:
+def print_events(
+    console: Console, events: Sequence[JsonObject], *, with_object: bool = True, headers: bool = True
+) -> None:
     table = new_table(["AGE", "TYPE", "REASON", *(["OBJECT"] if with_object else []), "MESSAGE"])
+    table.show_header = headers
     for event in events:
         row: list[Text | str] = [
             age(event.get("time")),

@@ -10,14 +10,16 @@ from rich.text import Text
 
 from virtplane.cli.bulk import run_on_selection
 from virtplane.cli.client import CliError, JsonObject
+from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.kinds import resolve_kind
 from virtplane.cli.output import dig, print_yaml
 from virtplane.cli.progress_view import Tone
 from virtplane.cli.resources import selector_params
 from virtplane.cli.waiting import follow_operation, one_row, wait_for, wait_for_operation
+from virtplane.domain.api_version import API_VERSION
 from virtplane.domain.names import generated_name, random_suffix
-from virtplane.domain.resources import API_VERSION
 
 __all__ = ["operation_name", "register"]
 
@@ -36,12 +38,20 @@ def operation_name(vm: str, operation_type: str) -> str:
     return generated_name(vm, operation_type.lower(), random_suffix())
 
 
-VMArgument = Annotated[str, typer.Argument(help="The VM's name.", show_default=False)]
+VMArgument = Annotated[
+    str, typer.Argument(help="The VM's name.", show_default=False, autocompletion=complete_vm)
+]
 WaitOption = Annotated[
     bool, typer.Option("--wait", "-w", help="Follow the operation until it ends; exit 1 unless it Completed.")
 ]
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", min=0, help="With --wait: seconds to wait at most (exit 1 after).")
+    float,
+    typer.Option(
+        "--timeout",
+        min=0,
+        help=f"With --wait: seconds to wait at most, then exit {ExitCode.TIMEOUT.value} "
+        "(the operation goes on in the server).",
+    ),
 ]
 ForceOption = Annotated[
     bool, typer.Option("--force", help="Power off / reset at once instead of asking the guest.")
@@ -94,7 +104,11 @@ def _run(
 
 OptionalVMArgument = Annotated[
     str | None,
-    typer.Argument(help="The VM's name (or select VMs with -l / --field-selector).", show_default=False),
+    typer.Argument(
+        help="The VM's name (or select VMs with -l / --field-selector).",
+        show_default=False,
+        autocompletion=complete_vm,
+    ),
 ]
 SelectorOption = Annotated[
     list[str] | None,

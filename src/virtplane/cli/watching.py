@@ -120,7 +120,7 @@ def follow_events(
                     obj = event.get("object") or {}
                     since = max(since, int(obj.get("id") or 0))
                     print_event(obj)
-            except WatchExpired:  # events are not compacted today; if they are, go on from the newest
+            except WatchExpired:  # not sent for events today (a follow goes on from the oldest kept)
                 since = state.client.events_page(limit=1)[1]
     except KeyboardInterrupt:
         return

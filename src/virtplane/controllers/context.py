@@ -51,6 +51,16 @@ class ControllerContext:
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
     promised: Promises = field(default_factory=Promises)
     """Room placements took before their writes landed (``controllers.scheduling``)."""
+    started_at: datetime = field(default_factory=utcnow)
+    """When this process began to reconcile: a VM created before it, never placed, may still have
+    a domain somewhere if the store was restored from a backup (``vm.steps.observe``)."""
+    looked_for: set[str] = field(default_factory=set)
+    """The uids of the unplaced VMs whose domain was looked for in the census since then."""
+    census: dict[str, str] = field(default_factory=dict)
+    """VM uid -> the host that had its domain when this process first listed that host's
+    domains (``controllers.domain_survey``)."""
+    surveyed: set[str] = field(default_factory=set)
+    """The hosts whose domains were listed since this process last reached them."""
     commits: GroupCommit = field(init=False)
     """The status writes of all reconciles, committed together (one transaction per turn of
     the event loop)."""

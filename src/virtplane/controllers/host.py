@@ -14,10 +14,13 @@ import logging
 from datetime import timedelta
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.domain_survey import survey_domains
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
+from virtplane.domain.intents import read_migration
+from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
     Allocatable,
@@ -68,8 +71,10 @@ class HostReconciler:
         answered = False
         try:
             driver, facts = await self._probe(host)
-            if host.spec.fenced:
-                await self._remove_stale_domains(host, driver)
+            if host.spec.fenced or _returning(host):
+                await self._remove_stale_domains(host, driver, fenced=host.spec.fenced)
+            if not host.spec.fenced and host.metadata.name not in ctx.surveyed:
+                await survey_domains(ctx, host, driver)
             answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
@@ -78,6 +83,7 @@ class HostReconciler:
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
         except DriverError as exc:
+            ctx.surveyed.discard(host.metadata.name)
             await ctx.hosts.drop(host.spec.uri)
             # the driver's errors mostly begin with the URI already: say it once
             status.message = f"cannot reach {host.spec.uri}: {str(exc).removeprefix(f'{host.spec.uri}: ')}"
@@ -160,21 +166,58 @@ class HostReconciler:
             else None
         )
 
-    async def _remove_stale_domains(self, host: Host, driver: HypervisorDriver) -> None:
-        """A fenced host that comes back must not run VMs that were recovered elsewhere meanwhile."""
+    async def _remove_stale_domains(self, host: Host, driver: HypervisorDriver, *, fenced: bool) -> None:
+        """A host that comes back must not run VMs that were recovered elsewhere meanwhile: their
+        domains are destroyed (a live one may be there: a host that was only cut off), then
+        undefined. While the host is fenced, every domain of a VM recorded elsewhere goes; once
+        the fence is cleared, only live copies that are sure to be stale (``_superseded``).
+        Domains that are not virtplane's are not ours to touch, nor those of a VM whose
+        migration is in flight (its location is the migration's to find out)."""
         for info in await driver.list_domains():
+            if not info.vm_uid:
+                continue
             vm_name = self.ctx.cache.vm_by_uid(info.vm_uid)
             vm = self.ctx.cache.vm(vm_name) if vm_name else None
-            if vm is not None and vm.status.host == host.metadata.name:
+            if vm is not None and (
+                vm.status.host == host.metadata.name or read_migration(vm.metadata.annotations) is not None
+            ):
+                continue
+            if not fenced and not (info.state in LIVE_STATES and await self._superseded(vm, info.name)):
                 continue
             await driver.destroy(info.name)
             await driver.undefine(info.name)
             self.ctx.event(
                 host,
                 "StaleDomainRemoved",
-                f"removed domain {info.name} (VM {vm_name or 'unknown'} lives elsewhere since the fence)",
+                f"removed domain {info.name} (VM {vm_name or 'unknown'} lives elsewhere since the host was lost)",
                 warning=True,
             )
+
+    async def _superseded(self, vm: VirtualMachine | None, domain: str) -> bool:
+        """A live domain of ``vm`` on a host that is not its recorded one is a stale copy when
+        the VM was released from the host (recorded on none: a recovery may start it) or its
+        recorded host answers that it runs there. Anything else (a host that cannot be asked, a
+        domain that left it unrecorded) is the VM controller's to sort out, never guessed at."""
+        from virtplane.controllers.lookup import host_driver  # lookup -> storage imports this module
+
+        if vm is None:
+            return False
+        if vm.status.host is None:
+            return True
+        _, other, _ = await host_driver(self.ctx, vm.status.host)
+        try:
+            there = await other.get_info(domain) if other is not None else None
+        except DriverError:
+            return False
+        return there is not None and there.state in LIVE_STATES
+
+
+def _returning(host: Host) -> bool:
+    """The host answers after a silence, or after a fence: its VMs may have been released and
+    started elsewhere meanwhile, also when an admin cleared the fence before it answered again.
+    Recorded on its status (the silence, Down), so the sweep is owed until a probe makes it:
+    one that fails leaves the host silent."""
+    return host.status.silent_since is not None or host.status.connection is HostConnection.DOWN
 
 
 # --------------------------------------------------------------------------- watches

@@ -6,24 +6,18 @@ share it without an import cycle.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-API_VERSION = "virtplane.io/v1"
-
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_SETTING_KEY = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?$")
+from virtplane.domain.api_version import API_VERSION as API_VERSION  # re-exported: the kinds import it here
+from virtplane.domain.names import DNS_LABEL, LABEL_KEY, SETTING_KEY
 
 
 def _check_dns_label(value: str) -> str:
-    if not _DNS1123_LABEL.match(value):
+    if not DNS_LABEL.matches(value):
         raise ValueError(
             f"{value!r} is not a DNS-1123 label: use 1-63 lower-case letters, digits and '-', "
             "starting and ending with a letter or digit"
@@ -31,11 +25,50 @@ def _check_dns_label(value: str) -> str:
     return value
 
 
+MAX_JSON_DEPTH = 32
+"""Nesting of a free-form JSON field at most (``FreeJson``): stored bodies are serialized
+recursively, and a document a few hundred levels deep cannot be (a 500, before)."""
+
+
+def is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (JSON's ``"\\ud800"`` decodes to one): it
+    is not Unicode text and cannot be stored or sent as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_free_json(value: Any, depth: int = 0) -> Any:
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and not is_unicode(key):
+                raise ValueError("a key holds a lone surrogate (\\ud800-\\udfff), which is not text")
+            _check_free_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_free_json(item, depth + 1)
+    elif isinstance(value, str) and not is_unicode(value):
+        raise ValueError("a string holds a lone surrogate (\\ud800-\\udfff), which is not text")
+    return value
+
+
+FreeJson = Annotated[dict[str, Any], AfterValidator(_check_free_json)]
+"""A JSON object of the user's own shape: nested at most ``MAX_JSON_DEPTH`` deep, text only."""
+
+
 def _check_labels(value: dict[str, str]) -> dict[str, str]:
     if len(value) > 64:
         raise ValueError("at most 64 entries are allowed")
     for key, item in value.items():
-        if not _LABEL_KEY.match(key):
+        if not is_unicode(item):
+            raise ValueError(
+                f"the value of {key!r} holds a lone surrogate (\\ud800-\\udfff), which is not text"
+            )
+        if not LABEL_KEY.matches(key):
             raise ValueError(f"{key!r} is not a valid key (prefix/name, letters, digits, '-', '_', '.')")
         if len(item) > 4096:
             raise ValueError(f"the value of {key!r} is longer than 4096 characters")
@@ -109,7 +142,7 @@ class Resource(BaseModel):
             raise ValueError(f"kind is {self.kind!r}, expected {self.KIND!r}")
         if self.NAME_IS_DNS_LABEL:
             _check_dns_label(self.metadata.name)
-        elif not _SETTING_KEY.match(self.metadata.name):
+        elif not SETTING_KEY.matches(self.metadata.name):
             raise ValueError(f"{self.metadata.name!r} is not a valid key")
         return self
 

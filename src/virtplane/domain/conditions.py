@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from virtplane.domain.resources import Condition, ConditionStatus
+from virtplane.domain.resources import Condition, ConditionStatus, VirtualMachineStatus
 
 
 class VMCondition(StrEnum):
@@ -83,3 +83,23 @@ def get_condition(conditions: list[Condition], type: str) -> Condition | None:
         if cond.type == type:
             return cond
     return None
+
+
+def place(status: VirtualMachineStatus, host: str, reason: str, *, now: datetime) -> None:
+    """Record the VM on ``host`` together with the Scheduled condition that says so.
+
+    With ``unplace``, the one writer of a VM's ``status.host``: every move (a placement, a live
+    migration, a drain, a domain found elsewhere) goes through here, so the condition never
+    names a host the VM has left (issue 39). ``reason`` says how it got there."""
+    status.host = host
+    status.conditions = set_condition(
+        status.conditions, VMCondition.SCHEDULED, True, reason, f"placed on {host}", now=now
+    )
+
+
+def unplace(status: VirtualMachineStatus, reason: str, message: str, *, now: datetime) -> None:
+    """Record the VM on no host (unschedulable, or released from a fenced one), saying why."""
+    status.host = None
+    status.conditions = set_condition(
+        status.conditions, VMCondition.SCHEDULED, False, reason, message, now=now
+    )

@@ -10,9 +10,8 @@ it did not make. Pure: no I/O.
 from __future__ import annotations
 
 import posixpath
-import re
 
-_IMAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")
+from virtplane.domain.names import IMAGE_FILE
 
 OWNED_VOLUME_PREFIX = "vp-"
 """Every volume file virtplane creates starts with this, followed by the Volume's uid."""
@@ -26,7 +25,7 @@ def check_image_file(value: str) -> str:
         raise ValueError("must be a file name directly inside the image library, not a path")
     if value in (".", "..") or ".." in value:
         raise ValueError("must not contain '..'")
-    if not _IMAGE_FILE.match(value):
+    if not IMAGE_FILE.matches(value):
         raise ValueError(
             "must be 1-255 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
         )

@@ -7,10 +7,11 @@ this module only says which values are valid and which one to take next.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
+
+from virtplane.domain.names import MAC
 
 __all__ = [
     "MAC_PREFIX",
@@ -28,13 +29,11 @@ __all__ = [
 MAC_PREFIX = "52:54:00"
 """QEMU's prefix for guest NICs (what libvirt gives a NIC without a MAC)."""
 
-_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
-
 
 def normalise_mac(value: str) -> str:
     """A MAC in lower case with colons; refuses multicast and all-zero ones (a NIC needs a unicast MAC)."""
     mac = value.strip().lower().replace("-", ":")
-    if not _MAC.match(mac):
+    if not MAC.matches(mac):
         raise ValueError(f"{value!r} is not a MAC address (six hex pairs, e.g. 52:54:00:12:34:56)")
     if int(mac[:2], 16) & 1:
         raise ValueError(f"{value!r} is a multicast MAC; a NIC needs a unicast one")

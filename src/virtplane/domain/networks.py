@@ -16,8 +16,9 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
-from virtplane.domain.base import Condition, Name, Resource, Strict
+from virtplane.domain.base import Condition, FreeJson, Name, Resource, Strict
 from virtplane.domain.ipam import Claim, address_refusal, ip_claim, mac_claim, normalise_mac
+from virtplane.domain.names import BRIDGE
 
 __all__ = [
     "AddressRange",
@@ -66,7 +67,7 @@ class NetworkSpec(Strict):
     kind: NetworkKind
     bridge: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9_.-]{1,15}$",
+        pattern=BRIDGE.anchored,
         description="kind bridge: the Linux bridge on each host (an interface name, at most 15 characters).",
     )
     vlan: int | None = Field(
@@ -166,7 +167,7 @@ class CloudInit(Strict):
     ssh_authorized_keys: list[Annotated[str, AfterValidator(_check_ssh_key)]] = Field(
         default_factory=list, max_length=64
     )
-    network_config: dict[str, Any] | None = Field(
+    network_config: FreeJson | None = Field(
         default=None, description="A network config (version 2) to use instead of the generated one."
     )
 

@@ -23,7 +23,8 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
-from virtplane.domain.base import _LABEL_KEY, Resource
+from virtplane.domain.base import Resource
+from virtplane.domain.names import LABEL_KEY
 
 __all__ = [
     "SELECTABLE_FIELDS",
@@ -40,6 +41,12 @@ SELECTABLE_FIELDS = ("metadata.name", "spec.run_policy", "spec.vm", "status.host
 """Fields a field selector may name; a kind takes those of them its resource has."""
 
 MAX_SELECTOR_LENGTH = 4096
+MAX_REQUIREMENTS = 64
+"""Requirements in one selector at most: each becomes a condition of the store's query, and a
+few thousand exceed what the database takes in one statement (SQLite: "Expression tree is
+too large") long before the length does."""
+MAX_VALUES = 256
+"""Values of one ``in`` or ``notin`` at most."""
 
 
 class Operator(StrEnum):
@@ -157,6 +164,8 @@ class _Parser:
         if self.peek().kind == "end":
             return ()
         while True:
+            if len(found) == MAX_REQUIREMENTS:
+                raise self.fail(self.peek(), f"selectors are limited to {MAX_REQUIREMENTS} requirements")
             found.append(one())
             token = self.take()
             if token.kind == "end":
@@ -186,6 +195,8 @@ class _Parser:
             raise self.fail(opening, f"expected '(' after in/notin, found {opening.describe()}")
         values: list[str] = []
         while True:
+            if len(values) == MAX_VALUES:
+                raise self.fail(self.peek(), f"in and notin take at most {MAX_VALUES} values")
             values.append(self.identifier("a value").text)
             token = self.take()
             if token.kind == ")":
@@ -195,7 +206,7 @@ class _Parser:
 
 
 def _check_label_key(parser: _Parser, token: _Token) -> str:
-    if not _LABEL_KEY.match(token.text):
+    if not LABEL_KEY.matches(token.text):
         raise parser.fail(
             token, f"{token.text!r} is not a label key (prefix/name of letters, digits, '-', '_', '.')"
         )

@@ -330,6 +330,55 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         minimum=0,
         maximum=604800,
     ),
+    SettingDef(
+        "store.changes.retention_s",
+        SettingType.INT,
+        3600,
+        "How long the change feed keeps a change: a watch or a paged list may resume from a "
+        "revision this old (an older one gets 410 Expired and lists again).",
+        minimum=60,
+        maximum=366 * 86400,
+    ),
+    SettingDef(
+        "store.changes.max_rows",
+        SettingType.INT,
+        500_000,
+        "The change feed keeps at most this many changes, however young (about 60 bytes each).",
+        minimum=100,
+        maximum=1_000_000_000,
+    ),
+    SettingDef(
+        "events.retention_s",
+        SettingType.INT,
+        86400,
+        "How long events are kept (virtplane events).",
+        minimum=60,
+        maximum=3660 * 86400,
+    ),
+    SettingDef(
+        "events.max_rows",
+        SettingType.INT,
+        200_000,
+        "At most this many events are kept, however young (a few hundred bytes each).",
+        minimum=100,
+        maximum=1_000_000_000,
+    ),
+    SettingDef(
+        "audit.retention_days",
+        SettingType.INT,
+        90,
+        "Audit records older than this are deleted (checked every few minutes).",
+        minimum=1,
+        maximum=36500,
+    ),
+    SettingDef(
+        "audit.max_records",
+        SettingType.INT,
+        1_000_000,
+        "At most this many audit records are kept: the oldest go first.",
+        minimum=1000,
+        maximum=1_000_000_000,
+    ),
 )
 
 

@@ -168,6 +168,17 @@ class Cache:
             for listener in self._listeners:
                 listener(kind, name, old, new)
 
+    def resync(self) -> int:
+        """Every object as the store has it now, for a change feed that lost changes (retention
+        pruned them before this process read them): each one held or stored is looked at as if
+        it changed at the newest revision, through ``apply`` (read again unless held that new,
+        dropped if gone, listeners told). Returns that revision: the feed goes on after it."""
+        revision = self._store.revision()
+        keys = {(kind, name) for kind, held in self._objects.items() for name in held}
+        keys |= {(kind, name) for kind in KIND_BY_NAME for name in self._store.names(kind)}
+        self.apply(Change(revision, kind, name, "modified") for kind, name in sorted(keys))
+        return revision
+
     def _holds(self, change: Change) -> bool:
         """This cache has the object at ``change``'s revision or later."""
         held = self._objects[change.kind].get(change.name)

@@ -8,11 +8,14 @@ only when the code's models change (a field added with a default, a field rename
 with a migration of its own...). For that, ``normalize_bodies`` remembers a
 fingerprint of each kind's JSON schema (a ``feed_state`` row ``schema:<Kind>``), and
 when the code's fingerprint differs it rewrites every body of that kind through the
-current model; ``Store.migrate`` runs it, so a server never serves before it has.
+current model. ``Store.migrate`` runs it inside the upgrade's one transaction
+(``virtplane.store.upgrade``), so a server never serves before it has, and an upgrade
+that fails half-way leaves every body as it was.
 
 The rewrite changes no object: the same content, in the current shape; so it draws no
-revision and wakes nobody. A body a newer write replaced meanwhile is left alone (it
-is in the current shape already).
+revision and wakes nobody. A body the current model cannot read at all is quarantined
+(``virtplane.store.quarantine``): named in the log with the field and pydantic's message,
+moved out of ``objects``, and the rest is served.
 """
 
 from __future__ import annotations
@@ -21,16 +24,14 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from pydantic import ValidationError
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from virtplane.domain.resources import KINDS, Resource
 from virtplane.store import schema
-
-if TYPE_CHECKING:
-    from virtplane.store.database import Database
+from virtplane.store.quarantine import Unreadable, validation_reason
 
 _BATCH = 500
 _objects = schema.objects
@@ -48,34 +49,54 @@ def _state_name(cls: type[Resource]) -> str:
     return f"schema:{cls.KIND}"
 
 
-def normalize_bodies(store: Database, kinds: Iterable[type[Resource]] = KINDS) -> dict[str, int]:
-    """Rewrite the bodies of every kind whose schema changed since they were written; how many, by kind."""
-    rewritten: dict[str, int] = {}
-    with store.engine.connect() as connection:
-        known = {
-            row.name: row.revision for row in connection.execute(select(_state.c.name, _state.c.revision))
-        }
+@dataclass
+class Normalised:
+    """What ``normalize_bodies`` did: bodies rewritten by kind, and the ones it could not read."""
+
+    rewritten: dict[str, int] = field(default_factory=dict)
+    unreadable: list[Unreadable] = field(default_factory=list)
+
+    def changed(self) -> bool:
+        return bool(self.rewritten or self.unreadable)
+
+
+def stale_kinds(connection: Connection, kinds: Iterable[type[Resource]] = KINDS) -> list[type[Resource]]:
+    """The kinds whose bodies were written under another schema than the code's."""
+    known = {row.name: row.revision for row in connection.execute(select(_state.c.name, _state.c.revision))}
+    return [cls for cls in kinds if known.get(_state_name(cls)) != schema_fingerprint(cls)]
+
+
+def normalize_bodies(
+    connection: Connection, kinds: Iterable[type[Resource]] = KINDS, *, every_kind: bool = False
+) -> Normalised:
+    """In ``connection``'s transaction: rewrite the bodies of every kind whose schema changed since
+    they were written (with ``every_kind``, read every kind's: an upgrade reads them all once),
+    and record each kind's fingerprint. Bodies that cannot be read are listed, not touched."""
+    kinds = list(kinds)
+    stale = set(stale_kinds(connection, kinds))
+    done = Normalised()
     for cls in kinds:
-        fingerprint = schema_fingerprint(cls)
-        recorded = known.get(_state_name(cls))
-        if recorded == fingerprint:
+        if cls not in stale and not every_kind:
             continue
-        rewritten[cls.KIND] = _rewrite(store, cls)
-        try:
-            with store._write() as connection:  # the store's write lock: SQLite has one writer
-                if recorded is None:
-                    connection.execute(insert(_state).values(name=_state_name(cls), revision=fingerprint))
-                else:
-                    connection.execute(
-                        update(_state).where(_state.c.name == _state_name(cls)).values(revision=fingerprint)
-                    )
-        except IntegrityError:  # another replica, starting at the same time, recorded it first
-            pass
-    return rewritten
+        rewritten = _rewrite(connection, cls, done.unreadable)
+        if rewritten:
+            done.rewritten[cls.KIND] = rewritten
+        if cls in stale:
+            _record_fingerprint(connection, cls)
+    return done
 
 
-def _rewrite(store: Database, cls: type[Resource]) -> int:
-    """Every body of ``cls`` through the current model, a batch per transaction; how many changed."""
+def _record_fingerprint(connection: Connection, cls: type[Resource]) -> None:
+    name = _state_name(cls)
+    updated = connection.execute(
+        update(_state).where(_state.c.name == name).values(revision=schema_fingerprint(cls))
+    )
+    if updated.rowcount == 0:
+        connection.execute(insert(_state).values(name=name, revision=schema_fingerprint(cls)))
+
+
+def _rewrite(connection: Connection, cls: type[Resource], unreadable: list[Unreadable]) -> int:
+    """Every body of ``cls`` through the current model, read a page at a time; how many changed."""
     changed = 0
     after = ""
     rewrite = (
@@ -90,19 +111,22 @@ def _rewrite(store: Database, cls: type[Resource]) -> int:
         )
     )
     while True:
-        with store.engine.connect() as connection:
-            rows = connection.execute(
-                select(_objects.c.name, _objects.c.resource_version, _objects.c.body)
-                .where(_objects.c.kind == cls.KIND, _objects.c.name > after)
-                .order_by(_objects.c.name)
-                .limit(_BATCH)
-            ).all()
+        rows = connection.execute(
+            select(_objects.c.name, _objects.c.uid, _objects.c.resource_version, _objects.c.body)
+            .where(_objects.c.kind == cls.KIND, _objects.c.name > after)
+            .order_by(_objects.c.name)
+            .limit(_BATCH)
+        ).all()
         if not rows:
             return changed
         after = rows[-1].name
         updates = []
         for row in rows:
-            body = cls.model_validate_json(row.body).model_dump_json()
+            try:
+                body = cls.model_validate_json(row.body).model_dump_json()
+            except ValidationError as error:
+                unreadable.append(Unreadable(cls.KIND, row.name, row.uid, row.body, validation_reason(error)))
+                continue
             if body != row.body:
                 fields = {
                     f"b_{column}": value for column, value in schema.field_values(json.loads(body)).items()
@@ -111,9 +135,8 @@ def _rewrite(store: Database, cls: type[Resource]) -> int:
                     {"b_name": row.name, "b_version": row.resource_version, "b_body": body, **fields}
                 )
         if updates:
-            with store._write() as connection:
-                connection.execute(rewrite, updates)
+            connection.execute(rewrite, updates)
             changed += len(updates)
 
 
-__all__ = ["normalize_bodies", "schema_fingerprint"]
+__all__ = ["Normalised", "normalize_bodies", "schema_fingerprint", "stale_kinds"]

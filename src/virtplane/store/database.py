@@ -70,6 +70,14 @@ LOCK_MIGRATE = 0x7670_0003  # running the Alembic migrations
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_connection.cursor()
+    # Before anything creates the file's first page: a new database frees the pages that
+    # retention empties (``reclaim_space``); an existing one switches at its next VACUUM
+    # (``use_incremental_vacuum``). Set after journal_mode, it would not take.
+    # Only on an empty file: on an existing one the pragma writes its header even where it
+    # changes nothing, and a store opened only to be refused (newer data) must stay untouched.
+    cursor.execute("PRAGMA page_count")
+    if cursor.fetchone()[0] == 0:
+        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     # NORMAL in WAL mode stays consistent after a crash of the process; only an OS
     # crash can lose the last transactions. busy_timeout covers other processes.
@@ -77,6 +85,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+_INCREMENTAL = 2  # PRAGMA auto_vacuum: 0 none, 1 full, 2 incremental
 
 
 def sqlite_url(path: Path) -> str:
@@ -149,8 +160,17 @@ class HeldConnections:
 class Database:
     """The engine, the write transaction, and the listeners told of each commit."""
 
-    def __init__(self, url: str, *, echo: bool = False, keyring: Keyring | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        clock: Callable[[], datetime] = utcnow,
+        keyring: Keyring | None = None,
+    ) -> None:
         self.url = url
+        self.clock = clock
+        """Now, in UTC: the time of events, and what retention counts ages from (tests move it)."""
         self.keyring = keyring
         """Seals Secrets' passwords (``sealing``); without one, a Secret with a password is refused."""
         self.is_sqlite = url.startswith("sqlite")
@@ -203,6 +223,49 @@ class Database:
             if lock is not None:
                 lock.release()
 
+    def reclaim_space(self, pages_per_step: int = 1000) -> int:
+        """SQLite: hand the pages that deletions freed back to the file system, a step per
+        transaction so that no writer waits long; how many pages. (PostgreSQL's autovacuum
+        makes deleted rows' space reusable by itself: nothing to do there.)"""
+        if not self.is_sqlite or not self.uses_incremental_vacuum():
+            return 0
+        freed = 0
+        free = self._pragma("freelist_count")
+        while free > 0:
+            with self._write() as connection:
+                raw = connection.connection.dbapi_connection
+                assert raw is not None
+                # executescript steps the pragma to its end; a cursor's execute frees one page
+                raw.executescript(f"PRAGMA incremental_vacuum({int(pages_per_step)})")
+            left = self._pragma("freelist_count")
+            if left >= free:  # nothing more to free (another writer's pages meanwhile)
+                break
+            freed, free = freed + free - left, left
+        return freed
+
+    def use_incremental_vacuum(self) -> bool:
+        """SQLite: make a database created without incremental auto-vacuum (before retention
+        existed) use it, by the one full VACUUM that switches it; True if it ran. It rewrites
+        the whole file and holds the writer meanwhile: run it at start, before serving."""
+        if not self.is_sqlite or self.uses_incremental_vacuum():
+            return False
+        with self._write() as connection:
+            raw = connection.connection.dbapi_connection
+            assert raw is not None
+            raw.executescript("PRAGMA auto_vacuum=INCREMENTAL; VACUUM")
+        return True
+
+    def uses_incremental_vacuum(self) -> bool:
+        return self.is_sqlite and self._pragma("auto_vacuum") == _INCREMENTAL
+
+    def size_bytes(self) -> int:
+        """SQLite: the database's size in pages (the file, once the WAL is checkpointed)."""
+        return self._pragma("page_count") * self._pragma("page_size") if self.is_sqlite else 0
+
+    def _pragma(self, name: str) -> int:
+        with self.connect() as connection:
+            return int(connection.exec_driver_sql(f"PRAGMA {name}").scalar_one())
+
     def _notify(self, revision: int) -> None:
         for listener in list(self._listeners):
             listener(revision)
@@ -229,7 +292,7 @@ class Database:
         if not items:
             return
         self._advisory_lock(connection, LOCK_EVENTS)
-        now = utcnow()
+        now = self.clock()
         self.prepared.insert_events.many(
             connection,
             [

@@ -7,13 +7,16 @@ Events that belong to a write are appended inside that write's transaction
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 
 from virtplane.domain.resources import Event, EventType
 from virtplane.store import schema
 from virtplane.store.database import Database, EventRecord, aware
+
+_events = schema.events
 
 
 class EventLog(Database):
@@ -52,6 +55,37 @@ class EventLog(Database):
         with self.connect() as connection:
             rows = connection.execute(query).all()
         return [event_from_row(row) for row in reversed(rows)]
+
+    def prune_events(self, *, max_age_s: float, max_rows: int, batch: int = 2000) -> int:
+        """Drop the events older than ``max_age_s`` and all but the newest ``max_rows``, oldest
+        first, ``batch`` per transaction; how many went.
+
+        Events are numbered in commit order and timed as they are appended, so the oldest by
+        id are the oldest by time: each batch reads the oldest ids and their times (the primary
+        key only: no index on time needed) and stops at the first one young enough to keep. The
+        newest event always stays: on SQLite an emptied table would number events from 1 again,
+        and a follower of events (by id) would see none of them."""
+        cutoff = self.clock() - timedelta(seconds=max_age_s)
+        dropped = 0
+        step = min(64, batch)  # a pass every minute finds a few events to drop: read few, more while all go
+        while True:
+            with self._write() as connection:
+                top = connection.execute(select(func.max(_events.c.id))).scalar_one_or_none() or 0
+                rows = connection.execute(
+                    select(_events.c.id, _events.c.time).order_by(_events.c.id).limit(step)
+                ).all()
+                upto = None
+                for row in rows:
+                    if row.id >= top or (row.id > top - max_rows and aware(row.time) >= cutoff):
+                        break
+                    upto = row.id
+                if upto is None:
+                    return dropped
+                result = connection.execute(delete(_events).where(_events.c.id <= upto))
+                dropped += int(result.rowcount or 0)
+            if upto != rows[-1].id or len(rows) < step:
+                return dropped
+            step = min(2 * step, batch)
 
 
 def event_from_row(row: Any) -> Event:

@@ -7,6 +7,11 @@ Remembering only the highest revision delivered is safe because the store makes
 revisions visible in the order it hands them out (on PostgreSQL writers draw and
 commit them under one advisory lock; see ``virtplane.store.database``): no revision
 below one a reader has seen can commit later.
+
+Retention prunes old changes. The process that prunes never drops one its own feed has not
+read; another replica's feed that fell further behind (a process paused for longer than
+``store.changes.retention_s``) finds the horizon past its revision and calls ``resync``
+(the cache reads every object again) instead of going on with changes missing.
 """
 
 from __future__ import annotations
@@ -26,8 +31,16 @@ ChangeHandler = Callable[[list[Change]], None]
 
 
 class ChangeFeed:
-    def __init__(self, store: Store, *, poll_interval_s: float = 1.0, batch: int = 5000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        poll_interval_s: float = 1.0,
+        batch: int = 5000,
+        resync: Callable[[], int] | None = None,
+    ) -> None:
         self._store = store
+        self._resync = resync
         self._poll_interval_s = poll_interval_s
         self._batch = batch
         self._handlers: list[ChangeHandler] = []
@@ -72,6 +85,8 @@ class ChangeFeed:
         delivered = 0
         while True:
             changes = self._store.changes_since(self.revision, self._batch)
+            if (not changes or changes[0].revision != self.revision + 1) and self._expired():
+                continue  # resynced: the changes after the revision it read
             if not changes:
                 return delivered
             self.revision = changes[-1].revision
@@ -83,3 +98,18 @@ class ChangeFeed:
                     log.exception("change handler failed")
             if len(changes) < self._batch:  # that was all: no query to be told so
                 return delivered
+
+    def _expired(self) -> bool:
+        """Retention pruned changes this feed had not read (a gap in the revisions it reads may
+        be only rolled-back writes); then ``resync``, and True."""
+        horizon = self._store.compacted_revision()
+        if self._resync is None or horizon <= self.revision:
+            return False
+        log.warning(
+            "the change feed fell behind retention (read up to %d, changes up to %d pruned): "
+            "reading every object again",
+            self.revision,
+            horizon,
+        )
+        self.revision = self._resync()
+        return True

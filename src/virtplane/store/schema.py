@@ -115,7 +115,34 @@ tokens = Table(
     Column("name", String(255), nullable=False, unique=True),
     Column("role", String(16), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # the lifecycle (migration 0006): a revoked token's row stays, so that its 401 says why
+    Column("description", Text, nullable=False, server_default=""),
+    Column("owner", String(255)),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("last_used_at", DateTime(timezone=True)),
+    Column("revoked_at", DateTime(timezone=True)),
+    Column("revoked_by", String(255)),
 )
+
+# Who wrote what, from where, when, with which outcome (``virtplane.store.audit``); pruned by settings.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("token", String(255)),
+    Column("owner", String(255)),
+    Column("client", String(255), nullable=False),
+    Column("verb", String(32), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("subresource", String(64), nullable=False),
+    Column("fields", Text, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("reason", String(128), nullable=False),
+)
+Index("ix_audit_time", audit.c.time)
+Index("ix_audit_object", audit.c.kind, audit.c.name, audit.c.id)
 
 # Leader election for controllers when several replicas share a PostgreSQL store.
 leases = Table(
@@ -138,3 +165,25 @@ claims = Table(
     Column("owner_uid", String(36), nullable=False),
 )
 Index("ix_claims_owner", claims.c.owner_uid)
+
+# Stored objects the current models could not read (``virtplane.store.quarantine``), out of
+# ``objects`` so that the rest is served; their claims stay held until an admin deletes them.
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("kind", String(64), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("uid", String(36), primary_key=True),
+    Column("body", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("release", String(64), nullable=False),
+    Column("quarantined_at", DateTime(timezone=True), nullable=False),
+)
+
+# Facts about the store itself: "release", the version that last upgraded it (``virtplane.store.upgrade``).
+store_meta = Table(
+    "store_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)

@@ -87,9 +87,7 @@ CHANGES_SINCE = (
 INSERT_EVENTS = insert(schema.events).values(
     {column.name: bindparam(column.name) for column in schema.events.c if column.name != "id"}
 )
-TOKEN_ROLE = select(schema.tokens.c.name, schema.tokens.c.role).where(
-    schema.tokens.c.token_sha256 == bindparam("b_sha256")
-)
+TOKEN_BY_HASH = select(schema.tokens).where(schema.tokens.c.token_sha256 == bindparam("b_sha256"))
 
 
 class Compiled:

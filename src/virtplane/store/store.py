@@ -8,74 +8,68 @@ order they are drawn, the lock order events then revisions) are in
 - ``reads``: objects by name, by names, by kind (paged lists are in ``lists``);
 - ``creates`` and ``writes``: new objects; updates, status-only updates, deletes;
 - ``changes``: the change log behind watches; ``events``: the event log;
-- ``tokens``: API tokens; ``leases``: leader election.
+- ``tokens``: API tokens; ``audit``: who wrote what; ``leases``: leader election;
+- ``quarantine``: objects the current models cannot read, set aside by an upgrade.
 """
 
 from __future__ import annotations
-
-import functools
-import logging
-from pathlib import Path
 
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from virtplane.domain.resources import Secret
 from virtplane.store import schema
-from virtplane.store.bodies import normalize_bodies
+from virtplane.store.audit import AuditLog
 from virtplane.store.changes import Change, ChangeLog
 from virtplane.store.creates import ObjectCreates
-from virtplane.store.database import LOCK_MIGRATE, EventRecord, sqlite_url, utcnow
+from virtplane.store.database import EventRecord, sqlite_url, utcnow
 from virtplane.store.events import EventLog, event_from_row
 from virtplane.store.leases import Leases
-from virtplane.store.migrations.data import LATEST, data_version, upgrade_bodies
+from virtplane.store.quarantine import QuarantineStore
 from virtplane.store.sealing import PREFIX, Keyring, open_secret
 from virtplane.store.tokens import Tokens
+from virtplane.store.upgrade import (
+    MIGRATIONS,
+    UpgradeReport,
+    head_revision,
+    read_found,
+    refuse_newer,
+    upgrade_store,
+)
 from virtplane.store.writes import ObjectWrites
 
-__all__ = ["Change", "EventRecord", "Store", "event_from_row", "head_revision", "sqlite_url", "utcnow"]
+__all__ = [
+    "MIGRATIONS",
+    "Change",
+    "EventRecord",
+    "Store",
+    "event_from_row",
+    "head_revision",
+    "sqlite_url",
+    "utcnow",
+]
 
-MIGRATIONS = Path(__file__).parent / "migrations"
-log = logging.getLogger("virtplane.store")
 
-
-@functools.cache
-def head_revision() -> str:
-    """The newest migration's revision: each file of ``migrations/versions`` is named after its
-    revision, ``NNNN_what.py`` (``tests/store/test_store.py`` holds Alembic to that)."""
-    return max(path.name[:4] for path in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
-
-
-class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, Leases):
+class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, AuditLog, Leases, QuarantineStore):
     """All durable state. Construct with a SQLAlchemy URL, then call ``migrate()``."""
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision (creates it on an empty database).
+    def migrate(self) -> UpgradeReport:
+        """Bring the store to this release (creates the schema on an empty database): the schema,
+        the data migrations and the bodies in one transaction, after a backup
+        (``virtplane.store.upgrade``); ``NewerData`` if a newer release wrote it, untouched.
 
-        A schema at that revision already (every start but the first of a release) is known
-        from one query, and Alembic is not loaded: it is a tenth of a second of a start-up,
-        which a fleet coming back from an outage waits for."""
-        if self.schema_revision() != head_revision() or self._data_version() != LATEST:
-            self._upgrade()
-        normalize_bodies(self)
+        A schema at head already (every start but the first of a release) is known from one
+        query, and Alembic is not loaded: it is a tenth of a second of a start-up, which a
+        fleet coming back from an outage waits for."""
+        return upgrade_store(self)
 
-    def _upgrade(self) -> None:
-        from alembic import command
-        from alembic.config import Config
-
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        with self.engine.begin() as connection:
-            # Replicas that start together must not both create the tables.
-            self._advisory_lock(connection, LOCK_MIGRATE)
-            config.attributes["connection"] = connection
-            command.upgrade(config, "head")
-            for line in upgrade_bodies(connection, self.keyring):
-                log.info("upgrade: %s", line)
-
-    def _data_version(self) -> int | None:
+    def refuse_newer_data(self) -> None:
+        """``NewerData`` if a newer release wrote this store; reads only. For a command that opens
+        the store without upgrading it (``migrate`` does this first)."""
         with self.engine.connect() as connection:
-            return data_version(connection)
+            found = read_found(connection)
+            connection.rollback()
+        refuse_newer(found)
 
     def reseal_secrets(self, keyring: Keyring) -> int:
         """Every Secret's password sealed again with ``keyring``'s newest key (a plaintext one

@@ -13,13 +13,13 @@ FastAPI's own page loads Swagger UI from a CDN and starts it with an inline scri
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from virtplane.api.errors import ApiError
+from virtplane.domain.names import WEB_ASSET
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 VENDOR_DIR = STATIC_DIR / "vendor"
@@ -31,7 +31,6 @@ _MEDIA_TYPES = {
     ".svg": "image/svg+xml",
     ".png": "image/png",
 }
-_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 # The page runs only its own script and talks only to its own origin: even a
 # rendering mistake could not run a script that a hostile name smuggled in.
@@ -84,7 +83,7 @@ def _file(file_name: str, directory: Path = STATIC_DIR) -> Response:
     """One file of ``directory`` by plain name: no sub-directories, no dot-files, known types only."""
     path = directory / file_name
     media_type = _MEDIA_TYPES.get(path.suffix)
-    if not _FILE_NAME.match(file_name) or media_type is None or not path.is_file():
+    if not WEB_ASSET.matches(file_name) or media_type is None or not path.is_file():
         raise ApiError(404, "NotFound", f"no such file: {file_name}")
     return FileResponse(path, media_type=media_type, headers=_HEADERS)
 

@@ -29,6 +29,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
+from virtplane.api.audit import client_address, entry_for
 from virtplane.api.auth import Principal, Role, authorize, bearer_token
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError, error_response, mapped_error
@@ -102,9 +103,9 @@ async def _idle(session: ConsoleSession, timeout_s: float) -> None:
         await asyncio.sleep(left)  # a timer on the loop's clock, re-armed by activity
 
 
-async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> None:
+async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> str:
     """Bytes both ways until one side ends, the session is idle too long or an admin takes
-    it over; then the rest is ended too."""
+    it over; then the rest is ended too. Returns which one ended it, as the event's reason."""
     idle_timeout_s = ctx.settings.get_float("console.idle_timeout_s")
     session.last_activity = asyncio.get_running_loop().time()
     to_guest = asyncio.create_task(_to_guest(websocket, session))
@@ -127,18 +128,21 @@ async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession)
         with contextlib.suppress(Exception):
             await websocket.close(TAKEN_OVER_CODE, close_reason(f"ConsoleTakenOver: {why}"))
         await _record(ctx, session.vm, "ConsoleTakenOver", why)
-    elif idle in done:
+        return "ConsoleTakenOver"
+    if idle in done:
         why = f"no input or output for {idle_timeout_s:g} s (console.idle_timeout_s): detached"
         with contextlib.suppress(Exception):
             await websocket.close(1000, close_reason(why))
         await _record(ctx, session.vm, "ConsoleIdle", why)
-    elif from_guest in done and from_guest.exception() is None:
+        return "ConsoleIdle"
+    if from_guest in done and from_guest.exception() is None:
         why = await ctx.consoles.why_ended(session)
         with contextlib.suppress(Exception):  # the client may be gone already
             await websocket.close(1000, close_reason(why))
         await _record(ctx, session.vm, "ConsoleClosed", why)
-    else:
-        await _record(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
+        return "ConsoleClosed"
+    await _record(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
+    return "ConsoleDetached"
 
 
 @router.websocket("/v1/vms/{name}/console")
@@ -183,7 +187,33 @@ async def console(websocket: WebSocket, name: str) -> None:
         "ConsoleAttached",
         f"{principal.name} attached to the serial console on host {session.host}",
     )
-    await _relay(websocket, ctx, session)
+    audit = websocket.app.state.audit
+    where = client_address(websocket.scope)
+    await audit.record(
+        entry_for(
+            principal,
+            where,
+            "console-open",
+            VirtualMachine.KIND,
+            name,
+            101,
+            subresource="console",
+            reason="ConsoleTakenOver" if takeover else "",  # an admin ended another's session
+        )
+    )
+    ended = await _relay(websocket, ctx, session)
+    await audit.record(
+        entry_for(
+            principal,
+            where,
+            "console-close",
+            VirtualMachine.KIND,
+            name,
+            TAKEN_OVER_CODE if ended == "ConsoleTakenOver" else 1000,
+            subresource="console",
+            reason=ended,
+        )
+    )
     log.info("console of VM %s on host %s: detached (%s)", name, session.host, principal.name)
 
 

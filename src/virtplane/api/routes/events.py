@@ -1,12 +1,14 @@
-"""The audit trail (read-only) and API tokens."""
+"""The event log (read-only)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
+from virtplane.api.limits import limiter
 from virtplane.api.lists import (
     DEFAULT_WATCH_TIMEOUT_S,
     LIST_RESPONSES,
@@ -19,7 +21,7 @@ from virtplane.api.lists import (
     list_response,
 )
 from virtplane.api.watch import event_stream, stream_response
-from virtplane.domain.resources import KIND_BY_NAME, KIND_BY_PLURAL, Name
+from virtplane.domain.resources import KIND_BY_NAME, KIND_BY_PLURAL
 from virtplane.store.lists import events_before, last_event_id
 
 router = APIRouter()
@@ -61,24 +63,27 @@ def list_events(
     timeout_s: float = Query(
         DEFAULT_WATCH_TIMEOUT_S, gt=0, le=MAX_WATCH_TIMEOUT_S, description="With watch: end after this long."
     ),
-    _: Principal = Depends(require(Role.VIEWER)),
+    principal: Principal = Depends(require(Role.VIEWER)),
 ) -> Response:
     ctx = _ctx(request)
     if kind is not None:
         cls = KIND_BY_PLURAL.get(kind) or KIND_BY_NAME.get(kind)
         kind = cls.KIND if cls is not None else kind
     if watch:
-        since = last_event_id(ctx.store) if resource_version is None else resource_version
-        stream = event_stream(
-            ctx.store,
-            since=max(since, after_id),
-            kind=kind,
-            name=name,
-            streams=ctx.streams,
-            options=ctx.watch,
-            timeout_s=timeout_s,
-        )
-        return stream_response(stream)
+
+        def opened() -> AsyncIterator[bytes]:
+            since = last_event_id(ctx.store) if resource_version is None else resource_version
+            return event_stream(
+                ctx.store,
+                since=max(since, after_id),
+                kind=kind,
+                name=name,
+                streams=ctx.streams,
+                options=ctx.watch,
+                timeout_s=timeout_s,
+            )
+
+        return stream_response(limiter(request).watched(principal.name, opened))
     before: int | None = None
     if continue_token:
         before, newest = decode_continue(continue_token, "Event", int)
@@ -87,27 +92,3 @@ def list_events(
     events, older = events_before(ctx.store, before=before, after=after_id, limit=limit, kind=kind, name=name)
     next_token = encode_continue("Event", events[0].id, newest) if older and events else None
     return list_response([e.model_dump_json() for e in events], next_token, newest)
-
-
-class TokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: Name
-    role: Role = Field(description="admin, operator or viewer")
-
-
-class TokenResponse(BaseModel):
-    name: str
-    role: Role
-    token: str
-
-
-@router.post(
-    "/v1/tokens", tags=["Token"], operation_id="create_tokens", status_code=201, summary="Create an API token"
-)
-def create_token(
-    request: Request, body: TokenRequest, principal: Principal = Depends(require(Role.ADMIN))
-) -> TokenResponse:
-    ctx = _ctx(request)
-    token = ctx.store.create_token(body.name, body.role.value)
-    ctx.store.record_event("Token", body.name, "Created", f"role {body.role.value}, by {principal.name}")
-    return TokenResponse(name=body.name, role=body.role, token=token)

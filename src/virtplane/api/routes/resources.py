@@ -5,7 +5,7 @@ controllers and is never taken from a request. Annotations under the system pref
 (``virtplane.io/``) hold durable intents: a request can neither set nor drop them.
 """
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from anyio import from_thread
@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
+from virtplane.api.limits import limiter
 from virtplane.api.lists import (
     DEFAULT_LIMIT,
     DEFAULT_WATCH_TIMEOUT_S,
@@ -41,6 +42,11 @@ PATCH_ATTEMPTS = 10
 
 CLAIM_ATTEMPTS = 5
 """Admission runs again this often when a value it chose (an address, a MAC) was taken meanwhile."""
+
+DRY_RUN_HELP = (
+    "Run admission and validation and answer with what would be stored, writing nothing "
+    "(a refusal is the same 4xx as a real write's)."
+)
 
 
 T = TypeVar("T")
@@ -151,20 +157,23 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
                 fields=fields,
                 redacted=redacted,
             )
-        since = ctx.store.revision() if resource_version is None else resource_version
-        require_resumable(ctx.store, since)
-        stream = object_stream(
-            ctx.store,
-            cls,
-            since=since,
-            labels=labels,
-            fields=fields,
-            streams=ctx.streams,
-            options=ctx.watch,
-            timeout_s=timeout_s,
-            redacted=redacted,
-        )
-        return stream_response(stream)
+
+        def opened() -> AsyncIterator[bytes]:
+            since = ctx.store.revision() if resource_version is None else resource_version
+            require_resumable(ctx.store, since)
+            return object_stream(
+                ctx.store,
+                cls,
+                since=since,
+                labels=labels,
+                fields=fields,
+                streams=ctx.streams,
+                options=ctx.watch,
+                timeout_s=timeout_s,
+                redacted=redacted,
+            )
+
+        return stream_response(limiter(request).watched(principal.name, opened))
 
     def get_object(name: str, request: Request, principal: Principal = read) -> Any:
         return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))
@@ -173,6 +182,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         request: Request,
         response: Response,
         body: cls = Body(...),  # type: ignore[valid-type]
+        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
         principal: Principal = write,
     ) -> Any:
         # On the loop, as the controllers' writes (each store call is short): a sync route
@@ -184,6 +194,9 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
             raise AlreadyExists(kind, new.metadata.name)
         for attempt in range(CLAIM_ATTEMPTS):
             obj = await admit_on_loop(ctx, ctx.admission.on_create, _user_writable(new, None))
+            if dry_run:
+                response.status_code = 201
+                return public_doc(obj)
             try:
                 created = ctx.store.create(
                     obj,
@@ -200,7 +213,9 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         response.status_code = 201
         return public_doc(created)
 
-    def _apply_update(ctx: ApiContext, name: str, obj: Resource, principal: Principal) -> Any:
+    def _apply_update(
+        ctx: ApiContext, name: str, obj: Resource, principal: Principal, *, dry_run: bool = False
+    ) -> Any:
         if obj.metadata.name != name:
             raise ApiError(
                 422, "Invalid", f"metadata.name {obj.metadata.name!r} does not match the path {name!r}"
@@ -211,6 +226,10 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         check = obj.metadata.resource_version != 0
         if not check:
             new.metadata.resource_version = current.metadata.resource_version
+        if dry_run:
+            if new.metadata.resource_version != current.metadata.resource_version:
+                raise Conflict(kind, name, new.metadata.resource_version, current.metadata.resource_version)
+            return public_doc(admit(ctx, ctx.admission.on_update, current, copied(new)))
         for attempt in range(CLAIM_ATTEMPTS):
             admitted = admit(ctx, ctx.admission.on_update, current, copied(new))
             try:
@@ -229,14 +248,16 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         name: str,
         request: Request,
         body: cls = Body(...),  # type: ignore[valid-type]
+        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
         principal: Principal = write,
     ) -> Any:
-        return _apply_update(_ctx(request), name, body, principal)
+        return _apply_update(_ctx(request), name, body, principal, dry_run=dry_run)
 
     def patch_object(
         name: str,
         request: Request,
         body: dict[str, Any] = Body(..., description="RFC 7386 JSON merge patch of metadata and spec"),
+        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
         principal: Principal = write,
     ) -> Any:
         ctx = _ctx(request)
@@ -254,7 +275,7 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
                     # between would otherwise be overwritten by this stale copy (a lost update)
                     patched["metadata"]["resource_version"] = current.metadata.resource_version
             try:
-                return _apply_update(ctx, name, cls.model_validate(patched), principal)
+                return _apply_update(ctx, name, cls.model_validate(patched), principal, dry_run=dry_run)
             except Conflict:
                 if pinned or attempt == PATCH_ATTEMPTS - 1:
                     raise

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
+from virtplane.domain.names import DNS_LABEL
 
 router = APIRouter(tags=["Setting"])
 
@@ -28,7 +29,7 @@ def _ctx(request: Request) -> ApiContext:
     return ctx
 
 
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_LABEL = DNS_LABEL.anchored
 ClusterQuery = Query(
     default=None, pattern=_DNS_LABEL, description="Set or reset this cluster's override (scope host)."
 )

@@ -31,7 +31,7 @@ from virtplane.controllers.scheduling import vm_view
 from virtplane.controllers.seed import delete_seeds, strike_seeds
 from virtplane.controllers.storage import pool_ref, volume_file
 from virtplane.controllers.watch import Watch, name_of
-from virtplane.domain.conditions import VMCondition, get_condition, remove_condition, set_condition
+from virtplane.domain.conditions import VMCondition, get_condition, place, remove_condition, set_condition
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
 from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.pools import pool_driver_name
@@ -210,10 +210,12 @@ class MigrationFollower:
             except DriverError as exc:
                 log.info("could not remove the source definition of %s: %s", dname, exc)
 
+        now = ctx.now()
+
         def finish(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
             strike_seeds(left_seeds)(current)
-            current.status.host = intent.target
+            place(current.status, intent.target, "Migrated", now=now)
             # The condition speaks of a migration under way or of one that failed; once the VM
             # has arrived neither holds (the Migrated event and the operation keep the record).
             current.status.conditions = remove_condition(current.status.conditions, VMCondition.MIGRATION)

@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 from virtplane.controllers.vm.durable import DurablePoint
-from virtplane.domain.conditions import VMCondition, set_condition
+from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.resources import SnapshotPhase, VirtualMachineSnapshot
 from virtplane.drivers.base import DomainSpec, HypervisorDriver
 from virtplane.drivers.errors import DriverError
@@ -56,6 +56,8 @@ async def start_domain(state: VMState, driver: HypervisorDriver, spec: DomainSpe
     resume is durable first."""
     snapshot = state.intents.resume_from_memory
     if snapshot is None:
+        # MemoryRestored tells how the start after a restore went; a plain start ends its truth
+        state.status.conditions = remove_condition(state.status.conditions, VMCondition.MEMORY_RESTORED)
         await driver.start(spec.name)
         return
     snap = state.ctx.store.find(VirtualMachineSnapshot, snapshot)

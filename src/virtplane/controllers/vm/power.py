@@ -15,7 +15,7 @@ from virtplane.controllers.vm.state import HostAccess, VMState
 from virtplane.controllers.vm.steps import POLL_TRANSITION_S, POLL_UNREACHABLE_S, POLL_UNSCHEDULABLE_S
 from virtplane.crashpoints import crashpoint
 from virtplane.domain import power
-from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
+from virtplane.domain.conditions import VMCondition, remove_condition, set_condition, unplace
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.phases import TRANSITION_PHASES, UP_PHASES, DomainState
 from virtplane.domain.placement import choose_host, explain
@@ -173,14 +173,8 @@ async def _start(state: VMState) -> Result | None:
         target, why = _place(state)
         if target is None:
             status.phase = VMPhase.PENDING
-            status.host = None
-            status.conditions = set_condition(
-                status.conditions, VMCondition.SCHEDULED, False, "Unschedulable", why, now=now
-            )
+            unplace(status, "Unschedulable", why, now=now)
             return Result(requeue_after=POLL_UNSCHEDULABLE_S)
-        status.conditions = set_condition(
-            status.conditions, VMCondition.SCHEDULED, True, "Scheduled", f"placed on {target}", now=now
-        )
         ctx.event(state.vm, "Scheduled", f"placed on {target} ({why})")
         access = await state.move_to(target)
         if access.driver is None:

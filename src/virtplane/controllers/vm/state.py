@@ -19,6 +19,7 @@ from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.spec import build_domain_spec
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.base import copied
+from virtplane.domain.conditions import place
 from virtplane.domain.intents import Intents, read_intents, write_intents
 from virtplane.domain.power import PowerDecision
 from virtplane.domain.resources import Host, VirtualMachine, VirtualMachineStatus
@@ -122,9 +123,10 @@ class VMState:
             self._host = HostAccess(*await host_driver(self.ctx, self.status.host))
         return self._host
 
-    async def move_to(self, host_name: str | None) -> HostAccess:
-        """Record the VM on another host (or none) and look that host up."""
-        self.status.host = host_name
+    async def move_to(self, host_name: str) -> HostAccess:
+        """Record the VM on the host placement chose (with its Scheduled condition) and look
+        that host up."""
+        place(self.status, host_name, "Scheduled", now=self.now)
         self._host = HostAccess(*await host_driver(self.ctx, host_name))
         return self._host
 

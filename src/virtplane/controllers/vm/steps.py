@@ -11,11 +11,11 @@ from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint
-from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
+from virtplane.domain.conditions import VMCondition, place, remove_condition, set_condition, unplace
 from virtplane.domain.intents import MigrationIntent, RecoveryStage, read_migration
 from virtplane.domain.intents import Recovery as RecoveryIntent
 from virtplane.domain.networks import nic_statuses
-from virtplane.domain.phases import LIVE_STATES, DomainState
+from virtplane.domain.phases import LIVE_STATES, UP_PHASES, DomainState
 from virtplane.domain.recovery import Recovery, StorageKind, recovery
 from virtplane.domain.resources import (
     ExitReason,
@@ -145,7 +145,7 @@ async def host(state: VMState) -> Result | None:
         if action is Recovery.RESTART_ELSEWHERE:
             stage = RecoveryIntent(RecoveryStage.WAITING, failed.spec.cluster, name)
             state.intents = state.intents.with_(recovery=stage)
-    status.host = None
+    unplace(status, "HostFenced", f"released from host {name}, which is fenced", now=state.now)
     status.phase = VMPhase.STOPPED
     status.conditions = remove_condition(status.conditions, VMCondition.HOST_REACHABLE)
     outcome = "to start elsewhere" if state.intents.recovery else "it stays stopped"
@@ -180,6 +180,8 @@ async def observe(state: VMState) -> Result | None:
     consumed: after the domain exists again); redefine an off domain whose spec changed."""
     driver = (await state.host()).driver
     if driver is None:
+        if state.status.host is None:
+            await _locate_unplaced(state)
         state.status.observed_generation = state.vm.metadata.generation
         return None
     problem = state.disks()[1]
@@ -189,6 +191,7 @@ async def observe(state: VMState) -> Result | None:
             await _migrated_away(state)
             info = None
         if info is None and not problem and not state.intents.held_by:
+            await _locate(state)
             await state.durable(DurablePoint.DEFINE)
             await state.define(driver)
             crashpoint(CRASH_POINTS[DurablePoint.DEFINE])
@@ -228,7 +231,7 @@ async def _migrated_away(state: VMState) -> None:
     found, unasked = await _find_elsewhere(state)
     if found is not None:
         state.ctx.event(state.vm, "Located", f"the domain runs on {found}, not {state.status.host}")
-        state.status.host = found
+        place(state.status, found, "Located", now=state.now)
         raise StopChain(Result(requeue_after=RELEASED_S))
     if unasked:
         state.status.message = f"it left {state.status.host} by migration; cannot ask {unasked}"
@@ -238,12 +241,80 @@ async def _migrated_away(state: VMState) -> None:
     await driver.undefine(state.domain)
 
 
-async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
-    """The other host where the VM's domain is live, asking every host (a rare path), and the
-    hosts that could not be asked ("" when all answered)."""
+async def _locate(state: VMState) -> None:
+    """Its host has no domain for the VM: before one is defined there (and maybe started), ask
+    the other hosts. The store may place the VM where it no longer is (restored from a backup,
+    or a domain moved behind the control plane's back): until its location is known, nothing
+    defines or starts it anywhere (DESIGN.md §7). Found: the VM is adopted where it is."""
+    recorded = state.status.host
+    found, unasked = await _find_elsewhere(state, defined_too=True)
+    if found is not None:
+        state.ctx.event(
+            state.vm,
+            "FoundOnOtherHost",
+            f"the store placed it on {recorded}; its domain is on {found}: adopted there",
+            warning=True,
+        )
+        place(state.status, found, "FoundOnOtherHost", now=state.now)
+        raise StopChain(Result(requeue_after=RELEASED_S))
+    if unasked:
+        state.status.message = f"its domain is not on {recorded}; cannot ask {unasked} whether it is there"
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+    if state.status.phase in UP_PHASES:
+        state.ctx.event(
+            state.vm,
+            "DomainMissing",
+            f"it was {state.status.phase.value} on {recorded}, and no host has its domain: defined again there",
+            warning=True,
+        )
+
+
+async def _locate_unplaced(state: VMState) -> None:
+    """A VM on no host is placed afresh; before that, once per process, one created before this
+    process began is looked for in the census of the hosts' domains (``domain_survey``): a store
+    restored from a backup taken before its first placement knows no host for a VM that runs
+    since. A VM created later cannot have a domain yet (its host is recorded before its domain
+    is defined), so new VMs never wait here."""
+    ctx, uid, created = state.ctx, state.vm.metadata.uid, state.vm.metadata.created_at
+    if uid in ctx.looked_for or (created is not None and created >= ctx.started_at) or state.intents.held_by:
+        return
+    # a host that cannot be listed may run it: wait for it, unless it is confirmed off (fenced)
+    unseen = sorted(
+        h.metadata.name
+        for h in ctx.cache.hosts()
+        if h.metadata.name not in ctx.surveyed and not _confirmed_off(h)
+    )
+    if unseen:
+        state.status.message = (
+            f"it is on no host in the store; waiting for a first look at {', '.join(unseen)}"
+        )
+        raise StopChain(Result(requeue_after=POLL_TRANSITION_S))
+    ctx.looked_for.add(uid)
+    found = ctx.census.get(uid)
+    if found is not None:
+        ctx.event(
+            state.vm,
+            "FoundOnOtherHost",
+            f"the store placed it nowhere; its domain is on {found}: adopted there",
+        )
+        # its next look reads the domain there (and looks further if gone)
+        place(state.status, found, "FoundOnOtherHost", now=state.now)
+        raise StopChain(Result(requeue_after=RELEASED_S))
+
+
+def _confirmed_off(host: Host) -> bool:
+    """Fenced by an admin, or by the fencer once its BMC confirmed the power off (Down)."""
+    return host.spec.fenced or host.status.connection is HostConnection.DOWN
+
+
+async def _find_elsewhere(state: VMState, *, defined_too: bool = False) -> tuple[str | None, str]:
+    """The other host where the VM's domain is live (with ``defined_too``, else one where it is
+    defined), asking every host (a rare path), and the hosts that could not be asked ("" when
+    all answered; a host confirmed off, fenced, runs nothing and need not be asked)."""
     from virtplane.controllers.lookup import host_driver
 
     unasked = []
+    defined_on = None
     for other in state.ctx.cache.hosts():
         if other.metadata.name == state.status.host:
             continue
@@ -253,11 +324,15 @@ async def _find_elsewhere(state: VMState) -> tuple[str | None, str]:
         except DriverError:
             driver = None
         if driver is None:
-            if not other.spec.fenced:
+            if not _confirmed_off(other):
                 unasked.append(other.metadata.name)
         elif info is not None and info.state in LIVE_STATES:
             return other.metadata.name, ""
-    return None, ", ".join(sorted(unasked))
+        elif info is not None and defined_too:
+            defined_on = defined_on or other.metadata.name
+    if unasked:
+        return None, ", ".join(sorted(unasked))
+    return defined_on, ""
 
 
 __all__ = [

@@ -9,6 +9,7 @@ from typing import ClassVar
 from pydantic import BaseModel, Field
 
 from virtplane.domain.base import Condition, Name, Resource, Strict
+from virtplane.domain.names import BMC_SYSTEM_ID, BMC_URL, MIGRATION_ADDRESS
 
 
 class HostResourceState(StrEnum):
@@ -71,13 +72,13 @@ class RedfishFencing(Strict):
 
     address: str = Field(
         max_length=1024,
-        pattern=r"^https?://[^\s/?#@]+(:\d{1,5})?/?$",
+        pattern=BMC_URL.anchored,
         description="The BMC's base URL, http(s)://HOST[:PORT] (no path, no credentials).",
     )
     system_id: str = Field(
         min_length=1,
         max_length=255,
-        pattern=r"^[A-Za-z0-9._~-]+$",
+        pattern=BMC_SYSTEM_ID.anchored,
         description="The host's ComputerSystem id on the BMC (the last part of /redfish/v1/Systems/ID).",
     )
     credentials_secret: Name = Field(description="A Secret with the BMC's username and password.")
@@ -95,7 +96,7 @@ class HostSpec(Strict):
     migration_address: str | None = Field(
         default=None,
         max_length=253,
-        pattern=r"^(\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$",
+        pattern=MIGRATION_ADDRESS.anchored,
         description="The IP address or name on which this host receives live-migration data; "
         "unset, libvirt uses the host's own hostname.",
     )

@@ -8,6 +8,7 @@ from typing import ClassVar
 from pydantic import BaseModel, Field, model_validator
 
 from virtplane.domain.base import Name, Resource, Strict
+from virtplane.domain.names import DRIVER_POOL, HOST_PATH
 
 
 class PoolKind(StrEnum):
@@ -36,14 +37,14 @@ class StoragePoolSpec(Strict):
     driver_pool: str = Field(
         default="",
         max_length=255,
-        pattern=r"^[A-Za-z0-9_.-]*$",
+        pattern=DRIVER_POOL.anchored,
         description="Pool name on the hypervisor (default: the resource name). Local pools with the "
         "same driver_pool on different hosts are where block migration copies disks to.",
     )
     path: str | None = Field(
         default=None,
         max_length=1024,
-        pattern=r"^/[^\x00]*$",
+        pattern=HOST_PATH.anchored,
         description="Directory of the pool on the host (libvirt dir pools).",
     )
 

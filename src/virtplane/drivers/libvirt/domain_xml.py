@@ -22,6 +22,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from virtplane.domain.names import LIBVIRT_DOMAIN_NAME, UNICAST_MAC
 from virtplane.drivers.base import DomainSpec
 from virtplane.drivers.errors import PermanentError
 
@@ -37,9 +38,7 @@ _UUID_NAMESPACE = uuid.UUID("9b1f7a2e-5d0c-4e55-8a0e-4f6f1f7c2a11")
 
 # XML 1.0 allows tab, newline, carriage return and everything from U+0020 except surrogates and U+FFFE/F.
 _XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_DOMAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _DISK_FORMATS = frozenset({"qcow2", "raw"})
-_MAC = re.compile(r"^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$")
 SEED_TARGET = "sda"
 """The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
 (Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
@@ -112,7 +111,7 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
 
 
 def validate_spec(spec: DomainSpec, kernel_path: str | None = None, initrd_path: str | None = None) -> None:
-    if not _DOMAIN_NAME.match(spec.name):
+    if not LIBVIRT_DOMAIN_NAME.matches(spec.name):
         raise PermanentError(f"domain name {spec.name!r} is not a safe libvirt domain name")
     if spec.cpu < 1:
         raise PermanentError(f"a domain needs at least one vCPU, got {spec.cpu}")
@@ -129,7 +128,7 @@ def validate_spec(spec: DomainSpec, kernel_path: str | None = None, initrd_path:
             raise PermanentError(
                 f"NIC {nic.mac} is on the user network {nic.network}: only simulated hosts offer one"
             )
-        if not _MAC.match(nic.mac):
+        if not UNICAST_MAC.matches(nic.mac):
             raise PermanentError(f"NIC MAC {nic.mac!r} is not a lower-case unicast MAC")
     for disk in spec.disks:
         if disk.format not in _DISK_FORMATS:

@@ -21,11 +21,11 @@ All functions block and take an open virConnect.
 from __future__ import annotations
 
 import os
-import re
 import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from virtplane.domain.names import LIBVIRT_VOLUME_NAME
 from virtplane.drivers.base import PoolRef, VolumeInfo
 from virtplane.drivers.errors import NotFound, PermanentError
 from virtplane.drivers.libvirt import _libvirt
@@ -33,7 +33,6 @@ from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.domain_xml import backup_xml, dir_pool_xml, parse_domain_xml, volume_xml
 
 GIB = 1024**3
-_VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _SNAPSHOT_SUFFIX = ".snap-"
 _BACKUP_POLL_S = 0.1
 _UPLOAD_CHUNK = 256 * 1024
@@ -41,7 +40,7 @@ _UPLOAD_CHUNK = 256 * 1024
 
 def check_name(kind: str, value: str) -> str:
     """Volume and snapshot names become file names on the host: no paths, no surprises."""
-    if not _VOLUME_NAME.match(value) or ".." in value:
+    if not LIBVIRT_VOLUME_NAME.matches(value) or ".." in value:
         raise PermanentError(f"{kind} {value!r} must be letters, digits, '.', '_' or '-' (no '..')")
     return value
 

@@ -59,6 +59,21 @@ function capacityOf(host) {
   return status.allocatable || status.capacity || (host.spec && host.spec.capacity) || null;
 }
 
+// The host is probed every 30 s, and a change of its answers is written at once (answering_since,
+// silent_since); last_heartbeat is recorded only every 5 minutes (HEARTBEAT_RECORD_S), so it
+// is no measure of an answering host's liveness: "5m ago" beside Up would be stale (issue 39).
+function liveness(status) {
+  const recorded = status.last_heartbeat ? `; heartbeat recorded ${status.last_heartbeat} (every 5 minutes)` : "";
+  if (status.silent_since) {
+    const silent = ago(status.silent_since).replace(/ ago$/, "");
+    return el("span", { text: `silent for ${silent}`, title: `no answer since ${status.silent_since}${recorded}` });
+  }
+  if (status.answering_since && status.connection === "Up") {
+    return el("span", { text: "answering", title: `answering since ${status.answering_since}; probed every 30 s${recorded}` });
+  }
+  return el("span", { text: ago(status.last_heartbeat), title: text(recorded.slice(2), "no heartbeat yet") });
+}
+
 function renderHosts(hosts) {
   const rows = [...hosts].sort(byName).map((host) => {
     const status = host.status || {};
@@ -70,9 +85,7 @@ function renderHosts(hosts) {
     const memory = capacity
       ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / allocatable", true)
       : gib(allocated.memory_mib);
-    // the host is probed every 30 s; its heartbeat is written at most every 5 minutes (HEARTBEAT_RECORD_S)
-    const beat = status.last_heartbeat ? `${status.last_heartbeat} (recorded every 5 minutes; probed every 30 s)` : "";
-    const heartbeat = el("span", { text: ago(status.last_heartbeat), title: text(beat, "no heartbeat yet") });
+    const heartbeat = liveness(status);
     return el("tr", { data: { name: host.metadata.name } }, [
       cell(host.metadata.name, "name"),
       cell(host.spec && host.spec.cluster),

@@ -1,0 +1,143 @@
+"""``virtplane backup -o FILE`` (admin): a consistent copy of a running server's store.
+
+The server makes the copy (SQLite's online backup API, ``GET /v1/backup``) and streams it;
+this writes it to a 0600 file beside FILE, checks it is a whole SQLite database, and only
+then renames it to FILE, so an interrupted download never leaves a torn backup under the
+name asked for. How to restore it: ``virtplane store-restore`` and the operator guide
+(docs/backup-and-restore.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO
+
+import httpx
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from virtplane.cli.client import ApiError, CliError, ServerUnreachable
+from virtplane.cli.context import CliState, state_of
+
+__all__ = ["register"]
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TIMEOUT = httpx.Timeout(30.0, read=300.0)
+"""The server makes the whole copy before it sends the first byte: a big store takes a while."""
+
+_EPILOG = (
+    "Examples:\n"
+    "  virtplane backup -o virtplane-$(date +%F).db\n"
+    "  virtplane backup -o /backups/virtplane.db --force\n\n"
+    "Restore: stop the server, then `virtplane store-restore FILE --data-dir DIR`, then start it "
+    "(docs/backup-and-restore.md). A PostgreSQL store is backed up with pg_dump instead."
+)
+
+
+def backup(
+    ctx: typer.Context,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Where to write the copy (a SQLite database, mode 0600).", dir_okay=False
+        ),
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Replace FILE if it exists.")] = False,
+) -> None:
+    """Copy the store of the running server into FILE, consistently, while it serves (admin).
+
+    The copy holds the tokens' hashes and the Secrets: keep it as private as the data directory.
+    """
+    state = state_of(ctx)
+    if output.exists() and not force:
+        raise CliError("FileExists", f"{output} exists; pass --force to replace it")
+    directory = output.resolve().parent
+    if not directory.is_dir():
+        raise CliError("NoSuchDirectory", f"{directory} does not exist")
+    descriptor, name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".part", dir=directory)
+    partial = Path(name)
+    try:
+        with os.fdopen(descriptor, "wb") as sink:
+            size = _download(state, sink)
+            sink.flush()
+            os.fsync(sink.fileno())
+        summary = _verified(partial)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+    state.console.print(f"backup written to {output} ({_mib(size)}, {summary})")
+
+
+def _download(state: CliState, sink: BinaryIO) -> int:
+    headers = {"Authorization": f"Bearer {state.token}"} if state.token else {}
+    try:
+        with (
+            httpx.Client(
+                base_url=state.url, headers=headers, transport=state.transport, timeout=TIMEOUT
+            ) as http,
+            http.stream("GET", "/v1/backup") as response,
+        ):
+            if response.is_error:
+                response.read()
+                raise _refusal(response)
+            expected = int(response.headers.get("content-length", "0"))
+            with _progress(state, expected) as advance:
+                for chunk in response.iter_bytes():
+                    sink.write(chunk)
+                    advance(len(chunk))
+    except httpx.TransportError as error:
+        raise ServerUnreachable(state.url, str(error) or type(error).__name__) from error
+    written = sink.tell()
+    if written != expected:
+        raise CliError(
+            "IncompleteBackup", f"the server sent {written} of {expected} bytes; nothing was written"
+        )
+    return written
+
+
+@contextlib.contextmanager
+def _progress(state: CliState, total: int) -> Any:
+    """``advance(n)``: a progress bar on a terminal's stderr, nothing otherwise."""
+    if not state.err_console.is_terminal:
+        yield lambda _: None
+        return
+    columns = (TextColumn("backup"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=state.err_console, transient=True) as progress:
+        task = progress.add_task("backup", total=total or None)
+        yield lambda n: progress.advance(task, n)
+
+
+def _refusal(response: httpx.Response) -> ApiError:
+    try:
+        body: Any = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and "reason" in body:
+        return ApiError(response.status_code, str(body["reason"]), str(body.get("message", "")))
+    return ApiError(response.status_code, f"HTTP{response.status_code}", response.text.strip()[:200])
+
+
+def _verified(path: Path) -> str:
+    """What the copy is (its schema revision), once SQLite has checked it is whole."""
+    with path.open("rb") as head:
+        if head.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            raise CliError("InvalidBackup", "the server did not send a SQLite database")
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as copy:
+        check = copy.execute("PRAGMA quick_check").fetchone()
+        revision = copy.execute("SELECT version_num FROM alembic_version").fetchone()
+    if check != ("ok",):
+        raise CliError("InvalidBackup", f"the copy failed SQLite's check: {check}")
+    return f"schema {revision[0] if revision else 'unknown'}, checked"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MiB"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("backup", epilog=_EPILOG)(backup)
