@@ -193,3 +193,12 @@ def test_an_admin_takes_over_a_busy_console_and_the_holder_is_told(
         e["reason"] == "ConsoleTakenOver" and e["message"] == "admin test-admin took over the serial console"
         for e in events
     ), events
+    # the audit log says who took it from whom: both sessions' records, once both have closed
+    audit = wait_json(
+        world,
+        "/v1/audit?name=web-1",
+        lambda body: sum(r["verb"] == "console-close" for r in body["items"]) == 2,
+    )
+    sessions = {(r["verb"], r["token"], r["status"], r["reason"]) for r in audit["items"]}
+    assert ("console-open", "test-admin", 101, "ConsoleTakenOver") in sessions, sessions
+    assert ("console-close", "test-operator", 4409, "ConsoleTakenOver") in sessions, sessions
