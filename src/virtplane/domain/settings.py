@@ -291,6 +291,15 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=100000,
     ),
     SettingDef(
+        "console.idle_timeout_s",
+        SettingType.FLOAT,
+        1800.0,
+        "A serial-console session with no byte either way for this long is detached (it holds "
+        "the VM's only console); 0 never detaches.",
+        minimum=0,
+        maximum=604800,
+    ),
+    SettingDef(
         "store.changes.retention_s",
         SettingType.INT,
         3600,
