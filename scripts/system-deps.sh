@@ -40,3 +40,4 @@ if [ -n "$missing" ]; then
   apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 PYTHON="$ROOT/.venv/bin/python" "$ROOT/scripts/qemu/setup.sh"
+"$ROOT/scripts/cloudinit/fetch.sh"  # cloud-init's renderers for tests/test_cloudinit_renderers.py

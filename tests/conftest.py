@@ -21,6 +21,7 @@ import uvicorn
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
 from virtplane.drivers.sim import SimCloud
 from virtplane.server import ApiServer, sim_factory
+from virtplane.store.sealing import Keyring
 from virtplane.store.store import Store, sqlite_url
 
 FULL_RUN = os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1"
@@ -56,7 +57,7 @@ def silent_daemon(tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(sqlite_url(tmp_path / "test.db"))
+    s = Store(sqlite_url(tmp_path / "test.db"), keyring=Keyring.load_or_create(tmp_path / "secrets.key"))
     s.migrate()
     yield s
     s.close()

@@ -3,6 +3,7 @@ while a control plane on simulated hosts lives through the facts they report."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,8 +25,9 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 async def scrape(plane: ControlPlane) -> Samples:
     """GET /metrics of the plane's app, as Prometheus would, parsed by Prometheus' own parser."""
     transport = httpx.ASGITransport(app=plane.app())  # no lifespan: the plane already runs
+    token = plane.store.create_token(f"scrape-{uuid.uuid4().hex[:8]}", "viewer")  # /metrics needs one
     async with httpx.AsyncClient(transport=transport, base_url="http://virtplane") as client:
-        response = await client.get("/metrics")
+        response = await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value

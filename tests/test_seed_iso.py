@@ -49,7 +49,7 @@ def test_the_iso_is_cidata_with_the_three_documents() -> None:
         "match": {"macaddress": "52:54:00:00:00:01"},
         "set-name": "eth0",
         "addresses": ["10.1.0.2/24"],
-        "routes": [{"to": "0.0.0.0/0", "via": "10.1.0.1"}],
+        "gateway4": "10.1.0.1",
         "nameservers": {"addresses": ["10.1.0.53"]},
     }
     assert network["ethernets"]["nic1"]["dhcp4"] is True

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +27,11 @@ from virtplane.runtime.datadir import DataDirBusy, DataDirLock
 from virtplane.runtime.private import create_private, narrow, private_dir, private_umask, write_private
 from virtplane.runtime.retention import vacuum_once_at_start
 from virtplane.store.errors import AlreadyExists
+from virtplane.store.sealing import Keyring, SecretsKeyError
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store, sqlite_url
 from virtplane.store.upgrade import NewerData, UpgradeFailed
+from virtplane.tls import ServerTls, TlsConfigError, is_loopback
 
 log = logging.getLogger("virtplane.server")
 
@@ -59,6 +63,12 @@ class ServeOptions:
     sim_bridges: tuple[str, ...] | None = None
     """The Linux bridges each new simulated host has (None: the demo's with --demo, else none)."""
     lease_s: float = 15.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_http: bool = False
+    """Serve plain HTTP on a non-loopback address (a warning is logged): behind a TLS proxy."""
+    secrets_key_file: Path | None = None
+    """The key that seals Secrets' passwords (store/sealing.py); None: DATA_DIR/secrets.key."""
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     identity: IdentitySettings | None = None
@@ -72,9 +82,16 @@ class ApiServer(uvicorn.Server):
     never finishes by itself: without this, shutdown would wait for every watcher.
     """
 
-    def __init__(self, config: uvicorn.Config, streams: Streams) -> None:
+    def __init__(self, config: uvicorn.Config, streams: Streams, tls: ServerTls | None = None) -> None:
         super().__init__(config)
         self.streams = streams
+        self.tls = tls
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.tls is not None:
+            # SIGHUP: a renewed certificate for new connections; the listener stays open
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.tls.reload)
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.streams.close()
@@ -151,10 +168,15 @@ def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
     db_url = options.db_url or sqlite_url(options.data_dir / "virtplane.db")
     store = Store(db_url)
     try:
-        store.migrate()
+        store.refuse_newer_data()  # before a key is made for a store this release will not open
+        store.keyring = Keyring.load_or_create(options.secrets_key_file or options.data_dir / "secrets.key")
+        store.migrate()  # with the key: data migration 3 seals the passwords older releases kept in clear
     except (NewerData, UpgradeFailed) as refused:  # the store is as it was: say so in one line
         store.close()
         raise ServeRefused(str(refused), reason=type(refused).__name__) from None
+    except SecretsKeyError as error:
+        store.close()
+        raise ServeRefused(str(error)) from None
     vacuum_once_at_start(store, Settings(store))
     token = admin_token(store, options.data_dir)
     if options.demo:
@@ -215,6 +237,7 @@ def run_server(options: ServeOptions) -> None:
     """Serve until interrupted. In this order, so that a refusal starts nothing: take the data
     directory, bind the port, then build the store, the controllers and the app."""
     configure_logging(options.log_level, options.log_format)
+    tls = server_tls(options)
     locks = [DataDirLock(d) for d in store_directories(options)]
     try:
         with private_umask():  # the data directory and the lock file in it
@@ -225,10 +248,43 @@ def run_server(options: ServeOptions) -> None:
                 except DataDirBusy as exc:
                     raise ServeRefused(str(exc)) from None
         sock = listen(options.host, options.port)
-        _serve(options, sock)
+        _serve(options, sock, tls)
     finally:
         for lock in locks:
             lock.release()
+
+
+def server_tls(options: ServeOptions) -> ServerTls | None:
+    """The TLS context of ``--tls-cert``/``--tls-key``, or ServeRefused: plain HTTP only on
+    loopback, unless ``--insecure-http`` says the operator means it."""
+    if (options.tls_cert is None) != (options.tls_key is None):
+        raise ServeRefused("--tls-cert and --tls-key go together: give both, or neither for plain HTTP")
+    if options.tls_cert is not None and options.tls_key is not None:
+        try:
+            return ServerTls(options.tls_cert, options.tls_key)
+        except TlsConfigError as error:
+            raise ServeRefused(str(error)) from None
+    if not is_loopback(options.host):
+        if not options.insecure_http:
+            raise ServeRefused(
+                f"{options.host} is not a loopback address and no certificate was given: tokens would "
+                "cross the network in clear. Give --tls-cert and --tls-key (docs/operator-guide.md, "
+                "'TLS'), or --insecure-http if a TLS proxy in front of virtplane does it."
+            )
+        log.warning(
+            "serving plain HTTP on %s (--insecure-http): tokens and passwords cross the network in "
+            "clear unless a TLS proxy is in front",
+            options.host,
+        )
+    return None
+
+
+def print_fingerprint(console: Console, fingerprint: str) -> None:
+    """The line operators pin the certificate from (``--tls-fingerprint``), verbatim: without
+    ``emoji=False`` Rich prints the ':CD:' of a fingerprint as a disc."""
+    console.print(
+        f"TLS certificate SHA-256 fingerprint: {fingerprint}", soft_wrap=True, emoji=False, markup=False
+    )
 
 
 def store_directories(options: ServeOptions) -> list[Path]:
@@ -242,12 +298,14 @@ def store_directories(options: ServeOptions) -> list[Path]:
     return directories
 
 
-def _serve(options: ServeOptions, sock: socket.socket) -> None:
+def _serve(options: ServeOptions, sock: socket.socket, tls: ServerTls | None = None) -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     plane, (token, new_token), db_url = build(options)
-    url = f"http://{options.host}:{options.port}"
+    url = f"{'https' if tls else 'http'}://{options.host}:{options.port}"
     console = Console(stderr=True)
     console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
+    if tls is not None:
+        print_fingerprint(console, tls.fingerprint)
     kept = options.data_dir / ADMIN_TOKEN_FILE
     # The token is printed once, when it is made: later starts (into a journal) say where it is.
     if new_token:
@@ -274,5 +332,7 @@ def _serve(options: ServeOptions, sock: socket.socket) -> None:
         timeout_keep_alive=limits.idle_timeout_s,
         log_level=options.log_level.lower(),
         log_config=None,  # keep our handlers (text or JSON) for uvicorn's loggers too
+        # our one context, which SIGHUP reloads in place (ServerTls)
+        ssl_context_factory=(lambda _config, _default: tls.context) if tls is not None else None,
     )
-    ApiServer(config, plane.api_context.streams).run(sockets=[sock])
+    ApiServer(config, plane.api_context.streams, tls).run(sockets=[sock])

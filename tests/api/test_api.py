@@ -284,7 +284,9 @@ def test_prometheus_metrics(live_server: LiveServer) -> None:
             "/v1/hosts", json={"kind": "Host", "metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
         )
         live_server.reconciled("h1", kind="Host")
-        text = httpx.get(f"{live_server.url}/metrics").text
+        viewer = {"Authorization": f"Bearer {live_server.tokens['viewer']}"}
+        assert httpx.get(f"{live_server.url}/metrics").status_code == 401, "it names every VM: a token"
+        text = httpx.get(f"{live_server.url}/metrics", headers=viewer).text
     assert 'workqueue_depth{controller="VirtualMachine"}' in text
     successes = [
         line

@@ -139,3 +139,66 @@ def test_the_session_ends_with_the_reason_when_the_vm_stops(
 def test_a_close_reason_fits_a_close_frame() -> None:
     assert len(close_reason("é" * 100).encode()) <= 123
     assert close_reason("é" * 100) == "é" * 61  # never half a character
+
+
+def closed_with(ws: ClientConnection) -> tuple[int, str]:
+    """Read until the server closes ``ws``; its close code and reason."""
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None, "the server closed it"
+    return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+def test_an_idle_session_is_detached_after_the_setting(live_server: LiveServer, world: httpx.Client) -> None:
+    set_idle = world.patch("/v1/settings/console.idle_timeout_s", json={"spec": {"value": 0.5}})
+    assert set_idle.status_code == 200, set_idle.text
+    with attach(live_server) as ws:
+        until(ws, PROMPT)
+        code, reason = closed_with(ws)  # nothing typed: the session goes idle
+    assert code == 1000
+    assert reason == "no input or output for 0.5 s (console.idle_timeout_s): detached"
+    wait_json(
+        world, "/v1/events?name=web-1", lambda body: any(e["reason"] == "ConsoleIdle" for e in body["items"])
+    )
+    with attach(live_server) as again:  # the console is free again
+        until(again, PROMPT)
+
+
+def test_an_admin_takes_over_a_busy_console_and_the_holder_is_told(
+    live_server: LiveServer, world: httpx.Client
+) -> None:
+    with attach(live_server) as held:
+        until(held, PROMPT)
+        status, body = refusal(live_server)
+        assert (status, body["reason"]) == (409, "ConsoleBusy")
+        assert "?takeover=true" in body["message"], "the refusal says how"
+        with pytest.raises(InvalidStatus) as refused:  # an operator may not end another's session
+            connect(
+                ws_url(live_server, "web-1") + "?takeover=true",
+                additional_headers={"Authorization": f"Bearer {live_server.tokens['operator']}"},
+            )
+        assert refused.value.response.status_code == 403
+        admin_headers = {"Authorization": f"Bearer {live_server.tokens['admin']}"}
+        with connect(
+            ws_url(live_server, "web-1") + "?takeover=true", additional_headers=admin_headers
+        ) as taker:
+            code, reason = closed_with(held)
+            assert (code, reason) == (4409, "ConsoleTakenOver: admin test-admin took over the serial console")
+            until(taker, PROMPT)  # the greeting
+            taker.send(b"hostname\r")
+            assert until(taker, PROMPT) == b"hostname\r\nweb-1\r\n" + PROMPT
+    events = world.get("/v1/events", params={"name": "web-1"}).json()["items"]
+    assert any(
+        e["reason"] == "ConsoleTakenOver" and e["message"] == "admin test-admin took over the serial console"
+        for e in events
+    ), events
+    # the audit log says who took it from whom: both sessions' records, once both have closed
+    audit = wait_json(
+        world,
+        "/v1/audit?name=web-1",
+        lambda body: sum(r["verb"] == "console-close" for r in body["items"]) == 2,
+    )
+    sessions = {(r["verb"], r["token"], r["status"], r["reason"]) for r in audit["items"]}
+    assert ("console-open", "test-admin", 101, "ConsoleTakenOver") in sessions, sessions
+    assert ("console-close", "test-operator", 4409, "ConsoleTakenOver") in sessions, sessions

@@ -192,3 +192,49 @@ def test_the_same_subnet_in_another_cluster_is_fine(admin: httpx.Client) -> None
     created = admin.post("/v1/networks", json=network("lan2", subnet="10.1.0.0/24", cluster="c2"))
     assert created.status_code == 201, created.text
     refused(admin.patch("/v1/networks/lan2", json={"spec": {"subnet": "10.5.0.0/24"}}), 422, "Immutable")
+
+
+def with_network_config(doc: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    doc["spec"]["cloud_init"] = {"network_config": config}
+    return doc
+
+
+def v2(mac: str | None, *addresses: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"addresses": list(addresses)} if addresses else {"dhcp4": True}
+    if mac is not None:
+        entry["match"] = {"macaddress": mac}
+    return {"version": 2, "ethernets": {"nic0": entry}}
+
+
+def test_a_network_config_override_cannot_take_an_address_ipam_did_not_give(admin: httpx.Client) -> None:
+    """A chosen MAC is known before the VM exists: an override could set another VM's address on it."""
+    other = admin.post("/v1/vms", json=vm("other", {"network": "lan"})).json()
+    taken = other["spec"]["nics"][0]["ip"]
+    mac = "52:54:00:00:00:77"
+    cases = [
+        (v2(mac, f"{taken}/24"), f"ethernets.nic0 sets the address {taken}/24 for MAC {mac}, whose NIC has"),
+        (v2(None, "10.1.0.9/24"), "ethernets.nic0 sets the address 10.1.0.9/24 on an interface not matched"),
+        (v2("52:54:00:00:00:99", "10.1.0.9/24"), "not matched by the MAC of one of the VM's NICs"),
+        (
+            {"version": 1, "config": [{"type": "physical", "mac_address": mac, "subnets": [
+                {"type": "static", "address": taken, "netmask": "255.255.255.0"}]}]},
+            f"config[0] sets the address {taken} for MAC {mac}",
+        ),
+        ({"version": 2, "bonds": {"bond0": {"addresses": ["10.1.0.9/24"]}}}, "bonds.bond0 sets the address"),
+    ]  # fmt: skip
+    for config, message in cases:
+        doc = with_network_config(vm("sneaky", {"network": "lan", "mac": mac}), config)
+        said = refused(admin.post("/v1/vms", json=doc), 422, "NetworkConfigBypassesIpam")
+        assert said.startswith("spec.cloud_init.network_config: ") and message in said, said
+    assert admin.get("/v1/vms/sneaky").status_code == 404, "nothing written"
+
+    # IPAM's own address, or DHCP, for the NIC's MAC: accepted, on create and on a replace
+    created = admin.post(
+        "/v1/vms", json=with_network_config(vm("fine", {"network": "lan", "mac": mac}), v2(mac))
+    )
+    assert created.status_code == 201, created.text
+    own = created.json()["spec"]["nics"][0]["ip"]
+    doc = with_network_config(vm("fine", {"network": "lan"}), v2(mac.upper(), f"{own}/24"))
+    assert admin.put("/v1/vms/fine", json=doc).status_code == 200
+    doc = with_network_config(vm("fine", {"network": "lan"}), v2(mac, f"{taken}/24"))
+    refused(admin.put("/v1/vms/fine", json=doc), 422, "NetworkConfigBypassesIpam")

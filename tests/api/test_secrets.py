@@ -52,7 +52,10 @@ def test_the_password_never_comes_back(live_server: LiveServer, caplog: pytest.L
     assert "password" not in got["spec"] and got["status"] == {"password_set": True}
     assert answers[4].json()["spec"] == {"username": "ops"}
     stored = live_server.store.get(Secret, "bmc-h1")
-    assert stored.spec.password == PASSWORD, "a write without the password keeps the stored one"
+    assert live_server.store.opened(stored).spec.password == PASSWORD, (
+        "a write without it keeps the stored one"
+    )
+    assert stored.spec.password and stored.spec.password.startswith("vp-sealed:v1:"), "sealed at rest"
     assert PASSWORD not in repr(stored), "nor is it in a repr (tracebacks, logs)"
     assert PASSWORD not in caplog.text
 

@@ -190,7 +190,9 @@ def test_a_watcher_that_falls_behind_compaction_gets_an_error_line(
     """
     live_server.plane.api_context.watch.poll_s = 3600
     live_server.plane.api_context.watch.heartbeat_s = 3600
-    replica = Store(live_server.store.url)
+    replica = Store(
+        live_server.store.url, keyring=live_server.store.keyring
+    )  # the same key, as replicas share
     try:
         with live_server.client("admin") as client:
             watch = watches(client, "/v1/secrets")  # from now

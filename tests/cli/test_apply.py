@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import LiveServer
 from virtplane.domain.resources import Host, Setting, VirtualMachine
 
-from .conftest import Invoke, RecordingTransport, SentRequest
+from .conftest import Invoke, RecordingTransport, SentRequest, wait_phase
 
 FLEET = """\
 apiVersion: virtplane.io/v1
@@ -98,6 +98,8 @@ def test_a_stale_write_is_retried_after_reading_again(
     invoke: Invoke, server: LiveServer, sent: RecordingTransport, fleet_file: Path
 ) -> None:
     invoke("apply", "-f", str(fleet_file))
+    # the controllers' own writes of web-1 (placing and starting it) done, the race is the test's
+    wait_phase(server, "web-1", "Running")
     fleet_file.write_text(FLEET.replace("cpu: 2", "cpu: 3"))
 
     def someone_else_writes_first(request: httpx.Request) -> None:

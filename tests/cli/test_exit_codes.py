@@ -40,6 +40,12 @@ CASES: list[tuple[str, ExitCode, Callable[[Invoke], Result]]] = [
     # the API answers an action on a missing VM 422 VMNotFound: the same missing VM to a script
     ("action on missing", ExitCode.NOT_FOUND, lambda invoke: invoke("vm", "stop", "no-such-vm")),
     ("describe missing", ExitCode.NOT_FOUND, lambda invoke: invoke("describe", "vm", "no-such-vm")),
+    # a pin for a plain http:// URL: nothing to verify (tests/cli/test_tls.py: a CA or pin mismatch)
+    (
+        "pin without tls",
+        ExitCode.UNTRUSTED,
+        lambda invoke: invoke("--tls-fingerprint", "ab" * 32, "get", "vms"),
+    ),
 ]
 
 

@@ -55,6 +55,22 @@ def test_a_dry_run_prints_the_plan_and_moves_nothing(
     assert server.store.get(VirtualMachine, "web-1").status.host == "node-1"
 
 
+def test_a_dry_run_names_a_vm_that_may_not_converge(invoke: Invoke, server: LiveServer) -> None:
+    server.plane.settings.set("migration.bandwidth_mib_s", 400)
+
+    def seen_dirtying(vm: VirtualMachine) -> None:
+        vm.status.migration_dirty_rate_mib_s = 900.0  # as its last migration measured
+
+    version = server.store.mutate(VirtualMachine, "web-1", seen_dirtying).metadata.resource_version
+    eventually_sync(lambda: server.plane.cache.vm("web-1").metadata.resource_version == version)  # type: ignore[union-attr]
+
+    result = invoke("host", "maintenance", "enable", "node-1", "--dry-run")
+
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # the table wraps long cells
+    assert "RISK: may not converge" in text and "900 MiB/s" in text
+
+
 def test_without_a_strategy_the_setting_decides(
     invoke: Invoke, server: LiveServer, sent: RecordingTransport
 ) -> None:

@@ -32,6 +32,10 @@ class RecordedServeOptions:
     sim_shutdown_seconds: float = 0.5
     sim_link_mib_s: float = 1000.0
     lease_s: float = 15.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_http: bool = False
+    secrets_key_file: Path | None = None
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     identity: IdentitySettings | None = None

@@ -46,7 +46,10 @@ def test_an_unknown_field_deeper_down_and_one_like_no_other(invoke: Invoke, tmp_
     assert f"vm/web-1 in {path}:6 (document 1): " in result.stderr, "the first field's line"
 
     assert "spec.nics.0.netwrok: unknown field; did you mean network?" in result.stderr, result.stderr
-    assert "spec.colour: unknown field; the fields here are run_policy, cpu, memory_mib," in result.stderr
+    assert (
+        "spec.colour: unknown field; the fields here are run_policy, cpu, cpu_mode, memory_mib,"
+        in result.stderr
+    )
 
 
 def test_broken_yaml_names_the_file_and_the_line(invoke: Invoke, tmp_path: Path) -> None:

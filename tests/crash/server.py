@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -41,8 +42,11 @@ class ServerProcess:
         boot_s: float = 0.05,
         shutdown_s: float = 0.05,
         extra_args: list[str] | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.ca_file = ca_file
+        """With TLS (--tls-cert in extra_args): the CA that signed the certificate; https:// URLs."""
         self.extra_args = list(extra_args or [])
         self.demo = demo
         self.boot_s = boot_s
@@ -54,7 +58,11 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else True
 
     @property
     def token(self) -> str:
@@ -87,7 +95,7 @@ class ServerProcess:
                     f"server exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}"
                 )
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -122,7 +130,10 @@ class ServerProcess:
 
     def client(self) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10.0
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=10.0,
+            verify=self.verify,
         )
 
     def look_again_at_stopped_vm(self, name: str) -> dict[str, Any]:

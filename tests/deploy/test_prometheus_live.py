@@ -1,5 +1,8 @@
 """A real Prometheus scrapes a real ``virtplane serve --demo`` and fires an alert after a fault.
 
+It scrapes as the shipped ``deploy/prometheus/scrape.yml`` says: over HTTPS, verifying the
+server against its CA, with a viewer token (``/metrics`` needs one).
+
 The rules are the shipped ``deploy/prometheus/alerts.yml`` with every ``for:`` shortened to
 1 s (the durations are covered by the promtool unit tests): the expressions, the metrics and
 the scrape are what this test is about. Everything listens on loopback.
@@ -19,11 +22,13 @@ import pytest
 import yaml
 
 from tests.crash.server import ServerProcess, free_port
-from tests.deploy.tools import ALERT_RULES, tool_or_skip
+from tests.deploy.tools import ALERT_RULES, DEPLOY, tool_or_skip
+from tests.pki import TestCa
 
 pytestmark = pytest.mark.slow  # about 10 s: a server, a Prometheus, a few scrapes
 
 ALERT = "VirtplaneVMNotInDesiredPowerState"
+SCRAPE_CONFIG = DEPLOY / "prometheus" / "scrape.yml"
 
 
 def rules_with_short_for(path: Path) -> Path:
@@ -38,14 +43,18 @@ def rules_with_short_for(path: Path) -> Path:
 
 
 @contextmanager
-def prometheus(directory: Path, target: str) -> Iterator[str]:
-    """A Prometheus scraping ``target`` every second and evaluating the rules every second; its URL."""
+def prometheus(directory: Path, target: str, token: str, ca_file: Path) -> Iterator[str]:
+    """A Prometheus scraping ``target`` every second as deploy/prometheus/scrape.yml says, with
+    ``token`` and ``ca_file`` where it names them, and evaluating the rules every second; its URL."""
     directory.mkdir()
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules_with_short_for(directory / "alerts.yml"))],
-        "scrape_configs": [{"job_name": "virtplane", "static_configs": [{"targets": [target]}]}],
-    }
+    config: dict[str, Any] = yaml.safe_load(SCRAPE_CONFIG.read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(rules_with_short_for(directory / "alerts.yml"))]
+    [job] = config["scrape_configs"]
+    (directory / "virtplane.token").write_text(token + "\n")
+    job["authorization"]["credentials_file"] = str(directory / "virtplane.token")
+    job["tls_config"]["ca_file"] = str(ca_file)
+    job["static_configs"] = [{"targets": [target]}]
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
     address = f"127.0.0.1:{free_port()}"
     log = (directory / "prometheus.log").open("wb")
@@ -102,11 +111,20 @@ def alerts_about(url: str, vm: str) -> list[dict[str, Any]]:
 
 
 def test_prometheus_fires_the_power_state_alert_when_a_vm_cannot_start(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "virtplane", demo=True)
+    ca = TestCa(tmp_path / "pki")
+    issued = ca.issue("server")
+    server = ServerProcess(
+        tmp_path / "virtplane",
+        demo=True,
+        ca_file=ca.pem,
+        extra_args=["--tls-cert", str(issued.cert), "--tls-key", str(issued.key)],
+    )
     server.start()
     try:
         server.wait_for("/v1/vms/web-1", lambda vm: vm["status"]["phase"] == "Running")
-        with prometheus(tmp_path / "prometheus", f"127.0.0.1:{server.port}") as url:
+        with server.client() as admin:
+            token = admin.post("/v1/tokens", json={"name": "prometheus", "role": "viewer"}).json()["token"]
+        with prometheus(tmp_path / "prometheus", f"127.0.0.1:{server.port}", token, ca.pem) as url:
             # before the fault: scraped, in its desired power state, no alert
             in_state = 'virtplane_vm_in_desired_power_state{vm="web-1"} == 1'
             poll(lambda: query(url, in_state), "scrape of web-1 in its desired power state")

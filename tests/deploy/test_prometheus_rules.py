@@ -67,7 +67,8 @@ def test_the_metrics_of_serve_demo_pass_promtool_check_metrics(tmp_path: Path) -
     server.start()
     try:
         server.wait_for("/v1/vms/web-1", lambda vm: vm["status"]["phase"] == "Running")
-        text = httpx.get(f"{server.url}/metrics", timeout=10).text
+        with server.client() as client:
+            text = client.get("/metrics").text
     finally:
         server.stop()
     for family in (
@@ -89,7 +90,8 @@ async def test_the_leadership_metrics_of_a_replica_pass_promtool_check_metrics(t
         await eventually(lambda: plane.elector is not None and plane.elector.is_leader)
         transport = httpx.ASGITransport(app=plane.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://virtplane") as client:
-            text = (await client.get("/metrics")).text
+            token = plane.store.create_token("scrape", "viewer")
+            text = (await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})).text
     finally:
         await plane.stop()
         plane.store.close()

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from tests.cli.test_main import RecordedServeOptions, fake_server_module  # noqa: F401 (a fixture)
 from tests.deploy.tools import DEPLOY, tool_or_skip
 from virtplane.cli.main import app
+from virtplane.tls import is_loopback
 
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
 INSTALLED_VENV = "/opt/virtplane/venv"
@@ -63,6 +64,13 @@ def test_the_configuration_each_unit_starts_with_is_accepted_by_serve(
         assert options.db_url is not None and options.db_url.startswith("postgresql+psycopg://")
     else:
         assert options.db_url is None, "SQLite in the data directory"
+    if not is_loopback(options.host):  # serve refuses plain HTTP there (tests/cli/test_tls.py)
+        assert (options.tls_cert, options.tls_key) == (
+            Path("/etc/virtplane/tls/cert.pem"),
+            Path("/etc/virtplane/tls/key.pem"),
+        ), "HTTPS on the network, as the file's comment says how to make the pair"
+        assert not options.insecure_http
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.read_text(), "systemctl reload: a renewed cert"
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)

@@ -35,6 +35,12 @@ def test_host_overrides_cluster_overrides_global_overrides_default(
     assert RATIO.effective(stored, cluster=cluster, host=host) == expected
 
 
+def test_a_cluster_setting_takes_its_clusters_value_whatever_the_host() -> None:
+    stored = ScopedValues(value="", clusters={"batch": "EPYC"}, hosts={"h1": "ignored"})
+    assert definition("cpu.model").effective(stored, cluster="batch", host="h1") == "EPYC"
+    assert definition("cpu.model").effective(stored, cluster="web", host="h1") == ""
+
+
 def test_a_global_setting_ignores_overrides_it_cannot_have() -> None:
     stored = ScopedValues(value=5, clusters={"batch": 9}, hosts={"h1": 9})
     assert GLOBAL.effective(stored, cluster="batch", host="h1") == 5
@@ -50,6 +56,8 @@ def test_a_global_setting_ignores_overrides_it_cannot_have() -> None:
         (GLOBAL, None, None, None),
         (GLOBAL, "batch", None, "is a global setting"),
         (GLOBAL, None, "h1", "is a global setting"),
+        (definition("cpu.model"), "batch", None, None),
+        (definition("cpu.model"), None, "h1", "every host of a cluster shares it"),
     ],
 )
 def test_who_may_have_an_override(d: Any, cluster: str | None, host: str | None, error: str | None) -> None:
@@ -67,4 +75,11 @@ def test_the_allocation_ratios_are_host_scoped_with_novas_defaults() -> None:
     assert {k for k, d in REGISTRY.items() if d.scope is SettingScope.HOST} == {
         "host.cpu_allocation_ratio",
         "host.memory_allocation_ratio",
+        "host.accelerator.kvm_broken",
+        "host.accelerator.validation_kernel",
+        # the migration policy's defaults: a cluster or host may have its own (a VM's spec wins)
+        "migration.auto_converge",
+        "migration.bandwidth_mib_s",
+        "migration.max_downtime_ms",
+        "migration.post_copy_after_s",
     }

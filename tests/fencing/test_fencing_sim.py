@@ -63,6 +63,9 @@ async def test_host_down_every_policy_and_storage(
     on_every_write(monkeypatch, cluster.store, record)
     cluster.fault("h1", "host-down")
     await eventually(lambda: cluster.host("h1").spec.fenced)
+    assert set(cluster.bmcs.credentials) == {("root", "pw")}, (
+        "the password sealed at rest, opened for the BMC"
+    )
     host = cluster.host("h1")
     assert host.status.connection is HostConnection.DOWN
     assert host.status.message == f"cannot reach {host.spec.uri}: the host is down", "its URI once"

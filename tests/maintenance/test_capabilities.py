@@ -57,6 +57,7 @@ def test_a_test_driver_host_cannot_be_drained_live_and_the_plan_says_so(
                     "action": "Blocked",
                     "target": None,
                     "reason": "cannot leave host a: its driver cannot live-migrate",
+                    "risk": "",  # a blocked VM is not moved, so no convergence risk is said
                 }
             ],
         }

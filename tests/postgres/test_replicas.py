@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from cryptography.fernet import Fernet
 
 from tests.conftest import eventually
 from tests.postgres.pg import schema_url
@@ -21,6 +22,7 @@ from virtplane.domain.resources import (
 from virtplane.drivers.sim import SimCloud
 from virtplane.server import sim_factory
 from virtplane.store.database import utcnow
+from virtplane.store.sealing import Keyring
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
@@ -156,7 +158,7 @@ async def test_a_follower_plans_maintenance_from_current_data_not_its_trailing_c
 
 async def test_only_the_lease_holder_prunes_the_change_feed() -> None:
     with schema_url() as url:
-        store = Store(url)
+        store = Store(url, keyring=Keyring([Fernet.generate_key()]))  # a Secret's password is sealed
         store.migrate()
         Settings(store).set("store.changes.max_rows", 100)
         for i in range(150):

@@ -239,6 +239,28 @@ async def wait_for(condition: Callable[[], bool], limit_s: float = 60.0) -> None
     await eventually(probe, bool, limit_s)
 
 
+VALIDATION_S = 30.0  # a kernel reaches its panic in ~1 s under KVM, ~4 s under TCG
+_VERDICTS: dict[Path, Any] = {}
+
+
+async def rig_accelerator(rig: Rig, driver: Any) -> Any:
+    """KVM where a validation guest boots under it on the rig's hosts, else TCG: validated once
+    per rig (the hosts of each control plane get it as spec.accelerator, so a test's new store
+    does not boot the validation guest again). Says which."""
+    from virtplane.domain.resources import Accelerator
+
+    if rig.base not in _VERDICTS:
+        offer = await driver.accelerator_offer()
+        verdict = (
+            await driver.validate_kvm(str(rig.base / "library" / KERNEL_FILE), VALIDATION_S)
+            if offer.kvm
+            else "no kvm offered"
+        )
+        _VERDICTS[rig.base] = Accelerator.KVM if verdict == "" else Accelerator.TCG
+        print(f"\nreal guests run under {_VERDICTS[rig.base].value}" + (f": {verdict}" if verdict else ""))
+    return _VERDICTS[rig.base]
+
+
 @pytest.fixture
 async def qplane(store: Store, rig: Rig, drivers: dict[str, Any]) -> AsyncIterator[QemuPlane]:
     """A control plane managing the rig's two daemons (Host a, b), a shared and a local pool each."""
@@ -250,7 +272,9 @@ async def qplane(store: Store, rig: Rig, drivers: dict[str, Any]) -> AsyncIterat
     plane = ControlPlane(store, options=ControlPlaneOptions(workers=4, console_dir=str(rig.console_dir)))
     plane.settings.set("vm.start.backoff_base_s", 0.5)
     plane.settings.set("vm.start.backoff_cap_s", 5.0)
-    result = QemuPlane(plane, rig, drivers)
+    plane.settings.set("host.accelerator.validation_kernel", str(rig.base / "library" / KERNEL_FILE))
+    plane.settings.set("host.accelerator.validation_timeout_s", VALIDATION_S)
+    result = QemuPlane(plane, rig, drivers, await rig_accelerator(rig, drivers["a"]))
     store.create(
         StoragePool(
             metadata=Metadata(name=SHARED),

@@ -26,6 +26,7 @@ from virtplane.bootstrap import ControlPlane
 from virtplane.controllers.storage import volume_file
 from virtplane.domain.intents import read_intents, read_migration
 from virtplane.domain.resources import (
+    Accelerator,
     Boot,
     Capacity,
     Disk,
@@ -74,6 +75,7 @@ class QemuPlane:
     plane: ControlPlane
     rig: Rig
     drivers: dict[str, Any]  # independent connections to the daemons, to check what really runs
+    accelerator: Accelerator = Accelerator.TCG  # the hosts' spec.accelerator: the rig's verdict
 
     @property
     def store(self) -> Store:
@@ -92,7 +94,12 @@ class QemuPlane:
         return self.store.get(Host, name).status.resource_state.value
 
     async def add_host(
-        self, name: str, *, enabled: bool = True, migration_address: str | None = None
+        self,
+        name: str,
+        *,
+        enabled: bool = True,
+        migration_address: str | None = None,
+        accelerator: Accelerator | None = None,
     ) -> None:
         self.store.create(
             Host(
@@ -102,6 +109,7 @@ class QemuPlane:
                     capacity=Capacity(vcpus=4, memory_mib=2048),
                     enabled=enabled,
                     migration_address=migration_address,
+                    accelerator=accelerator or self.accelerator,
                 ),
             )
         )

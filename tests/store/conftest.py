@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.postgres.pg import schema_url
+from virtplane.store.sealing import Keyring
 from virtplane.store.store import Store, sqlite_url
 
 
@@ -23,8 +24,9 @@ from virtplane.store.store import Store, sqlite_url
     ]
 )
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    keyring = Keyring.load_or_create(tmp_path / "secrets.key")
     if request.param == "sqlite":
-        s = Store(sqlite_url(tmp_path / "test.db"))
+        s = Store(sqlite_url(tmp_path / "test.db"), keyring=keyring)
         s.migrate()
         yield s
         s.close()
@@ -32,7 +34,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.node.name.startswith("test_sqlite_"):
         pytest.skip("a test of SQLite itself")
     with schema_url() as url:
-        s = Store(url)
+        s = Store(url, keyring=keyring)
         s.migrate()
         try:
             yield s

@@ -57,7 +57,7 @@ def test_a_data_migration_that_fails_leaves_the_store_as_it_was(
     rolls back (red when Alembic's DDL committed on its own, as it did before)."""
     before = contents(old_store)
 
-    def failing(connection: Connection) -> list[str]:
+    def failing(connection: Connection, keyring: object = None) -> list[str]:
         connection.execute(text("UPDATE objects SET body = '{}' WHERE name = 'a'"))
         raise RuntimeError("injected: a data migration that raises half-way")
 

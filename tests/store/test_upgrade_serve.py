@@ -11,6 +11,7 @@ from tests.crash.server import ServerProcess, free_port
 from tests.store.upgrades import contents, forget_fingerprints, old_vm, set_body, store_at, unreadable_vm
 from virtplane.domain.resources import Metadata, Secret
 from virtplane.domain.resources.secret import SecretSpec
+from virtplane.store.sealing import Keyring
 from virtplane.store.store import Store, sqlite_url
 from virtplane.store.upgrade import head_revision
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).parents[2]
 def test_serve_quarantines_an_unreadable_object_and_serves_the_rest(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    store = Store(sqlite_url(data / "virtplane.db"))
+    store = Store(sqlite_url(data / "virtplane.db"), keyring=Keyring.load_or_create(data / "secrets.key"))
     store.migrate()
     unreadable_vm(store)
     store.create(Secret(metadata=Metadata(name="bmc"), spec=SecretSpec(username="root", password="hunter2")))
@@ -97,6 +98,7 @@ def test_serve_refuses_data_from_a_newer_release_in_one_line_touching_nothing(tm
     assert "start that release, or restore the backup" in line
     assert database.read_bytes() == before
     assert not (data / "backups").exists() and not (data / "admin.token").exists()
+    assert not (data / "secrets.key").exists(), "no key made for a store this release refuses"
 
 
 def test_the_version_is_pyprojects_in_the_cli_and_healthz(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,16 +24,21 @@ WITH_HOST_PATHS = ("245494f", "e3e7cb1")
 """Releases before the image library: volumes copied from host paths, kernels booted from them."""
 RELEASES = (*WITH_HOST_PATHS, "8ce44f1", "fa36f81")
 SIM_SCHEMA = {"245494f": "1", "e3e7cb1": "2", "8ce44f1": "2", "fa36f81": "3"}
-"""The schema of the simulator's state file each release wrote (3 is the current one)."""
+"""The schema of the simulator's state file each release wrote (the current one is ``_persist.SCHEMA_VERSION``, 4)."""
 
 
 @contextmanager
-def upgraded(release: str, tmp_path: Path) -> Iterator[tuple[LiveServer, SimCloud]]:
+def upgraded(
+    release: str, tmp_path: Path, before: Callable[[Path], None] | None = None
+) -> Iterator[tuple[LiveServer, SimCloud]]:
     """The current server (``serve --demo``'s ``build``) on a copy of ``release``'s data
-    directory, its simulated hosts reading the same ``sim.db`` the old release wrote."""
+    directory, its simulated hosts reading the same ``sim.db`` the old release wrote;
+    ``before`` may change that data directory first, as the old release could have."""
     data = tmp_path / "data"
     with tarfile.open(FIXTURES / f"{release}.tar.gz") as archive:
         archive.extractall(data, filter="data")
+    if before is not None:
+        before(data)
     options = ServeOptions(
         data_dir=data, demo=True, sim_boot_seconds=0.02, sim_shutdown_seconds=0.02, sim_link_mib_s=1e6
     )

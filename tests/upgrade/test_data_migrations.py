@@ -160,7 +160,7 @@ def test_the_runner_applies_each_migration_once_with_a_revision_and_an_event(tmp
         connection.execute(text("DELETE FROM feed_state WHERE name = 'data:version'"))
         lines = upgrade_bodies(connection)
         assert lines[0].startswith("Volume/v: status.file set to 'v'")
-        assert lines[-1] == f"data migrations 1, 2 applied: {len(lines) - 1} line(s) above"
+        assert lines[-1] == f"data migrations 1, 2, 3 applied: {len(lines) - 1} line(s) above"
         assert upgrade_bodies(connection) == [], "each runs once"
     stored = store.get(KIND_BY_NAME["Volume"], "v")
     assert stored.status.file == "v"  # type: ignore[attr-defined]

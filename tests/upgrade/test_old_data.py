@@ -11,6 +11,10 @@ worked on ``vp-<uid>``, a file that does not exist.
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,8 @@ from tests.upgrade.conftest import (
     settled,
     upgraded,
 )
+from virtplane.domain.resources import Secret
+from virtplane.drivers.sim._persist import SCHEMA_VERSION as SIM_SCHEMA_VERSION
 from virtplane.store.migrations.data.d0002_host_paths import ANNOTATION_PREFIX, CONDITION
 
 LEGACY_KERNEL = "/var/lib/virtplane/images/vmlinuz-6.1.0-amd64"
@@ -40,10 +46,11 @@ def test_old_data_is_served_whole(release: str, tmp_path: Path) -> None:
         upgraded(release, tmp_path) as (server, _),
         server.client("viewer") as viewer,
     ):
-        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to 3" in line for line in said)
-        assert upgraded_sim == (SIM_SCHEMA[release] != "3"), f"the sim file's upgrade is said: {said}"
+        current = str(SIM_SCHEMA_VERSION)
+        upgraded_sim = any(f"schema {SIM_SCHEMA[release]} upgraded to {current}" in line for line in said)
+        assert upgraded_sim == (SIM_SCHEMA[release] != current), f"the sim file's upgrade is said: {said}"
         assert any(
-            line.startswith("store upgrade: data migration: data migrations 1, 2 applied") for line in said
+            line.startswith("store upgrade: data migration: data migrations 1, 2, 3 applied") for line in said
         ), said
         vms = {vm["metadata"]["name"]: vm for vm in viewer.get("/v1/vms").json()["items"]}
         old = {"web-1", "web-2", "app-1", "db-1", "batch-1", "archive-1", "legacy-1"}
@@ -167,3 +174,38 @@ def test_a_vm_booted_from_host_paths_waits_for_its_images_then_starts(release: s
         done = wait_json(admin, "/v1/operations/restart-legacy-1", lambda o: o["status"]["phase"] in FINISHED)
         assert done["status"]["phase"] == "Completed", done["status"]
         settled(admin, "legacy-1")
+
+
+BMC_PASSWORD = "old-release-BMC-pa55word"
+
+
+def a_secret_in_clear(data: Path) -> None:
+    """A BMC Secret as every release before data migration 3 stored it: the password in clear."""
+    body = {
+        "apiVersion": "virtplane.io/v1",
+        "kind": "Secret",
+        "metadata": {"name": "bmc-old", "uid": "old-secret-uid", "labels": {}, "annotations": {}},
+        "spec": {"username": "root", "password": BMC_PASSWORD},
+    }
+    with sqlite3.connect(data / "virtplane.db") as connection:
+        connection.execute(
+            "INSERT INTO objects (kind, name, uid, resource_version, generation, body) VALUES (?, ?, ?, 1, 1, ?)",
+            ("Secret", "bmc-old", "old-secret-uid", json.dumps(body)),
+        )
+    connection.close()
+    assert BMC_PASSWORD.encode() in (data / "virtplane.db").read_bytes(), "the starting point: in clear"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_old_secret_is_sealed_by_the_upgrade(release: str, tmp_path: Path) -> None:
+    """Data migration 3 runs on each old release's store, with the key serve makes at start."""
+    data = tmp_path / "data"
+    with said_by_virtplane() as said, upgraded(release, tmp_path, before=a_secret_in_clear) as (server, _):
+        store = server.store
+        assert store.opened(store.get(Secret, "bmc-old")).spec.password == BMC_PASSWORD, "the BMC's view"
+        with server.client("admin") as admin:
+            assert BMC_PASSWORD not in admin.get("/v1/secrets/bmc-old").text, "write-only"
+    assert any("bmc-old" in line and "spec.password sealed" in line for line in said), said
+    files = b"".join(p.read_bytes() for p in data.glob("virtplane.db*"))
+    assert BMC_PASSWORD.encode() not in files, "nor in the database's free space or WAL"
+    assert stat.S_IMODE(os.stat(data / "secrets.key").st_mode) == 0o600

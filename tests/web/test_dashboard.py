@@ -256,12 +256,27 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
         "plan": {
             "feasible": True,
             "items": [
-                {"vm": "web-1", "action": "Migrate", "target": "host-2", "reason": "shared disks"},
+                {
+                    "vm": "web-1",
+                    "action": "Migrate",
+                    "target": "host-2",
+                    "reason": "shared disks",
+                    "risk": "may not converge: it dirtied 900 MiB/s",
+                },
                 {"vm": "db-1", "action": "Stop", "target": None, "reason": "local disks"},
             ],
         },
         "progress": {
-            "web-1": {"state": "Migrating", "target": "host-2", "attempts": 1, "progress_pct": 40.0},
+            "web-1": {
+                "state": "Migrating",
+                "target": "host-2",
+                "attempts": 1,
+                "progress_pct": 40.0,
+                "iteration": 3,
+                "dirty_rate_mib_s": 912.4,
+                "remaining_mib": 311.6,
+                "post_copy": False,
+            },
             "db-1": {"state": "Stopped", "progress_pct": 100.0, "message": HOSTILE_SCRIPT},
         },
         "message": "draining host-1",
@@ -298,6 +313,8 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
     web = block.locator('tr[data-vm="web-1"]')
     expect(web.locator("td.state")).to_have_text("Migrating")
     expect(web).to_contain_text("40%")
+    expect(web.locator("td.message")).to_contain_text("pass 3, dirtying 912 MiB/s, 312 MiB left")
+    expect(web.locator("td.message")).to_contain_text("risk: may not converge")
     expect(web).to_contain_text("host-2")
     expect(block.locator('tr[data-vm="db-1"] td.message')).to_have_text(HOSTILE_SCRIPT)
     expect(page.locator('#hosts tr[data-name="host-1"] td.state')).to_have_text("PrepareForMaintenance")

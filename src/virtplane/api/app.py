@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from virtplane import __version__
 from virtplane.api.audit import AuditRecorder, AuditWrites
-from virtplane.api.auth import TokenCache
+from virtplane.api.auth import Principal, Role, TokenCache, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import error_response, install_error_handlers
 from virtplane.api.limits import Limiter, RequestLimits
@@ -109,6 +109,10 @@ def create_app(
         lifespan=lifespan or _no_lifespan,
         # no 307 to a path without the trailing slash: /v1/vms/%2F is a 404, not a redirect to the list
         redirect_slashes=False,
+        # /docs is the dashboard's (virtplane.web): Swagger UI shipped in the package, under its
+        # content policy; FastAPI's pages would load it (and ReDoc) from a CDN
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.ctx = ctx
     app.state.tokens = TokenCache(ctx.store)
@@ -135,7 +139,9 @@ def create_app(
         metrics_registry = registry
 
         @app.get("/metrics", tags=["Health"], operation_id="metrics", include_in_schema=False)
-        async def metrics() -> Response:  # on the event loop: collectors read the cache it updates
+        async def metrics(  # on the event loop: collectors read the cache it updates
+            _: Principal = Depends(require(Role.VIEWER)),  # it names every VM and host: a token
+        ) -> Response:
             return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(whoami_router)

@@ -141,8 +141,10 @@ def page_response(
     token: str | None,
     labels: Selector,
     fields: Selector,
+    redacted: bool = False,
 ) -> Response:
-    """One page of ``cls``: from the start, or after the position ``token`` names."""
+    """One page of ``cls``: from the start, or after the position ``token`` names; ``redacted``:
+    as a viewer sees it (api/shown.py)."""
     if token:
         after, revision = decode_continue(token, cls.KIND, str)
         require_resumable(store, revision)
@@ -151,6 +153,6 @@ def page_response(
     page = list_page(store, cls.KIND, limit=limit, after=after, labels=labels, fields=fields)
     # Stored bodies are in the current schema (store.bodies), so they are the answer as they are,
     # but for what the API never shows (a Secret's password).
-    items = public_bodies(cls, page.bodies)
+    items = public_bodies(cls, page.bodies, redacted=redacted)
     next_token = None if page.last_name is None else encode_continue(cls.KIND, page.last_name, revision)
     return list_response(items, next_token, revision)

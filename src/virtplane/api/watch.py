@@ -164,8 +164,17 @@ class _Read:
 class _ObjectReader:
     """Turns the changes of one kind after a revision into event lines (runs in a worker thread)."""
 
-    def __init__(self, store: Store, cls: type[Resource], labels: Selector, fields: Selector, batch: int):
+    def __init__(
+        self,
+        store: Store,
+        cls: type[Resource],
+        labels: Selector,
+        fields: Selector,
+        batch: int,
+        redacted: bool = False,
+    ):
         self.store, self.cls, self.labels, self.fields, self.batch = store, cls, labels, fields, batch
+        self.redacted = redacted  # as a viewer sees the objects (api/shown.py)
         self.sent: dict[str, int] = {}  # name -> resource_version last sent, while it may repeat
         self.matched: set[str] = set()  # names this stream sent as matching (for DELETED on leaving)
         self.unmatched: set[str] = set()  # names this stream saw not matching (no DELETED for them)
@@ -223,7 +232,7 @@ class _ObjectReader:
         if self.selective:
             self.matched.add(name)
             self.unmatched.discard(name)
-        lines.append(_line(event, public_json(obj)))  # a Secret without its password
+        lines.append(_line(event, public_json(obj, redacted=self.redacted)))  # a Secret without its password
         return lines
 
 
@@ -328,8 +337,9 @@ def object_stream(
     streams: Streams,
     options: WatchOptions,
     timeout_s: float,
+    redacted: bool = False,
 ) -> AsyncIterator[bytes]:
-    reader = _ObjectReader(store, cls, labels, fields, options.batch)
+    reader = _ObjectReader(store, cls, labels, fields, options.batch, redacted)
     return _follow(cls.KIND, since, reader.read, store, streams, options, timeout_s)
 
 

@@ -13,6 +13,7 @@ The transport is injectable so tests can answer requests with ``httpx.MockTransp
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Callable, Generator
 from typing import Any
@@ -106,6 +107,12 @@ def _error_from_response(response: httpx.Response) -> ApiError:
     return ApiError(response.status_code, fallback_reason, text)
 
 
+def _untrusted(error: BaseException, url: str) -> CliError | None:
+    from virtplane.cli.tls import untrusted_from  # it builds on this module's CliError
+
+    return untrusted_from(error, url)
+
+
 def _format_detail(detail: Any) -> str:
     if isinstance(detail, list):
         parts = []
@@ -128,13 +135,14 @@ class ApiClient:
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Accept": "application/json", "User-Agent": "virtplane-cli"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, transport=transport, timeout=timeout_s
+            base_url=self.base_url, headers=headers, transport=transport, timeout=timeout_s, verify=verify
         )
 
     def close(self) -> None:
@@ -165,7 +173,9 @@ class ApiClient:
                 params=params,
             )
         except httpx.ConnectError as error:
-            raise ServerUnreachable(self.base_url, "connection refused or host unknown") from error
+            raise _untrusted(error, self.base_url) or ServerUnreachable(
+                self.base_url, "connection refused or host unknown"
+            ) from error
         except httpx.TimeoutException as error:
             raise ServerUnreachable(self.base_url, "the request timed out") from error
         except httpx.TransportError as error:
@@ -278,6 +288,9 @@ class ApiClient:
                             yield event
                 continue  # the server ended the stream (its timeout, a restart): go on from here
             except (httpx.TransportError, json.JSONDecodeError) as error:
+                untrusted = _untrusted(error, self.base_url)
+                if untrusted is not None:  # retrying will not make the certificate trusted
+                    raise untrusted from error
                 failure: CliError = ServerUnreachable(self.base_url, str(error) or type(error).__name__)
             failures += 1
             if on_retry is not None:

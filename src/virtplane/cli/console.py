@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import selectors
+import ssl
 import sys
 import termios
 import threading
@@ -27,6 +28,7 @@ import typer
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable
 from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import state_of
+from virtplane.cli.tls import untrusted_from
 
 if TYPE_CHECKING:  # websockets is imported by the command only: every other command starts sooner
     from websockets.exceptions import InvalidStatus
@@ -55,7 +57,7 @@ def _refusal(exc: InvalidStatus) -> ApiError:
     return ApiError(response.status_code, f"HTTP{response.status_code}", response.reason_phrase)
 
 
-def _open(url: str, base_url: str, token: str | None) -> ClientConnection:
+def _open(url: str, base_url: str, token: str | None, tls: ssl.SSLContext | None) -> ClientConnection:
     from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
     from websockets.sync.client import connect
     from websockets.typing import Subprotocol
@@ -63,11 +65,18 @@ def _open(url: str, base_url: str, token: str | None) -> ClientConnection:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         return connect(
-            url, additional_headers=headers, subprotocols=[Subprotocol(SUBPROTOCOL)], open_timeout=15
+            url,
+            additional_headers=headers,
+            subprotocols=[Subprotocol(SUBPROTOCOL)],
+            open_timeout=15,
+            ssl=tls if url.startswith("wss:") else None,
         )
     except InvalidStatus as exc:
         raise _refusal(exc) from None
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+        untrusted = untrusted_from(exc, base_url)
+        if untrusted is not None:
+            raise untrusted from None
         raise ServerUnreachable(base_url, str(exc) or type(exc).__name__) from None
 
 
@@ -186,11 +195,17 @@ def console(
             help="Without a terminal: at the end of the input, wait until the guest is quiet this long."
         ),
     ] = 1.0,
+    takeover: Annotated[
+        bool,
+        typer.Option(
+            "--takeover", help="Admin: end the session that holds the console (it is told who) and attach."
+        ),
+    ] = False,
 ) -> None:
     """Attach to a VM's serial console (operator role). Ctrl-] detaches."""
     state = state_of(ctx)
-    url = console_url(state.url, name)
-    ws = _open(url, state.url, state.token)
+    url = console_url(state.url, name) + ("?takeover=true" if takeover else "")
+    ws = _open(url, state.url, state.token, state.tls())
     stdin = sys.stdin.buffer
     interactive = stdin.isatty()
     if interactive:
@@ -218,7 +233,8 @@ def console(
 EPILOG = (
     "Examples:\n"
     "  virtplane console web-1                      # Ctrl-] detaches\n"
-    "  printf 'hostname\\n' | virtplane console web-1  # line by line, for scripts"
+    "  printf 'hostname\\n' | virtplane console web-1  # line by line, for scripts\n"
+    "  virtplane console web-1 --takeover           # admin: someone left it attached"
 )
 
 

@@ -6,9 +6,11 @@ Tests inject a transport and a fake clock by passing ``obj=CliOverrides(...)`` t
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -18,6 +20,7 @@ from rich.console import Console
 
 from virtplane.cli.client import ApiClient
 from virtplane.cli.output import make_console
+from virtplane.cli.tls import CertificateNotTrusted, client_context
 
 __all__ = ["CliOverrides", "CliState", "Clock", "SystemClock", "checked_url", "state_of"]
 
@@ -53,6 +56,9 @@ class CliState:
     transport: httpx.BaseTransport | None = None
     browser: Callable[[str], object] | None = None
     clock: Clock = field(default_factory=SystemClock)
+    ca_file: Path | None = None
+    tls_fingerprint: str | None = None
+    """64 hex digits (``tls.normalize_fingerprint``)."""
     console: Console = field(default_factory=make_console)
     err_console: Console = field(default_factory=lambda: make_console(stderr=True))
     _client: ApiClient | None = None
@@ -60,8 +66,18 @@ class CliState:
     @property
     def client(self) -> ApiClient:
         if self._client is None:
-            self._client = ApiClient(self.url, self.token, transport=self.transport)
+            self._client = ApiClient(self.url, self.token, transport=self.transport, verify=self.tls())
         return self._client
+
+    def tls(self) -> ssl.SSLContext:
+        """How the server's certificate is verified (the console uses it too)."""
+        if self.tls_fingerprint is not None and not self.url.lower().startswith("https://"):
+            # the user asked for a verified server; a plain URL would send the token unverified
+            raise CertificateNotTrusted(
+                f"a TLS fingerprint is pinned but {self.url} is not https://: nothing would be "
+                "verified. Use the https:// URL, or unset --tls-fingerprint/VIRTPLANE_TLS_FINGERPRINT.",
+            )
+        return client_context(self.ca_file, self.tls_fingerprint)
 
     def close(self) -> None:
         if self._client is not None:

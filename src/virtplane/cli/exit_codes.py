@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 from virtplane.cli.client import ApiError, CliError, ServerUnreachable, WaitTimedOut
+from virtplane.cli.tls import CertificateNotTrusted
 
 __all__ = ["ExitCode", "common_exit_code", "exit_code_for", "exit_code_table"]
 
@@ -26,6 +27,7 @@ class ExitCode(IntEnum):
     TIMEOUT = 4
     DENIED = 5
     NOT_FOUND = 6
+    UNTRUSTED = 7
 
 
 MEANINGS: dict[ExitCode, str] = {
@@ -38,6 +40,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.TIMEOUT: "--wait gave up after --timeout seconds; the work goes on in the server",
     ExitCode.DENIED: "no token, an unknown, revoked or expired token, or a role that may not do this (HTTP 401, 403)",
     ExitCode.NOT_FOUND: "the named resource does not exist (HTTP 404, or VMNotFound for a VM action)",
+    ExitCode.UNTRUSTED: "the server's TLS certificate is not trusted: no --ca-file / system CA signed "
+    "it, or it is not the one --tls-fingerprint pins",
 }
 
 _BY_REASON = {"VMNotFound": ExitCode.NOT_FOUND}
@@ -49,6 +53,8 @@ _BY_STATUS = {401: ExitCode.DENIED, 403: ExitCode.DENIED, 404: ExitCode.NOT_FOUN
 def exit_code_for(error: CliError) -> ExitCode:
     if isinstance(error, ServerUnreachable):
         return ExitCode.UNREACHABLE
+    if isinstance(error, CertificateNotTrusted):
+        return ExitCode.UNTRUSTED
     if isinstance(error, WaitTimedOut):
         return ExitCode.TIMEOUT
     if isinstance(error, ApiError):

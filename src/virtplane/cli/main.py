@@ -17,6 +17,7 @@ from virtplane.cli import (
     hosts,
     login,
     resources,
+    secrets,
     serve_limits,
     settings,
     store_restore,
@@ -29,6 +30,7 @@ from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_u
 from virtplane.cli.credentials import saved_token
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
+from virtplane.cli.tls import normalize_fingerprint
 
 __all__ = ["app", "main"]
 
@@ -89,6 +91,27 @@ def root(
             show_default=False,
         ),
     ] = None,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-file",
+            envvar="VIRTPLANE_CA_FILE",
+            dir_okay=False,
+            help="PEM file of the CA(s) that signed the server's certificate (default: the system's).",
+            show_default=False,
+        ),
+    ] = None,
+    tls_fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-fingerprint",
+            envvar="VIRTPLANE_TLS_FINGERPRINT",
+            callback=normalize_fingerprint,
+            help="Trust only the certificate with this SHA-256 fingerprint (AB:CD:..., as `serve` "
+            "prints it); replaces CA checks.",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
@@ -102,6 +125,8 @@ def root(
         transport=overrides.transport,
         browser=overrides.browser,
         clock=overrides.clock or SystemClock(),
+        ca_file=ca_file,
+        tls_fingerprint=tls_fingerprint,
     )
     ctx.obj = state
     ctx.call_on_close(state.close)
@@ -185,6 +210,36 @@ def serve(
             "over this long after the leader died.",
         ),
     ] = 15.0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-cert",
+            dir_okay=False,
+            help="PEM certificate (chain) to serve HTTPS with; SIGHUP reloads it and --tls-key.",
+            show_default=False,
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", dir_okay=False, help="PEM private key of --tls-cert.", show_default=False),
+    ] = None,
+    secrets_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secrets-key-file",
+            dir_okay=False,
+            help="The key that seals Secrets' passwords (default DATA_DIR/secrets.key, made 0600 at "
+            "first start); keep a copy apart from the database's backups.",
+            show_default=False,
+        ),
+    ] = None,
+    insecure_http: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-http",
+            help="Allow plain HTTP on a non-loopback --host (behind a TLS proxy); logs a warning.",
+        ),
+    ] = False,
     max_header_bytes: serve_limits.MaxHeaderBytes = 32 * 1024,
     max_headers: serve_limits.MaxHeaders = 100,
     header_timeout: serve_limits.HeaderTimeout = 10.0,
@@ -223,6 +278,10 @@ def serve(
                 sim_shutdown_seconds=sim_shutdown_seconds,
                 sim_link_mib_s=sim_link_mib_s,
                 lease_s=lease_seconds,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                insecure_http=insecure_http,
+                secrets_key_file=secrets_key_file,
                 connection_limits=ConnectionLimits(
                     max_header_bytes=max_header_bytes,
                     max_headers=max_headers,
@@ -261,6 +320,7 @@ vms.register(app)
 hosts.register(app)
 settings.register(app)
 console.register(app)
+secrets.register(app)
 explain.register(app)
 backup.register(app)
 store_restore.register(app)

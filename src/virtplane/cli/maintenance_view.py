@@ -32,12 +32,16 @@ def print_maintenance(console: Console, maintenance: JsonObject) -> None:
     table = new_table(["VM", "ACTION", "TARGET", "REASON", "PROGRESS"])
     for item in plan_items:
         vm = item.get("vm")
+        reason = cell_text(item.get("reason"))
+        if item.get("risk"):
+            reason = f"{reason}; RISK: {item['risk']}"
+        moving = move_row(f"vm/{vm}", progress[vm]) if vm in progress else None
         table.add_row(
             cell_text(vm),
             cell_text(item.get("action")),
             cell_text(item.get("target")),
-            cell_text(item.get("reason")),
-            move_row(f"vm/{vm}", progress[vm]).words if vm in progress else "-",
+            reason,
+            (f"{moving.words} ({moving.measured})" if moving.measured else moving.words) if moving else "-",
         )
     print_table(console, table)
 

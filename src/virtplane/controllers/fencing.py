@@ -33,6 +33,7 @@ from virtplane.domain.resources import (
     Secret,
 )
 from virtplane.fencing.base import BmcError, BmcFactory, PowerState
+from virtplane.store.sealing import SecretsKeyError
 from virtplane.store.settings import Settings
 
 log = logging.getLogger("virtplane.controllers.fencing")
@@ -177,6 +178,10 @@ class Fencer:
             raise _SecretMissing(
                 f"secret {redfish.credentials_secret} (the BMC's credentials) does not exist"
             )
+        try:
+            secret = self.ctx.store.opened(secret)  # sealed at rest (store/sealing.py)
+        except SecretsKeyError as error:
+            raise _SecretUnreadable(str(error)) from None
         bmc = self.bmc_factory(host, secret, timeout_s)
         state = await bmc.power_state()
         if state is PowerState.OFF:
@@ -209,3 +214,7 @@ class Fencer:
 
 class _SecretMissing(BmcError):
     reason = "SecretNotFound"
+
+
+class _SecretUnreadable(BmcError):
+    reason = "SecretUnreadable"

@@ -10,6 +10,7 @@ and the allocation ratios that apply to it, with the allocatable capacity they g
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from datetime import timedelta
 
@@ -17,16 +18,20 @@ from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.domain_survey import survey_domains
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
 from virtplane.controllers.watch import Watch, itself
+from virtplane.domain.accelerators import choose, needs_validation
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
 from virtplane.domain.intents import read_migration
 from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
+    Accelerator,
+    AcceleratorStatus,
     Allocatable,
     Allocation,
     AllocationRatios,
     Capacity,
+    ClusterCPU,
     Host,
     HostConnection,
     HostStatus,
@@ -79,6 +84,8 @@ class HostReconciler:
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
             status.bridges = sorted(facts.bridges)  # which bridge networks the host has
+            await self._accelerator(host, driver, status)
+            await self._cluster_cpu(host, driver, status)
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
             requeue = HEARTBEAT_S
@@ -146,6 +153,84 @@ class HostReconciler:
                 return driver, await driver.host_facts()
         except TimeoutError:
             raise HostUnreachable(f"no answer within {timeout_s:g}s") from None
+
+    async def _accelerator(self, host: Host, driver: HypervisorDriver, status: HostStatus) -> None:
+        """What the host's guests run under (``domain.accelerators``), told to its driver on every
+        look (a new driver after a restart must know). The validation boot runs only when no
+        verdict is recorded for the host's libvirt, QEMU and host identity."""
+        settings, name, cluster = self.ctx.settings, host.metadata.name, host.spec.cluster
+        offer = await driver.accelerator_offer()
+        recorded = status.accelerator
+        wanted = host.spec.accelerator
+        fresh = recorded is not None and recorded.validated_for == offer.fingerprint
+        kvm_works = recorded.kvm_works if recorded is not None and fresh else None
+        validation = recorded.validation if recorded is not None and fresh else ""
+        if needs_validation(wanted, offer.kvm, offer.fingerprint, recorded):
+            kernel = settings.get_str("host.accelerator.validation_kernel", cluster=cluster, host=name)
+            timeout_s = settings.get_float("host.accelerator.validation_timeout_s")
+            validation = await driver.validate_kvm(kernel, timeout_s)
+            kvm_works = validation == ""
+            self.ctx.event(
+                host,
+                "KVMValidated" if kvm_works else "KVMBroken",
+                "a validation guest booted under KVM"
+                if kvm_works
+                else f"KVM validation failed: {validation}",
+                warning=not kvm_works,
+            )
+        on_broken = settings.get_str("host.accelerator.kvm_broken", cluster=cluster, host=name)
+        choice = choose(wanted, offer.kvm, kvm_works, on_broken)
+        driver.use_accelerator(choice.used)
+        offered = [Accelerator.KVM, Accelerator.TCG] if offer.kvm else [Accelerator.TCG]
+        status.accelerator = AcceleratorStatus(
+            offered=offered,
+            used=choice.used,
+            kvm_works=kvm_works,
+            validated_for=offer.fingerprint if kvm_works is not None else "",
+            validation=validation,
+        )
+        message = (
+            f"{choice.message} ({validation})"
+            if validation and choice.used is not Accelerator.KVM
+            else choice.message
+        )
+        status.conditions = set_condition(
+            status.conditions,
+            HostCondition.ACCELERATOR,
+            choice.used is not None,
+            choice.reason,
+            message,
+            now=self.ctx.now(),
+        )
+
+    async def _cluster_cpu(self, host: Host, driver: HypervisorDriver, status: HostStatus) -> None:
+        """The host's CPU, and the CPU model its cluster-mode VMs are defined with: the setting
+        cpu.model of its cluster, else libvirt's baseline of every host of the cluster whose guests
+        run under the same accelerator (guests migrate only between those), computed again only
+        when one of those CPUs changes."""
+        status.cpu = await driver.host_cpu()
+        cluster = host.spec.cluster
+        named = self.ctx.settings.get_str("cpu.model", cluster=cluster)
+        if named:
+            status.cluster_cpu = ClusterCPU(model=named, source=f"setting cpu.model of cluster {cluster}")
+            return
+        used = status.accelerator.used if status.accelerator else None
+        cpus = {host.metadata.name: status.cpu} if status.cpu else {}
+        for peer in self.ctx.cache.hosts():
+            peer_used = peer.status.accelerator.used if peer.status.accelerator else None
+            if peer.spec.cluster == cluster and peer.status.cpu and peer_used is used:
+                cpus.setdefault(peer.metadata.name, peer.status.cpu)
+        if not cpus:
+            status.cluster_cpu = None
+            return
+        digest = hashlib.sha256(
+            repr(sorted((n, c.signature()) for n, c in cpus.items())).encode()
+        ).hexdigest()[:12]
+        source = f"baseline of {', '.join(sorted(cpus))} ({digest})"
+        if status.cluster_cpu is not None and status.cluster_cpu.source == source:
+            return
+        baseline = await driver.baseline_cpu([cpus[name] for name in sorted(cpus)])
+        status.cluster_cpu = ClusterCPU(**baseline.model_dump(), source=source) if baseline else None
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
         """The allocation ratios that apply to this host (settings by host, cluster, global) and

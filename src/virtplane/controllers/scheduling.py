@@ -7,7 +7,15 @@ from collections import defaultdict
 from virtplane.domain.networks import host_lacks
 from virtplane.domain.placement import HostView, VMView, reserve
 from virtplane.domain.pools import pool_driver_name
-from virtplane.domain.resources import Capability, Host, HostConnection, PoolKind, StoragePool, VirtualMachine
+from virtplane.domain.resources import (
+    Capability,
+    CpuMode,
+    Host,
+    HostConnection,
+    PoolKind,
+    StoragePool,
+    VirtualMachine,
+)
 from virtplane.runtime.cache import Cache
 
 # Placement reserves by writing status.host first; which VMs hold room is PLACED_PHASES, as the
@@ -81,6 +89,7 @@ def vm_view(cache: Cache, vm: VirtualMachine) -> VMView:
         anti_affinity_group=vm.spec.placement.anti_affinity_group,
         host_affinity=frozenset(affinity),
         networks=frozenset(nic.network for nic in vm.spec.nics),
+        cpu_passthrough=vm.spec.cpu_mode is CpuMode.HOST_PASSTHROUGH,
     )
 
 
@@ -125,6 +134,7 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
         shared, local = shared_by_host.get(name, set()), local_by_host.get(name, {})
         # Ratios as the host controller recorded them; none yet (never reconciled): no overcommit.
         ratios = host.status.allocation_ratios
+        accel = host.status.accelerator
         views.append(
             HostView(
                 name=name,
@@ -143,6 +153,9 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
                 local_pool_free_gib=local,
                 anti_affinity_groups=usage.anti_affinity_groups(),
                 networks=host_networks(cache, host),
+                accelerator=accel.used.value if accel and accel.used else "",
+                takes_guests=accel is None or accel.used is not None,
+                cpu_signature=host.status.cpu.signature() if host.status.cpu else "",
             )
         )
     pending = promised.pending(cache)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SeedNic", "seed_digest", "seed_documents"]
+__all__ = ["SeedNic", "ipam_bypass", "seed_digest", "seed_documents", "static_addresses"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,11 @@ def network_config(nics: list[SeedNic]) -> dict[str, Any]:
         if nic.ip and nic.prefix_length is not None:
             entry["addresses"] = [f"{nic.ip}/{nic.prefix_length}"]
             if nic.gateway:
-                entry["routes"] = [{"to": "0.0.0.0/0", "via": nic.gateway}]
+                # The default route as gateway4/gateway6, not as a route "to: 0.0.0.0/0": cloud-init's
+                # ENI renderer (images with ifupdown) writes routes as `post-up route add`, which needs
+                # net-tools, and a gateway as ifupdown's own `gateway` line; netplan reads gateway4
+                # (deprecated, still read) and refuses a second default route next to it.
+                entry["gateway6" if ":" in nic.gateway else "gateway4"] = nic.gateway
             if nic.dns_servers:
                 entry["nameservers"] = {"addresses": list(nic.dns_servers)}
         else:
@@ -76,3 +80,61 @@ def seed_digest(documents: dict[str, bytes]) -> str:
 
 def _json(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
+_V2_SECTIONS = ("ethernets", "bonds", "bridges", "vlans", "wifis")
+
+
+def static_addresses(config: Any) -> list[tuple[str, str | None, str]]:
+    """Each static address a network config (version 1 or 2) sets: where, the MAC its
+    interface is matched by (None: by name, or a bond, a bridge...), and the address.
+    What is not of the shape cloud-init reads is skipped: cloud-init refuses it anyway."""
+    found: list[tuple[str, str | None, str]] = []
+    if not isinstance(config, dict):
+        return found
+    for section in _V2_SECTIONS:
+        interfaces = config.get(section)
+        for name, entry in interfaces.items() if isinstance(interfaces, dict) else ():
+            if not isinstance(entry, dict):
+                continue
+            match = entry.get("match")
+            mac = match.get("macaddress") if isinstance(match, dict) and section == "ethernets" else None
+            addresses = entry.get("addresses") or []
+            for address in addresses if isinstance(addresses, list | dict) else []:
+                found.append((f"{section}.{name}", mac if isinstance(mac, str) else None, str(address)))
+    items = config.get("config")
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            continue
+        mac = item.get("mac_address") if item.get("type") == "physical" else None
+        subnets = item.get("subnets")
+        for subnet in subnets if isinstance(subnets, list) else []:
+            if isinstance(subnet, dict) and "address" in subnet:
+                found.append(
+                    (f"config[{index}]", mac if isinstance(mac, str) else None, str(subnet["address"]))
+                )
+    return found
+
+
+def ipam_bypass(config: Any, nics: list[tuple[str, str | None]]) -> str | None:
+    """Why a network config override would give the guest an address IPAM did not give it, or None.
+
+    ``nics``: each NIC's MAC and its IPAM address (None: its network has no subnet, so no
+    IPAM). A static address is allowed only on an interface matched by the MAC of one of
+    the VM's NICs, and on a NIC with an IPAM address only that address: otherwise the guest
+    would take an address IPAM may hand to another VM."""
+    by_mac = {mac.lower(): ip for mac, ip in nics}
+    for where, mac, address in static_addresses(config):
+        ip = address.split("/")[0].strip()
+        if mac is None or mac.lower() not in by_mac:
+            return (
+                f"{where} sets the address {address} on an interface not matched by the MAC of one "
+                "of the VM's NICs (match: {macaddress: ...}); addresses on the VM's networks come from IPAM"
+            )
+        allocated = by_mac[mac.lower()]
+        if allocated is not None and ip != allocated:
+            return (
+                f"{where} sets the address {address} for MAC {mac}, whose NIC has {allocated} from IPAM: "
+                "leave addresses out of network_config (the generated one sets IPAM's) or use that one"
+            )
+    return None

@@ -22,6 +22,7 @@ class VMCondition(StrEnum):
 
 class HostCondition(StrEnum):
     DRIVER_LOADED = "DriverLoaded"  # False: the host's driver cannot load on the control plane
+    ACCELERATOR = "Accelerator"  # what guests run under and why (domain.accelerators.AcceleratorReason)
 
 
 def set_condition(

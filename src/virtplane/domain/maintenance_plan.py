@@ -64,6 +64,8 @@ class PlanVM:
     """Any disk on a local pool; must agree with ``vm.local_disks_gib``."""
     migratable: bool
     """False when its live_migration_policy is Never."""
+    convergence_risk: str = ""
+    """Why its live migration may never converge (``migration_policy.convergence_risk``); "" if none."""
 
     def __post_init__(self) -> None:
         if self.has_local_disks != bool(self.vm.local_disks_gib):
@@ -80,6 +82,8 @@ class PlanItem:
     target: str | None
     """The destination of MIGRATE and MIGRATE_WITH_STORAGE; None otherwise."""
     reason: str
+    risk: str = ""
+    """What may go wrong with the move, said before it starts: a migration that may not converge."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ def plan_maintenance(
             return PlanItem(planned.vm.name, PlanAction.BLOCKED, None, why_no_target(choice))
         targets[choice.host] = reserve(targets[choice.host], planned.vm, copy_local_disks)
         receiving[choice.host] = receiving.get(choice.host, 0.0) + _transfer_mib(planned, copy_local_disks)
-        return PlanItem(planned.vm.name, action, choice.host, reason)
+        return PlanItem(planned.vm.name, action, choice.host, reason, planned.convergence_risk)
 
     def possible_targets(planned: PlanVM) -> int:
         if not planned.running or not planned.migratable:
@@ -182,7 +186,8 @@ def plan_maintenance(
 def plan_items(plan: Plan) -> list[MaintenancePlanItem]:
     """The plan as ``HostMaintenance.status.plan`` stores it."""
     return [
-        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason) for i in plan.items
+        MaintenancePlanItem(vm=i.vm, action=i.action, target=i.target, reason=i.reason, risk=i.risk)
+        for i in plan.items
     ]
 
 

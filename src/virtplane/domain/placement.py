@@ -20,6 +20,11 @@ hypervisor runs more vCPUs than it has cores.
 
 Migration: with ``migration=True`` the VM moves live from its current host, so that
 host and the target must both have drivers that can do it (``migration_refusal``).
+
+CPU (``cpu_refusal``): a host that takes no guests (broken KVM, refused) takes none; a
+host-passthrough VM needs a KVM host, and moves live only to a host with the identical CPU;
+any VM moves live only between hosts of the same accelerator (a kvm domain cannot resume
+under TCG). Cluster-mode VMs use their cluster's CPU model, which every host of it runs.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "VMView",
     "allocatable",
     "choose_host",
+    "cpu_refusal",
     "explain",
     "migration_refusal",
     "reserve",
@@ -83,6 +89,12 @@ class HostView:
     """Anti-affinity groups that have a VM on this host."""
     networks: frozenset[str] = frozenset()
     """The Networks this host has (``domain.networks.host_lacks``)."""
+    accelerator: str = ""
+    """What its guests run under (kvm, tcg); "" not known yet, None in the status: no guests."""
+    takes_guests: bool = True
+    """False when its KVM is not usable and the admin chose refusal (``domain.accelerators``)."""
+    cpu_signature: str = ""
+    """Its CPU as host-passthrough guests see it (``HostCPU.signature``)."""
 
     def __post_init__(self) -> None:
         _check_not_negative(
@@ -131,6 +143,8 @@ class VMView:
     """The cluster it must run in; None means any."""
     networks: frozenset[str] = frozenset()
     """The Networks of its NICs: a host must have every one."""
+    cpu_passthrough: bool = False
+    """cpu_mode host-passthrough: KVM hosts only, and it migrates only to an identical CPU."""
 
     def __post_init__(self) -> None:
         _check_not_negative(f"VM {self.name}", cpu=self.cpu, memory_mib=self.memory_mib)
@@ -158,8 +172,30 @@ def migration_refusal(host: HostView, copy_local_disks: bool) -> str | None:
     return None
 
 
+def cpu_refusal(vm: VMView, host: HostView, source: HostView | None) -> str | None:
+    """Why ``host`` cannot run ``vm``'s CPU, or take it live from ``source``, or None."""
+    if not host.takes_guests:
+        return "takes no guests: its KVM is not usable (condition Accelerator)"
+    if vm.cpu_passthrough and host.accelerator != "kvm":
+        return f"cpu_mode host-passthrough needs KVM; it runs guests under {host.accelerator or 'an unknown accelerator'}"
+    if source is None:
+        return None
+    if source.accelerator and host.accelerator and host.accelerator != source.accelerator:
+        return (
+            f"runs guests under {host.accelerator}, the VM runs under {source.accelerator} on {source.name}"
+        )
+    if vm.cpu_passthrough and host.cpu_signature != source.cpu_signature:
+        return f"cpu_mode host-passthrough: its CPU is not identical to {source.name}'s"
+    return None
+
+
 def _rejection(
-    vm: VMView, host: HostView, exclude: frozenset[str], copy_local_disks: bool, migration: bool
+    vm: VMView,
+    host: HostView,
+    exclude: frozenset[str],
+    copy_local_disks: bool,
+    migration: bool,
+    source: HostView | None = None,
 ) -> str | None:
     """Why ``host`` can't take ``vm`` (the first rule it fails), or None if it can."""
     if host.name == vm.host:
@@ -171,6 +207,9 @@ def _rejection(
     if not host.connected:
         return "disconnected"
     refusal = migration_refusal(host, copy_local_disks) if migration else None
+    if refusal is not None:
+        return refusal
+    refusal = cpu_refusal(vm, host, source if migration else None)
     if refusal is not None:
         return refusal
     if vm.cluster is not None and host.cluster != vm.cluster:
@@ -217,6 +256,7 @@ def choose_host(
     it (if among ``hosts``) cannot let the VM go, no host is considered and
     ``Choice.blocked`` says why.
     """
+    source = None
     if migration:
         source = next((h for h in hosts if h.name == vm.host), None)
         refusal = migration_refusal(source, copy_local_disks) if source is not None else None
@@ -226,7 +266,7 @@ def choose_host(
     reasons: dict[str, str] = {}
     candidates: list[HostView] = []
     for host in hosts:
-        reason = _rejection(vm, host, exclude, copy_local_disks, migration)
+        reason = _rejection(vm, host, exclude, copy_local_disks, migration, source)
         if reason is None:
             candidates.append(host)
         else:

@@ -103,6 +103,11 @@ class MoveProgress:
     tried: tuple[str, ...] = ()
     progress_pct: float = 0.0
     message: str = ""
+    # of the migration under way, as the hypervisor measures it (0 when none runs)
+    dirty_rate_mib_s: float = 0.0
+    remaining_mib: float = 0.0  # memory still to send
+    iteration: int = 0  # the memory pass
+    post_copy: bool = False
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None) -> MoveProgress:
@@ -115,6 +120,10 @@ class MoveProgress:
             tried=tuple(str(t) for t in raw.get("tried", ())),
             progress_pct=float(raw.get("progress_pct", 0.0)),
             message=str(raw.get("message", "")),
+            dirty_rate_mib_s=float(raw.get("dirty_rate_mib_s", 0.0)),
+            remaining_mib=float(raw.get("remaining_mib", 0.0)),
+            iteration=int(raw.get("iteration", 0)),
+            post_copy=bool(raw.get("post_copy", False)),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,6 +134,10 @@ class MoveProgress:
             "tried": list(self.tried),
             "progress_pct": self.progress_pct,
             "message": self.message,
+            "dirty_rate_mib_s": self.dirty_rate_mib_s,
+            "remaining_mib": self.remaining_mib,
+            "iteration": self.iteration,
+            "post_copy": self.post_copy,
         }
 
 
@@ -139,6 +152,10 @@ class InFlight:
     attempt: int
     progress_pct: float = 0.0
     returning: bool = False  # back to the host a cancelled maintenance left
+    dirty_rate_mib_s: float = 0.0
+    remaining_mib: float = 0.0
+    iteration: int = 0
+    post_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -251,11 +268,15 @@ def _tried(p: MoveProgress, target: str) -> tuple[str, ...]:
     return p.tried if target in p.tried else (*p.tried, target)
 
 
+_IDLE: dict[str, Any] = {"dirty_rate_mib_s": 0.0, "remaining_mib": 0.0, "iteration": 0, "post_copy": False}
+"""No migration runs: nothing is measured."""
+
+
 def advance(p: MoveProgress, event: MoveEvent, *, max_attempts: int = 1) -> MoveProgress:
     """The progress after ``event``; ``max_attempts`` bounds the migration attempts per VM."""
     S = ProgressState
     match event:
-        case InFlight(target, attempt, pct, returning):
+        case InFlight(target, attempt, pct, returning, dirty_rate, remaining, iteration, post_copy):
             return replace(
                 p,
                 state=S.RETURNING if returning else S.MIGRATING,
@@ -264,12 +285,16 @@ def advance(p: MoveProgress, event: MoveEvent, *, max_attempts: int = 1) -> Move
                 tried=p.tried if returning else _tried(p, target),
                 progress_pct=pct,
                 message="",
+                dirty_rate_mib_s=dirty_rate,
+                remaining_mib=remaining,
+                iteration=iteration,
+                post_copy=post_copy,
             )
         case Arrived():
-            return replace(p, state=S.MIGRATED, progress_pct=100.0, message="")
+            return replace(p, state=S.MIGRATED, progress_pct=100.0, message="", **_IDLE)
         case AttemptFailed(error, runs_on):
             used = f"; {p.attempts} attempt(s) used, the VM keeps running on {runs_on}"
-            failed = replace(p, progress_pct=0.0)
+            failed = replace(p, progress_pct=0.0, **_IDLE)
             return _failed(failed, max_attempts, error, "; retrying on another host", used)
         case Began(target):
             return replace(

@@ -1,8 +1,8 @@
 """The typed settings registry: every tunable, its type, default, allowed values and meaning.
 
-Pure: parsing, validation and scope resolution only. The store keeps values that
-differ from the default as Setting resources; readers merge them with these
-definitions.
+Pure. What a setting is (its type, scope, parsing, resolution) is ``domain.setting_def``;
+the store keeps values that differ from the default as Setting resources; readers merge
+them with these definitions.
 
 Scope: a ``global`` setting has one value. A ``host`` setting has a global value
 that an admin may override per cluster and per host (as CloudStack's cluster-scoped
@@ -12,114 +12,18 @@ that an admin may override per cluster and per host (as CloudStack's cluster-sco
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
 
+from virtplane.domain.setting_def import ScopedValues, SettingDef, SettingError, SettingScope, SettingType
 
-class SettingType(StrEnum):
-    STRING = "string"
-    INT = "int"
-    FLOAT = "float"
-    BOOL = "bool"
-
-
-class SettingScope(StrEnum):
-    GLOBAL = "global"
-    HOST = "host"
-    """A global value, overridable per cluster and per host."""
-
-
-class SettingError(ValueError):
-    """A setting key is unknown or a value is not allowed; the message says what is."""
-
-
-@dataclass(frozen=True)
-class ScopedValues:
-    """What is stored for one setting: the global value and the overrides by cluster and host."""
-
-    value: Any
-    clusters: Mapping[str, Any] = field(default_factory=dict)
-    hosts: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SettingDef:
-    key: str
-    type: SettingType
-    default: Any
-    description: str
-    allowed: tuple[Any, ...] | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-    scope: SettingScope = SettingScope.GLOBAL
-
-    def check_scope(self, *, cluster: str | None, host: str | None) -> None:
-        """Raise unless a value may be set (or reset) for this cluster or host."""
-        if cluster is not None and host is not None:
-            raise SettingError(f"{self.key}: give a cluster or a host, not both")
-        if (cluster is not None or host is not None) and self.scope is SettingScope.GLOBAL:
-            raise SettingError(f"{self.key} is a global setting: it cannot be set per cluster or host")
-
-    def effective(
-        self, stored: ScopedValues | None, *, cluster: str | None = None, host: str | None = None
-    ) -> Any:
-        """The value that applies to ``host`` in ``cluster``: the host's override, else the
-        cluster's, else the global value, else the default."""
-        if stored is None:
-            return self.default
-        if self.scope is SettingScope.HOST:
-            if host is not None and host in stored.hosts:
-                return stored.hosts[host]
-            if cluster is not None and cluster in stored.clusters:
-                return stored.clusters[cluster]
-        return stored.value
-
-    def parse(self, raw: Any) -> Any:
-        """Turn ``raw`` (a typed value, or a string from the CLI) into a valid value, or raise."""
-        value = self._coerce(raw)
-        if self.allowed is not None and value not in self.allowed:
-            allowed = ", ".join(str(a) for a in self.allowed)
-            raise SettingError(f"{self.key}: {raw!r} is not allowed; use one of: {allowed}")
-        if self.minimum is not None and value < self.minimum:
-            raise SettingError(f"{self.key}: {value} is below the minimum {self.minimum:g}")
-        if self.maximum is not None and value > self.maximum:
-            raise SettingError(f"{self.key}: {value} is above the maximum {self.maximum:g}")
-        return value
-
-    def _coerce(self, raw: Any) -> Any:
-        expected = f"{self.key} takes a {self.type.value}"
-        if self.type is SettingType.BOOL:
-            if isinstance(raw, bool):
-                return raw
-            if isinstance(raw, str) and raw.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
-                return raw.lower() in ("true", "yes", "1", "on")
-            raise SettingError(f"{expected} (true or false), got {raw!r}")
-        if self.type is SettingType.INT:
-            if isinstance(raw, bool):
-                raise SettingError(f"{expected}, got {raw!r}")
-            if isinstance(raw, int):
-                return raw
-            if isinstance(raw, str):
-                try:
-                    return int(raw.strip())
-                except ValueError:
-                    pass
-            raise SettingError(f"{expected} (a whole number), got {raw!r}")
-        if self.type is SettingType.FLOAT:
-            if isinstance(raw, bool):
-                raise SettingError(f"{expected}, got {raw!r}")
-            if isinstance(raw, int | float):
-                return float(raw)
-            if isinstance(raw, str):
-                try:
-                    return float(raw.strip())
-                except ValueError:
-                    pass
-            raise SettingError(f"{expected} (a number), got {raw!r}")
-        if not isinstance(raw, str):
-            raise SettingError(f"{expected}, got {raw!r}")
-        return raw
+__all__ = [
+    "REGISTRY",
+    "ScopedValues",
+    "SettingDef",
+    "SettingError",
+    "SettingScope",
+    "SettingType",
+    "definition",
+]
 
 
 def _defs(*defs: SettingDef) -> dict[str, SettingDef]:
@@ -194,9 +98,39 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         "migration.bandwidth_mib_s",
         SettingType.INT,
         0,
-        "Bandwidth limit per migration in MiB/s; 0 means no limit.",
+        "Bandwidth limit per migration in MiB/s; 0 means no limit. A VM's spec.migration overrides it.",
         minimum=0,
         maximum=1_000_000,
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "migration.auto_converge",
+        SettingType.BOOL,
+        False,
+        "Slow a migrating guest's vCPUs while pre-copy does not converge (libvirt's auto-converge). "
+        "A VM's spec.migration overrides it.",
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "migration.post_copy_after_s",
+        SettingType.INT,
+        0,
+        "Switch a migration to post-copy after this many seconds without convergence; 0 never. "
+        "RISK: during post-copy a failure of either host or of the link loses the guest. "
+        "A VM's spec.migration overrides it.",
+        minimum=0,
+        maximum=86400,
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "migration.max_downtime_ms",
+        SettingType.INT,
+        0,
+        "Longest pause of a migration's switch-over in ms; 0 the hypervisor's default (QEMU: 300). "
+        "A VM's spec.migration overrides it.",
+        minimum=0,
+        maximum=60_000,
+        scope=SettingScope.HOST,
     ),
     SettingDef(
         "host.cpu_allocation_ratio",
@@ -295,6 +229,41 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=600,
     ),
     SettingDef(
+        "host.accelerator.kvm_broken",
+        SettingType.STRING,
+        "fallback",
+        "A host that offers KVM but whose validation guest does not boot under it: fallback runs "
+        "its guests under TCG (and says so), refuse gives it no guests.",
+        allowed=("fallback", "refuse"),
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.accelerator.validation_kernel",
+        SettingType.STRING,
+        "/vmlinuz",
+        "A Linux kernel on each host that the KVM validation guest boots (with no root disk it "
+        "must reach its panic, the known point, on the serial console). Debian links the "
+        "installed kernel at /vmlinuz, Ubuntu at /boot/vmlinuz.",
+        scope=SettingScope.HOST,
+    ),
+    SettingDef(
+        "host.accelerator.validation_timeout_s",
+        SettingType.FLOAT,
+        60.0,
+        "How long the KVM validation guest may take to reach its known point; later is broken.",
+        minimum=1,
+        maximum=3600,
+    ),
+    SettingDef(
+        "cpu.model",
+        SettingType.STRING,
+        "",
+        "The CPU model of a cluster's VMs (cpu_mode cluster), a libvirt model name such as "
+        "Haswell-noTSX; empty: the baseline libvirt computes from every host's CPU, so a VM can "
+        "live-migrate to any host of its cluster.",
+        scope=SettingScope.CLUSTER,
+    ),
+    SettingDef(
         "host.recovery.max_starting_per_cluster",
         SettingType.INT,
         10,
@@ -320,6 +289,15 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         "resync_period_s x this gets a longer period, so an idle fleet's cost stops growing.",
         minimum=0.1,
         maximum=100000,
+    ),
+    SettingDef(
+        "console.idle_timeout_s",
+        SettingType.FLOAT,
+        1800.0,
+        "A serial-console session with no byte either way for this long is detached (it holds "
+        "the VM's only console); 0 never detaches.",
+        minimum=0,
+        maximum=604800,
     ),
     SettingDef(
         "store.changes.retention_s",

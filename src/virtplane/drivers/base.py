@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
-from virtplane.domain.resources import Capability, ExitReason
+from virtplane.domain.resources import Accelerator, Capability, ExitReason, HostCPU
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -95,6 +95,10 @@ class DomainSpec:
     console_log: str | None = None
     nics: tuple[NicAttachment, ...] = ()
     seed: str | None = None  # path of the NoCloud seed ISO on the host (a volume of the VM's pool)
+    cpu_passthrough: bool = False  # the host's own CPU (KVM only); else cpu_model
+    cpu_model: str = ""  # the cluster's CPU model ("": the host's default for its domains)
+    cpu_features: tuple[str, ...] = ()  # required on top of cpu_model
+    cpu_disabled: tuple[str, ...] = ()  # cpu_model's features the cluster lacks
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,14 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class AcceleratorOffer:
+    kvm: bool
+    """libvirt's capabilities offer kvm domains on the host."""
+    fingerprint: str
+    """The libvirt and QEMU versions and the host's identity: a validation verdict holds while it does."""
+
+
+@dataclass(frozen=True)
 class VolumeInfo:
     name: str
     path: str
@@ -169,6 +181,10 @@ class MigrationJob:
     data_remaining_mib: float = 0.0
     iteration: int = 0
     error: str = ""
+    memory_remaining_mib: float = 0.0
+    dirty_rate_mib_s: float = 0.0  # what the guest dirties now, as the hypervisor measures it
+    throttle_pct: int = 0  # how far auto-converge slows the guest's vCPUs
+    post_copy: bool = False  # switched to post-copy: the guest runs on the target, memory split
 
     @property
     def finished(self) -> bool:
@@ -183,6 +199,9 @@ class MigrationRequest:
     bandwidth_mib_s: int | None = None
     spec: DomainSpec | None = field(default=None)  # lets the target pre-create copied disks
     migration_address: str | None = None  # where the target receives the data (its Host spec)
+    auto_converge: bool = False  # throttle the guest's vCPUs while pre-copy does not converge
+    post_copy: bool = False  # allow ``start_post_copy`` later (VIR_MIGRATE_POSTCOPY)
+    max_downtime_ms: int | None = None  # the longest pause the switch-over may take
 
 
 class ConsoleStream(Protocol):
@@ -220,6 +239,25 @@ class HypervisorDriver(Protocol):
     def set_event_sink(self, sink: EventSink | None) -> None: ...
 
     async def host_facts(self) -> HostFacts: ...
+
+    # -- accelerator (domain.accelerators decides; the host controller asks and records)
+    async def accelerator_offer(self) -> AcceleratorOffer: ...
+
+    async def validate_kvm(self, kernel: str, timeout_s: float) -> str:
+        """Boot a validation guest (``kernel``, a path on the host) under KVM: "" when it reaches
+        its known point within ``timeout_s``, else why it did not. The guest is gone after."""
+
+    def use_accelerator(self, accelerator: Accelerator | None) -> None:
+        """What domains defined from now on run under; None: ``ensure_defined`` refuses them."""
+
+    # -- CPU models
+    async def host_cpu(self) -> HostCPU | None:
+        """The CPU the hypervisor offers guests under the accelerator in use (libvirt's host-model);
+        None where the host names none (libvirt's test driver)."""
+
+    async def baseline_cpu(self, cpus: list[HostCPU]) -> HostCPU | None:
+        """The most capable CPU model all of ``cpus`` can run (libvirt's baselineHypervisorCPU);
+        None where the host cannot compute one."""
 
     # -- domains
     async def list_domains(self) -> list[DomainInfo]: ...
@@ -299,9 +337,14 @@ class HypervisorDriver(Protocol):
     async def abort_migration(self, name: str) -> None:
         """Abort the outgoing migration of ``name``, also one started by an earlier process."""
 
+    async def start_post_copy(self, name: str) -> None:
+        """Switch the outgoing migration of ``name`` (started with ``post_copy``) to post-copy:
+        the guest runs on the target from now on and pulls the pages it still lacks. Idempotent."""
+
 
 __all__ = [
     "DOMAIN_PREFIX",
+    "AcceleratorOffer",
     "Capability",
     "ConsoleStream",
     "DiskAttachment",

@@ -35,13 +35,16 @@ class SimBmcs:
     cloud: Any
     faults: dict[str, dict[BmcFault, int]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    credentials: list[tuple[str, str | None]] = field(default_factory=list)
+    """The username and password each BMC client was made with (the password opened: sealing)."""
 
     def inject(self, system_id: str, fault: BmcFault | str, count: int = 1) -> None:
         armed = self.faults.setdefault(system_id, {})
         armed[BmcFault(fault)] = armed.get(BmcFault(fault), 0) + count
 
     def bmc(self, host: Host, secret: Secret, timeout_s: float) -> SimBmc:
-        del secret, timeout_s  # the simulated BMC takes any credentials unless told otherwise
+        del timeout_s  # the simulated BMC takes any credentials unless told otherwise
+        self.credentials.append((secret.spec.username, secret.spec.password))
         fencing = host.spec.fencing
         assert fencing is not None and fencing.redfish is not None
         return SimBmc(self, fencing.redfish.system_id)

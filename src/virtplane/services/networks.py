@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from ipaddress import IPv4Address
 
+from virtplane.domain.cloudinit import ipam_bypass
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.ipam import address_refusal, derive_mac, first_free, host_range, ip_claim, mac_claim
 from virtplane.domain.networks import Network, Nic, nic_claims
@@ -81,6 +82,10 @@ class NetworkAdmission:
             old = before[index] if index < len(before) and before[index].network == nic.network else None
             nics.append(self._admit_nic(vm, index, nic, old, mine, nics))
         vm.spec.nics = nics
+        override = vm.spec.cloud_init.network_config if vm.spec.cloud_init else None
+        bypass = ipam_bypass(override, [(n.mac or "", str(n.ip) if n.ip else None) for n in nics])
+        if override is not None and bypass is not None:
+            raise Invalid("NetworkConfigBypassesIpam", f"spec.cloud_init.network_config: {bypass}")
 
     def _taken(self, scope: str, mine: set[tuple[str, str]]) -> set[str]:
         return {

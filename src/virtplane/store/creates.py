@@ -22,6 +22,7 @@ from virtplane.store.claims import Holder
 from virtplane.store.database import Database, EventRecord, utcnow
 from virtplane.store.errors import AlreadyExists
 from virtplane.store.schema import field_values
+from virtplane.store.sealing import seal_secret_doc
 
 R = TypeVar("R", bound=Resource)
 
@@ -109,6 +110,7 @@ class ObjectCreates(Database):
         meta["created_at"] = meta["updated_at"] = now
         meta["deletion_requested_at"] = None
         meta["resource_version"] = revision = self._record_change(connection, kind, name, "added")
+        seal_secret_doc(self.keyring, kind, doc, None)
         new = type(obj).model_validate(doc)
         self.prepared.insert_object.rowcount(
             connection,

@@ -44,6 +44,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 from virtplane.domain.resources import EventType
 from virtplane.store import statements
 from virtplane.store.errors import StoreError
+from virtplane.store.sealing import Keyring
 
 ChangeListener = Callable[[int], None]
 """Called after each commit with the new revision; from whichever thread wrote."""
@@ -159,10 +160,19 @@ class HeldConnections:
 class Database:
     """The engine, the write transaction, and the listeners told of each commit."""
 
-    def __init__(self, url: str, *, echo: bool = False, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        clock: Callable[[], datetime] = utcnow,
+        keyring: Keyring | None = None,
+    ) -> None:
         self.url = url
         self.clock = clock
         """Now, in UTC: the time of events, and what retention counts ages from (tests move it)."""
+        self.keyring = keyring
+        """Seals Secrets' passwords (``sealing``); without one, a Secret with a password is refused."""
         self.is_sqlite = url.startswith("sqlite")
         kwargs: dict[str, Any] = {"echo": echo}
         if self.is_sqlite:

@@ -68,8 +68,8 @@ class Settings:
     def get_bool(self, key: str) -> bool:
         return bool(self.get(key))
 
-    def get_str(self, key: str) -> str:
-        return str(self.get(key))
+    def get_str(self, key: str, *, cluster: str | None = None, host: str | None = None) -> str:
+        return str(self.get(key, cluster=cluster, host=host))
 
     def describe(self, key: str) -> Setting:
         return _render_stored(definition(key), self._store.find(Setting, key))

@@ -14,9 +14,11 @@ order they are drawn, the lock order events then revisions) are in
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError
 
+from virtplane.domain.resources import Secret
+from virtplane.store import schema
 from virtplane.store.audit import AuditLog
 from virtplane.store.changes import Change, ChangeLog
 from virtplane.store.creates import ObjectCreates
@@ -24,6 +26,7 @@ from virtplane.store.database import EventRecord, sqlite_url, utcnow
 from virtplane.store.events import EventLog, event_from_row
 from virtplane.store.leases import Leases
 from virtplane.store.quarantine import QuarantineStore
+from virtplane.store.sealing import PREFIX, Keyring, open_secret
 from virtplane.store.tokens import Tokens
 from virtplane.store.upgrade import (
     MIGRATIONS,
@@ -67,6 +70,38 @@ class Store(ObjectWrites, ObjectCreates, ChangeLog, EventLog, Tokens, AuditLog, 
             found = read_found(connection)
             connection.rollback()
         refuse_newer(found)
+
+    def reseal_secrets(self, keyring: Keyring) -> int:
+        """Every Secret's password sealed again with ``keyring``'s newest key (a plaintext one
+        sealed), in one transaction; how many. No revision: the Secrets say the same."""
+        resealed = 0
+        with self._write() as connection:
+            if self.is_sqlite:  # the old sealed bytes zeroed, not left in free space
+                connection.exec_driver_sql("PRAGMA secure_delete = ON")
+            rows = connection.execute(
+                select(schema.objects.c.name, schema.objects.c.body).where(
+                    schema.objects.c.kind == Secret.KIND
+                )
+            ).all()
+            for name, text_body in rows:
+                secret = Secret.model_validate_json(text_body)
+                password = secret.spec.password
+                if password is None:
+                    continue
+                secret.spec.password = (
+                    keyring.reseal(password) if password.startswith(PREFIX) else keyring.seal(password)
+                )
+                connection.execute(
+                    update(schema.objects)
+                    .where(schema.objects.c.kind == Secret.KIND, schema.objects.c.name == name)
+                    .values(body=secret.model_dump_json())
+                )
+                resealed += 1
+        return resealed
+
+    def opened(self, secret: Secret) -> Secret:
+        """``secret`` with its password in clear (``sealing``): for the BMC client only."""
+        return open_secret(self.keyring, secret)
 
     def schema_revision(self) -> str | None:
         """The schema's Alembic revision (None: no schema yet)."""

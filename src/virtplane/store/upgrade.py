@@ -225,7 +225,7 @@ def _upgrade(store: Database, connection: Connection, found: Found, release: str
     report = UpgradeReport(found=found, release=release)
     if found.revision != head_revision():
         report.applied = _upgrade_schema(connection, found.revision)
-    report.data = upgrade_bodies(connection)
+    report.data = upgrade_bodies(connection, store.keyring)  # the secrets key: d0003 seals
     # A new release reads every stored body once, also of kinds whose shape it did not change.
     new_release = found.release != release and release != UNKNOWN_VERSION
     report.bodies = normalize_bodies(

@@ -23,6 +23,7 @@ from virtplane.store.database import LOCK_EVENTS, EventRecord, utcnow
 from virtplane.store.errors import Conflict, NotFound, StatusOnly, StoreError
 from virtplane.store.reads import ObjectReads
 from virtplane.store.schema import field_values
+from virtplane.store.sealing import seal_secret_doc
 
 R = TypeVar("R", bound=Resource)
 
@@ -263,6 +264,7 @@ class ObjectWrites(ObjectReads):
         meta, stored_meta = doc["metadata"], stored["metadata"]
         for field in _KEPT_BY_THE_STORE:
             meta[field] = stored_meta[field]
+        seal_secret_doc(self.keyring, kind, doc, stored)
         if doc == stored:
             return cls.model_validate_json(row.body), None
         if doc.get("spec") != stored.get("spec"):

@@ -6,7 +6,9 @@ JSON API with ``Authorization: Bearer``. Everything ships in the package
 
 Routes: ``/`` and ``/ui`` redirect to ``/ui/``, which is ``index.html``;
 ``/ui/static/{file}`` serves the files next to it, ``/ui/static/vendor/{file}`` the
-third-party files shipped with them (xterm.js for the console).
+third-party files shipped with them (xterm.js for the console, Swagger UI for ``/docs``).
+``/docs`` is the API reference (Swagger UI over ``/openapi.json``), under the same policy:
+FastAPI's own page loads Swagger UI from a CDN and starts it with an inline script.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def ui_without_slash() -> RedirectResponse:
 @router.get("/ui/")
 def index() -> Response:
     return _file("index.html")
+
+
+@router.get("/docs")
+def api_reference() -> Response:
+    return _file("docs.html")
 
 
 @router.get("/ui/static/{file_name}")

@@ -11,6 +11,10 @@ header; a browser cannot read a refused handshake, so one that authenticated by 
 gets the connection accepted and closed at once with code 4000 + status and the reason.
 A session ends with code 1000 and, when the guest's side ended it, why (it stopped, it
 left the host); attaching and detaching are recorded as events of the VM.
+
+A session with no byte either way for ``console.idle_timeout_s`` is ended (code 1000, the
+reason says so): it holds the VM's only console. An admin may attach with ``?takeover=true``
+to a console another session holds: that session ends (code 4409, who took it over).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ SUBPROTOCOL = "virtplane.console.v1"
 TOKEN_PREFIX = "virtplane.bearer."
 REFUSAL_CODE_BASE = 4000  # a refusal after the handshake closes with 4000 + the HTTP status
 MAX_CLOSE_REASON_BYTES = 123  # what a WebSocket close frame can carry
+TAKEN_OVER_CODE = REFUSAL_CODE_BASE + 409
 
 
 def _protocol_token(offered: list[str]) -> str:
@@ -71,33 +76,65 @@ async def _record(ctx: ApiContext, vm: str, reason: str, message: str) -> None:
 
 
 async def _to_guest(websocket: WebSocket, session: ConsoleSession) -> None:
+    loop = asyncio.get_running_loop()
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
             return
         data = message.get("bytes") or (message.get("text") or "").encode()
         if data:
+            session.last_activity = loop.time()
             await session.stream.write(data)
 
 
 async def _from_guest(websocket: WebSocket, session: ConsoleSession) -> None:
+    loop = asyncio.get_running_loop()
     while data := await session.stream.read():
+        session.last_activity = loop.time()
         await websocket.send_bytes(data)
 
 
+async def _idle(session: ConsoleSession, timeout_s: float) -> None:
+    """Returns once no byte went either way for ``timeout_s`` (never with 0)."""
+    loop = asyncio.get_running_loop()
+    if timeout_s <= 0:
+        await asyncio.Event().wait()
+    while (left := session.last_activity + timeout_s - loop.time()) > 0:
+        await asyncio.sleep(left)  # a timer on the loop's clock, re-armed by activity
+
+
 async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> str:
-    """Bytes both ways until one side ends; then the other is ended too. Returns which one ended
-    it, as the event's reason."""
+    """Bytes both ways until one side ends, the session is idle too long or an admin takes
+    it over; then the rest is ended too. Returns which one ended it, as the event's reason."""
+    idle_timeout_s = ctx.settings.get_float("console.idle_timeout_s")
+    session.last_activity = asyncio.get_running_loop().time()
     to_guest = asyncio.create_task(_to_guest(websocket, session))
     from_guest = asyncio.create_task(_from_guest(websocket, session))
+    idle = asyncio.create_task(_idle(session, idle_timeout_s))
+    taken_over = asyncio.create_task(session.taken_over.wait())
+    tasks = (to_guest, from_guest, idle, taken_over)
     try:
-        done, _ = await asyncio.wait({to_guest, from_guest}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (to_guest, from_guest):
+        for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, Exception):
-            await asyncio.gather(to_guest, from_guest, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         await session.stream.close()
+        if ctx.consoles is not None:
+            ctx.consoles.release(session)
+    if taken_over in done:
+        why = f"admin {session.taken_over_by} took over the serial console"
+        with contextlib.suppress(Exception):
+            await websocket.close(TAKEN_OVER_CODE, close_reason(f"ConsoleTakenOver: {why}"))
+        await _record(ctx, session.vm, "ConsoleTakenOver", why)
+        return "ConsoleTakenOver"
+    if idle in done:
+        why = f"no input or output for {idle_timeout_s:g} s (console.idle_timeout_s): detached"
+        with contextlib.suppress(Exception):
+            await websocket.close(1000, close_reason(why))
+        await _record(ctx, session.vm, "ConsoleIdle", why)
+        return "ConsoleIdle"
     if from_guest in done and from_guest.exception() is None:
         why = await ctx.consoles.why_ended(session)
         with contextlib.suppress(Exception):  # the client may be gone already
@@ -116,16 +153,19 @@ async def console(websocket: WebSocket, name: str) -> None:
     header_token = bearer_token(websocket.headers.get("authorization", ""))
     # a browser can read only a close, not a refused handshake
     browser = not header_token and any(p.startswith(TOKEN_PREFIX) for p in offered)
+    takeover = websocket.query_params.get("takeover", "").lower() in ("1", "true", "yes")
     principal: Principal
     try:
         principal = authorize(
-            websocket.app.state.tokens, header_token or _protocol_token(offered), Role.OPERATOR
+            websocket.app.state.tokens,
+            header_token or _protocol_token(offered),
+            Role.ADMIN if takeover else Role.OPERATOR,  # ending another's session: admins only
         )
         if ctx.consoles is None:
             raise ApiError(501, "NotImplemented", "this server has no console service")
         if ctx.catch_up is not None:
             await ctx.catch_up()
-        session = await ctx.consoles.open(name)
+        session = await ctx.consoles.open(name, takeover_by=principal.name if takeover else None)
     except ApiError as error:
         await _refuse(websocket, error, browser=browser, subprotocol=subprotocol)
         return
@@ -138,6 +178,7 @@ async def console(websocket: WebSocket, name: str) -> None:
         await websocket.accept(subprotocol=subprotocol)
     except BaseException:
         await session.stream.close()
+        ctx.consoles.release(session)
         raise
     log.info("console of VM %s on host %s: attached by %s", name, session.host, principal.name)
     await _record(
@@ -149,7 +190,16 @@ async def console(websocket: WebSocket, name: str) -> None:
     audit = websocket.app.state.audit
     where = client_address(websocket.scope)
     await audit.record(
-        entry_for(principal, where, "console-open", VirtualMachine.KIND, name, 101, subresource="console")
+        entry_for(
+            principal,
+            where,
+            "console-open",
+            VirtualMachine.KIND,
+            name,
+            101,
+            subresource="console",
+            reason="ConsoleTakenOver" if takeover else "",  # an admin ended another's session
+        )
     )
     ended = await _relay(websocket, ctx, session)
     await audit.record(
@@ -159,7 +209,7 @@ async def console(websocket: WebSocket, name: str) -> None:
             "console-close",
             VirtualMachine.KIND,
             name,
-            1000,
+            TAKEN_OVER_CODE if ended == "ConsoleTakenOver" else 1000,
             subresource="console",
             reason=ended,
         )
@@ -171,6 +221,7 @@ __all__ = [
     "MAX_CLOSE_REASON_BYTES",
     "REFUSAL_CODE_BASE",
     "SUBPROTOCOL",
+    "TAKEN_OVER_CODE",
     "TOKEN_PREFIX",
     "close_reason",
     "router",

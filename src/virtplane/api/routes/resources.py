@@ -146,9 +146,16 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         ctx = _ctx(request)
         labels = parse_labels(label_selector)
         fields = parse_fields(field_selector, fields_of_kind)
+        redacted = not principal.can(Role.OPERATOR)  # a viewer: no user_data (api/shown.py)
         if not watch:
             return page_response(
-                ctx.store, cls, limit=limit, token=continue_token, labels=labels, fields=fields
+                ctx.store,
+                cls,
+                limit=limit,
+                token=continue_token,
+                labels=labels,
+                fields=fields,
+                redacted=redacted,
             )
 
         def opened() -> AsyncIterator[bytes]:
@@ -163,12 +170,13 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
                 streams=ctx.streams,
                 options=ctx.watch,
                 timeout_s=timeout_s,
+                redacted=redacted,
             )
 
         return stream_response(limiter(request).watched(principal.name, opened))
 
-    def get_object(name: str, request: Request, _: Principal = read) -> Any:
-        return public_doc(_ctx(request).store.get(cls, name))
+    def get_object(name: str, request: Request, principal: Principal = read) -> Any:
+        return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))
 
     async def create_object(
         request: Request,

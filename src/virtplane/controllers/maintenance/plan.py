@@ -4,8 +4,10 @@ dry run and answers (no writes, no driver calls)."""
 from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.migration.coordinator import policy_of
 from virtplane.controllers.scheduling import host_views, vm_view
 from virtplane.domain.maintenance_plan import Plan, PlanVM, plan_maintenance
+from virtplane.domain.migration_policy import convergence_risk
 from virtplane.domain.phases import LIVE_PHASES
 from virtplane.domain.resources import LiveMigrationPolicy, MaintenanceStrategy, VirtualMachine
 
@@ -26,6 +28,7 @@ def plan_vm(ctx: ControllerContext, vm: VirtualMachine) -> PlanVM:
         running=vm.status.phase in LIVE_PHASES,
         has_local_disks=bool(view.local_disks_gib),
         migratable=vm.spec.live_migration_policy is LiveMigrationPolicy.ALLOWED,
+        convergence_risk=convergence_risk(policy_of(ctx, vm), vm.status.migration_dirty_rate_mib_s),
     )
 
 

@@ -12,7 +12,7 @@ from virtplane.controllers.migration import MigrationCoordinator, failure_messag
 from virtplane.domain.conditions import set_condition
 from virtplane.domain.host_states import HostEvent, InvalidTransition, in_maintenance, next_state
 from virtplane.domain.intents import read_migration
-from virtplane.domain.progress import InFlight, MoveEvent, MoveProgress, ProgressState, advance, observed
+from virtplane.domain.progress import MoveEvent, MoveProgress, ProgressState, advance, observed
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
@@ -130,8 +130,7 @@ class Tracker:
         intent = read_migration(vm.metadata.annotations)
         flight = None
         if intent is not None and intent.requested_by == maintenance_tag(host):
-            pct = self.coordinator.progress_pct(name)
-            flight = InFlight(intent.target, intent.attempt, pct, returning=intent.target == host)
+            flight = self.coordinator.in_flight(name, intent, returning=intent.target == host)
         max_attempts = self.ctx.settings.get_int("migration.max_attempts")
         after = observed(before, flight, vm.status.host, failure_message(vm), max_attempts=max_attempts)
         if after.state is not before.state and flight is None:

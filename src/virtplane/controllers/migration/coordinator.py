@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
@@ -41,8 +42,10 @@ from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, set_condition
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.intents import MigrationIntent, read_migration, write_migration
+from virtplane.domain.migration_policy import EffectivePolicy, effective_policy
 from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.progress import InFlight
 from virtplane.domain.resources import (
     ConditionStatus,
     Host,
@@ -65,6 +68,25 @@ log = logging.getLogger("virtplane.controllers.migration")
 
 KIND = "Migration"
 """The controller kind that follows migrations in flight; its keys are VM names."""
+
+
+def policy_of(ctx: ControllerContext, vm: VirtualMachine) -> EffectivePolicy:
+    """The VM's migration policy: its spec.migration over the settings of its host (that
+    host's override, else its cluster's, else the global value)."""
+    host = vm.status.host
+    cached = ctx.cache.host(host) if host else None
+    cluster = cached.spec.cluster if cached is not None else None
+
+    def setting(key: str) -> Any:
+        return ctx.settings.get(f"migration.{key}", cluster=cluster, host=host)
+
+    defaults = EffectivePolicy(
+        auto_converge=bool(setting("auto_converge")),
+        post_copy_after_s=int(setting("post_copy_after_s")),
+        max_downtime_ms=int(setting("max_downtime_ms")),
+        bandwidth_mib_s=int(setting("bandwidth_mib_s")),
+    )
+    return effective_policy(vm.spec.migration, defaults)
 
 
 class MigrationCoordinator:
@@ -135,6 +157,29 @@ class MigrationCoordinator:
         if job is None or job.data_total_mib <= 0:
             return 0.0
         return round(100.0 * job.data_processed_mib / job.data_total_mib, 1)
+
+    def in_flight(self, vm_name: str, intent: MigrationIntent, *, returning: bool = False) -> InFlight:
+        """The progress event of the VM's migration under way, with what the hypervisor measures."""
+        job = self.job_of(vm_name)
+        return InFlight(
+            intent.target,
+            intent.attempt,
+            self.progress_pct(vm_name),
+            returning=returning,
+            dirty_rate_mib_s=round(job.dirty_rate_mib_s, 1) if job else 0.0,
+            remaining_mib=round(job.memory_remaining_mib, 1) if job else 0.0,
+            iteration=job.iteration if job else 0,
+            post_copy=job.post_copy if job else False,
+        )
+
+    def policy_of(self, vm: VirtualMachine) -> EffectivePolicy:
+        return policy_of(self.ctx, vm)
+
+    def record_dirty_rate(self, vm: VirtualMachine) -> None:
+        """Keep on the VM the highest dirty rate its migration showed (the plan's risk note reads it)."""
+        flight = self.flights.get(vm.metadata.name)
+        if flight is not None and flight.max_dirty_rate_mib_s is not None:
+            vm.status.migration_dirty_rate_mib_s = round(flight.max_dirty_rate_mib_s, 1)
 
     def vm_lock(self, name: str) -> asyncio.Lock:
         """Held while one VM's migration is started or followed."""
@@ -227,13 +272,16 @@ class MigrationCoordinator:
                 "MigrationStarted",
                 f"live migration {mode}from {source} to {target} (attempt {attempt}, by {requested_by})",
             )
-            bandwidth = ctx.settings.get_int("migration.bandwidth_mib_s")
+            policy = self.policy_of(vm)
             request = MigrationRequest(
                 domain=domain_name(vm.metadata.uid),
                 target_uri=target_host.spec.uri,
                 migration_address=target_host.spec.migration_address,
                 copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
-                bandwidth_mib_s=bandwidth or None,
+                bandwidth_mib_s=policy.bandwidth_mib_s or None,
+                auto_converge=policy.auto_converge,
+                post_copy=policy.post_copy,
+                max_downtime_ms=policy.max_downtime_ms or None,
                 spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
             )
             try:
@@ -283,6 +331,7 @@ class MigrationCoordinator:
 
         def clear(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
+            self.record_dirty_rate(current)
             current.status.conditions = set_condition(
                 current.status.conditions,
                 VMCondition.MIGRATION,

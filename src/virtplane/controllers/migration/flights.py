@@ -82,6 +82,8 @@ class FlightState:
     progress_at: datetime | None = None
     abort_reason: str = ""
     job: MigrationJob | None = None
+    max_dirty_rate_mib_s: float | None = None
+    post_copy_refused: bool = False  # the source would not switch: not asked again
 
 
 @dataclass(frozen=True)

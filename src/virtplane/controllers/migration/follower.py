@@ -33,6 +33,7 @@ from virtplane.controllers.storage import pool_ref, volume_file
 from virtplane.controllers.watch import Watch, name_of
 from virtplane.domain.conditions import VMCondition, get_condition, place, remove_condition, set_condition
 from virtplane.domain.intents import MigrationIntent, read_intents, read_migration, write_migration
+from virtplane.domain.migration_policy import post_copy_due
 from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import (
@@ -177,8 +178,14 @@ class MigrationFollower:
         if job.data_processed_mib > watch.processed_mib:
             watch.processed_mib = job.data_processed_mib
             watch.progress_at = now
+        if job.iteration > 0:  # a dirty rate is measured once memory is being sent
+            watch.max_dirty_rate_mib_s = max(watch.max_dirty_rate_mib_s or 0.0, job.dirty_rate_mib_s)
+        if job.post_copy:
+            # past the point of no return: the guest runs on the target, part of its memory is
+            # still here, and no abort can bring it back; only the outcome is waited for
+            return Result(requeue_after=POLL_S)
         reason = watch.abort_reason or self._abort_reason(vm, intent, watch)
-        if reason:
+        if reason:  # an abort wins over a switch to post-copy due at the same time
             if not watch.abort_reason:
                 watch.abort_reason = reason
                 self.ctx.event(
@@ -190,8 +197,38 @@ class MigrationFollower:
             with contextlib.suppress(NotFound):
                 await src.abort_migration(dname)
             return Result(requeue_after=0.05)
+        await self._maybe_post_copy(vm, intent, watch, src, dname)
         progress_timeout = self.ctx.settings.get_int("migration.progress_timeout_s")
         return Result(requeue_after=min(POLL_S, max(0.05, progress_timeout / 4)))
+
+    async def _maybe_post_copy(
+        self,
+        vm: VirtualMachine,
+        intent: MigrationIntent,
+        watch: FlightState,
+        src: HypervisorDriver,
+        dname: str,
+    ) -> None:
+        """Switch to post-copy once the policy's bound has passed without convergence; the bound
+        counts from the intent's start, so a control plane that restarted keeps the same one."""
+        policy = self.coordinator.policy_of(vm)
+        running_s = (self.ctx.now() - intent.started_at).total_seconds()
+        if watch.post_copy_refused or not post_copy_due(policy, running_s, in_post_copy=False):
+            return
+        try:
+            await src.start_post_copy(dname)
+        except DriverError as exc:
+            watch.post_copy_refused = True
+            self.ctx.event(vm, "PostCopyRefused", f"could not switch to post-copy: {exc}", warning=True)
+            return
+        self.ctx.event(
+            vm,
+            "MigrationPostCopy",
+            f"not converged after {policy.post_copy_after_s}s: switched to post-copy; the guest now "
+            f"runs on {intent.target} and a failure of {intent.source}, {intent.target} or the link "
+            "between them loses it until the copy ends",
+            warning=True,
+        )
 
     async def _finalise(
         self, vm: VirtualMachine, intent: MigrationIntent, src: HypervisorDriver | None
@@ -214,6 +251,7 @@ class MigrationFollower:
 
         def finish(current: VirtualMachine) -> None:
             current.metadata.annotations = write_migration(current.metadata.annotations, None)
+            self.coordinator.record_dirty_rate(current)
             strike_seeds(left_seeds)(current)
             place(current.status, intent.target, "Migrated", now=now)
             # The condition speaks of a migration under way or of one that failed; once the VM

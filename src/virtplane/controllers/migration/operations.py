@@ -19,7 +19,6 @@ from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import why_no_target
 from virtplane.domain.progress import (
     Began,
-    InFlight,
     MoveProgress,
     NoSlot,
     NoTarget,
@@ -94,8 +93,7 @@ class MigrationOperations:
         max_attempts = 1 if explicit else self.ctx.settings.get_int("migration.max_attempts")
         flight = None
         if intent is not None:
-            pct = self.coordinator.progress_pct(vm.metadata.name)
-            flight = InFlight(intent.target, intent.attempt, pct)
+            flight = self.coordinator.in_flight(vm.metadata.name, intent)
         progress = observed(progress, flight, vm.status.host, failure_message(vm), max_attempts=max_attempts)
         if intent is not None:
             await self._save(op, progress, f"migrating to {intent.target} (attempt {intent.attempt})")

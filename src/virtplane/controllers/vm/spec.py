@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from virtplane.controllers.lookup import BootImages
-from virtplane.domain.resources import VirtualMachine
+from virtplane.domain.resources import CpuMode, HostCPU, VirtualMachine
 from virtplane.drivers.base import DiskAttachment, DomainSpec, NicAttachment, domain_name
 
 
@@ -14,8 +14,12 @@ def build_domain_spec(
     boot_images: BootImages = (None, None),
     nics: tuple[NicAttachment, ...] = (),
     seed: str | None = None,
+    cluster_cpu: HostCPU | None = None,
 ) -> DomainSpec:
+    """``cluster_cpu``: the CPU model of the host's cluster (its status), for cluster-mode VMs."""
     boot = vm.spec.boot
+    passthrough = vm.spec.cpu_mode is CpuMode.HOST_PASSTHROUGH
+    model = None if passthrough else cluster_cpu
     name = domain_name(vm.metadata.uid)
     return DomainSpec(
         name=name,
@@ -30,6 +34,10 @@ def build_domain_spec(
         console_log=f"{console_dir}/{name}.log" if console_dir else None,
         nics=nics,
         seed=seed,
+        cpu_passthrough=passthrough,
+        cpu_model=model.model if model else "",
+        cpu_features=tuple(model.features) if model else (),
+        cpu_disabled=tuple(model.disabled) if model else (),
     )
 
 

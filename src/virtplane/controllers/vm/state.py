@@ -84,7 +84,9 @@ class VMState:
     def spec(self, seed: str | None = None) -> DomainSpec:
         cache = self.ctx.cache
         boot, nics = vm_boot(cache, self.vm)[0], vm_nics(cache, self.vm)[0]
-        return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed)
+        host = cache.host(self.vm.status.host) if self.vm.status.host else None
+        cluster_cpu = host.status.cluster_cpu if host is not None else None
+        return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed, cluster_cpu)
 
     async def define(self, driver: HypervisorDriver) -> DomainSpec:
         """Define the domain (it is off or missing) with the VM's NoCloud seed placed on the host
@@ -99,6 +101,11 @@ class VMState:
             await self.durable(DurablePoint.SEED)
         spec = self.spec(await place_seed(self.ctx.cache, self.vm, driver))
         crashpoint(CRASH_POINTS[DurablePoint.SEED])
+        host = self.ctx.cache.host(self.vm.status.host) if self.vm.status.host else None
+        if host is not None and host.status.accelerator is not None:
+            # as the Host records it: a new connection (after a restart) may define before the
+            # host controller's first look tells it
+            driver.use_accelerator(host.status.accelerator.used)
         await driver.ensure_defined(spec)
         await self.delete_seeds(keep=current)
         self._defined = (driver, spec)

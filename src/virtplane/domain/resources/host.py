@@ -42,6 +42,51 @@ class Capability(StrEnum):
     SERIAL_CONSOLE = "serial-console"
 
 
+class Accelerator(StrEnum):
+    """What a host's guests run under: ``auto`` is KVM where it is offered and validated, else TCG."""
+
+    AUTO = "auto"
+    KVM = "kvm"
+    TCG = "tcg"
+
+
+class AcceleratorStatus(BaseModel):
+    """What the host offers and its guests use, and the validation boot's verdict (cached)."""
+
+    offered: list[Accelerator] = Field(
+        default_factory=list, description="What libvirt's capabilities offer on the host (kvm, tcg)."
+    )
+    used: Accelerator | None = Field(
+        default=None, description="What new guests are defined with; unset, the host takes no guests."
+    )
+    kvm_works: bool | None = Field(
+        default=None, description="Whether a validation guest booted under KVM; unset: not tried."
+    )
+    validated_for: str = Field(
+        default="", description="The libvirt and QEMU versions and host the verdict holds for."
+    )
+    validation: str = Field(default="", description="What the validation guest did, when it failed.")
+
+
+class HostCPU(BaseModel):
+    """A CPU as libvirt defines guests with it: a named model and the features it adds."""
+
+    model: str
+    vendor: str = ""
+    features: list[str] = Field(default_factory=list, description="Required on top of the model.")
+    disabled: list[str] = Field(default_factory=list, description="The model's features this CPU lacks.")
+
+    def signature(self) -> str:
+        """Equal for identical CPUs (host-passthrough guests migrate only between those)."""
+        return f"{self.vendor}/{self.model}/+{','.join(sorted(self.features))}/-{','.join(sorted(self.disabled))}"
+
+
+class ClusterCPU(HostCPU):
+    source: str = Field(
+        default="", description="Where it comes from: setting cpu.model, or the baseline of which hosts."
+    )
+
+
 class Capacity(Strict):
     vcpus: int = Field(ge=1, le=4096)
     memory_mib: int = Field(ge=64, le=64 * 1024 * 1024)
@@ -113,6 +158,11 @@ class HostSpec(Strict):
         description="How to power the host off when it fails (its BMC); without it, a failed host "
         "waits for an admin to set spec.fenced.",
     )
+    accelerator: Accelerator = Field(
+        default=Accelerator.AUTO,
+        description="auto: KVM where offered and a validation guest boots under it, else TCG "
+        "(or no guests: host.accelerator.kvm_broken); kvm: KVM or no guests; tcg: always TCG.",
+    )
 
 
 class FencePhase(StrEnum):
@@ -146,6 +196,16 @@ class HostStatus(BaseModel):
     )
     bridges: list[str] = Field(
         default_factory=list, description="The Linux bridges the host reports (for bridge networks)."
+    )
+    accelerator: AcceleratorStatus | None = Field(
+        default=None, description="What the host offers and its guests run under (see condition Accelerator)."
+    )
+    cpu: HostCPU | None = Field(
+        default=None, description="The CPU the host's hypervisor offers guests (libvirt's host-model)."
+    )
+    cluster_cpu: ClusterCPU | None = Field(
+        default=None,
+        description="The CPU model the host defines cluster-mode VMs with (see setting cpu.model).",
     )
     last_heartbeat: datetime | None = None
     silent_since: datetime | None = Field(

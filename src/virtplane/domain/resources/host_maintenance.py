@@ -51,6 +51,7 @@ class MaintenancePlanItem(BaseModel):
     action: PlanAction
     target: str | None = None
     reason: str = ""
+    risk: str = ""  # e.g. a migration that may not converge
 
 
 class MaintenanceVMProgress(BaseModel):
@@ -60,6 +61,10 @@ class MaintenanceVMProgress(BaseModel):
     tried: list[str] = Field(default_factory=list)
     progress_pct: float = 0.0
     message: str = ""
+    dirty_rate_mib_s: float = 0.0  # of the migration under way, as the hypervisor measures it
+    remaining_mib: float = 0.0  # memory it still has to send
+    iteration: int = 0  # its memory pass
+    post_copy: bool = False  # switched to post-copy: the guest runs on the target
 
 
 class HostMaintenanceStatus(BaseModel):

@@ -64,12 +64,51 @@ class Boot(Strict):
     cmdline: str = Field(default="", max_length=4096)
 
 
+class CpuMode(StrEnum):
+    CLUSTER = "cluster"
+    """The CPU model of the VM's cluster (a baseline of its hosts, or setting cpu.model): migrates anywhere in it."""
+    HOST_PASSTHROUGH = "host-passthrough"
+    """The host's own CPU: needs KVM, and migrates only to hosts with the identical CPU."""
+
+
+class MigrationPolicy(Strict):
+    """How a live migration of the VM is made to converge. An unset field takes the setting
+    ``migration.<field>`` of the VM's host (its own value, else its cluster's, else the global)."""
+
+    auto_converge: bool | None = Field(
+        default=None,
+        description="Slow the guest's vCPUs while pre-copy does not converge (libvirt's auto-converge).",
+    )
+    post_copy_after_s: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="Switch to post-copy after this many seconds without convergence; 0 never. "
+        "RISK: during post-copy the guest's memory is split between the two hosts, and a failure "
+        "of either host or of the link between them loses the guest.",
+    )
+    max_downtime_ms: int | None = Field(
+        default=None, ge=0, le=60_000, description="Longest pause of the switch-over; 0 the hypervisor's."
+    )
+    bandwidth_mib_s: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="Bandwidth limit of the migration; 0 none."
+    )
+
+
 class VirtualMachineSpec(Strict):
     run_policy: RunPolicy = RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY
     cpu: int = Field(default=1, ge=1, le=256)
+    cpu_mode: CpuMode = Field(
+        default=CpuMode.CLUSTER,
+        description="cluster: the cluster's CPU model, so the VM can live-migrate to any host of its "
+        "cluster; host-passthrough: the host's CPU (KVM only; migrates only to identical CPUs).",
+    )
     memory_mib: int = Field(default=512, ge=16, le=4 * 1024 * 1024)
     disks: list[Disk] = Field(default_factory=list, max_length=32)
     live_migration_policy: LiveMigrationPolicy = LiveMigrationPolicy.ALLOWED
+    migration: MigrationPolicy = Field(
+        default_factory=MigrationPolicy, description="How its live migrations converge (settings by default)."
+    )
     placement: Placement = Field(default_factory=Placement)
     termination_grace_period_s: int = Field(default=60, ge=0, le=3600)
     boot: Boot | None = None
@@ -104,6 +143,10 @@ class VirtualMachineStatus(BaseModel):
     stopping_since: datetime | None = None
     nics: list[NicStatus] = Field(default_factory=list, description="Each NIC's network, MAC and address.")
     message: str = ""
+    migration_dirty_rate_mib_s: float | None = Field(
+        default=None,
+        description="The highest memory dirty rate its last live migration saw (None: never migrated).",
+    )
 
 
 class VirtualMachine(Resource):

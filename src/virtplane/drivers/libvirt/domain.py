@@ -144,6 +144,14 @@ class LibvirtDomain:
     def abort_job(self) -> None:
         self._dom.abortJob()
 
+    def set_max_downtime(self, ms: int) -> None:
+        """The longest pause the switch-over of a migration may take (QEMU's downtime-limit)."""
+        self._dom.migrateSetMaxDowntime(ms, 0)
+
+    def start_post_copy(self) -> None:
+        """Switch the running outgoing migration (started with VIR_MIGRATE_POSTCOPY) to post-copy."""
+        self._dom.migrateStartPostCopy(0)
+
     def begin_backup(self, xml: str) -> None:
         self._dom.backupBegin(xml, None, 0)
 

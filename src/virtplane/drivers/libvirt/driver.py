@@ -11,9 +11,12 @@ the connection, the host's facts and migration. What libvirt's test driver lacks
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+from virtplane.domain.resources import Accelerator, HostCPU
 from virtplane.drivers.base import (
+    AcceleratorOffer,
     Capability,
     DomainEventType,
     EventSink,
@@ -21,8 +24,8 @@ from virtplane.drivers.base import (
     MigrationJob,
     MigrationRequest,
 )
-from virtplane.drivers.errors import PermanentError
-from virtplane.drivers.libvirt import _libvirt
+from virtplane.drivers.errors import DriverError, PermanentError
+from virtplane.drivers.libvirt import _libvirt, accelerator
 from virtplane.drivers.libvirt.bridges import host_bridges
 from virtplane.drivers.libvirt.call_pool import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
@@ -108,6 +111,83 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
 
         return await self._call(facts)
 
+    # ------------------------------------------------------------------ accelerator
+
+    async def accelerator_offer(self) -> AcceleratorOffer:
+        if self.flavor.xml.domain_type == "test":  # libvirt's test driver runs only its own domains
+            return AcceleratorOffer(kvm=False, fingerprint=f"{self._uri} test")
+
+        def offer(conn: Any) -> AcceleratorOffer:
+            caps = conn.getCapabilities()
+            fingerprint = (
+                f"libvirt {conn.getLibVersion()} qemu {conn.getVersion()} host {accelerator.host_uuid(caps)}"
+            )
+            return AcceleratorOffer("kvm" in accelerator.offered_domain_types(caps), fingerprint)
+
+        return await self._call(offer)
+
+    async def validate_kvm(self, kernel: str, timeout_s: float) -> str:
+        lv = _libvirt.load()
+
+        def boot(conn: Any) -> None:
+            accelerator.destroy_leftover(conn, lv)
+            # paused until the console is attached: the kernel's first lines must not be missed
+            conn.createXML(accelerator.validation_xml(kernel), lv.VIR_DOMAIN_START_PAUSED)
+
+        try:
+            await self._call(boot)
+        except DriverError as exc:
+            return f"the validation guest could not start: {exc}"
+        try:
+            console = await self.open_console(accelerator.VALIDATION_DOMAIN)
+            try:
+                await self._call(
+                    lambda conn: LibvirtDomain.lookup(conn, accelerator.VALIDATION_DOMAIN).resume()
+                )
+                return await accelerator.read_until_known_point(console, timeout_s)
+            finally:
+                await console.close()
+        except DriverError as exc:
+            return f"the validation guest failed: {exc}"
+        finally:
+            with contextlib.suppress(DriverError):  # the next validation destroys it first anyway
+                await self._call(lambda conn: accelerator.destroy_leftover(conn, lv))
+
+    def use_accelerator(self, used: Accelerator | None) -> None:
+        if used is None:
+            self._refusal = (
+                f"{self._uri} takes no guests: its KVM is not usable (see the Host's Accelerator condition)"
+            )
+            return
+        self._refusal = ""
+        domain_type = "kvm" if used is Accelerator.KVM else "qemu"
+        self.flavor = flavor_for(self._uri, domain_type)
+
+    async def host_cpu(self) -> HostCPU | None:
+        if self.domain_type == "test":  # its domains take no CPU models
+            return None
+        virttype = self.domain_type
+
+        def model(conn: Any) -> HostCPU | None:
+            return accelerator.host_model(conn.getDomainCapabilities(None, "x86_64", None, virttype, 0))
+
+        return await self._call(model)
+
+    async def baseline_cpu(self, cpus: list[HostCPU]) -> HostCPU | None:
+        if self.domain_type == "test" or not cpus:
+            return None
+        virttype, xmls = self.domain_type, [accelerator.cpu_xml(cpu) for cpu in cpus]
+
+        def baseline(conn: Any) -> HostCPU | None:
+            return accelerator.parse_cpu(conn.baselineHypervisorCPU(None, "x86_64", None, virttype, xmls, 0))
+
+        return await self._call(baseline)
+
+    @property
+    def domain_type(self) -> str:
+        """The ``<domain type>`` this driver defines domains with."""
+        return self.flavor.xml.domain_type
+
     # ------------------------------------------------------------------ migration
 
     async def migrate(self, request: MigrationRequest) -> None:
@@ -131,6 +211,9 @@ class LibvirtDriver(SnapshotOperations, VolumeOperations):
                 self._migrations.abort(dom)
 
         await self._call(abort)
+
+    async def start_post_copy(self, name: str) -> None:
+        await self._call(lambda conn: self._migrations.start_post_copy(LibvirtDomain.lookup(conn, name)))
 
 
 __all__ = ["DEFAULT_STATE_DIR", "STATE_POOL", "LibvirtDriver"]

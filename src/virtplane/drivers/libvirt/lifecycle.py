@@ -24,6 +24,7 @@ class DomainLifecycle(LibvirtCalls):
     _stops: StopRequests
     _memory: MemoryImages
     _migrations: MigrationTracker
+    _refusal: str = ""  # set by use_accelerator(None): why this host takes no guests
 
     async def list_domains(self) -> list[DomainInfo]:
         def listing(conn: Any) -> list[DomainInfo]:
@@ -44,6 +45,8 @@ class DomainLifecycle(LibvirtCalls):
         return await self._call(info)
 
     async def ensure_defined(self, spec: DomainSpec) -> None:
+        if self._refusal:
+            raise PermanentError(self._refusal)
         console_log = self._console_log(spec)
         digest = spec_digest(spec, self.flavor.xml, console_log)
 

@@ -57,6 +57,11 @@ def migration_parameters(
         # pools every host sees (DiskAttachment.shared) and copies all the others.
         | lv.VIR_MIGRATE_UNSAFE
     )
+    if request.auto_converge:
+        flags |= lv.VIR_MIGRATE_AUTO_CONVERGE
+    if request.post_copy:
+        # only allows the switch: it happens when start_post_copy asks (the policy's bound)
+        flags |= lv.VIR_MIGRATE_POSTCOPY
     if request.copy_disks:
         wanted = set(request.copy_disks)
         disks = parse_domain_xml(domain_xml).disks
@@ -95,6 +100,9 @@ class MigrationTracker:
         if not dom.is_active():
             raise PermanentError(f"domain {request.domain} is not running; only live migration is supported")
         params, flags = migration_parameters(request, dom.xml(), migration_address=migration_address)
+        if request.max_downtime_ms is not None:
+            # QEMU keeps the limit as a migration parameter of the domain: set before the start
+            dom.set_max_downtime(request.max_downtime_ms)
         self._start(dom, request, params, flags)
 
     def current(self, name: str, dom: LibvirtDomain | None) -> MigrationJob | None:
@@ -122,6 +130,17 @@ class MigrationTracker:
         except lv.libvirtError as exc:
             if _libvirt.error_code(exc) != lv.VIR_ERR_OPERATION_INVALID:
                 raise  # "no job is active": it finished just now
+
+    def start_post_copy(self, dom: LibvirtDomain) -> None:
+        """Switch the outgoing migration of ``dom`` to post-copy; nothing when it already is."""
+        lv = _libvirt.load()
+        state, reason = dom.state()
+        if state == lv.VIR_DOMAIN_PAUSED and reason == lv.VIR_DOMAIN_PAUSED_POSTCOPY:
+            return
+        try:
+            dom.start_post_copy()
+        except lv.libvirtError as exc:
+            raise PermanentError(f"cannot switch {dom.name} to post-copy: {exc}") from exc
 
     def _start(
         self, dom: LibvirtDomain, request: MigrationRequest, params: dict[str, Any], flags: int
@@ -165,6 +184,7 @@ class MigrationTracker:
         if not entry.job.finished and dom is not None:
             stats = _job_stats(dom)
             if stats is not None:
+                stats["post_copy"] = in_post_copy(dom)
                 with entry.lock:
                     if not entry.job.finished:
                         entry.job = replace(entry.job, **stats)
@@ -198,7 +218,18 @@ def live_job(dom: LibvirtDomain, target_uri: str = "") -> MigrationJob | None:
         return None
     if stats.get("operation") != lv.VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT:
         return None
-    return MigrationJob(dom.name, target_uri, MigrationPhase.RUNNING, **_stats_fields(stats))
+    fields = _stats_fields(stats)
+    return MigrationJob(dom.name, target_uri, MigrationPhase.RUNNING, post_copy=in_post_copy(dom), **fields)
+
+
+def in_post_copy(dom: LibvirtDomain) -> bool:
+    """The source side of a migration in post-copy: paused with reason post-copy."""
+    lv = _libvirt.load()
+    try:
+        state, reason = dom.state()
+    except lv.libvirtError:
+        return False
+    return bool(state == lv.VIR_DOMAIN_PAUSED and reason == lv.VIR_DOMAIN_PAUSED_POSTCOPY)
 
 
 def is_incoming(dom: LibvirtDomain, state: int, reason: int) -> bool:
@@ -215,6 +246,10 @@ def _stats_fields(stats: dict[str, Any]) -> dict[str, Any]:
         "data_processed_mib": stats.get("data_processed", 0) / MIB,
         "data_remaining_mib": stats.get("data_remaining", 0) / MIB,
         "iteration": int(stats.get("memory_iteration", 0)),
+        "memory_remaining_mib": stats.get("memory_remaining", 0) / MIB,
+        # QEMU counts dirtied pages per second
+        "dirty_rate_mib_s": stats.get("memory_dirty_rate", 0) * stats.get("memory_page_size", 4096) / MIB,
+        "throttle_pct": int(stats.get("auto_converge_throttle", 0)),
     }
 
 

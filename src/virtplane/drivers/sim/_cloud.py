@@ -12,7 +12,7 @@ from types import TracebackType
 from virtplane.drivers.base import DomainEvent, DomainSpec, DomainState
 
 from ._changes import ChangeLog, Entity, RecordMap
-from ._driver import SimDriver
+from ._driver import SimDriver, cpu_in, kvm_in
 from ._host import SimHost
 from ._host_record import HostPorts
 from ._migration import MigrationEngine
@@ -190,13 +190,15 @@ class SimCloud:
         return list(self._hosts)
 
     def driver(self, uri: str) -> SimDriver:
-        """The connection to host ``uri`` (the same object for the same host)."""
+        """The connection to host ``uri`` (the same object for the same host); its query's
+        ``kvm=absent|works|broken`` (default absent) says what KVM the host has, and
+        ``cpu=MODEL&cpufeatures=a,b`` the CPU it offers KVM guests (TCG ones get qemu64)."""
         if not uri.startswith(URI_SCHEME):
             raise ValueError(f"{uri!r} is not a simulated host URI (sim://NAME)")
         canonical = URI_SCHEME + host_name(uri)
         driver = self._drivers.get(canonical)
         if driver is None:
-            driver = self._drivers[canonical] = SimDriver(self, canonical)
+            driver = self._drivers[canonical] = SimDriver(self, canonical, kvm=kvm_in(uri), cpu=cpu_in(uri))
         return driver
 
     # The next few methods serve the simulator's own modules.

@@ -6,8 +6,11 @@ import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
+from virtplane.domain.resources import Accelerator, HostCPU
 from virtplane.drivers.base import (
+    AcceleratorOffer,
     Capability,
     ConsoleStream,
     DomainInfo,
@@ -83,14 +86,43 @@ def _entry_point(
     return call
 
 
+SIM_KVM_ABSENT, SIM_KVM_WORKS, SIM_KVM_BROKEN = "absent", "works", "broken"
+"""A simulated host's KVM (its URI's ``kvm=``): none, one that boots guests, one that does not."""
+
+
+def kvm_in(uri: str) -> str:
+    """The ``kvm=`` of a sim:// URI's query; absent when not given."""
+    value = parse_qs(urlsplit(uri).query).get("kvm", [SIM_KVM_ABSENT])[0]
+    if value not in (SIM_KVM_ABSENT, SIM_KVM_WORKS, SIM_KVM_BROKEN):
+        raise ValueError(f"{uri!r}: kvm must be absent, works or broken, not {value!r}")
+    return value
+
+
+SIM_TCG_CPU = "qemu64"
+
+
+def cpu_in(uri: str) -> HostCPU | None:
+    """The host CPU a sim:// URI names (``cpu=MODEL&cpufeatures=a,b``), offered under KVM."""
+    query = parse_qs(urlsplit(uri).query)
+    if "cpu" not in query:
+        return None
+    features = [f for f in query.get("cpufeatures", [""])[0].split(",") if f]
+    return HostCPU(model=query["cpu"][0], features=sorted(features))
+
+
 class SimDriver:
     """Every call checks the connection first: closed, host unknown, down or disconnected
     → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
 
-    def __init__(self, world: SimWorld, uri: str) -> None:
+    def __init__(
+        self, world: SimWorld, uri: str, *, kvm: str = SIM_KVM_ABSENT, cpu: HostCPU | None = None
+    ) -> None:
         self._world = world
         self._uri = uri
         self._open = False
+        self._kvm = kvm
+        self._cpu = cpu or HostCPU(model=SIM_TCG_CPU)
+        self._accelerator: Accelerator | None = Accelerator.TCG
         self.event_sink: EventSink | None = None
 
     @property
@@ -135,6 +167,45 @@ class SimDriver:
     async def host_facts(self) -> HostFacts:
         return self._host().facts()
 
+    @_entry_point
+    async def accelerator_offer(self) -> AcceleratorOffer:
+        host = self._host()
+        return AcceleratorOffer(
+            kvm=self._kvm != SIM_KVM_ABSENT, fingerprint=f"sim {host.name} kvm={self._kvm}"
+        )
+
+    @_entry_point
+    async def validate_kvm(self, kernel: str, timeout_s: float) -> str:
+        self._host()
+        if self._kvm == SIM_KVM_WORKS:
+            return ""
+        return f"the validation guest did not reach its known point within {timeout_s:g}s (simulated kvm={self._kvm})"
+
+    def use_accelerator(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = accelerator
+
+    @_entry_point
+    async def host_cpu(self) -> HostCPU | None:
+        self._host()
+        if self._accelerator is not Accelerator.KVM:  # TCG offers its own model, whatever the host has
+            return HostCPU(model=SIM_TCG_CPU)
+        return self._cpu
+
+    @_entry_point
+    async def baseline_cpu(self, cpus: list[HostCPU]) -> HostCPU | None:
+        """As libvirt's: the common model where all have it (else the TCG one), the common features."""
+        self._host()
+        if not cpus:
+            return None
+        models = {cpu.model for cpu in cpus}
+        common = set(cpus[0].features).intersection(*(cpu.features for cpu in cpus[1:]))
+        return HostCPU(model=models.pop() if len(models) == 1 else SIM_TCG_CPU, features=sorted(common))
+
+    @property
+    def accelerator(self) -> Accelerator | None:
+        """What this host's guests are defined with (tests read it)."""
+        return self._accelerator
+
     # ------------------------------------------------------------------ domains
 
     @_entry_point
@@ -150,7 +221,12 @@ class SimDriver:
 
     @_entry_point
     async def ensure_defined(self, spec: DomainSpec) -> None:
-        self._host().define(spec)
+        host = self._host()
+        if self._accelerator is None:
+            raise PermanentError(
+                f"{self._uri} takes no guests: its KVM is not usable (see the Host's Accelerator condition)"
+            )
+        host.define(spec)
 
     @_entry_point
     async def start(self, name: str) -> None:
@@ -258,3 +334,7 @@ class SimDriver:
     @_entry_point
     async def abort_migration(self, name: str) -> None:
         self._world.migrations.abort(self._host(), name)
+
+    @_entry_point
+    async def start_post_copy(self, name: str) -> None:
+        self._world.migrations.start_post_copy(self._host(), name)

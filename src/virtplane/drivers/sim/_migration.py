@@ -17,6 +17,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
+from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import (
     DomainEventType,
     DomainSpec,
@@ -98,6 +99,9 @@ class MigrationEngine:
             memory_mib=float(live.memory_mib),
             disks=disks,
             fault=None,
+            auto_converge=request.auto_converge,
+            post_copy_allowed=request.post_copy,
+            max_downtime_ms=request.max_downtime_ms,
         )
         migration.progressed_at = self._timing.clock()
         self._jobs.put(domain.name, migration)
@@ -131,7 +135,20 @@ class MigrationEngine:
         if migration is None or host not in (migration.source, migration.target):
             raise NotFound(f"no migration of domain {name} on {host.uri}")
         if migration.phase is MigrationPhase.RUNNING:
+            if migration.post_copy:
+                # as libvirt: the guest runs on the target with part of its memory still here
+                raise PermanentError(f"cannot abort the migration of {name}: it is in post-copy")
             self._finish(migration, MigrationPhase.ABORTED, "aborted on request")
+
+    def start_post_copy(self, host: SimHost, name: str) -> None:
+        migration = self._jobs.get(name)
+        if migration is None or migration.source is not host or migration.phase is not MigrationPhase.RUNNING:
+            raise NotFound(f"no migration of domain {name} running from {host.uri}")
+        if not migration.post_copy_allowed:
+            raise PermanentError(f"the migration of {name} was not started with post-copy allowed")
+        if migration.stalled:
+            return  # an injected stall: nothing moves, in either mode
+        migration.switch_to_post_copy()
 
     # ------------------------------------------------------------------ hooks for faults and stops
 
@@ -305,10 +322,11 @@ class MigrationEngine:
             migration.timer = None
 
     def _finish(self, migration: Migration, phase: MigrationPhase, error: str) -> None:
-        """End a migration that did not switch over: the domain stays where it was."""
+        """End a migration that did not switch over: the domain stays where it was, unless it
+        was in post-copy: then its memory is split between two hosts and the guest is lost."""
         self._release(migration)
         migration.phase = phase
-        migration.error = error
+        migration.error = f"{error} (during post-copy: the guest is lost)" if migration.post_copy else error
         self._note(migration, phase)
         domain = migration.source.domains.get(migration.domain)
         if domain is not None and domain.state is DomainState.MIGRATING:
@@ -317,6 +335,8 @@ class MigrationEngine:
         migration.source.emit(
             DomainEventType.MIGRATION_FAILED, domain or _placeholder(migration), detail=f"{phase}: {error}"
         )
+        if migration.post_copy and domain is not None and domain.active and migration.source.up:
+            migration.source.power_off(domain, ExitReason.CRASH, DomainEventType.CRASHED, migration.error)
 
     def _switch_over(self, migration: Migration) -> None:
         source, target = migration.source, migration.target

@@ -131,9 +131,9 @@ def host_uri(name: str) -> str:
 
 
 def host_name(uri_or_name: str) -> str:
-    """``sim://NAME`` or ``NAME`` → ``NAME``."""
+    """``sim://NAME`` (with a query or not, as ``sim://NAME?kvm=works``) or ``NAME`` → ``NAME``."""
     name = uri_or_name.removeprefix(URI_SCHEME) if uri_or_name.startswith(URI_SCHEME) else uri_or_name
-    return name.strip("/")
+    return name.split("?", 1)[0].strip("/")
 
 
 class SimDomain(Record):

@@ -38,12 +38,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2 added the ``migrations`` table (a file of version 1 is upgraded by creating it); 3 the
-hosts' ``bridges`` (added to an older file's table, empty)."""
+hosts' ``bridges`` (added to an older file's table, empty); 4 the migrations' ``policy``
+(added to an older file's table, ``{}``: no auto-converge, no post-copy)."""
 _UPGRADES = {
-    "1": "added the migrations table and the hosts' bridges (none)",
-    "2": "added the hosts' bridges (none)",
+    "1": "added the migrations table, the hosts' bridges (none) and the migrations' policy (none)",
+    "2": "added the hosts' bridges (none) and the migrations' policy (none)",
+    "3": "added the migrations' policy (none)",
 }
 """What opening a file of an older schema changes in it (said in the log)."""
 
@@ -65,6 +67,8 @@ class SimJournal:
         columns = {c[1] for c in self._conn.execute("PRAGMA table_info(hosts)")}
         if "bridges" not in columns:  # a file of version 1 or 2
             self._conn.execute("ALTER TABLE hosts ADD COLUMN bridges TEXT NOT NULL DEFAULT '[]'")
+        if "policy" not in {c[1] for c in self._conn.execute("PRAGMA table_info(migrations)")}:  # 1 to 3
+            self._conn.execute("ALTER TABLE migrations ADD COLUMN policy TEXT NOT NULL DEFAULT '{}'")
         if row is not None and row[0] in _UPGRADES:
             log.info(
                 "simulator state file %s: schema %s upgraded to %s: %s",
@@ -73,7 +77,7 @@ class SimJournal:
                 SCHEMA_VERSION,
                 _UPGRADES[row[0]],
             )
-        if row is None or row[0] in ("1", "2"):
+        if row is None or row[0] in ("1", "2", "3"):
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
             )

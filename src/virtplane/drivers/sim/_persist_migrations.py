@@ -3,7 +3,9 @@
 A row holds what a migration needs to go on in another process: source and target,
 bandwidth, memory, the disks to copy, the injected fault, the progress so far (the
 fields ``Migration.advance`` works on), the room it holds on the target, and the
-clock's time of its last tick, from which a later process counts the ticks that passed
+clock's time of its last tick, and its ``policy`` (a JSON object: auto-converge and its
+throttle, post-copy allowed and switched, the maximum downtime, the dirty rate last seen;
+added in schema 4, ``{}`` in older rows: none of it), from which a later process counts the ticks that passed
 while none ran. Every tick rewrites the row, in the tick's own transaction, so that
 progress stored and time stored always belong together. A completed job has no row.
 """
@@ -43,7 +45,8 @@ CREATE TABLE IF NOT EXISTS migrations (
     stalled INTEGER NOT NULL,
     reserved_vcpus INTEGER NOT NULL,
     reserved_memory_mib INTEGER NOT NULL,
-    progressed_at REAL NOT NULL
+    progressed_at REAL NOT NULL,
+    policy TEXT NOT NULL DEFAULT '{}'
 );
 """
 
@@ -67,6 +70,7 @@ COLUMNS = (
     "reserved_vcpus",
     "reserved_memory_mib",
     "progressed_at",
+    "policy",
 )
 
 
@@ -93,6 +97,16 @@ def row(_key: Key, migration: Migration) -> tuple[Any, ...] | None:
         int(migration.stalled),
         *migration.reserved,
         migration.progressed_at,
+        json.dumps(
+            {
+                "auto_converge": migration.auto_converge,
+                "post_copy_allowed": migration.post_copy_allowed,
+                "post_copy": migration.post_copy,
+                "max_downtime_ms": migration.max_downtime_ms,
+                "throttle_pct": migration.throttle_pct,
+                "dirty_rate_mib_s": migration.dirty_rate_mib_s,
+            }
+        ),
     )
 
 
@@ -119,10 +133,12 @@ def load(rows: Iterable[tuple[Any, ...]], host_named: Callable[[str], SimHost | 
         reserved_vcpus,
         reserved_memory,
         progressed_at,
+        policy_json,
     ) in rows:
         source, target = host_named(source_name), host_named(target_name)
         if source is None or target is None:
             continue
+        policy = json.loads(policy_json)
         migration = Migration(
             domain=domain,
             vm_uid=vm_uid,
@@ -132,7 +148,13 @@ def load(rows: Iterable[tuple[Any, ...]], host_named: Callable[[str], SimHost | 
             memory_mib=memory,
             disks=tuple(DiskCopy(**disk) for disk in json.loads(disks)),
             fault=None if fault is None else InjectedFault(fault),
+            auto_converge=bool(policy.get("auto_converge", False)),
+            post_copy_allowed=bool(policy.get("post_copy_allowed", False)),
+            max_downtime_ms=policy.get("max_downtime_ms"),
         )
+        migration.post_copy = bool(policy.get("post_copy", False))
+        migration.throttle_pct = int(policy.get("throttle_pct", 0))
+        migration.dirty_rate_mib_s = float(policy.get("dirty_rate_mib_s", 0.0))
         migration.phase = MigrationPhase(phase)
         migration.error = error
         migration.processed_mib = processed

@@ -144,7 +144,17 @@ def spec_from_json(text: str) -> DomainSpec:
     disks = tuple(DiskAttachment(**disk) for disk in data.pop("disks", ()))
     kernel, initrd = _image_from_json(data.pop("kernel", None)), _image_from_json(data.pop("initrd", None))
     nics = tuple(NicAttachment(**nic) for nic in data.pop("nics", ()))
-    return DomainSpec(**data, disks=disks, kernel=kernel, initrd=initrd, nics=nics)
+    # JSON has lists: specs compare equal as tuples
+    features, disabled = tuple(data.pop("cpu_features", ())), tuple(data.pop("cpu_disabled", ()))
+    return DomainSpec(
+        **data,
+        disks=disks,
+        kernel=kernel,
+        initrd=initrd,
+        nics=nics,
+        cpu_features=features,
+        cpu_disabled=disabled,
+    )
 
 
 def _armed_to_json(armed: ArmedFaults) -> str:

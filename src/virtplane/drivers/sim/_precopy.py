@@ -6,7 +6,14 @@ dirtied while the previous one was on the wire. When what is left is under
 ``CONVERGENCE_MIB`` the guest is paused for the last copy and switched over.
 A dirty rate at or above the bandwidth never converges; the migration keeps
 iterating until it is aborted (the control plane's timeouts decide that).
-``_migration`` runs the jobs.
+
+The policy's tools, as QEMU has them: ``max_downtime_ms`` sets the switch-over
+threshold to what the link sends in that time (else ``CONVERGENCE_MIB``);
+``auto_converge`` throttles the guest's vCPUs after each pass that did not converge
+(20 %, then 10 % more each pass, at most 99 %), which slows its dirtying as much;
+``start_post_copy`` (allowed when the job was started with post-copy) stops the
+dirtying altogether: the guest runs on the target and what is left of memory is sent
+once. ``_migration`` runs the jobs.
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ CONVERGENCE_MIB = 64.0
 """Switch over once the memory left to send is below this."""
 
 _EPSILON_MIB = 1e-6
+
+THROTTLE_INITIAL_PCT = 20
+THROTTLE_INCREMENT_PCT = 10
+THROTTLE_MAX_PCT = 99
+"""QEMU's defaults for auto-converge (cpu-throttle-initial, -increment, max-cpu-throttle)."""
 
 
 class InjectedFault(StrEnum):
@@ -64,6 +76,12 @@ class Migration(Record):
     stalled = Persisted[bool]()
     reserved = Persisted[tuple[int, int]]()  # vcpus, MiB held on the target
     progressed_at = Persisted[float]()  # the clock's time of the last tick (of the start before the first)
+    auto_converge = Persisted[bool]()
+    post_copy_allowed = Persisted[bool]()
+    post_copy = Persisted[bool]()  # switched: no more dirtying, the rest of memory goes once
+    max_downtime_ms = Persisted[int | None]()
+    throttle_pct = Persisted[int]()
+    dirty_rate_mib_s = Persisted[float]()  # the guest's dirtying in the last tick, after throttling
 
     def __init__(
         self,
@@ -76,6 +94,9 @@ class Migration(Record):
         memory_mib: float,
         disks: tuple[DiskCopy, ...],
         fault: InjectedFault | None,
+        auto_converge: bool = False,
+        post_copy_allowed: bool = False,
+        max_downtime_ms: int | None = None,
     ) -> None:
         self.domain = domain
         self.vm_uid = vm_uid
@@ -97,6 +118,12 @@ class Migration(Record):
         self.stalled = False
         self.reserved = (0, 0)
         self.progressed_at = 0.0
+        self.auto_converge = auto_converge
+        self.post_copy_allowed = post_copy_allowed
+        self.post_copy = False
+        self.max_downtime_ms = max_downtime_ms
+        self.throttle_pct = 0
+        self.dirty_rate_mib_s = 0.0
         self.timer: asyncio.TimerHandle | None = None
 
     @property
@@ -116,13 +143,46 @@ class Migration(Record):
             data_remaining_mib=remaining,
             iteration=self.iteration,
             error=self.error,
+            memory_remaining_mib=self.memory_remaining_mib if self.phase is MigrationPhase.RUNNING else 0.0,
+            dirty_rate_mib_s=self.dirty_rate_mib_s if self.phase is MigrationPhase.RUNNING else 0.0,
+            throttle_pct=self.throttle_pct,
+            post_copy=self.post_copy,
         )
+
+    @property
+    def memory_remaining_mib(self) -> float:
+        return self.memory_mib if self.iteration == 0 else self.iteration_remaining_mib
+
+    @property
+    def switch_over_mib(self) -> float:
+        """What may be left for the paused last copy: the link's worth of the allowed downtime."""
+        if self.max_downtime_ms is None:
+            return CONVERGENCE_MIB
+        return self.bandwidth_mib_s * self.max_downtime_ms / 1000
 
     def at_fault_point(self) -> bool:
         return self.fault is not None and self.processed_mib >= self.fault_point_mib - _EPSILON_MIB
 
+    def switch_to_post_copy(self) -> None:
+        """From now on nothing is dirtied here; what the guest dirtied during the pass under way
+        joins what is left to send."""
+        if self.post_copy:
+            return
+        self.post_copy = True
+        if self.iteration > 0:
+            dirtied = self.dirty_rate_mib_s * self.iteration_seconds
+            self.iteration_remaining_mib = min(self.memory_mib, self.iteration_remaining_mib + dirtied)
+        self.dirty_rate_mib_s = 0.0
+
+    def _throttled(self, guest_rate_mib_s: float) -> float:
+        self.dirty_rate_mib_s = guest_rate_mib_s * (1 - self.throttle_pct / 100)
+        return self.dirty_rate_mib_s
+
     def advance(self, seconds: float, dirty_rate_mib_s: float) -> bool:
         """Send for ``seconds`` of simulated time; True once the switch-over is done."""
+        # in post-copy the guest runs on the target: nothing is dirtied here, the pass under way is the last
+        guest_rate = 0.0 if self.post_copy else dirty_rate_mib_s
+        dirty_rate_mib_s = self._throttled(guest_rate)
         budget = self.bandwidth_mib_s * seconds
         while budget > 0:
             step = budget
@@ -143,13 +203,21 @@ class Migration(Record):
                 self.iteration_seconds += sent / self.bandwidth_mib_s
                 if self.iteration_remaining_mib <= 0:
                     dirtied = min(self.memory_mib, dirty_rate_mib_s * self.iteration_seconds)
-                    if dirtied < CONVERGENCE_MIB:
+                    if dirtied < self.switch_over_mib:
                         # the last few dirty pages go over while the guest is paused
                         self.processed_mib += sent + dirtied
                         return True
                     self.iteration += 1
                     self.iteration_remaining_mib = dirtied
                     self.iteration_seconds = 0.0
+                    if self.auto_converge:
+                        self.throttle_pct = min(
+                            THROTTLE_MAX_PCT,
+                            self.throttle_pct + THROTTLE_INCREMENT_PCT
+                            if self.throttle_pct
+                            else THROTTLE_INITIAL_PCT,
+                        )
+                        dirty_rate_mib_s = self._throttled(guest_rate)
             self.processed_mib += sent
             budget -= sent
         return False

@@ -39,6 +39,13 @@ function planItems(m) {
   return Array.isArray(plan) ? plan : Array.isArray(plan.items) ? plan.items : [];
 }
 
+// what the hypervisor measures of a migration under way (domain/progress.py's fields)
+function measured(p) {
+  if (!p.iteration || !["Migrating", "Returning"].includes(p.state)) return "";
+  const mode = p.post_copy ? "post-copy" : `pass ${p.iteration}`;
+  return `${mode}, dirtying ${Math.round(p.dirty_rate_mib_s)} MiB/s, ${Math.round(p.remaining_mib)} MiB left`;
+}
+
 export function renderMaintenance(found) {
   state.maintenanceHosts = new Set(
     found.filter(([, m]) => pick(m, "status.phase", "phase") !== "Cancelled").map(([name]) => name),
@@ -62,7 +69,7 @@ export function renderMaintenance(found) {
         cell(p.target || item.target),
         cell(vmState ? badge(vmState) : "–", "state"),
         cell(Number.isFinite(pct) ? bar(pct / 100, `${Math.round(pct)}%`, "progress") : "–", "progress"),
-        cell(p.message || item.reason, "message"),
+        cell([p.message || item.reason, measured(p), item.risk ? `risk: ${item.risk}` : ""].filter(Boolean).join(" · "), "message"),
       ]);
     });
     const table = el("table", { cls: "grid compact" }, [

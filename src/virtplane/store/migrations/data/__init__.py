@@ -25,10 +25,15 @@ from sqlalchemy import Connection, insert, select, update
 from virtplane.domain.resources import KIND_BY_NAME
 from virtplane.store import schema
 from virtplane.store.database import utcnow
-from virtplane.store.migrations.data import d0001_volume_file, d0002_host_paths
+from virtplane.store.migrations.data import d0001_volume_file, d0002_host_paths, d0003_sealed_secrets
 from virtplane.store.migrations.data.base import LOOKED_AT, Body, DataMigration
+from virtplane.store.sealing import Keyring
 
-MIGRATIONS: tuple[DataMigration, ...] = (d0001_volume_file.MIGRATION, d0002_host_paths.MIGRATION)
+MIGRATIONS: tuple[DataMigration, ...] = (
+    d0001_volume_file.MIGRATION,
+    d0002_host_paths.MIGRATION,
+    d0003_sealed_secrets.MIGRATION,
+)
 LATEST = MIGRATIONS[-1].version
 VERSION_ROW = "data:version"
 
@@ -42,12 +47,15 @@ def data_version(connection: Connection) -> int | None:
     return None if value is None else int(value)
 
 
-def upgrade_bodies(connection: Connection) -> list[str]:
-    """Apply the data migrations this database has not had yet; what each changed, as log lines."""
+def upgrade_bodies(connection: Connection, keyring: Keyring | None = None) -> list[str]:
+    """Apply the data migrations this database has not had yet; what each changed, as log lines.
+    ``keyring``: the secrets key, for the migrations that seal (``DataMigration.keyed``)."""
     applied = data_version(connection)
-    pending = [m for m in MIGRATIONS if m.version > (applied or 0)]
+    pending = [m.bound(keyring) for m in MIGRATIONS if m.version > (applied or 0)]
     lines: list[str] = []
     if pending:
+        if connection.dialect.name == "sqlite":  # a rewritten row's old bytes (a password) zeroed
+            connection.exec_driver_sql("PRAGMA secure_delete = ON")
         known = {kind: [body for _, body in items] for kind, items in _bodies(connection, LOOKED_AT).items()}
         kinds = sorted({kind for migration in pending for kind in migration.kinds})
         for kind, items in _bodies(connection, kinds).items():

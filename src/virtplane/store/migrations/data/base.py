@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from virtplane.store.sealing import Keyring
 
 Body = dict[str, Any]
 
@@ -22,3 +25,8 @@ class DataMigration:
     upgrade: Callable[[str, Body, Known], list[str]]
     """Rewrite the body in place; one line per change, empty if it changed nothing. It must
     be idempotent: a body already in the current shape is left as it is."""
+    keyed: Callable[[Keyring | None], Callable[[str, Body, Known], list[str]]] | None = None
+    """For a migration that needs the secrets key: ``upgrade`` made with the store's."""
+
+    def bound(self, keyring: Keyring | None) -> DataMigration:
+        return self if self.keyed is None else replace(self, upgrade=self.keyed(keyring))
