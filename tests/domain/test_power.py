@@ -433,6 +433,24 @@ def test_restore_power_state_is_consumed_where_the_domain_exists_again(
         assert again.action is NONE, "a VM restored as Stopped stays stopped on the next reconcile too"
 
 
+@pytest.mark.parametrize("recorded", [ExitReason.STOPPED_BY_USER, ExitReason.GUEST_SHUTDOWN])
+@pytest.mark.parametrize(
+    "older", [ExitReason.HOST_FAILURE, ExitReason.CRASH, ExitReason.START_FAILED, ExitReason.VANISHED]
+)
+def test_an_owner_stop_stands_against_the_older_reason_of_a_domain_that_has_not_run_since(
+    recorded: ExitReason, older: ExitReason
+) -> None:
+    """A stopped AlwaysOnUnlessStoppedManually VM adopted onto a copy that died with a fenced host
+    (the locate step after a restore, or the census after a release) must not start: the copy's
+    host-failure is older than the owner's stop (crash harness, seed 1076353083)."""
+    decision = decide(inputs(AOUSM, "shutoff", exit_reason=older, last_exit=recorded))
+    assert (decision.action, decision.phase, decision.last_exit) == (NONE, VMPhase.STOPPED, recorded)
+    # once a start is asked, what its domain reports is news again: a failed boot says so
+    for asked in (Intents(start=True), Intents(restart=RestartStage.STARTING)):
+        retry = decide(inputs(AOUSM, "shutoff", exit_reason=older, last_exit=recorded, intents=asked))
+        assert (retry.action, retry.last_exit) == (START, older)
+
+
 RESUME = "snap-1"
 
 

@@ -8,7 +8,8 @@ until its simulated BMC fences it (issue 15) — and kills the server with SIGKI
 in the middle of each round, restarting it on the same data. A model of what each
 VM's power state must be is kept here, in the test process; at the end every
 invariant is checked against the API and against the simulated hypervisors' own
-state file.
+state file. What the workload did, and when, is written to ``history.log`` in the data
+directory beside the server's ``server.log`` (the store keeps each VM's events).
 
     python -m tests.harness.crash --kills 500 --seed 1234      # the long run
 """
@@ -65,6 +66,12 @@ class Harness:
         self.server = ServerProcess(data_dir, boot_s=0.05, shutdown_s=0.05)
         self.counter = 0
         self.outstanding: list[tuple[str, str, str]] = []
+        self.history = data_dir / "history.log"
+
+    def note(self, text: str) -> None:
+        """One line of what the workload did and what the model expects, beside the server's log."""
+        with self.history.open("a") as out:
+            out.write(f"{time.time():.3f} kill {self.report.kills} round {self.report.rounds}: {text}\n")
 
     # ------------------------------------------------------------------ plumbing
 
@@ -245,11 +252,13 @@ class Harness:
         elif response.status_code != 201:
             return ""  # refused (not applicable now): a correct answer, nothing to track
         self.report.operations += 1
+        self.note(f"{vm} {kind} {name} issued {extra}")
         return name
 
     def fault(self, host: str, kind: str, vm: str | None = None, count: int = 1) -> bool:
         response = self.call("POST", f"/v1/hosts/{host}/faults", {"kind": kind, "vm": vm, "count": count})
         ok = response is not None and response.status_code == 200
+        self.note(f"fault {kind} on {host} ({vm}, {count}): {'ok' if ok else 'failed'}")
         if ok:
             self.report.faults_injected += 1
         return ok
@@ -273,6 +282,7 @@ class Harness:
         for vm in vms:
             status = statuses[vm]
             phase, host = status["phase"], status["host"]
+            self.note(f"{vm} pick (phase {phase}, host {host}, last_exit {status['last_exit']})")
             # restores weigh double: keeping the power state through them is the point of the project
             choice = self.rng.choice(
                 [
@@ -330,6 +340,7 @@ class Harness:
         if in_maintenance:
             host = self.rng.choice(in_maintenance)
             response = self.call("DELETE", f"/v1/hosts/{host}/maintenance")
+            self.note(f"maintenance cancel on {host}: {response.status_code if response else None}")
             if response is not None and response.status_code < 300:
                 pending.append(("cancel", host, ""))
             return {host}
@@ -340,6 +351,7 @@ class Harness:
         response = self.call(
             "POST", f"/v1/hosts/{host}/maintenance", {"strategy": strategy, "dry_run": False}
         )
+        self.note(f"maintenance {strategy} on {host}: {response.status_code if response else None}")
         if response is not None and response.status_code < 300:
             self.report.maintenances += 1
             pending.append(("maintenance", host, strategy))
@@ -375,6 +387,7 @@ class Harness:
         for _ in range(100):
             response = self.call("PATCH", f"/v1/hosts/{host}", {"spec": {"fenced": False}})
             if response is not None and response.status_code == 200:
+                self.note(f"fence of {host} cleared")
                 return
             self.ensure_running()
             time.sleep(0.05)
@@ -400,6 +413,7 @@ class Harness:
                     f"/v1/snapshots/{name}", lambda s: s["status"]["phase"] in ("Ready", "Failed"), deadline
                 )
             elif kind in ("guest-shutdown", "crash"):
+                self.note(f"{extra} {kind}")
                 policy = self.policy[extra]
                 if kind == "guest-shutdown" and policy in ("Manual", "AlwaysOnUnlessStoppedManually"):
                     self.expected[extra] = "Stopped"
@@ -453,6 +467,8 @@ class Harness:
         return body
 
     def apply_operation(self, kind: str, op: dict[str, Any] | None, extra: str) -> None:
+        if op is not None:
+            self.note(f"{op['spec']['vm']} {kind} {op['metadata']['name']} {op['status']['phase']} ({extra})")
         if op is None or op["status"]["phase"] != "Completed":
             return
         vm = op["spec"]["vm"]
@@ -515,6 +531,7 @@ class Harness:
             time.sleep(self.rng.uniform(0.0, 0.6))
             self.server.kill()
             self.report.kills += 1
+            self.note("killed")
             self.server.start()
             self.wait_round(pending)
             self.wait_quiet(timeout=5, allow_held=True)

@@ -90,6 +90,15 @@ def _record_exit(inputs: PowerInputs) -> ExitReason | None:
         return inputs.last_exit
     if reason is ExitReason.STOPPED_BY_SYSTEM and inputs.last_exit is not None:
         return inputs.last_exit  # keep the more specific reason recorded when the stop was confirmed
+    if (
+        inputs.last_exit in MANUAL_STOP_REASONS
+        and not inputs.intents.start
+        and inputs.intents.restart is None
+    ):
+        # The owner's stop stands until the VM runs again (running clears it): a domain that has
+        # not run since, with no start asked, can only report an older stop, e.g. a copy that
+        # died with a fenced host and was adopted later by the locate step.
+        return inputs.last_exit
     return reason
 
 
