@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import threading
+import xml.etree.ElementTree as ET
 from typing import Any
 
 from virtplane.drivers.base import PoolRef
@@ -25,6 +26,20 @@ from virtplane.drivers.libvirt.flavor import HypervisorFlavor
 
 STATE_POOL = "virtplane-state"
 DEFAULT_STATE_DIR = "/var/lib/libvirt/virtplane/state"
+
+
+def with_saved_cpu_check(definition: str, saved: str) -> str:
+    """``definition`` with its ``<cpu check=...>`` as the image has it. libvirt fills the check
+    in when a domain starts (``full`` for a custom model) and refuses a restore whose
+    definition asks for another ("Target CPU check none does not match source full"); the
+    model and features, which must match, stay as the definition says."""
+    saved_cpu = ET.fromstring(saved).find("cpu")
+    domain = ET.fromstring(definition)
+    cpu = domain.find("cpu")
+    if saved_cpu is None or cpu is None or saved_cpu.get("check") is None:
+        return definition
+    cpu.set("check", saved_cpu.get("check", ""))
+    return ET.tostring(domain, encoding="unicode")
 
 
 def state_pool_name(state_dir: str) -> str:
@@ -82,6 +97,8 @@ class MemoryImages:
         """Start a domain from the image at ``path`` (``definition``: its XML to use instead),
         running, also when the image was saved from a guest paused for the snapshot."""
         running = _libvirt.load().VIR_DOMAIN_SAVE_RUNNING if self._flavor.restore_run_state else 0
+        if definition is not None:
+            definition = with_saved_cpu_check(definition, conn.saveImageGetXMLDesc(path, 0))
         conn.restoreFlags(path, definition, running)
 
     def delete_local(self, handle: str) -> bool:
