@@ -61,12 +61,13 @@ read_seed() {
   name=$(sed -n 's/.*"local-hostname": *"\([^"]*\)".*/\1/p' /seed/meta-data)
   [ -n "$name" ] && hostname "$name" && echo "cidata: hostname $name"
   # virtplane writes network-config as indented JSON (which is YAML), one key per line:
-  # an ethernet is an object at depth 2; print "mac address/prefix gateway" for each.
+  # an ethernet is an object at depth 2; print "mac address/prefix gateway" for each (the
+  # gateway as gateway4, as virtplane writes it, or as an older seed's default route "via").
   awk '
     function flush() { if (mac != "") print mac, (addr == "" ? "-" : addr), (gw == "" ? "-" : gw); mac = addr = gw = "" }
     /^    "[^"]*": \{/ { flush() }
     /"macaddress":/ { split($0, q, "\""); mac = q[4] }
-    /"via":/ { split($0, q, "\""); gw = q[4] }
+    /"(via|gateway4)":/ { split($0, q, "\""); gw = q[4] }
     /^ *"[0-9.]+\/[0-9]+",?$/ { if (addr == "") { split($0, q, "\""); addr = q[2] } }
     END { flush() }' /seed/network-config >/tmp/nics
   while read -r mac addr gw; do
