@@ -37,6 +37,18 @@ HOSTILE_IMG = '<img src="x" onerror="window.__pwned = 2">'
 NOTHING = "\N{EN DASH}"  # what the page shows for an empty value
 
 
+def ended_watch(route: Route) -> bool:
+    """Answer a host watch with one bookmark, so that it ends at once and the page keeps the
+    state it listed; False (nothing answered) for any other request."""
+    query = parse_qs(urlsplit(route.request.url).query)
+    if "watch" not in query:
+        return False
+    revision = int(query["resource_version"][0])
+    bookmark = {"type": "BOOKMARK", "object": {"kind": "Host", "metadata": {"resource_version": revision}}}
+    route.fulfill(status=200, content_type="application/x-ndjson", body=json.dumps(bookmark) + "\n")
+    return True
+
+
 def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
     """Poll ``check`` until it returns something truthy (the deadline only bounds a hang)."""
     deadline = time.monotonic() + timeout
@@ -283,14 +295,7 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
     }
 
     def hosts_in_maintenance(route: Route) -> None:
-        query = parse_qs(urlsplit(route.request.url).query)
-        if "watch" in query:  # a watch that ends at once: the page keeps the state it listed
-            revision = int(query["resource_version"][0])
-            bookmark = {
-                "type": "BOOKMARK",
-                "object": {"kind": "Host", "metadata": {"resource_version": revision}},
-            }
-            route.fulfill(status=200, content_type="application/x-ndjson", body=json.dumps(bookmark) + "\n")
+        if ended_watch(route):
             return
         response = route.fetch()
         body = response.json()

@@ -4,15 +4,13 @@ ago"; a silent host shows for how long it has been silent."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from tests.conftest import LiveServer
-from tests.web.test_dashboard import create, host, signed_in, wait_for
+from tests.web.test_dashboard import create, ended_watch, host, signed_in, wait_for
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page, Route
@@ -36,14 +34,7 @@ def test_an_up_host_answers_and_a_silent_one_says_for_how_long(page: Page, live_
 
     def aged(route: Route) -> None:
         """The real hosts, as they would be 5 minutes on: host-1 still answering, host-2 silent 2 min."""
-        query = parse_qs(urlsplit(route.request.url).query)
-        if "watch" in query:  # a watch that ends at once: the page keeps the state it listed
-            revision = int(query["resource_version"][0])
-            bookmark = {
-                "type": "BOOKMARK",
-                "object": {"kind": "Host", "metadata": {"resource_version": revision}},
-            }
-            route.fulfill(status=200, content_type="application/x-ndjson", body=json.dumps(bookmark) + "\n")
+        if ended_watch(route):
             return
         response = route.fetch()
         body = response.json()
