@@ -62,15 +62,20 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
         guide.read_text(encoding="utf-8") + "\nSee [the missing page](missing.md).\n", encoding="utf-8"
     )
 
-    done = subprocess.run(
-        [sys.executable, str(copy / "scripts" / "build_docs.py"), "--site-dir", str(tmp_path / "site")],
+    done = _build(copy, tmp_path / "site")
+
+    assert done.returncode != 0
+    assert "missing.md" in done.stderr
+
+
+def _build(copy: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """The docs build of a changed copy of the repository, as CI runs it."""
+    return subprocess.run(
+        [sys.executable, str(copy / "scripts" / "build_docs.py"), "--site-dir", str(site)],
         capture_output=True,
         text=True,
         timeout=300,
     )
-
-    assert done.returncode != 0
-    assert "missing.md" in done.stderr
 
 
 def _repo_copy(tmp_path: Path) -> Path:
@@ -105,12 +110,7 @@ def test_a_statement_the_code_contradicts_fails_the_build(tmp_path: Path, statem
     guide = copy / "docs" / "operator-guide.md"
     guide.write_text(guide.read_text(encoding="utf-8") + f"\n{statement}\n", encoding="utf-8")
 
-    done = subprocess.run(
-        [sys.executable, str(copy / "scripts" / "build_docs.py"), "--site-dir", str(tmp_path / "site")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _build(copy, tmp_path / "site")
 
     assert done.returncode != 0
     assert "operator-guide.md" in done.stderr and named in done.stderr, done.stderr
