@@ -27,6 +27,7 @@ class StoppableDaemon:
         self.closes: list[int] = []  # for each close: the calls then in that connection
         self.connections: list[HeldConnection] = []
         self.partitioned = False
+        self.stops_at: str | None = None
 
     def cut_off(self) -> None:
         """The link to the host is down: every open and call fails at once."""
@@ -40,6 +41,11 @@ class StoppableDaemon:
 
     def resume(self) -> None:
         self.running.set()
+
+    def stop_at(self, method: str) -> None:
+        """Stop when a call of ``method`` comes in, before answering it: a SIGSTOP that lands
+        between two calls of one look at the host."""
+        self.stops_at = method
 
     def open(self, _uri: str) -> Any:
         self._held(lambda: None)
@@ -88,6 +94,8 @@ class HeldConnection:
                 self._answer(attribute)
             with self._daemon.lock:
                 self.in_calls += 1
+                if name == self._daemon.stops_at:
+                    self._daemon.stop()
             try:
                 return self._daemon._held(lambda: self._answer(attribute, *args, **kwargs))
             finally:

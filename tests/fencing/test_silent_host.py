@@ -75,6 +75,23 @@ async def test_a_probe_the_daemon_never_answers_is_a_missed_answer(
     assert all(calls == 0 for calls in daemon.closes), f"closed with calls in it: {daemon.closes}"
 
 
+async def test_a_daemon_that_stops_after_the_probe_answered_is_a_missed_answer_too(
+    plane: ControlPlane, store: Store, daemon: StoppableDaemon
+) -> None:
+    """The probe answered, then the daemon stopped: the next call of the same look (here the
+    first look's census of the host's domains; on QEMU hosts every look's accelerator and CPU
+    questions) is bounded as the probe is, so liveness, and fencing after it, go on. The
+    real-QEMU fencing test met this: the look waited 120 s, and no fence came."""
+    daemon.stop_at("listAllDomains")
+    store.create(Host(metadata=Metadata(name="h1"), spec=HostSpec(uri=URI)))
+    host = await eventually(
+        lambda: (h := store.get(Host, "h1")).status.connection is HostConnection.DISCONNECTED and h
+    )
+    assert host.status.message == f"cannot reach {URI}: no answer within 0.3s", host.status.message
+    assert daemon.in_calls >= 1, "the census call is still held by the daemon"
+    assert all(calls == 0 for calls in daemon.closes), f"closed with calls in it: {daemon.closes}"
+
+
 @pytest.fixture
 async def two_hosts(
     store: Store, daemon: StoppableDaemon, tmp_path: Path

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable
 from datetime import timedelta
+from typing import TypeVar
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.domain_survey import survey_domains
@@ -46,6 +48,7 @@ from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache, HostShare
 
 log = logging.getLogger("virtplane.controllers.host")
+T = TypeVar("T")
 
 HEARTBEAT_S = 30.0  # how often a host nothing else wakes is probed
 HEARTBEAT_RECORD_S = 300.0
@@ -77,9 +80,9 @@ class HostReconciler:
         try:
             driver, facts = await self._probe(host)
             if host.spec.fenced or _returning(host):
-                await self._remove_stale_domains(host, driver, fenced=host.spec.fenced)
+                await self._answer(self._remove_stale_domains(host, driver, fenced=host.spec.fenced))
             if not host.spec.fenced and host.metadata.name not in ctx.surveyed:
-                await survey_domains(ctx, host, driver)
+                await self._answer(survey_domains(ctx, host, driver))
             answered = True
             status.capacity = Capacity(vcpus=max(1, facts.vcpus), memory_mib=max(64, facts.memory_mib))
             status.capabilities = sorted(driver.capabilities)
@@ -146,11 +149,21 @@ class HostReconciler:
         host.liveness.probe_timeout_s is a missed answer, whatever call it waits in (a stopped
         daemon holds a call on an open connection for as long as it stays stopped): the caller drops
         the driver, which lets go of the call without waiting for it."""
-        timeout_s = self.ctx.settings.get_float("host.liveness.probe_timeout_s")
+
+        async def ask() -> tuple[HypervisorDriver, HostFacts]:
+            driver = await self.ctx.hosts.get(host.spec.uri)
+            return driver, await driver.host_facts()
+
+        return await self._answer(ask())
+
+    async def _answer(self, call: Awaitable[T], longer_by_s: float = 0.0) -> T:
+        """One call of a look at the host, bounded as the probe is (plus ``longer_by_s`` for a
+        call that is long by design): a daemon that stops after the probe answered must not hold
+        the look, and liveness and fencing with it, until the reconcile's own time limit."""
+        timeout_s = self.ctx.settings.get_float("host.liveness.probe_timeout_s") + longer_by_s
         try:
             async with asyncio.timeout(timeout_s):
-                driver = await self.ctx.hosts.get(host.spec.uri)
-                return driver, await driver.host_facts()
+                return await call
         except TimeoutError:
             raise HostUnreachable(f"no answer within {timeout_s:g}s") from None
 
@@ -159,7 +172,7 @@ class HostReconciler:
         look (a new driver after a restart must know). The validation boot runs only when no
         verdict is recorded for the host's libvirt, QEMU and host identity."""
         settings, name, cluster = self.ctx.settings, host.metadata.name, host.spec.cluster
-        offer = await driver.accelerator_offer()
+        offer = await self._answer(driver.accelerator_offer())
         recorded = status.accelerator
         wanted = host.spec.accelerator
         fresh = recorded is not None and recorded.validated_for == offer.fingerprint
@@ -168,7 +181,7 @@ class HostReconciler:
         if needs_validation(wanted, offer.kvm, offer.fingerprint, recorded):
             kernel = settings.get_str("host.accelerator.validation_kernel", cluster=cluster, host=name)
             timeout_s = settings.get_float("host.accelerator.validation_timeout_s")
-            validation = await driver.validate_kvm(kernel, timeout_s)
+            validation = await self._answer(driver.validate_kvm(kernel, timeout_s), longer_by_s=timeout_s)
             kvm_works = validation == ""
             self.ctx.event(
                 host,
@@ -208,7 +221,7 @@ class HostReconciler:
         cpu.model of its cluster, else libvirt's baseline of every host of the cluster whose guests
         run under the same accelerator (guests migrate only between those), computed again only
         when one of those CPUs changes."""
-        status.cpu = await driver.host_cpu()
+        status.cpu = await self._answer(driver.host_cpu())
         cluster = host.spec.cluster
         named = self.ctx.settings.get_str("cpu.model", cluster=cluster)
         if named:
@@ -229,7 +242,7 @@ class HostReconciler:
         source = f"baseline of {', '.join(sorted(cpus))} ({digest})"
         if status.cluster_cpu is not None and status.cluster_cpu.source == source:
             return
-        baseline = await driver.baseline_cpu([cpus[name] for name in sorted(cpus)])
+        baseline = await self._answer(driver.baseline_cpu([cpus[name] for name in sorted(cpus)]))
         status.cluster_cpu = ClusterCPU(**baseline.model_dump(), source=source) if baseline else None
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
