@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import LiveServer
-from virtplane.cli.client import _error_from_response
+from virtplane.cli.client import error_from_response
 from virtplane.cli.context import CliOverrides
 from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.main import app
@@ -69,7 +69,7 @@ def test_answers_that_are_not_the_servers_own_still_give_a_message(
         else httpx.Response(status, text=str(body))
     )
 
-    error = _error_from_response(response)
+    error = error_from_response(response)
 
     assert (error.reason, error.message) == expected
 

@@ -9,8 +9,8 @@ import re
 import pytest
 from rich.console import Console
 
-from virtplane.cli.client import JsonObject
 from virtplane.cli.context import CliState
+from virtplane.cli.errors import JsonObject
 from virtplane.cli.progress_view import Frame, Row, Tone, move_row, operation_row
 from virtplane.cli.waiting import wait_for
 from virtplane.domain.progress import ProgressState

@@ -23,7 +23,8 @@ import pytest
 from bench.server import py_spy
 
 from tests.conftest import LiveServer
-from virtplane.cli.client import ApiClient, WatchExpired
+from virtplane.cli.client import ApiClient
+from virtplane.cli.errors import WatchExpired
 
 
 def _stacks(pid: int) -> str:

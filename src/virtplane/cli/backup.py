@@ -10,24 +10,21 @@ name asked for. How to restore it: ``virtplane store-restore`` and the operator 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
-import httpx
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from virtplane.cli.client import ApiError, CliError, ServerUnreachable
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.errors import CliError, ServerUnreachable
 
 __all__ = ["register"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-TIMEOUT = httpx.Timeout(30.0, read=300.0)
+CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 30.0, 300.0
 """The server makes the whole copy before it sends the first byte: a big store takes a while."""
 
 _EPILOG = (
@@ -74,17 +71,25 @@ def backup(
 
 
 def _download(state: CliState, sink: BinaryIO) -> int:
+    import httpx  # here: only this command streams; every command imports the module (issue 39)
+
+    from virtplane.cli.client import error_from_response
+
     headers = {"Authorization": f"Bearer {state.token}"} if state.token else {}
     try:
         with (
             httpx.Client(
-                base_url=state.url, headers=headers, transport=state.transport, timeout=TIMEOUT
+                base_url=state.url,
+                headers=headers,
+                transport=state.transport,
+                timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
+                verify=state.tls(),
             ) as http,
             http.stream("GET", "/v1/backup") as response,
         ):
             if response.is_error:
                 response.read()
-                raise _refusal(response)
+                raise error_from_response(response)
             expected = int(response.headers.get("content-length", "0"))
             with _progress(state, expected) as advance:
                 for chunk in response.iter_bytes():
@@ -106,20 +111,12 @@ def _progress(state: CliState, total: int) -> Any:
     if not state.err_console.is_terminal:
         yield lambda _: None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
     columns = (TextColumn("backup"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     with Progress(*columns, console=state.err_console, transient=True) as progress:
         task = progress.add_task("backup", total=total or None)
         yield lambda n: progress.advance(task, n)
-
-
-def _refusal(response: httpx.Response) -> ApiError:
-    try:
-        body: Any = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        body = None
-    if isinstance(body, dict) and "reason" in body:
-        return ApiError(response.status_code, str(body["reason"]), str(body.get("message", "")))
-    return ApiError(response.status_code, f"HTTP{response.status_code}", response.text.strip()[:200])
 
 
 def _verified(path: Path) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from virtplane.cli.client import CliError, JsonObject
 from virtplane.cli.context import CliState
+from virtplane.cli.errors import CliError, JsonObject
 from virtplane.cli.output import dig
 from virtplane.cli.progress_view import operation_row
 from virtplane.cli.waiting import OPERATION_END_PHASES

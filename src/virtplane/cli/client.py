@@ -20,6 +20,16 @@ from typing import Any
 
 import httpx
 
+from virtplane.cli.errors import (
+    DEFAULT_URL,
+    ApiError,
+    CliError,
+    JsonObject,
+    ServerUnreachable,
+    WaitTimedOut,
+    WatchExpired,
+)
+
 __all__ = [
     "DEFAULT_URL",
     "ApiClient",
@@ -31,61 +41,14 @@ __all__ = [
     "WatchExpired",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:8470"
 REQUEST_TIMEOUT_S = 30.0
 PAGE_SIZE = 500
 WATCH_TIMEOUT = httpx.Timeout(REQUEST_TIMEOUT_S, read=30.0)
 """The server sends a bookmark at least every 10 s: 30 s of silence is a dead connection."""
 RECONNECT_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
-JsonObject = dict[str, Any]
 
-
-class CliError(Exception):
-    """A failure to report to the user as ``Error (reason): message``; its exit code is in
-    ``exit_codes.exit_code_for``."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
-
-
-class ApiError(CliError):
-    """The server refused or failed a request."""
-
-    def __init__(self, status_code: int, reason: str, message: str, fields: list[str] | None = None) -> None:
-        super().__init__(reason, message)
-        self.status_code = status_code
-        self.fields = fields or []
-        """The fields at fault the server named (``spec.memory``), if any."""
-
-
-class WatchExpired(CliError):
-    """The server no longer has the changes after the revision a watch asked for (410)."""
-
-
-class ServerUnreachable(CliError):
-    """No server answered at the URL."""
-
-    def __init__(self, url: str, detail: str) -> None:
-        super().__init__(
-            "ServerUnreachable",
-            f"the virtplane server is not reachable at {url} ({detail}). "
-            "Start one with `virtplane serve --demo`, or point the CLI at yours with "
-            "--url or VIRTPLANE_URL.",
-        )
-        self.url = url
-
-
-class WaitTimedOut(CliError):
-    """``--wait`` gave up; the work it followed goes on in the server."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("Timeout", message)
-
-
-def _error_from_response(response: httpx.Response) -> ApiError:
+def error_from_response(response: httpx.Response) -> ApiError:
     """Build an ``ApiError`` from an error response, whatever shape its body has."""
     try:
         body: Any = response.json()
@@ -181,7 +144,7 @@ class ApiClient:
         except httpx.TransportError as error:
             raise ServerUnreachable(self.base_url, str(error) or type(error).__name__) from error
         if response.is_error:
-            raise _error_from_response(response)
+            raise error_from_response(response)
         if not response.content:
             return None
         try:
@@ -269,7 +232,7 @@ class ApiClient:
                 ) as response:
                     if response.is_error:
                         response.read()
-                        error = _error_from_response(response)
+                        error = error_from_response(response)
                         if error.status_code == 410:
                             raise WatchExpired(error.reason, error.message)
                         raise error

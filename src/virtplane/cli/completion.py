@@ -14,9 +14,9 @@ import os
 import time
 from pathlib import Path
 
-import click
+import typer
 
-from virtplane.cli.client import DEFAULT_URL, ApiClient, CliError
+from virtplane.cli.errors import DEFAULT_URL, CliError
 from virtplane.cli.kinds import resolve_kind
 
 __all__ = ["CACHE_SECONDS", "complete_host", "complete_name", "complete_vm", "resource_names"]
@@ -27,7 +27,7 @@ REQUEST_TIMEOUT_S = 2.0
 """A TAB that waits longer than this for a server is worse than no completion."""
 
 
-def complete_name(ctx: click.Context, incomplete: str) -> list[str]:
+def complete_name(ctx: typer.Context, incomplete: str) -> list[str]:
     """The NAME after a KIND (``get vm <TAB>``, ``delete volume <TAB>``)."""
     kind = ctx.params.get("kind")
     try:
@@ -37,11 +37,11 @@ def complete_name(ctx: click.Context, incomplete: str) -> list[str]:
     return _starting(resource_names(ctx, info.plural), incomplete) if info else []
 
 
-def complete_vm(ctx: click.Context, incomplete: str) -> list[str]:
+def complete_vm(ctx: typer.Context, incomplete: str) -> list[str]:
     return _starting(resource_names(ctx, "vms"), incomplete)
 
 
-def complete_host(ctx: click.Context, incomplete: str) -> list[str]:
+def complete_host(ctx: typer.Context, incomplete: str) -> list[str]:
     return _starting(resource_names(ctx, "hosts"), incomplete)
 
 
@@ -49,7 +49,7 @@ def _starting(names: list[str], incomplete: str) -> list[str]:
     return [name for name in names if name.startswith(incomplete)]
 
 
-def resource_names(ctx: click.Context, plural: str) -> list[str]:
+def resource_names(ctx: typer.Context, plural: str) -> list[str]:
     """The names of every ``plural`` on the server the command line names, sorted."""
     root = ctx.find_root().params
     url = str(root.get("url") or os.environ.get("VIRTPLANE_URL") or DEFAULT_URL)
@@ -58,6 +58,8 @@ def resource_names(ctx: click.Context, plural: str) -> list[str]:
     cached = _read(path)
     if cached is not None:
         return cached
+    from virtplane.cli.client import ApiClient  # httpx: only once a name is asked for (issue 39)
+
     try:
         with ApiClient(url, token, timeout_s=REQUEST_TIMEOUT_S) as client:
             items = client.list_items(plural)

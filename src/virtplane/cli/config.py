@@ -17,7 +17,6 @@ operator's guide); ``config_section`` reads it for ``serve``.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,8 @@ def load_config(ctx: typer.Context, param: typer.CallbackParam, path: Path | Non
 
 def flag_defaults(ctx: typer.Context, path: Path, *, own: str | None) -> dict[str, Any]:
     """{parameter name: value} from the TOML file ``path``, for the command of ``ctx``."""
+    import tomllib  # here: most commands read no file (issue 39)
+
     try:
         document = tomllib.loads(path.read_text())
     except OSError as error:
@@ -74,6 +75,8 @@ def flag_defaults(ctx: typer.Context, path: Path, *, own: str | None) -> dict[st
 
 def config_section(path: Path, name: str) -> Any:
     """The table ``[name]`` of the TOML file ``path`` (already read once by ``--config``), or None."""
+    import tomllib
+
     try:
         return tomllib.loads(path.read_text()).get(name)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:

@@ -16,18 +16,16 @@ import os
 import selectors
 import ssl
 import sys
-import termios
 import threading
-import tty
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 from urllib.parse import quote
 
 import typer
 
-from virtplane.cli.client import ApiError, CliError, ServerUnreachable
 from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import state_of
+from virtplane.cli.errors import ApiError, CliError, ServerUnreachable
 from virtplane.cli.tls import untrusted_from
 
 if TYPE_CHECKING:  # websockets is imported by the command only: every other command starts sooner
@@ -204,6 +202,9 @@ def console(
 ) -> None:
     """Attach to a VM's serial console (operator role). Ctrl-] detaches."""
     state = state_of(ctx)
+    import termios  # here: only a terminal session sets its mode (issue 39)
+    import tty
+
     url = console_url(state.url, name) + ("?takeover=true" if takeover else "")
     ws = _open(url, state.url, state.token, state.tls())
     stdin = sys.stdin.buffer

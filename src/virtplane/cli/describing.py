@@ -12,13 +12,12 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.text import Text
 
-from virtplane.cli.client import ApiError, JsonObject
 from virtplane.cli.completion import complete_name
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.errors import ApiError, JsonObject
 from virtplane.cli.kinds import KindInfo, complete_kind, resolve_kind
 from virtplane.cli.maintenance_view import print_maintenance
 from virtplane.cli.output import age, cell_text, dig, format_mib, new_table, print_table, styled
@@ -115,6 +114,8 @@ def _without_empty_values(value: Any) -> Any:
 
 
 def _print_object(console: Console, kind: KindInfo, resource: JsonObject) -> None:
+    import yaml  # here, not at the top: every command imports this module (issue 39)
+
     """The resource as YAML, without its conditions (they get a table of their own)."""
     status = dict(dig(resource, "status", {}))
     status.pop("conditions", None)

@@ -10,8 +10,8 @@ import sys
 
 import typer
 
-from virtplane.cli.client import CliError, ServerUnreachable
 from virtplane.cli.context import state_of
+from virtplane.cli.errors import CliError, ServerUnreachable
 from virtplane.cli.exit_codes import ExitCode, common_exit_code
 from virtplane.cli.manifests import plan, what_apply_writes
 from virtplane.cli.output import print_error

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from virtplane.cli.client import ApiError, CliError, ServerUnreachable, WaitTimedOut
+from virtplane.cli.errors import ApiError, CliError, ServerUnreachable, WaitTimedOut
 from virtplane.cli.tls import CertificateNotTrusted
 
 __all__ = ["ExitCode", "common_exit_code", "exit_code_for", "exit_code_table"]

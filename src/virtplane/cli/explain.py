@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from virtplane.cli.client import CliError
+from virtplane.cli.errors import CliError
 from virtplane.cli.fields import NO_DEFAULT, Field, FieldNotFound, field_at
 from virtplane.cli.kinds import resolve_kind
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from virtplane.cli.client import JsonObject
+from virtplane.cli.errors import JsonObject
 from virtplane.cli.kinds import EVENTS, KindInfo
 from virtplane.cli.output import OutputFormat, cell_text, new_table, print_structured, print_table
 from virtplane.cli.tables import event_id, print_events, print_resources

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from virtplane.cli.client import ApiError, CliError, JsonObject
 from virtplane.cli.completion import complete_host
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.errors import ApiError, CliError, JsonObject
 from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.maintenance_view import maintenance_frame, print_maintenance
 from virtplane.cli.output import OutputFormat, dig, print_structured

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from virtplane.cli.client import CliError
+from virtplane.cli.errors import CliError
 
 __all__ = ["EVENTS", "KINDS", "KindInfo", "complete_kind", "kind_by_name", "resolve_kind"]
 

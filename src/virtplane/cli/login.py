@@ -7,10 +7,9 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from virtplane.cli.client import ApiClient, CliError
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.credentials import forget_token, save_token, saved_token
-from virtplane.cli.loopback import LoopbackListener
+from virtplane.cli.errors import CliError
 
 __all__ = ["register"]
 
@@ -52,12 +51,17 @@ def login(
         password = typer.get_text_stream("stdin").readline().rstrip("\r\n")
     else:
         password = typer.prompt("Password", hide_input=True)
+    from virtplane.cli.client import ApiClient  # httpx: not for --help (issue 39)
+
     with ApiClient(state.url, None, transport=state.transport) as client:  # no token: the login is one
         session = client.post("/v1/login", {"username": username, "password": password})
     _keep(state, session)
 
 
 def _oidc_session(state: CliState, timeout_s: float) -> dict[str, Any]:
+    from virtplane.cli.client import ApiClient
+    from virtplane.cli.loopback import LoopbackListener  # http.server: for --oidc only
+
     with LoopbackListener() as listener, ApiClient(state.url, None, transport=state.transport) as client:
         begun = client.post("/v1/login/oidc/start", {"redirect_uri": listener.redirect_uri})
         url = str(begun.get("authorization_url", ""))

@@ -24,10 +24,10 @@ from virtplane.cli import (
     tokens,
     vms,
 )
-from virtplane.cli.client import DEFAULT_URL, CliError
 from virtplane.cli.config import config_section, load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
 from virtplane.cli.credentials import saved_token
+from virtplane.cli.errors import DEFAULT_URL, CliError
 from virtplane.cli.exit_codes import exit_code_for, exit_code_table
 from virtplane.cli.output import make_console, print_error
 from virtplane.cli.tls import normalize_fingerprint

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from virtplane.cli.client import JsonObject
+from virtplane.cli.errors import JsonObject
 from virtplane.cli.output import cell_text, dig, new_table, print_table, styled
 from virtplane.cli.progress_view import Frame, move_row
 

@@ -19,13 +19,16 @@ import contextlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from virtplane.cli.client import ApiClient, ApiError, CliError, JsonObject
+from virtplane.cli.errors import ApiError, CliError, JsonObject
 from virtplane.cli.kinds import KINDS, KindInfo, kind_by_name, resolve_kind
 from virtplane.domain.api_version import API_VERSION
+
+if TYPE_CHECKING:  # imported where used: every command imports this module (issue 39)
+    import yaml
+
+    from virtplane.cli.client import ApiClient
 
 __all__ = ["Manifest", "apply_manifest", "load_manifests", "plan", "same_object", "what_apply_writes"]
 
@@ -69,6 +72,8 @@ def _source(file: str, line: int, document: int) -> str:
 def line_of(node: yaml.Node, path: str) -> int | None:
     """The line (1-based) of the field at ``path`` (``spec.nics.0.ip``) in a document, or of the
     deepest part of it that is there; None if not even its first part is."""
+    import yaml
+
     line = None
     for part in path.split("."):
         if isinstance(node, yaml.MappingNode):
@@ -86,6 +91,8 @@ def line_of(node: yaml.Node, path: str) -> int | None:
 
 def load_manifests(filename: str, text: str) -> list[Manifest]:
     """Parse and check every document of one file; raise ``CliError`` naming the bad document."""
+    import yaml
+
     label = "stdin" if filename == "-" else filename
     try:
         documents = _documents(label, text)
@@ -107,6 +114,8 @@ def load_manifests(filename: str, text: str) -> list[Manifest]:
 def _documents(label: str, text: str) -> list[tuple[Any, int, yaml.Node | None]]:
     """Each document, the line it starts on (1-based) and its nodes, read as
     ``yaml.safe_load_all`` does."""
+    import yaml
+
     stream = io.StringIO(text)
     stream.name = label  # PyYAML names a stream's errors by its name
     loader = yaml.SafeLoader(stream)

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -165,6 +164,8 @@ def print_json(data: Any) -> None:
 
 
 def print_yaml(data: Any) -> None:
+    import yaml  # here, not at the top: every command imports this module (issue 39)
+
     sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True))
 
 

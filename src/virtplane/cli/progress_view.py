@@ -11,15 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from virtplane.cli.output import dig, new_table
 from virtplane.domain.progress import MoveProgress, ProgressState
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 __all__ = ["Frame", "ProgressView", "Row", "Tone", "move_row", "operation_row"]
 
@@ -163,6 +164,8 @@ class ProgressView:
     def __enter__(self) -> ProgressView:
         if self.console.is_terminal:
             # Redrawn when a frame comes (auto_refresh off): no thread, nothing drawn twice.
+            from rich.live import Live  # a terminal only (issue 39: start-up)
+
             self._live = Live(console=self.console, auto_refresh=False, transient=False)
             self._live.start()
         return self
@@ -195,6 +198,8 @@ def render(frame: Frame) -> RenderableType:
         bar: RenderableType = Text("")
         done = "-"
         if row.percent is not None:
+            from rich.progress_bar import ProgressBar
+
             bar = ProgressBar(total=100.0, completed=row.percent, width=BAR_WIDTH)
             done = f"{row.percent:.0f}%"
         message = "; ".join(part for part in (row.measured, row.detail) if part)

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from virtplane.cli.client import ApiError, CliError, JsonObject, ServerUnreachable
 from virtplane.cli.completion import complete_name
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.describing import describe
+from virtplane.cli.errors import ApiError, CliError, JsonObject, ServerUnreachable
 from virtplane.cli.exit_codes import ExitCode, common_exit_code
 from virtplane.cli.formats import GetOutput, parse_get_output, print_get
 from virtplane.cli.kinds import EVENTS, KindInfo, complete_kind, resolve_kind

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from virtplane.cli.client import CliError
+from virtplane.cli.errors import CliError
 
 __all__ = ["register"]
 

@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from virtplane.cli.client import JsonObject
 from virtplane.cli.context import state_of
+from virtplane.cli.errors import JsonObject
 from virtplane.cli.kinds import resolve_kind
 from virtplane.cli.output import OutputFormat, dig, print_structured
 from virtplane.cli.tables import print_resources

@@ -22,8 +22,8 @@ from typing import Annotated
 
 import typer
 
-from virtplane.cli.client import CliError
 from virtplane.cli.context import state_of
+from virtplane.cli.errors import CliError
 
 __all__ = ["register"]
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from virtplane.cli.client import JsonObject
+from virtplane.cli.errors import JsonObject
 from virtplane.cli.kinds import KindInfo
 from virtplane.cli.output import (
     OutputFormat,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from virtplane.cli.client import CliError
+from virtplane.cli.errors import CliError
 
 __all__ = [
     "CertificateNotTrusted",

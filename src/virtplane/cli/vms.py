@@ -9,9 +9,9 @@ import typer
 from rich.text import Text
 
 from virtplane.cli.bulk import run_on_selection
-from virtplane.cli.client import CliError, JsonObject
 from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import CliState, state_of
+from virtplane.cli.errors import CliError, JsonObject
 from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.kinds import resolve_kind
 from virtplane.cli.output import dig, print_yaml

@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.text import Text
 
-from virtplane.cli.client import CliError, JsonObject, WaitTimedOut
 from virtplane.cli.context import CliState
+from virtplane.cli.errors import CliError, JsonObject, WaitTimedOut
 from virtplane.cli.output import dig
 from virtplane.cli.progress_view import Frame, ProgressView, Row, Tone, operation_row
 

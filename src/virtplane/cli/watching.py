@@ -15,8 +15,8 @@ from contextlib import closing
 
 from rich.text import Text
 
-from virtplane.cli.client import CliError, JsonObject, WaitTimedOut, WatchExpired
 from virtplane.cli.context import CliState
+from virtplane.cli.errors import CliError, JsonObject, WaitTimedOut, WatchExpired
 from virtplane.cli.kinds import KindInfo
 from virtplane.cli.output import OutputFormat, dig, print_table
 from virtplane.cli.progress_view import Frame, ProgressView, Row
