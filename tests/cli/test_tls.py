@@ -100,6 +100,15 @@ def test_the_cli_talks_to_a_tls_server_it_trusts_and_refuses_one_it_does_not(
             assert f"the server's certificate at {server.url} is not trusted" in message
             assert "--ca-file or VIRTPLANE_CA_FILE" in message and "--tls-fingerprint" in message
 
+        # backup streams through the same client: the same trust, the same refusal
+        copy = tmp_path / "copy.db"
+        saved = cli(server, "--ca-file", str(ca.pem), "backup", "-o", str(copy))
+        assert saved.returncode == 0, saved.stderr
+        assert copy.read_bytes().startswith(b"SQLite format 3")
+        refused = cli(server, "backup", "-o", str(tmp_path / "refused.db"))
+        assert refused.returncode == 7 and "Error (CertificateNotTrusted)" in one_line(refused.stderr)
+        assert not (tmp_path / "refused.db").exists()
+
         other = stranger.issue("impostor")
         mismatch = cli(server, "--tls-fingerprint", other.fingerprint, "get", "hosts")
         assert mismatch.returncode == 7, mismatch.stderr

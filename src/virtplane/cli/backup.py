@@ -19,12 +19,13 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from virtplane.cli.context import CliState, state_of
-from virtplane.cli.errors import CliError, ServerUnreachable
+from virtplane.cli.errors import CliError
 
 __all__ = ["register"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 30.0, 300.0
+READ_TIMEOUT_S = 300.0
+"""A large store may take the server a while between chunks."""
 """The server makes the whole copy before it sends the first byte: a big store takes a while."""
 
 _EPILOG = (
@@ -71,32 +72,12 @@ def backup(
 
 
 def _download(state: CliState, sink: BinaryIO) -> int:
-    import httpx  # here: only this command streams; every command imports the module (issue 39)
-
-    from virtplane.cli.client import error_from_response
-
-    headers = {"Authorization": f"Bearer {state.token}"} if state.token else {}
-    try:
-        with (
-            httpx.Client(
-                base_url=state.url,
-                headers=headers,
-                transport=state.transport,
-                timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
-                verify=state.tls(),
-            ) as http,
-            http.stream("GET", "/v1/backup") as response,
-        ):
-            if response.is_error:
-                response.read()
-                raise error_from_response(response)
-            expected = int(response.headers.get("content-length", "0"))
-            with _progress(state, expected) as advance:
-                for chunk in response.iter_bytes():
-                    sink.write(chunk)
-                    advance(len(chunk))
-    except httpx.TransportError as error:
-        raise ServerUnreachable(state.url, str(error) or type(error).__name__) from error
+    with state.client.stream("/v1/backup", READ_TIMEOUT_S) as response:
+        expected = int(response.headers.get("content-length", "0"))
+        with _progress(state, expected) as advance:
+            for chunk in response.iter_bytes():
+                sink.write(chunk)
+                advance(len(chunk))
     written = sink.tell()
     if written != expected:
         raise CliError(

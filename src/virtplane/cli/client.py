@@ -12,10 +12,11 @@ The transport is injectable so tests can answer requests with ``httpx.MockTransp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import httpx
@@ -128,21 +129,8 @@ class ApiClient:
         params: dict[str, str | int] | None = None,
     ) -> Any:
         """Send one request; return the decoded JSON body (None when empty) or raise."""
-        try:
-            response = self._http.request(
-                method,
-                path,
-                json=body,
-                params=params,
-            )
-        except httpx.ConnectError as error:
-            raise _untrusted(error, self.base_url) or ServerUnreachable(
-                self.base_url, "connection refused or host unknown"
-            ) from error
-        except httpx.TimeoutException as error:
-            raise ServerUnreachable(self.base_url, "the request timed out") from error
-        except httpx.TransportError as error:
-            raise ServerUnreachable(self.base_url, str(error) or type(error).__name__) from error
+        with self._answered():
+            response = self._http.request(method, path, json=body, params=params)
         if response.is_error:
             raise error_from_response(response)
         if not response.content:
@@ -153,6 +141,30 @@ class ApiClient:
             raise ApiError(
                 response.status_code, "InvalidResponse", f"the server sent non-JSON data for {path}"
             ) from error
+
+    @contextlib.contextmanager
+    def stream(self, path: str, read_timeout_s: float) -> Iterator[httpx.Response]:
+        """A GET whose body is read as it arrives (``backup``); fails as ``request`` does."""
+        timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=read_timeout_s)
+        with self._answered(), self._http.stream("GET", path, timeout=timeout) as response:
+            if response.is_error:
+                response.read()
+                raise error_from_response(response)
+            yield response
+
+    @contextlib.contextmanager
+    def _answered(self) -> Iterator[None]:
+        """httpx's transport errors as the CLI's: a certificate not trusted, or no server."""
+        try:
+            yield
+        except httpx.ConnectError as error:
+            raise _untrusted(error, self.base_url) or ServerUnreachable(
+                self.base_url, "connection refused or host unknown"
+            ) from error
+        except httpx.TimeoutException as error:
+            raise ServerUnreachable(self.base_url, "the request timed out") from error
+        except httpx.TransportError as error:
+            raise ServerUnreachable(self.base_url, str(error) or type(error).__name__) from error
 
     def _object(
         self, method: str, path: str, body: Any = None, params: dict[str, str | int] | None = None
