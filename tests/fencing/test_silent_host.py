@@ -155,6 +155,8 @@ async def test_a_cut_off_libvirt_host_fenced_by_the_admin_loses_its_live_stale_d
     plane.enqueue("Host", "h1")
     # destroyed and undefined (libvirt's undefine of a live domain would leave it running)
     await eventually(lambda: stale.name() not in {d.name() for d in keeper.listAllDomains()}, timeout=15)
+    # its event is written with the look's write, a moment after the domain went
+    await eventually(lambda: "StaleDomainRemoved" in _host_events(store, "h1"))
     assert _host_events(store, "h1").count("StaleDomainRemoved") == 1
     assert store.get(VirtualMachine, "on").status.host == "h2"
     assert keeper.lookupByName("test").isActive(), "a domain that is not virtplane's is left alone"
