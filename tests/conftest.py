@@ -150,7 +150,9 @@ class LiveServer:
 
     def client(self, role: str | None = "admin", **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=10.0, **kwargs)
+        # a guard against a hang, not a measure: CI's two suites share two cores, and a first
+        # request has waited more than 10 s there (tests/web/test_routes.py, once)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0, **kwargs)
 
     def in_loop(self, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` run on the server's event loop (where the simulator must be called)."""
