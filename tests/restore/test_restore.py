@@ -388,3 +388,17 @@ async def test_a_vm_pending_when_the_restore_begins_comes_back_running(plane: Co
     plane.store.mutate(Host, "h1", lambda h: setattr(h.spec, "enabled", True))
     current = await settled_after_restore(plane, "a")
     assert current.status.phase.value == "Running"
+
+
+def test_the_restore_handler_runs_the_table_as_its_chain() -> None:
+    """The table is the code: the handler's chain is the table's steps, in its order."""
+    from typing import cast
+
+    from virtplane.controllers.context import ControllerContext
+    from virtplane.controllers.restore import RestoreHandler
+    from virtplane.domain.restore import STEPS, RestoreStep
+
+    chain = RestoreHandler(cast(ControllerContext, None)).chain()
+    assert [step.name for step in chain] == [
+        row.step.value for row in STEPS if row.step is not RestoreStep.NEW
+    ]

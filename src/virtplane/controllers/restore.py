@@ -21,11 +21,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from virtplane.controllers.attachments import attached_elsewhere
+from virtplane.controllers.chain import Step, StopChain, run_chain
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.networks import nic_conflicts, vm_claims
+from virtplane.controllers.networks import vm_claims
 from virtplane.controllers.operations import finish_operation
+from virtplane.controllers.restore_checks import (
+    RestoreFailed,
+    attached_now,
+    dropped_nics,
+    snapshot_for,
+    validation_report,
+)
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition
@@ -37,12 +45,10 @@ from virtplane.domain.intents import (
     strip_system,
     write_intents,
 )
-from virtplane.domain.networks import Nic
 from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
     OperationPhase,
     RestoreMode,
-    SnapshotPhase,
     StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
@@ -50,7 +56,7 @@ from virtplane.domain.resources import (
     VMPhase,
     Volume,
 )
-from virtplane.domain.restore import RestoreStep, not_past
+from virtplane.domain.restore import STEPS, RestoreStep, not_past
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.errors import DriverError, HostUnreachable
 from virtplane.reconcile.types import Result
@@ -61,15 +67,26 @@ log = logging.getLogger("virtplane.controllers.restore")
 POLL_S = 0.5
 
 
-class RestoreFailed(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 def holder(op: VirtualMachineOperation) -> str:
     return f"restore/{op.metadata.name}"
+
+
+@dataclass
+class RestoreRun:
+    """One look at a restore: its operation, its VM, and the step the operation reached."""
+
+    op: VirtualMachineOperation
+    vm: VirtualMachine
+    step: RestoreStep
+
+    @property
+    def me(self) -> str:
+        return holder(self.op)
+
+    @property
+    def entered(self) -> bool:
+        """This restore holds the VM: its power state is recorded, never to be measured again."""
+        return read_intents(self.vm.metadata.annotations).held_by == self.me
 
 
 class RestoreHandler:
@@ -118,104 +135,56 @@ class RestoreHandler:
         except ClaimTaken as taken:  # taken between the check and the write
             raise RestoreFailed("AddressInUse", f"a NIC of the snapshot: {taken}") from taken
 
-    # ------------------------------------------------------------------ steps
+    # ------------------------------------------------------------------ the chain
 
-    def _snapshot(self, op: VirtualMachineOperation) -> VirtualMachineSnapshot:
-        assert op.spec.restore is not None
-        snap = self.ctx.store.find(VirtualMachineSnapshot, op.spec.restore.snapshot)
-        if snap is None:
-            raise RestoreFailed("SnapshotNotFound", f"snapshot {op.spec.restore.snapshot} does not exist")
-        if snap.spec.vm != op.spec.vm:
-            raise RestoreFailed(
-                "SnapshotOfAnotherVM", f"snapshot {snap.metadata.name} belongs to VM {snap.spec.vm}"
-            )
-        if snap.status.phase is not SnapshotPhase.READY or snap.status.captured is None:
-            raise RestoreFailed(
-                "SnapshotNotReady", f"snapshot {snap.metadata.name} is {snap.status.phase.value}"
-            )
-        return snap
-
-    def _validate(
-        self, op: VirtualMachineOperation, vm: VirtualMachine, snap: VirtualMachineSnapshot
-    ) -> dict[str, str]:
-        """What would change, per resource; raises in Strict mode when something is missing."""
-        assert op.spec.restore is not None and snap.status.captured is not None
-        strict = op.spec.restore.mode is RestoreMode.STRICT
-        report: dict[str, str] = {}
-        missing: list[str] = []
-        for disk in snap.status.disk_snapshots:
-            volume = self.ctx.store.find(Volume, disk.volume)
-            owner = self._attached_elsewhere(volume, vm.metadata.name)
-            if volume is None or self.ctx.store.find(StoragePool, volume.spec.pool) is None:
-                missing.append(disk.volume)
-                report[f"volume/{disk.volume}"] = "missing: skipped" if not strict else "missing"
-            elif owner is not None:
-                if strict:
-                    raise RestoreFailed(
-                        "VolumeAttached",
-                        f"Strict restore: volume {disk.volume} is attached to VM {owner} now",
-                    )
-                report[f"volume/{disk.volume}"] = f"attached to VM {owner}: skipped"
-            else:
-                report[f"volume/{disk.volume}"] = f"revert to snapshot {snap.metadata.name}"
-        captured = snap.status.captured
-        for index in self._dropped_nics(op, vm, captured.spec.nics):
-            report[f"nic/{index}"] = "dropped"
-        changes = [
-            f"{field}: {getattr(vm.spec, field)!r} -> {getattr(captured.spec, field)!r}"
-            for field in type(vm.spec).model_fields
-            if getattr(vm.spec, field) != getattr(captured.spec, field)
-        ]
-        if vm.metadata.labels != captured.labels:
-            changes.append(f"labels: {vm.metadata.labels} -> {captured.labels}")
-        if strip_system(vm.metadata.annotations) != strip_system(captured.annotations):
-            changes.append("annotations replaced")
-        report[f"vm/{vm.metadata.name}"] = "; ".join(changes) if changes else "spec unchanged"
-        before = "Running" if vm.status.phase in RESTORE_RUNNING_PHASES else "Stopped"
-        report["power_state"] = f"{before} (kept as before the restore)"
-        if missing and strict:
-            raise RestoreFailed(
-                "DiskSnapshotMissing", f"Strict restore: disk(s) {', '.join(missing)} cannot be restored"
-            )
-        return report
-
-    def _dropped_nics(self, op: VirtualMachineOperation, vm: VirtualMachine, nics: list[Nic]) -> set[int]:
-        """The snapshot's NICs the VM cannot have back now (network gone, MAC or address taken by
-        another VM meanwhile): Strict fails with the reason, BestEffort drops them and says so."""
-        assert op.spec.restore is not None
-        conflicts = nic_conflicts(self.ctx.store, vm.metadata.uid, nics)
-        if conflicts and op.spec.restore.mode is RestoreMode.STRICT:
-            first = conflicts[0]
-            raise RestoreFailed(first.reason, f"Strict restore: NIC {first.index}: {first.message}")
-        for conflict in conflicts:
-            self.ctx.event(vm, "RestoreDroppedNic", f"NIC {conflict.index}: {conflict.message}", warning=True)
-        return {c.index for c in conflicts}
+    def chain(self) -> tuple[Step[RestoreRun], ...]:
+        """The steps of ``domain.restore.STEPS``, in its order: each looks at the step the
+        operation reached (its durable point, ``op.status.step``) and the VM's hold, and does
+        its part or nothing."""
+        by_step = {
+            RestoreStep.VALIDATE: self._validate_step,
+            RestoreStep.ENTER_MAINTENANCE: self._enter_maintenance,
+            RestoreStep.PROCESS_RESTORE: self._process_restore,
+            RestoreStep.EXIT_MAINTENANCE: self._exit_step,
+            RestoreStep.RESTORE_POWER_STATE: self._restore_power_state,
+        }
+        return tuple(
+            Step(row.step.value, by_step[row.step]) for row in STEPS if row.step is not RestoreStep.NEW
+        )
 
     async def _step(self, op: VirtualMachineOperation, vm: VirtualMachine) -> Result | None:
-        assert op.spec.restore is not None
-        mode = op.spec.restore.mode
-        intents = read_intents(vm.metadata.annotations)
-        me = holder(op)
-        entered = intents.held_by == me
-        step = RestoreStep(op.status.step)
+        # every path ends in a StopChain: a step waits, fails, or the last one finishes
+        result, _ = await run_chain(self.chain(), RestoreRun(op, vm, RestoreStep(op.status.step)))
+        return result
 
-        if not entered and not_past(step, RestoreStep.VALIDATE):
-            snap = self._snapshot(op)
-            op = await self._set_step(
-                op, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
+    async def _validate_step(self, run: RestoreRun) -> Result | None:
+        """SnapshotReady and Validate; a DryRun ends here with its report, changing nothing."""
+        if run.entered or not not_past(run.step, RestoreStep.VALIDATE):
+            return None
+        restore = run.op.spec.restore
+        assert restore is not None
+        snap = snapshot_for(self.ctx, run.op)
+        run.op = await self._set_step(
+            run.op, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
+        )
+        run.op.status.progress = validation_report(self.ctx, run.op, run.vm, snap)
+        if restore.mode is RestoreMode.DRY_RUN:
+            await self._finish(
+                run.op, OperationPhase.COMPLETED, "DryRun", "dry run: nothing was changed; see progress"
             )
-            report = self._validate(op, vm, snap)
-            if mode is RestoreMode.DRY_RUN:  # stops here, changes nothing
-                op.status.progress = report
-                await self._finish(
-                    op, OperationPhase.COMPLETED, "DryRun", "dry run: nothing was changed; see progress"
-                )
-                return None
-            op.status.progress = report
-            if intents.held_by and intents.held_by != me:
-                raise RestoreFailed("VMInMaintenance", f"the VM is held by {intents.held_by}")
-            # EnterMaintenance: the power state before the restore, the hold and a system stop, in ONE write.
-            was = PowerState.RUNNING if vm.status.phase in RESTORE_RUNNING_PHASES else PowerState.STOPPED
+            raise StopChain(None)
+        held_by = read_intents(run.vm.metadata.annotations).held_by
+        if held_by and held_by != run.me:
+            raise RestoreFailed("VMInMaintenance", f"the VM is held by {held_by}")
+        return None
+
+    async def _enter_maintenance(self, run: RestoreRun) -> Result | None:
+        """Durable point: the power state before the restore, the hold and a system stop in ONE
+        VM write, before anything is torn down. Then, once the VM controller stopped the VM,
+        its domain goes."""
+        if not run.entered and not_past(run.step, RestoreStep.VALIDATE):
+            me = run.me
+            was = PowerState.RUNNING if run.vm.status.phase in RESTORE_RUNNING_PHASES else PowerState.STOPPED
 
             def enter(current: VirtualMachine) -> None:
                 now = read_intents(current.metadata.annotations)
@@ -234,82 +203,101 @@ class RestoreHandler:
                     ),
                 )
 
-            vm = self._vm_write(vm.metadata.name, enter)
+            run.vm = self._vm_write(run.vm.metadata.name, enter)
             crashpoint("restore.entered-maintenance")
-            op = await self._set_step(
-                op, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
+            run.op = await self._set_step(
+                run.op, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
             )
-            return Result(requeue_after=POLL_S)
-
-        if not_past(step, RestoreStep.ENTER_MAINTENANCE):
-            op = await self._set_step(op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
-            if intents.stop is not None or vm.status.phase is not VMPhase.STOPPED:
-                return Result(requeue_after=POLL_S)  # the VM controller stops it (graceful, then forced)
-            await self._remove_domain(vm)
-            op = await self._set_step(
-                op, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot"
-            )
-            step = RestoreStep.PROCESS_RESTORE
-
-        if step is RestoreStep.PROCESS_RESTORE:
-            snap = self._snapshot(op)
-            captured = snap.status.captured
-            assert captured is not None
-            dropped = self._dropped_nics(op, vm, captured.spec.nics)
-            skipped = await self._revert_disks(op, snap)
-
-            def overwrite(current: VirtualMachine) -> None:
-                # the snapshot's copy, but the intents stay the ones recorded in step 2
-                system = split_annotations(current.metadata.annotations)[1]
-                current.spec = captured.spec.model_copy(deep=True)
-                current.spec.disks = [d for d in current.spec.disks if d.volume not in skipped]
-                current.spec.nics = [n for i, n in enumerate(current.spec.nics) if i not in dropped]
-                current.metadata.labels = dict(captured.labels)
-                current.metadata.annotations = {**strip_system(captured.annotations), **system}
-                # A VM that was Running resumes the snapshot's memory, if it has any, when it
-                # starts again (controllers.vm.memory); one that was Stopped boots cold later.
-                intents = read_intents(current.metadata.annotations)
-                resume = snap.metadata.name if snap.status.memory_handle else None
-                if intents.restore_power_state is not PowerState.RUNNING:
-                    resume = None
-                current.metadata.annotations = write_intents(
-                    current.metadata.annotations, intents.with_(resume_from_memory=resume)
-                )
-                # how an earlier restore's start went no longer applies
-                current.status.conditions = remove_condition(
-                    current.status.conditions, VMCondition.MEMORY_RESTORED
-                )
-
-            vm = self._vm_write(vm.metadata.name, overwrite, overwrite=True)
-            crashpoint("restore.overwritten")
-            note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
-            if dropped:
-                note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
-            op = await self._set_step(
-                op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
-            )
-            step = RestoreStep.EXIT_MAINTENANCE
-
-        if step is RestoreStep.EXIT_MAINTENANCE:
-            vm = self._exit_maintenance(vm.metadata.name, me)
-            op = await self._set_step(
-                op, RestoreStep.RESTORE_POWER_STATE, f"{op.status.message}; bringing back its power state"
-            )
-            step = RestoreStep.RESTORE_POWER_STATE
-
-        if step is RestoreStep.RESTORE_POWER_STATE:
-            intents = read_intents(vm.metadata.annotations)
-            if intents.restore_power_state is not None:
-                return Result(requeue_after=POLL_S)  # consumed where the VM controller recreates the domain
-            wanted = "start requested" if intents.start else f"VM is {vm.status.phase.value}"
-            await self._finish(
-                op,
-                OperationPhase.COMPLETED,
-                "Restored",
-                f"{op.status.message.split('; bringing')[0]}; {wanted}",
-            )
+            raise StopChain(Result(requeue_after=POLL_S))
+        if not not_past(run.step, RestoreStep.ENTER_MAINTENANCE):
             return None
-        return Result(requeue_after=POLL_S)
+        run.op = await self._set_step(run.op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
+        if (
+            read_intents(run.vm.metadata.annotations).stop is not None
+            or run.vm.status.phase is not VMPhase.STOPPED
+        ):
+            raise StopChain(
+                Result(requeue_after=POLL_S)
+            )  # the VM controller stops it (graceful, then forced)
+        await self._remove_domain(run.vm)
+        run.op = await self._set_step(
+            run.op, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot"
+        )
+        run.step = RestoreStep.PROCESS_RESTORE
+        return None
+
+    async def _process_restore(self, run: RestoreRun) -> Result | None:
+        """Every disk reverted; spec, labels and user annotations overwritten from the snapshot
+        (the intents recorded on entering stay), in one VM write: the durable point."""
+        if run.step is not RestoreStep.PROCESS_RESTORE:
+            return None
+        snap = snapshot_for(self.ctx, run.op)
+        captured = snap.status.captured
+        assert captured is not None
+        dropped = dropped_nics(self.ctx, run.op, run.vm, captured.spec.nics)
+        skipped = await self._revert_disks(run.op, snap)
+
+        def overwrite(current: VirtualMachine) -> None:
+            # the snapshot's copy, but the intents stay the ones recorded on entering
+            system = split_annotations(current.metadata.annotations)[1]
+            current.spec = captured.spec.model_copy(deep=True)
+            current.spec.disks = [d for d in current.spec.disks if d.volume not in skipped]
+            current.spec.nics = [n for i, n in enumerate(current.spec.nics) if i not in dropped]
+            current.metadata.labels = dict(captured.labels)
+            current.metadata.annotations = {**strip_system(captured.annotations), **system}
+            # A VM that was Running resumes the snapshot's memory, if it has any, when it
+            # starts again (controllers.vm.memory); one that was Stopped boots cold later.
+            intents = read_intents(current.metadata.annotations)
+            resume = snap.metadata.name if snap.status.memory_handle else None
+            if intents.restore_power_state is not PowerState.RUNNING:
+                resume = None
+            current.metadata.annotations = write_intents(
+                current.metadata.annotations, intents.with_(resume_from_memory=resume)
+            )
+            # how an earlier restore's start went no longer applies
+            current.status.conditions = remove_condition(
+                current.status.conditions, VMCondition.MEMORY_RESTORED
+            )
+
+        run.vm = self._vm_write(run.vm.metadata.name, overwrite, overwrite=True)
+        crashpoint("restore.overwritten")
+        note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
+        if dropped:
+            note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
+        run.op = await self._set_step(
+            run.op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
+        )
+        run.step = RestoreStep.EXIT_MAINTENANCE
+        return None
+
+    async def _exit_step(self, run: RestoreRun) -> Result | None:
+        """The hold goes (after a failure too: ``_fail``); the intent stays for the VM controller."""
+        if run.step is not RestoreStep.EXIT_MAINTENANCE:
+            return None
+        run.vm = self._exit_maintenance(run.vm.metadata.name, run.me)
+        run.op = await self._set_step(
+            run.op, RestoreStep.RESTORE_POWER_STATE, f"{run.op.status.message}; bringing back its power state"
+        )
+        run.step = RestoreStep.RESTORE_POWER_STATE
+        return None
+
+    async def _restore_power_state(self, run: RestoreRun) -> Result | None:
+        """Done once the VM controller turned the intent into a start or a kept stop."""
+        if run.step is not RestoreStep.RESTORE_POWER_STATE:
+            return None
+        intents = read_intents(run.vm.metadata.annotations)
+        if intents.restore_power_state is not None:
+            raise StopChain(
+                Result(requeue_after=POLL_S)
+            )  # consumed where the VM controller recreates the domain
+        wanted = "start requested" if intents.start else f"VM is {run.vm.status.phase.value}"
+        await self._finish(
+            run.op,
+            OperationPhase.COMPLETED,
+            "Restored",
+            f"{run.op.status.message.split('; bringing')[0]}; {wanted}",
+        )
+        raise StopChain(None)
 
     async def _remove_domain(self, vm: VirtualMachine) -> None:
         if not vm.status.host:
@@ -336,7 +324,7 @@ class RestoreHandler:
                     )
                 skipped.append(disk.volume)
                 continue
-            owner = self._attached_elsewhere(volume, op.spec.vm)
+            owner = attached_now(self.ctx, volume, op.spec.vm)
             if owner is not None:  # never revert (or take) the disk of another VM
                 if op.spec.restore.mode is RestoreMode.STRICT:
                     raise RestoreFailed(
@@ -355,11 +343,6 @@ class RestoreHandler:
                     raise RestoreFailed("RevertFailed", f"volume {disk.volume}: {exc}") from exc
                 skipped.append(disk.volume)
         return skipped
-
-    def _attached_elsewhere(self, volume: Volume | None, vm: str) -> str | None:
-        if volume is None:
-            return None
-        return attached_elsewhere(self.ctx.cache, volume.metadata.name, vm, volume.status.attached_vm)
 
     def _exit_maintenance(self, name: str, me: str) -> VirtualMachine:
         def leave(current: VirtualMachine) -> None:

@@ -7,8 +7,8 @@ import logging
 from dataclasses import replace
 from datetime import timedelta
 
+from virtplane.controllers.chain import StopChain
 from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
-from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.memory import start_domain
 from virtplane.controllers.vm.state import HostAccess, VMState

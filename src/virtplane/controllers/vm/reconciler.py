@@ -8,9 +8,9 @@ stored state.
 
 from __future__ import annotations
 
+from virtplane.controllers.chain import Step, run_chain
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.vm import power, recovery, steps
-from virtplane.controllers.vm.chain import Step, run_chain
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.resources import VirtualMachine
 from virtplane.reconcile.types import Request, Result

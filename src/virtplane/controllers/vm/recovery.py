@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from virtplane.controllers.chain import StopChain
 from virtplane.controllers.scheduling import local_pool_hosts
-from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.intents import RecoveryStage, read_intents
 from virtplane.domain.phases import RECOVERY_END_PHASES

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from virtplane.controllers.chain import StopChain
 from virtplane.controllers.scheduling import local_pool_hosts
-from virtplane.controllers.vm.chain import StopChain
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.state import VMState
 from virtplane.crashpoints import crashpoint

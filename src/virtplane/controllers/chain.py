@@ -1,8 +1,11 @@
-"""Running an ordered chain of steps over one state (the shape of Deckhouse's handler chain).
+"""Running an ordered chain of steps over one state (the shape of Deckhouse's handler chain):
+the one idiom of the controllers for ordered, resumable work (the VM's reconcile, a restore).
 
 A step is ``async (state) -> Result | None``: None to go on, a ``Result`` to go on and
 ask for a look again after that delay. ``StopChain`` ends the chain early with its
-result. Whatever happens, the caller writes the state once afterwards.
+result. A step decides from the state alone whether it has anything to do, so a chain run
+again after a crash resumes where the stored state says; the caller writes what the steps
+changed (the VM's chain once at the end; a restore at its durable points, named there).
 """
 
 from __future__ import annotations
