@@ -1,4 +1,5 @@
-"""The steps of a restore (DESIGN.md §4), in order: the table the restore handler follows.
+"""The steps of a restore (DESIGN.md §4), in order: the table the restore handler runs as its
+chain (``controllers.restore.RestoreHandler.chain``), one handler per row after NEW.
 
 A Restore operation records the step it reached in ``status.step``; after a crash the
 handler resumes from there. Each step is idempotent, so a step seen again is done again.

@@ -17,6 +17,7 @@ control-plane process that runs the controllers (the lease holder on PostgreSQL)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -57,6 +58,8 @@ from virtplane.domain.resources import (
 )
 from virtplane.domain.seeds import read_seed_volumes
 from virtplane.drivers.base import (
+    DiskAttachment,
+    HypervisorDriver,
     MigrationJob,
     MigrationRequest,
     domain_name,
@@ -188,83 +191,56 @@ class MigrationCoordinator:
     # ------------------------------------------------------------------ begin
 
     async def begin(self, vm_name: str, target: str, *, requested_by: str, attempt: int) -> BeginResult:
-        """Start migrating ``vm_name`` to ``target`` if a slot is free; the intent is durable first."""
+        """Start migrating ``vm_name`` to ``target`` if a slot is free; the intent is durable first.
+
+        Under the slot lock: the checks, the target's storage, and the intent's write with the
+        VM's own lock taken; the VM's lock is held on until the driver was asked (an exit
+        stack: it outlives the slot lock, and every way out releases it)."""
         ctx = self.ctx
         cached = ctx.cache.vm(vm_name)
         waiting = self.waiting_for_slot(cached.status.host if cached else None, target)
         if waiting:
             return Waiting(waiting)
-        async with self._slot_lock:
-            vm = ctx.store.find(VirtualMachine, vm_name)
-            if vm is None:
-                return Refused(f"VM {vm_name} does not exist")
-            if read_migration(vm.metadata.annotations) is not None:
-                return Waiting(f"VM {vm_name} is migrating already")
-            if vm.spec.live_migration_policy is LiveMigrationPolicy.NEVER:
-                return Refused(f"VM {vm_name} has live_migration_policy Never")
-            source = vm.status.host
-            if source is None:
-                return Refused(f"VM {vm_name} runs on no host")
-            if vm.status.phase not in MIGRATABLE_PHASES:
-                return Waiting(f"VM {vm_name} is {vm.status.phase.value}; it migrates once running")
-            target_host = ctx.store.find(Host, target)
-            if target_host is None:
-                return Refused(f"target host {target} does not exist")
-            if not accepts_vms(target_host.status.resource_state):
-                return Refused(f"target host {target} is {target_host.status.resource_state.value}")
-            if target_host.status.connection is not HostConnection.UP:
-                return Refused(f"target host {target} is not connected")
-            no_room = self._no_room(vm, target)
-            if no_room:
-                return no_room
-            waiting = self.waiting_for_slot(source, target)  # again: the look above was unlocked
-            if waiting:
-                return Waiting(waiting)
-            disks, problem = vm_disks(ctx.cache, vm)
-            if problem:
-                return Waiting(problem)
-            _, src_driver, src_problem = await host_driver(ctx, source)
-            _, dst_driver, dst_problem = await host_driver(ctx, target)
-            if src_driver is None or dst_driver is None:
-                return Refused(src_problem or dst_problem)
-            copy = self.needs_storage_copy(vm)
-            if copy:
-                try:
-                    target_pools = self.local_pools_of(target)
-                    for pool in target_pools:
-                        await dst_driver.ensure_pool(pool_ref(pool))
-                    copied = seed_volume_on_target(ctx.cache, vm, target_pools)
-                    if copied is not None and copied not in read_seed_volumes(vm.metadata.annotations):
-                        # on the VM's seed record before it is written (DESIGN.md §1)
-                        vm = self.write_vm(vm_name, record_seed(copied))
-                    await place_seed_on_target(ctx.cache, vm, dst_driver)
-                    crashpoint("migration.seed-copied")
-                except DriverError as exc:
-                    return Refused(f"cannot prepare the local pools of {target}: {exc}")
-            intent = MigrationIntent(
-                source=source,
-                target=target,
-                attempt=attempt,
-                requested_by=requested_by,
-                started_at=ctx.now(),
-                copy_storage=copy,
-            )
-            lock = self.vm_lock(vm_name)
-            await lock.acquire()
-            try:
+        async with contextlib.AsyncExitStack() as held:
+            async with self._slot_lock:
+                vm = ctx.store.find(VirtualMachine, vm_name)
+                if vm is None:
+                    return Refused(f"VM {vm_name} does not exist")
+                answer = self._not_now(vm, target)
+                if answer is not None:
+                    return answer
+                source, target_host = vm.status.host, ctx.store.find(Host, target)
+                assert source is not None and target_host is not None  # checked by _not_now
+                disks, problem = vm_disks(ctx.cache, vm)
+                if problem:
+                    return Waiting(problem)
+                _, src_driver, src_problem = await host_driver(ctx, source)
+                _, dst_driver, dst_problem = await host_driver(ctx, target)
+                if src_driver is None or dst_driver is None:
+                    return Refused(src_problem or dst_problem)
+                copy = self.needs_storage_copy(vm)
+                if copy:
+                    prepared = await self._prepare_target_storage(vm, target, dst_driver)
+                    if isinstance(prepared, Refused):
+                        return prepared
+                    vm = prepared
+                intent = MigrationIntent(
+                    source=source,
+                    target=target,
+                    attempt=attempt,
+                    requested_by=requested_by,
+                    started_at=ctx.now(),
+                    copy_storage=copy,
+                )
+                await held.enter_async_context(self.vm_lock(vm_name))
                 # Again, with no await before the write: the looks above awaited drivers, and a
                 # start may have been placed on the target meanwhile.
                 no_room = self._no_room(vm, target)
                 if no_room:
-                    lock.release()
                     return no_room
                 # Durable first: the intent is on the VM (and counts against the slots)
                 # before the driver is asked to move it.
                 written = self.write_vm(vm_name, lambda current: self._set_intent(current, intent))
-            except BaseException:
-                lock.release()
-                raise
-        try:
             self.flights[vm_name] = FlightState(progress_at=ctx.now())
             mode = "with its local disks " if copy else ""
             ctx.event(
@@ -272,26 +248,71 @@ class MigrationCoordinator:
                 "MigrationStarted",
                 f"live migration {mode}from {source} to {target} (attempt {attempt}, by {requested_by})",
             )
-            policy = self.policy_of(vm)
-            request = MigrationRequest(
-                domain=domain_name(vm.metadata.uid),
-                target_uri=target_host.spec.uri,
-                migration_address=target_host.spec.migration_address,
-                copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
-                bandwidth_mib_s=policy.bandwidth_mib_s or None,
-                auto_converge=policy.auto_converge,
-                post_copy=policy.post_copy,
-                max_downtime_ms=policy.max_downtime_ms or None,
-                spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
-            )
             try:
-                await src_driver.migrate(request)
+                await src_driver.migrate(self._request(vm, disks, target_host, copy))
             except DriverError as exc:
                 self.fail(vm_name, intent, f"the source refused the migration: {exc}")
                 return Refused(f"migration to {target} refused: {exc}", attempted=True)
-        finally:
-            lock.release()
         return Started(intent)  # the follower took the intent's write as its cue (its watch)
+
+    def _not_now(self, vm: VirtualMachine, target: str) -> BeginResult | None:
+        """Why ``vm`` cannot begin moving to ``target`` now (refused, or waiting), or None."""
+        name = vm.metadata.name
+        if read_migration(vm.metadata.annotations) is not None:
+            return Waiting(f"VM {name} is migrating already")
+        if vm.spec.live_migration_policy is LiveMigrationPolicy.NEVER:
+            return Refused(f"VM {name} has live_migration_policy Never")
+        if vm.status.host is None:
+            return Refused(f"VM {name} runs on no host")
+        if vm.status.phase not in MIGRATABLE_PHASES:
+            return Waiting(f"VM {name} is {vm.status.phase.value}; it migrates once running")
+        target_host = self.ctx.store.find(Host, target)
+        if target_host is None:
+            return Refused(f"target host {target} does not exist")
+        if not accepts_vms(target_host.status.resource_state):
+            return Refused(f"target host {target} is {target_host.status.resource_state.value}")
+        if target_host.status.connection is not HostConnection.UP:
+            return Refused(f"target host {target} is not connected")
+        no_room = self._no_room(vm, target)
+        if no_room:
+            return no_room
+        waiting = self.waiting_for_slot(vm.status.host, target)  # again: the look before was unlocked
+        return Waiting(waiting) if waiting else None
+
+    async def _prepare_target_storage(
+        self, vm: VirtualMachine, target: str, dst_driver: HypervisorDriver
+    ) -> VirtualMachine | Refused:
+        """The target's local pools, and the VM's seed volume on them (recorded on the VM before
+        it is written there: DESIGN.md §1); the VM as written."""
+        try:
+            target_pools = self.local_pools_of(target)
+            for pool in target_pools:
+                await dst_driver.ensure_pool(pool_ref(pool))
+            copied = seed_volume_on_target(self.ctx.cache, vm, target_pools)
+            if copied is not None and copied not in read_seed_volumes(vm.metadata.annotations):
+                vm = self.write_vm(vm.metadata.name, record_seed(copied))
+            await place_seed_on_target(self.ctx.cache, vm, dst_driver)
+            crashpoint("migration.seed-copied")
+        except DriverError as exc:
+            return Refused(f"cannot prepare the local pools of {target}: {exc}")
+        return vm
+
+    def _request(
+        self, vm: VirtualMachine, disks: list[DiskAttachment], target_host: Host, copy: bool
+    ) -> MigrationRequest:
+        """What the source's driver is asked: the domain, where to, and the VM's migration policy."""
+        policy = self.policy_of(vm)
+        return MigrationRequest(
+            domain=domain_name(vm.metadata.uid),
+            target_uri=target_host.spec.uri,
+            migration_address=target_host.spec.migration_address,
+            copy_disks=tuple(d.path for d in disks if not d.shared) if copy else (),
+            bandwidth_mib_s=policy.bandwidth_mib_s or None,
+            auto_converge=policy.auto_converge,
+            post_copy=policy.post_copy,
+            max_downtime_ms=policy.max_downtime_ms or None,
+            spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
+        )
 
     def _no_room(self, vm: VirtualMachine, target: str) -> Refused | None:
         choice = self.choose_target(vm, only=target)
