@@ -27,20 +27,10 @@ from virtplane.cli.errors import (
     CliError,
     JsonObject,
     ServerUnreachable,
-    WaitTimedOut,
     WatchExpired,
 )
 
-__all__ = [
-    "DEFAULT_URL",
-    "ApiClient",
-    "ApiError",
-    "CliError",
-    "JsonObject",
-    "ServerUnreachable",
-    "WaitTimedOut",
-    "WatchExpired",
-]
+__all__ = ["ApiClient", "error_from_response"]
 
 REQUEST_TIMEOUT_S = 30.0
 PAGE_SIZE = 500

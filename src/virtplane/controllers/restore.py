@@ -103,15 +103,16 @@ class RestoreHandler:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    async def _set_step(
-        self, op: VirtualMachineOperation, step: RestoreStep, message: str
-    ) -> VirtualMachineOperation:
+    async def _reach(self, run: RestoreRun, step: RestoreStep, message: str) -> None:
+        """The operation is at ``step``: written (the durable point a crash resumes from)
+        when it or its message changed."""
+        op = run.op
         if op.status.step != step or op.status.message != message:
             op.status.step = step.value
             op.status.message = message
             self.ctx.event(op, step, message)
-            op = await self.ctx.write(op)
-        return op
+            run.op = await self.ctx.write(op)
+        run.step = step
 
     async def _finish(
         self, op: VirtualMachineOperation, phase: OperationPhase, reason: str, message: str
@@ -164,8 +165,8 @@ class RestoreHandler:
         restore = run.op.spec.restore
         assert restore is not None
         snap = snapshot_for(self.ctx, run.op)
-        run.op = await self._set_step(
-            run.op, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
+        await self._reach(
+            run, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
         )
         run.op.status.progress = validation_report(self.ctx, run.op, run.vm, snap)
         if restore.mode is RestoreMode.DRY_RUN:
@@ -205,13 +206,13 @@ class RestoreHandler:
 
             run.vm = self._vm_write(run.vm.metadata.name, enter)
             crashpoint("restore.entered-maintenance")
-            run.op = await self._set_step(
-                run.op, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
+            await self._reach(
+                run, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
             )
             raise StopChain(Result(requeue_after=POLL_S))
         if not not_past(run.step, RestoreStep.ENTER_MAINTENANCE):
             return None
-        run.op = await self._set_step(run.op, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
+        await self._reach(run, RestoreStep.ENTER_MAINTENANCE, "waiting for the VM to stop")
         if (
             read_intents(run.vm.metadata.annotations).stop is not None
             or run.vm.status.phase is not VMPhase.STOPPED
@@ -220,10 +221,7 @@ class RestoreHandler:
                 Result(requeue_after=POLL_S)
             )  # the VM controller stops it (graceful, then forced)
         await self._remove_domain(run.vm)
-        run.op = await self._set_step(
-            run.op, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot"
-        )
-        run.step = RestoreStep.PROCESS_RESTORE
+        await self._reach(run, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot")
         return None
 
     async def _process_restore(self, run: RestoreRun) -> Result | None:
@@ -264,10 +262,7 @@ class RestoreHandler:
         note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
         if dropped:
             note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
-        run.op = await self._set_step(
-            run.op, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}"
-        )
-        run.step = RestoreStep.EXIT_MAINTENANCE
+        await self._reach(run, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}")
         return None
 
     async def _exit_step(self, run: RestoreRun) -> Result | None:
@@ -275,10 +270,9 @@ class RestoreHandler:
         if run.step is not RestoreStep.EXIT_MAINTENANCE:
             return None
         run.vm = self._exit_maintenance(run.vm.metadata.name, run.me)
-        run.op = await self._set_step(
-            run.op, RestoreStep.RESTORE_POWER_STATE, f"{run.op.status.message}; bringing back its power state"
+        await self._reach(
+            run, RestoreStep.RESTORE_POWER_STATE, f"{run.op.status.message}; bringing back its power state"
         )
-        run.step = RestoreStep.RESTORE_POWER_STATE
         return None
 
     async def _restore_power_state(self, run: RestoreRun) -> Result | None:
