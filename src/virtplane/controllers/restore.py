@@ -26,6 +26,7 @@ from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.networks import nic_conflicts, vm_claims
 from virtplane.controllers.operations import finish_operation
+from virtplane.controllers.registration import HandlerRegistration
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition
@@ -41,6 +42,7 @@ from virtplane.domain.networks import Nic
 from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
     OperationPhase,
+    OperationType,
     RestoreMode,
     SnapshotPhase,
     StoragePool,
@@ -385,4 +387,6 @@ class RestoreHandler:
         return None
 
 
-__all__ = ["RestoreHandler", "holder"]
+HANDLER = HandlerRegistration((OperationType.RESTORE,), lambda parts: RestoreHandler(parts.ctx))
+
+__all__ = ["HANDLER", "RestoreHandler", "holder"]
