@@ -15,13 +15,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 
 from virtplane.api.app import TokenCacheCollector, create_app
-from virtplane.api.context import ApiContext
+from virtplane.api.context import ApiContext, ControllersRole
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.installed import CONTROLLERS, OPERATION_HANDLERS
 from virtplane.controllers.migration import MigrationCoordinator
@@ -53,6 +53,9 @@ from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
+if TYPE_CHECKING:
+    from virtplane.drivers.sim import SimCloud
+
 log = logging.getLogger("virtplane")
 
 
@@ -66,7 +69,7 @@ class ControlPlaneOptions:
     stay bounded by its driver (libvirt: four threads a connection)."""
     resync_period_s: float | None = None  # None: the controller.resync_period_s setting
     console_dir: str | None = None
-    extra_routers: list[Any] = field(default_factory=list)
+    extra_routers: list[APIRouter] = field(default_factory=list)
     # Several replicas on one PostgreSQL: only the holder of the "controllers" lease reconciles.
     # None: on for PostgreSQL, off for SQLite (one process per file).
     leader_election: bool | None = None
@@ -78,7 +81,7 @@ class ControlPlaneOptions:
     wrap_reconciler: Callable[[str, Reconciler], Reconciler] | None = None
 
 
-def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
+def default_driver_factory(sim: SimCloud | None) -> Callable[[str], HypervisorDriver]:
     def factory(uri: str) -> HypervisorDriver:
         if uri.startswith("sim://"):
             if sim is None:
@@ -138,7 +141,7 @@ class ControlPlane:
         self,
         store: Store,
         *,
-        sim: Any = None,
+        sim: SimCloud | None = None,
         driver_factory: Callable[[str], HypervisorDriver] | None = None,
         options: ControlPlaneOptions | None = None,
     ) -> None:
@@ -231,7 +234,7 @@ class ControlPlane:
             for kind, (reconciler, workers) in self._reconcilers.items()
         }
 
-    def controllers_status(self) -> dict[str, Any]:
+    def controllers_status(self) -> ControllersRole:
         """For /healthz: does this process reconcile (single, leader), or follow another replica?"""
         if self.elector is None:
             return {"role": "single" if self.started else "stopped", "replica": None, "leader": None}

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 
-from virtplane.api.errors import ApiError
 from virtplane.domain.names import WEB_ASSET
 from virtplane.domain.resources import VirtualMachineSpec
 from virtplane.domain.vocabulary import MaintenanceStrategy, RunPolicy, strategy_meaning
@@ -112,7 +112,7 @@ def _file(file_name: str, directory: Path = STATIC_DIR) -> Response:
     path = directory / file_name
     media_type = _MEDIA_TYPES.get(path.suffix)
     if not WEB_ASSET.matches(file_name) or media_type is None or not path.is_file():
-        raise ApiError(404, "NotFound", f"no such file: {file_name}")
+        raise HTTPException(404, f"no such file: {file_name}")  # the app answers it as any 404
     return FileResponse(path, media_type=media_type, headers=_HEADERS)
 
 
