@@ -27,7 +27,8 @@ __all__ = [
 
 
 class RunPolicy(StrEnum):
-    """Whether a VM should run (DESIGN.md §3); its rules are ``domain.run_policies``."""
+    """Whether a VM should run (DESIGN.md §3); its rules: ``domain.power.policy_wants`` and, for a
+    failed host, ``domain.recovery``."""
 
     ALWAYS_ON = "AlwaysOn"
     ALWAYS_OFF = "AlwaysOff"

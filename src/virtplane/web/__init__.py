@@ -6,7 +6,7 @@ JSON API with ``Authorization: Bearer``. Everything ships in the package
 
 Routes: ``/`` and ``/ui`` redirect to ``/ui/``, which is ``index.html``;
 ``/ui/static/{file}`` serves the files next to it but one, ``vocabulary.js``: the lists the page
-offers (run policies, maintenance strategies), written from the domain's enums on start-up, so
+offers (run policies, maintenance strategies), written from the domain's enums when it loads, so
 that the page has no copy of them. ``/ui/static/vendor/{file}`` serves the
 third-party files shipped with them (xterm.js for the console, Swagger UI for ``/docs``).
 ``/docs`` is the API reference (Swagger UI over ``/openapi.json``), under the same policy:
