@@ -71,14 +71,13 @@ def make_plane(
 
     sim = sim or SimCloud(boot_seconds=boot_seconds, shutdown_seconds=shutdown_seconds)
     log = ReconcileLog()
-    ref: list[ControlPlane] = []
+    plane: ControlPlane
     plane = ControlPlane(
         store,
         sim=sim,
-        driver_factory=sim_factory(ref, sim),
+        driver_factory=sim_factory(sim, lambda: plane.cache.hosts()),
         options=ControlPlaneOptions(workers=4, wrap_reconciler=log.wrap),
     )
-    ref.append(plane)
     log.attach(plane)
     return plane
 

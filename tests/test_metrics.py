@@ -134,11 +134,11 @@ def replica(path: Path, name: str) -> ControlPlane:
     store = Store(sqlite_url(path))
     store.migrate()
     sim = SimCloud()
-    ref: list[ControlPlane] = []
+    plane: ControlPlane
     plane = ControlPlane(
         store,
         sim=sim,
-        driver_factory=sim_factory(ref, sim),
+        driver_factory=sim_factory(sim, lambda: plane.cache.hosts()),
         options=ControlPlaneOptions(
             # a lease long enough that a busy machine (CI runs two suites at once) cannot let it
             # run out between a check of the leadership and the scrape that reports it
@@ -149,7 +149,6 @@ def replica(path: Path, name: str) -> ControlPlane:
             renew_every_s=0.3,
         ),
     )
-    ref.append(plane)
     return plane
 
 

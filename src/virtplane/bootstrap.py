@@ -15,51 +15,25 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 
 from virtplane.api.app import TokenCacheCollector, create_app
-from virtplane.api.context import ApiContext
-from virtplane.controllers import (
-    host,
-    images,
-    maintenance,
-    migration,
-    networks,
-    operations,
-    snapshots,
-    storage,
-)
+from virtplane.api.context import ApiContext, ControllersRole
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.host import HostReconciler
-from virtplane.controllers.images import ImageReconciler
-from virtplane.controllers.maintenance import MaintenanceReconciler
-from virtplane.controllers.migration import KIND as MIGRATION_KIND
-from virtplane.controllers.migration import MigrationCoordinator, MigrationFollower, MigrationOperations
-from virtplane.controllers.networks import NetworkReconciler
-from virtplane.controllers.operations import OperationReconciler
-from virtplane.controllers.restore import RestoreHandler
-from virtplane.controllers.snapshots import SnapshotReconciler
-from virtplane.controllers.storage import StoragePoolReconciler, VolumeReconciler
-from virtplane.controllers.vm import VMReconciler
-from virtplane.controllers.vm import watches as vm
+from virtplane.controllers.installed import CONTROLLERS, OPERATION_HANDLERS
+from virtplane.controllers.migration import MigrationCoordinator
+from virtplane.controllers.registration import MIGRATION_KIND, Parts
 from virtplane.controllers.watch import Watch, reconciling, requests_for
-from virtplane.domain.networks import Network
 from virtplane.domain.resources import (
     Host,
-    HostMaintenance,
-    Image,
-    OperationType,
     Resource,
     Secret,
     Setting,
-    StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
-    VirtualMachineSnapshot,
-    Volume,
 )
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
 from virtplane.fencing.base import Bmc, BmcFactory
@@ -79,6 +53,9 @@ from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
 
+if TYPE_CHECKING:
+    from virtplane.drivers.sim import SimCloud
+
 log = logging.getLogger("virtplane")
 
 
@@ -92,7 +69,7 @@ class ControlPlaneOptions:
     stay bounded by its driver (libvirt: four threads a connection)."""
     resync_period_s: float | None = None  # None: the controller.resync_period_s setting
     console_dir: str | None = None
-    extra_routers: list[Any] = field(default_factory=list)
+    extra_routers: list[APIRouter] = field(default_factory=list)
     # Several replicas on one PostgreSQL: only the holder of the "controllers" lease reconciles.
     # None: on for PostgreSQL, off for SQLite (one process per file).
     leader_election: bool | None = None
@@ -104,7 +81,7 @@ class ControlPlaneOptions:
     wrap_reconciler: Callable[[str, Reconciler], Reconciler] | None = None
 
 
-def default_driver_factory(sim: Any) -> Callable[[str], HypervisorDriver]:
+def default_driver_factory(sim: SimCloud | None) -> Callable[[str], HypervisorDriver]:
     def factory(uri: str) -> HypervisorDriver:
         if uri.startswith("sim://"):
             if sim is None:
@@ -164,7 +141,7 @@ class ControlPlane:
         self,
         store: Store,
         *,
-        sim: Any = None,
+        sim: SimCloud | None = None,
         driver_factory: Callable[[str], HypervisorDriver] | None = None,
         options: ControlPlaneOptions | None = None,
     ) -> None:
@@ -186,40 +163,28 @@ class ControlPlane:
             enqueue=self.enqueue,
             metrics=PlaneMetrics(self.registry),
         )
-        metrics = ControllerMetrics(self.registry)
+        self._metrics = ControllerMetrics(self.registry)
         self.controllers: dict[str, Controller] = {}
         self._reconcilers: dict[str, tuple[Reconciler, int]] = {}
         self.watches: list[Watch] = []
         """Every controller's watches: who wakes whom on a change of the cache."""
-        vms = VMReconciler(self.ctx, console_dir=self.options.console_dir)
-        self._add(VirtualMachine.KIND, vms, metrics, watches=vm.WATCHES)
         self.bmcs = SimBmcs(sim) if sim is not None else None
-        hosts = HostReconciler(self.ctx, default_bmc_factory(self.bmcs))
-        self._add(Host.KIND, hosts, metrics, workers=4, watches=host.WATCHES)
-        pools = StoragePoolReconciler(self.ctx)
-        self._add(StoragePool.KIND, pools, metrics, workers=2, watches=storage.POOL_WATCHES)
-        self._add(Image.KIND, ImageReconciler(self.ctx), metrics, workers=2, watches=images.WATCHES)
-        nets = NetworkReconciler(self.ctx)
-        self._add(Network.KIND, nets, metrics, workers=2, watches=networks.WATCHES)
-        volumes = VolumeReconciler(self.ctx)
-        self._add(Volume.KIND, volumes, metrics, workers=4, watches=storage.VOLUME_WATCHES)
-        self.operations = OperationReconciler(self.ctx)
-        self.operations.register(OperationType.RESTORE, RestoreHandler(self.ctx))
-        ops = operations.WATCHES
-        # 32: a bulk request's operations are admitted and ended in shared commits (row 3 of
-        # bench/: 4 workers 515-564 VMs per s, 16 605-662, 32 723-756, 64 590-604)
-        self._add(VirtualMachineOperation.KIND, self.operations, metrics, workers=32, watches=ops)
-        snaps = SnapshotReconciler(self.ctx)
-        self._add(VirtualMachineSnapshot.KIND, snaps, metrics, workers=2, watches=snapshots.WATCHES)
         self.migrations = MigrationCoordinator(self.ctx)
-        follower = MigrationFollower(self.ctx, self.migrations)
-        self._add(MIGRATION_KIND, follower, metrics, workers=4, watches=migration.FOLLOWER_WATCHES)
-        migrate = MigrationOperations(self.ctx, self.migrations)
-        self.operations.register(OperationType.MIGRATE, migrate)
-        self.operations.register(OperationType.EVICT, migrate)
-        self.watches += migration.OPERATION_WATCHES  # Migrate and Evict wait for migration slots
-        drains = MaintenanceReconciler(self.ctx, self.migrations)
-        self._add(HostMaintenance.KIND, drains, metrics, workers=2, watches=maintenance.WATCHES)
+        parts = Parts(
+            self.ctx,
+            self.migrations,
+            default_bmc_factory(self.bmcs),
+            operation_handlers=OPERATION_HANDLERS,
+            console_dir=self.options.console_dir,
+        )
+        built: dict[str, Reconciler] = {}
+        for registered in CONTROLLERS:
+            built[registered.kind] = reconciler = registered.reconciler(parts)
+            self._add(registered.kind, reconciler, registered.workers, watches=registered.watches)
+        for handled in OPERATION_HANDLERS:
+            self.watches += handled.watches
+        self.operations = built[VirtualMachineOperation.KIND]
+        """The operation controller's reconciler, unwrapped (tests call it directly)."""
         self.cache.add_listener(self._on_cache_change)
         self.feed.subscribe(self.cache.apply)
         self.api_context = ApiContext(
@@ -254,15 +219,8 @@ class ControlPlane:
         self.started = False
 
     def _add(
-        self,
-        kind: str,
-        reconciler: Reconciler,
-        metrics: ControllerMetrics,
-        workers: int | None = None,
-        *,
-        watches: Sequence[Watch],
+        self, kind: str, reconciler: Reconciler, workers: int | None, *, watches: Sequence[Watch]
     ) -> None:
-        self._metrics = metrics
         self.watches += watches
         reconciler = one_reconcile(reconciler, self.ctx)
         if self.options.wrap_reconciler is not None:
@@ -276,7 +234,7 @@ class ControlPlane:
             for kind, (reconciler, workers) in self._reconcilers.items()
         }
 
-    def controllers_status(self) -> dict[str, Any]:
+    def controllers_status(self) -> ControllersRole:
         """For /healthz: does this process reconcile (single, leader), or follow another replica?"""
         if self.elector is None:
             return {"role": "single" if self.started else "stopped", "replica": None, "leader": None}
@@ -307,11 +265,11 @@ class ControlPlane:
         if event.type in (DomainEventType.HOST_DOWN, DomainEventType.HOST_UP):
             down_or_up = self.cache.host_by_uri(event.host_uri)
             if down_or_up is not None:
-                self.enqueue("Host", down_or_up.metadata.name)
+                self.enqueue(Host.KIND, down_or_up.metadata.name)
             return
         name = self.cache.vm_by_uid(event.vm_uid)
         if name is not None:
-            self.enqueue("VirtualMachine", name)
+            self.enqueue(VirtualMachine.KIND, name)
             if event.type in (DomainEventType.MIGRATED, DomainEventType.MIGRATION_FAILED):
                 self.enqueue(MIGRATION_KIND, name)
 
@@ -356,22 +314,12 @@ class ControlPlane:
         self._lead_tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         # Level-triggered start: every object is looked at once, in dependency order, after
         # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
-        for kind in (
-            "Host",
-            "StoragePool",
-            "Image",
-            "Network",
-            "Volume",
-            "VirtualMachine",
-            "VirtualMachineSnapshot",
-            "VirtualMachineOperation",
-            "HostMaintenance",
-        ):
-            listed = self.controllers.get(kind)
-            if listed is None:
+        for registered in CONTROLLERS:
+            listed = self.controllers.get(registered.kind)
+            if listed is None or not registered.looked_at_on_start:
                 continue
-            for name in self.cache.names(kind):
-                listed.enqueue_resync(Request(kind, name))
+            for name in self.cache.names(registered.kind):
+                listed.enqueue_resync(Request(registered.kind, name))
         log.info("controllers running")
 
     async def _step_down(self) -> None:

@@ -7,9 +7,10 @@ import gc
 import logging
 import signal
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 from rich.console import Console
@@ -32,6 +33,9 @@ from virtplane.store.settings import Settings
 from virtplane.store.store import Store, sqlite_url
 from virtplane.store.upgrade import NewerData, UpgradeFailed
 from virtplane.tls import ServerTls, TlsConfigError, is_loopback
+
+if TYPE_CHECKING:
+    from virtplane.drivers.sim import SimCloud
 
 log = logging.getLogger("virtplane.server")
 
@@ -128,20 +132,19 @@ def admin_token(store: Store, data_dir: Path) -> tuple[str, bool]:
     return token, True
 
 
-def sim_factory(plane_ref: list[ControlPlane], sim: Any, bridges: tuple[str, ...] = ()) -> Any:
+def sim_factory(
+    sim: SimCloud, hosts: Callable[[], Iterable[Host]], bridges: tuple[str, ...] = ()
+) -> Callable[[str], HypervisorDriver]:
     """Drivers for URIs; a sim:// host is created in the simulator the first time it is used,
-    with ``bridges``."""
+    with the capacity its Host resource gives and ``bridges``. ``hosts`` is asked only then, so
+    it may read a plane built with this factory (``lambda: plane.cache.hosts()``)."""
 
     def factory(uri: str) -> HypervisorDriver:
         if uri.startswith("sim://"):
             name = uri.removeprefix("sim://").split("?")[0]
             if sim.host_by_uri(uri) is None:
-                host = (
-                    next((h for h in plane_ref[0].cache.hosts() if h.spec.uri == uri), None)
-                    if plane_ref
-                    else None
-                )
-                capacity = host.spec.capacity if isinstance(host, Host) else None
+                host = next((h for h in hosts() if h.spec.uri == uri), None)
+                capacity = host.spec.capacity if host is not None else None
                 sim.add_host(
                     name,
                     capacity.vcpus if capacity else SIM_DEFAULT_VCPUS,
@@ -199,18 +202,17 @@ def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
 
         stock_library(sim)
         bridges = BRIDGES if options.sim_bridges is None else bridges
-    plane_ref: list[ControlPlane] = []
+    plane: ControlPlane
     console_dir = options.data_dir / "consoles"
     console_dir.mkdir(exist_ok=True)
     plane = ControlPlane(
         store,
         sim=sim,
-        driver_factory=sim_factory(plane_ref, sim, bridges),
+        driver_factory=sim_factory(sim, lambda: plane.cache.hosts(), bridges),
         options=ControlPlaneOptions(
             console_dir=str(console_dir), lease_s=options.lease_s, renew_every_s=options.lease_s / 3
         ),
     )
-    plane_ref.append(plane)
     return plane, token, db_url
 
 

@@ -19,6 +19,7 @@ DIFFERENCES = [
     (phases.UP_STATES, phases.IN_FLIGHT_STATES, {D.RUNNING, D.PAUSED}, set()),
     (phases.LIVE_STATES, phases.UP_STATES, {D.STARTING}, set()),
     (phases.ACTIVE_STATES, phases.LIVE_STATES, {D.SHUTTING_DOWN}, set()),
+    (phases.RESIDENT_STATES, phases.ACTIVE_STATES, set(), {D.INCOMING}),
     (phases.LIVE_PHASES, phases.ALLOCATED_PHASES, set(), {V.PENDING}),
     (phases.UP_PHASES, phases.LIVE_PHASES, set(), {V.STOPPING}),
     (phases.RESTORE_RUNNING_PHASES, phases.UP_PHASES, {V.PENDING}, set()),

@@ -49,6 +49,7 @@ PUBLIC = {
     ("GET", "/ui"): (307,),
     ("GET", "/ui/"): (200,),
     ("GET", "/ui/static/{file_name}"): (200,),
+    ("GET", "/ui/static/vocabulary.js"): (200,),  # the page's lists, written from the enums
     ("GET", "/ui/static/vendor/{file_name}"): (404,),  # PARAMS' file_name is not a vendored file
     ("GET", "/docs"): (200,),
 }

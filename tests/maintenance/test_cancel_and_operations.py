@@ -225,11 +225,13 @@ async def test_after_a_restart_the_truth_comes_from_the_drivers(cluster: Cluster
     job = await h1.migration_job(cluster.domain("moved"))
     assert job is not None and job.phase is MigrationPhase.COMPLETED
 
-    ref: list[ControlPlane] = []
+    restarted: ControlPlane
     restarted = ControlPlane(
-        store, sim=sim, driver_factory=sim_factory(ref, sim), options=ControlPlaneOptions(workers=4)
+        store,
+        sim=sim,
+        driver_factory=sim_factory(sim, lambda: restarted.cache.hosts()),
+        options=ControlPlaneOptions(workers=4),
     )
-    ref.append(restarted)
     cluster.plane = restarted
     await restarted.start()
     try:

@@ -30,14 +30,13 @@ pytestmark = pytest.mark.postgres
 
 
 def replica(store: Store, sim: SimCloud, name: str) -> ControlPlane:
-    ref: list[ControlPlane] = []
+    plane: ControlPlane
     plane = ControlPlane(
         store,
         sim=sim,
-        driver_factory=sim_factory(ref, sim),
+        driver_factory=sim_factory(sim, lambda: plane.cache.hosts()),
         options=ControlPlaneOptions(workers=2, replica_id=name, lease_s=1.5, renew_every_s=0.3),
     )
-    ref.append(plane)
     return plane
 
 
@@ -99,16 +98,15 @@ async def test_a_follower_plans_maintenance_from_current_data_not_its_trailing_c
         first_store.migrate()
         sim = SimCloud(boot_seconds=0.0, shutdown_seconds=0.0)
         first = replica(first_store, sim, "replica-1")
-        ref: list[ControlPlane] = []
+        second: ControlPlane
         second = ControlPlane(
             second_store,
             sim=sim,
-            driver_factory=sim_factory(ref, sim),
+            driver_factory=sim_factory(sim, lambda: second.cache.hosts()),
             options=ControlPlaneOptions(
                 workers=2, replica_id="replica-2", lease_s=1.5, renew_every_s=0.3, feed_poll_s=3600
             ),
         )
-        ref.append(second)
         token = first_store.create_token("admin", "admin")
         try:
             await first.start()

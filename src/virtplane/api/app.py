@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, Response
+from fastapi import APIRouter, Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -100,7 +100,7 @@ def create_app(
     *,
     lifespan: Lifespan | None = None,
     registry: CollectorRegistry | None = None,
-    extra_routers: list[Any] | None = None,
+    extra_routers: list[APIRouter] | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="virtplane",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from fastapi import Request
 
@@ -12,16 +11,10 @@ from virtplane.api.errors import ApiError
 from virtplane.api.limits import check_write
 from virtplane.api.token_cache import BoundedCache
 from virtplane.api.token_use import LastUse
+from virtplane.domain.vocabulary import Role as Role  # the routes take it with require
 from virtplane.store.database import utcnow
 from virtplane.store.store import Store
 from virtplane.store.tokens import TokenInfo
-
-
-class Role(StrEnum):
-    VIEWER = "viewer"
-    OPERATOR = "operator"
-    ADMIN = "admin"
-
 
 _RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 

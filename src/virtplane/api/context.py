@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from virtplane.api.watch import Streams, WatchOptions
 from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import Resource
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
+
+if TYPE_CHECKING:  # the composition root hands them in; the API never builds one
+    from virtplane.drivers.sim import SimCloud
+    from virtplane.services.console import ConsoleService
+    from virtplane.services.maintenance import MaintenanceService
+    from virtplane.services.placement import PlacementService
+
+
+class ControllersRole(TypedDict, total=False):
+    """For /healthz: does this process reconcile (single, leader), or follow another replica?"""
+
+    role: str
+    replica: str | None
+    leader: str | None
 
 
 class Admission(Protocol):
@@ -44,11 +58,13 @@ class ApiContext:
     store: Store
     settings: Settings
     admission: Admission = field(default_factory=AllowAll)
-    sim: Any = None  # virtplane.drivers.sim.SimCloud when the simulator runs in this process
-    maintenance: Any = None  # the host maintenance service, when wired
-    placement: Any = None  # the placement service (migration targets), when wired
-    consoles: Any = None  # virtplane.services.console.ConsoleService, when wired
-    controllers: Callable[[], dict[str, Any]] = field(default=lambda: {"role": "none"})
+    sim: SimCloud | None = None
+    """The simulator, when it runs in this process."""
+    maintenance: MaintenanceService | None = None
+    placement: PlacementService | None = None
+    """Migration targets (its verdicts), when wired."""
+    consoles: ConsoleService | None = None
+    controllers: Callable[[], ControllersRole] = field(default=lambda: ControllersRole(role="none"))
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None
     """Brings the in-memory cache up to the store's current revision (on the event loop)."""

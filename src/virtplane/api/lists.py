@@ -13,26 +13,36 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Response
+from fastapi import Query, Response
 
 from virtplane.api.errors import ApiError
 from virtplane.api.shown import public_bodies
 from virtplane.api.watch import require_resumable
 from virtplane.domain.resources import Resource
-from virtplane.domain.selectors import Selector, SelectorError, parse_field_selector, parse_label_selector
+from virtplane.domain.selectors import (
+    MAX_SELECTOR_LENGTH,
+    Selector,
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+    selectable_fields,
+)
 from virtplane.store.lists import list_page
 from virtplane.store.store import Store
 
 __all__ = [
     "DEFAULT_LIMIT",
     "MAX_LIMIT",
+    "ListQuery",
     "decode_continue",
     "encode_continue",
     "field_selector",
     "label_selector",
+    "list_query",
     "list_response",
     "page_response",
 ]
@@ -156,3 +166,59 @@ def page_response(
     items = public_bodies(cls, page.bodies, redacted=redacted)
     next_token = None if page.last_name is None else encode_continue(cls.KIND, page.last_name, revision)
     return list_response(items, next_token, revision)
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    limit: int
+    continue_token: str | None
+    labels: Selector
+    fields: Selector
+    watch: bool
+    resource_version: int | None
+    timeout_s: float
+
+
+def list_query(cls: type[Resource]) -> Callable[..., ListQuery]:
+    """The list route's query parameters for ``cls`` (its selectable fields in the help)."""
+    fields_of_kind = selectable_fields(cls)
+
+    def query(
+        limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Objects per page at most."),
+        continue_token: str | None = Query(
+            None,
+            alias="continue",
+            max_length=MAX_TOKEN,
+            description="metadata.continue of the previous page.",
+        ),
+        labels_text: str = Query(
+            "", alias="labelSelector", max_length=MAX_SELECTOR_LENGTH, description=LABEL_SELECTOR_HELP
+        ),
+        fields_text: str = Query(
+            "",
+            alias="fieldSelector",
+            max_length=MAX_SELECTOR_LENGTH,
+            description=f"e.g. {sorted(fields_of_kind)[-1]}=x; fields: {', '.join(sorted(fields_of_kind))}.",
+        ),
+        watch: bool = Query(False, description=WATCH_HELP),
+        resource_version: int | None = Query(
+            None, ge=0, le=2**63 - 1, description="With watch: stream the changes after this revision."
+        ),
+        timeout_s: float = Query(
+            DEFAULT_WATCH_TIMEOUT_S,
+            gt=0,
+            le=MAX_WATCH_TIMEOUT_S,
+            description="With watch: end after this long.",
+        ),
+    ) -> ListQuery:
+        return ListQuery(
+            limit,
+            continue_token,
+            label_selector(labels_text),
+            field_selector(fields_text, fields_of_kind),
+            watch,
+            resource_version,
+            timeout_s,
+        )
+
+    return query

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -15,36 +14,13 @@ from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.maintenance_view import maintenance_frame, print_maintenance
 from virtplane.cli.output import OutputFormat, dig, print_structured
 from virtplane.cli.waiting import wait_for
+from virtplane.domain.vocabulary import DOMAIN_FAULTS, FaultKind, MaintenanceStrategy, strategy_meaning
 
 __all__ = ["register"]
 
 DEFAULT_TIMEOUT_S = 1800.0
 MAINTENANCE_DONE = "Maintenance"
 MAINTENANCE_FAILED = "ErrorInMaintenance"
-
-
-class Strategy(StrEnum):
-    ERROR = "Error"
-    MIGRATION = "Migration"
-    FORCE_STOP = "ForceStop"
-    STOP = "Stop"
-
-
-class FaultKind(StrEnum):
-    GUEST_SHUTDOWN = "guest-shutdown"
-    GUEST_RESET = "guest-reset"
-    CRASH = "crash"
-    FAIL_START = "fail-start"
-    FAIL_MIGRATION = "fail-migration"
-    STALL_MIGRATION = "stall-migration"
-    HOST_DOWN = "host-down"
-    HOST_UP = "host-up"
-
-
-class Role(StrEnum):
-    ADMIN = "admin"
-    OPERATOR = "operator"
-    VIEWER = "viewer"
 
 
 HostArgument = Annotated[
@@ -62,12 +38,13 @@ def maintenance_enable(
     ctx: typer.Context,
     host: HostArgument,
     strategy: Annotated[
-        Strategy | None,
+        MaintenanceStrategy | None,
         typer.Option(
             "--strategy",
             case_sensitive=False,
-            help="For running VMs with local disks: Error (refuse), Migration (with storage), "
-            "ForceStop or Stop. Default: the setting host.maintenance.local.storage.strategy.",
+            help="For running VMs with local disks: "
+            + "; ".join(f"{s.value}: {strategy_meaning(s)}" for s in MaintenanceStrategy)
+            + ". Default: the setting host.maintenance.local.storage.strategy.",
             show_default=False,
         ),
     ] = None,
@@ -171,9 +148,6 @@ def disable(ctx: typer.Context, host: HostArgument) -> None:
 # --------------------------------------------------------------------------- sim
 
 
-GUEST_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})
-
-
 def _fault_target(words: list[str]) -> tuple[str | None, FaultKind]:
     """``[HOST] KIND`` → (host or None, kind)."""
     if len(words) not in (1, 2):
@@ -208,7 +182,7 @@ def fault(
     """
     state = state_of(ctx)
     host, kind = _fault_target(target)
-    if vm is not None and (host is None or kind in GUEST_FAULTS):
+    if vm is not None and (host is None or kind in DOMAIN_FAULTS):
         done = state.client.post(f"/v1/vms/{vm}/faults", {"kind": kind.value, "count": count})
     elif host is None:
         raise typer.BadParameter(f"fault {kind.value} needs a HOST or --vm")

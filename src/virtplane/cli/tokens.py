@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -11,14 +10,9 @@ from rich.text import Text
 
 from virtplane.cli.context import state_of
 from virtplane.cli.output import OutputFormat, age, cell_text, new_table, print_structured, print_table
+from virtplane.domain.vocabulary import Role
 
 __all__ = ["parse_duration_s", "register"]
-
-
-class Role(StrEnum):
-    ADMIN = "admin"
-    OPERATOR = "operator"
-    VIEWER = "viewer"
 
 
 OutputOption = Annotated[
@@ -40,7 +34,7 @@ def parse_duration_s(text: str) -> int:
 def token_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The token's name (its id).", show_default=False)],
-    role: Annotated[Role, typer.Option("--role", case_sensitive=False, help="admin, operator or viewer.")],
+    role: Annotated[Role, typer.Option("--role", case_sensitive=False, help="What the token may do.")],
     description: Annotated[str, typer.Option("--description", help="What it is for.")] = "",
     owner: Annotated[
         str | None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -20,18 +19,13 @@ from virtplane.cli.resources import selector_params
 from virtplane.cli.waiting import follow_operation, one_row, wait_for, wait_for_operation
 from virtplane.domain.api_version import API_VERSION
 from virtplane.domain.names import generated_name, random_suffix
+from virtplane.domain.vocabulary import RestoreMode, restore_mode_meaning
 
 __all__ = ["operation_name", "register"]
 
 VM_KIND = resolve_kind("vm")
 
 DEFAULT_TIMEOUT_S = 600.0
-
-
-class RestoreMode(StrEnum):
-    DRY_RUN = "DryRun"
-    STRICT = "Strict"
-    BEST_EFFORT = "BestEffort"
 
 
 def operation_name(vm: str, operation_type: str) -> str:
@@ -302,8 +296,7 @@ def restore(
         typer.Option(
             "--mode",
             case_sensitive=False,
-            help="DryRun: only report what would change. Strict: fail if anything is missing. "
-            "BestEffort: skip what is missing and say so.",
+            help=" ".join(f"{m.value}: {restore_mode_meaning(m)}." for m in RestoreMode),
         ),
     ] = RestoreMode.STRICT,
     wait: WaitOption = False,

@@ -19,6 +19,7 @@ from typing import TypeVar
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.domain_survey import survey_domains
 from virtplane.controllers.fencing import Fencer, liveness_thresholds, track_liveness
+from virtplane.controllers.registration import Registration
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.accelerators import choose, needs_validation
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
@@ -386,4 +387,8 @@ WATCHES = (
     itself(Host.KIND, after_own_writes=False),
     Watch(Setting.KIND, _every_host),
     Watch(VirtualMachine.KIND, _hosts_of_vm, batch_s=ALLOCATION_BATCH_S),
+)
+
+CONTROLLER = Registration(
+    Host.KIND, lambda parts: HostReconciler(parts.ctx, parts.bmc_factory), WATCHES, workers=4
 )

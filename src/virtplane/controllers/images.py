@@ -13,6 +13,7 @@ import logging
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import reachability_changed
+from virtplane.controllers.registration import Registration
 from virtplane.controllers.scheduling import pool_hosts
 from virtplane.controllers.storage import pool_ref
 from virtplane.controllers.watch import Watch, itself, name_of
@@ -124,3 +125,5 @@ WATCHES = (
     Watch(StoragePool.KIND, _images_in_pool),
     Watch(Host.KIND, _every_image),
 )
+
+CONTROLLER = Registration(Image.KIND, lambda parts: ImageReconciler(parts.ctx), WATCHES, workers=2)

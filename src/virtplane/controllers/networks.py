@@ -14,6 +14,7 @@ from ipaddress import IPv4Address
 
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import networks_changed, reachability_changed
+from virtplane.controllers.registration import Registration
 from virtplane.controllers.watch import Watch, itself
 from virtplane.domain.ipam import Claim, claim_reason, host_range, mac_claim
 from virtplane.domain.networks import Network, NetworkAllocation, NetworkStatus, Nic, host_lacks, nic_claims
@@ -135,3 +136,5 @@ WATCHES = (
     Watch(Host.KIND, _every_network),
     Watch(VirtualMachine.KIND, _networks_of_vm),
 )
+
+CONTROLLER = Registration(Network.KIND, lambda parts: NetworkReconciler(parts.ctx), WATCHES, workers=2)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.registration import Parts, Registration
 from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.base import copied
 from virtplane.domain.intents import Intents, RestartStage, StopMode, read_intents, write_intents
@@ -245,4 +246,24 @@ WATCHES = (
     # Each write here returns when to look again; what moves an operation on is its VM's change.
     itself(VirtualMachineOperation.KIND, after_own_writes=False),
     Watch(VirtualMachine.KIND, _operations_of_vm),
+)
+
+
+def _with_handlers(parts: Parts) -> OperationReconciler:
+    """The operation controller, with the handlers other controllers register for their types."""
+    reconciler = OperationReconciler(parts.ctx)
+    for registered in parts.operation_handlers:
+        handler = registered.handler(parts)
+        for type_ in registered.types:
+            reconciler.register(type_, handler)
+    return reconciler
+
+
+CONTROLLER = Registration(
+    VirtualMachineOperation.KIND,
+    _with_handlers,
+    WATCHES,
+    # 32: a bulk request's operations are admitted and ended in shared commits (row 3 of
+    # bench/: 4 workers 515-564 VMs per s, 16 605-662, 32 723-756, 64 590-604)
+    workers=32,
 )

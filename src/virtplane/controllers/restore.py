@@ -27,6 +27,7 @@ from virtplane.controllers.chain import Step, StopChain, run_chain
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.networks import vm_claims
 from virtplane.controllers.operations import finish_operation
+from virtplane.controllers.registration import HandlerRegistration
 from virtplane.controllers.restore_checks import (
     RestoreFailed,
     attached_now,
@@ -48,6 +49,7 @@ from virtplane.domain.intents import (
 from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
     OperationPhase,
+    OperationType,
     RestoreMode,
     StoragePool,
     VirtualMachine,
@@ -362,4 +364,6 @@ class RestoreHandler:
         return None
 
 
-__all__ = ["RestoreHandler", "holder"]
+HANDLER = HandlerRegistration((OperationType.RESTORE,), lambda parts: RestoreHandler(parts.ctx))
+
+__all__ = ["HANDLER", "RestoreHandler", "holder"]

@@ -12,6 +12,7 @@ import contextlib
 import logging
 
 from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.registration import Registration
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.controllers.watch import itself
 from virtplane.domain.intents import strip_system
@@ -187,3 +188,7 @@ class SnapshotReconciler:
 
 WATCHES = (itself(VirtualMachineSnapshot.KIND),)
 """A snapshot is looked at when it changes, and on resync: nothing else wakes it."""
+
+CONTROLLER = Registration(
+    VirtualMachineSnapshot.KIND, lambda parts: SnapshotReconciler(parts.ctx), WATCHES, workers=2
+)

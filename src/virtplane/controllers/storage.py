@@ -12,6 +12,7 @@ import logging
 from virtplane.controllers.attachments import sync_attachment, volumes_of_vm
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import reachability_changed
+from virtplane.controllers.registration import Registration
 from virtplane.controllers.scheduling import pool_hosts
 from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.images import owned_volume_file
@@ -239,4 +240,11 @@ VOLUME_WATCHES = (
     Watch(StoragePool.KIND, _volumes_in_pool),
     Watch(Image.KIND, _volumes_from_image),
     Watch(VirtualMachine.KIND, volumes_of_vm),
+)
+
+POOL_CONTROLLER = Registration(
+    StoragePool.KIND, lambda parts: StoragePoolReconciler(parts.ctx), POOL_WATCHES, workers=2
+)
+VOLUME_CONTROLLER = Registration(
+    Volume.KIND, lambda parts: VolumeReconciler(parts.ctx), VOLUME_WATCHES, workers=4
 )

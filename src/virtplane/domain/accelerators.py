@@ -11,20 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from virtplane.domain.resources import Accelerator, AcceleratorStatus
+from virtplane.domain.vocabulary import KvmBroken
 
 __all__ = [
-    "KVM_BROKEN_FALLBACK",
-    "KVM_BROKEN_REFUSE",
     "AcceleratorChoice",
     "AcceleratorReason",
     "choose",
     "needs_validation",
 ]
-
-KVM_BROKEN_FALLBACK = "fallback"
-"""host.accelerator.kvm_broken: a host whose KVM does not boot guests runs them under TCG."""
-KVM_BROKEN_REFUSE = "refuse"
-"""host.accelerator.kvm_broken: such a host takes no guests until its KVM works."""
 
 
 class AcceleratorReason:
@@ -74,7 +68,7 @@ def choose(
             Accelerator.KVM, AcceleratorReason.KVM_VALIDATED, "a validation guest booted under KVM"
         )
     message = "KVM is offered but a validation guest did not boot under it"
-    if wanted is Accelerator.KVM or on_broken == KVM_BROKEN_REFUSE:
+    if wanted is Accelerator.KVM or on_broken == KvmBroken.REFUSE:
         why = (
             "spec.accelerator is kvm"
             if wanted is Accelerator.KVM

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import assert_never
 
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve, why_no_target
 from virtplane.domain.progress import RETRIED_AFRESH, PlanAction
@@ -168,16 +169,21 @@ def plan_maintenance(
             items.append(place(planned, PlanAction.MIGRATE, False, "disks on shared storage: live migration"))
         else:
             why = f"{_why_not_live(planned)} and strategy {strategy.value}"
-            if strategy is Strategy.ERROR:
-                items.append(PlanItem(name, PlanAction.BLOCKED, None, why))
-            elif strategy is Strategy.MIGRATION and not planned.migratable:
-                items.append(PlanItem(name, PlanAction.BLOCKED, None, f"{why}: it may not be migrated"))
-            elif strategy is Strategy.MIGRATION:
-                items.append(place(planned, PlanAction.MIGRATE_WITH_STORAGE, True, f"{why}: block migration"))
-            elif strategy is Strategy.FORCE_STOP:
-                items.append(PlanItem(name, PlanAction.FORCE_STOP, None, why))
-            else:
-                items.append(PlanItem(name, PlanAction.STOP, None, why))
+            match strategy:
+                case Strategy.ERROR:
+                    items.append(PlanItem(name, PlanAction.BLOCKED, None, why))
+                case Strategy.MIGRATION if not planned.migratable:
+                    items.append(PlanItem(name, PlanAction.BLOCKED, None, f"{why}: it may not be migrated"))
+                case Strategy.MIGRATION:
+                    items.append(
+                        place(planned, PlanAction.MIGRATE_WITH_STORAGE, True, f"{why}: block migration")
+                    )
+                case Strategy.FORCE_STOP:
+                    items.append(PlanItem(name, PlanAction.FORCE_STOP, None, why))
+                case Strategy.STOP:
+                    items.append(PlanItem(name, PlanAction.STOP, None, why))
+                case _:
+                    assert_never(strategy)
     memory = {p.vm.name: p.vm.memory_mib for p in vms}
     items.sort(key=lambda item: (-memory[item.vm], item.vm))
     return Plan(host=host, strategy=strategy, items=tuple(items))

@@ -28,6 +28,7 @@ __all__ = [
     "MIGRATABLE_PHASES",
     "PLACED_PHASES",
     "RECOVERY_END_PHASES",
+    "RESIDENT_STATES",
     "RESTORE_RUNNING_PHASES",
     "TRANSITION_PHASES",
     "UP_PHASES",
@@ -64,6 +65,11 @@ its way off, so it does not say where the VM lives."""
 ACTIVE_STATES = LIVE_STATES | {DomainState.SHUTTING_DOWN}
 """The domain has a process on its host, a stopping one too: the power decision waits for
 it to go (or forces it off) before it counts the VM as stopped."""
+
+RESIDENT_STATES = ACTIVE_STATES - {DomainState.INCOMING}
+"""The domain's process holds this host's vcpus and memory. An incoming migration's domain
+does not yet, so during a live migration a VM is resident on its source only: more than one
+resident host is a split brain (the simulator counts a host's load and checks this with it)."""
 
 
 # --------------------------------------------------------------------------- VM phases

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import assert_never
 
 from virtplane.domain.intents import Intents, PowerState, RestartStage, StopMode, memory_resume_stands
 from virtplane.domain.phases import ACTIVE_STATES, IN_FLIGHT_STATES, UP_STATES, DomainState
@@ -33,18 +34,26 @@ class Want(StrEnum):
     KEEP = "keep"  # leave the VM as it is (Manual after a crash or a guest shutdown)
 
 
-# Run-policy table (§3), rows "guest shuts down", "crash / vanished / host failure",
-# "stopped by the system (policy AlwaysOff, maintenance)", "stopped by the user", and
-# "never ran yet" (None). Columns are the run policies. Guest resets keep the domain
-# running, so they never reach this table.
+def policy_wants(policy: RunPolicy, last_exit: ExitReason | None) -> Want:
+    """A run policy's column of the table of §3 (its rows: how the VM last stopped, None if it
+    never ran). Guest resets keep the domain running, so they never reach it."""
+    match policy:
+        case RunPolicy.ALWAYS_ON:
+            return Want.RUN
+        case RunPolicy.ALWAYS_OFF:
+            return Want.STOP
+        case RunPolicy.MANUAL:
+            return Want.KEEP
+        case RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY:
+            return Want.KEEP if last_exit in MANUAL_STOP_REASONS else Want.RUN
+        case _:
+            assert_never(policy)
+
+
 POLICY_WANTS_RUNNING: dict[RunPolicy, dict[ExitReason | None, Want]] = {
-    RunPolicy.ALWAYS_ON: {reason: Want.RUN for reason in [*ExitReason, None]},
-    RunPolicy.ALWAYS_OFF: {reason: Want.STOP for reason in [*ExitReason, None]},
-    RunPolicy.MANUAL: {reason: Want.KEEP for reason in [*ExitReason, None]},
-    RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY: {
-        reason: (Want.KEEP if reason in MANUAL_STOP_REASONS else Want.RUN) for reason in [*ExitReason, None]
-    },
+    policy: {reason: policy_wants(policy, reason) for reason in [*ExitReason, None]} for policy in RunPolicy
 }
+"""The run-policy table (§3) as data, one lookup a decision."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, assert_never
 
 __all__ = [
     "RETRIED_AFRESH",
@@ -334,6 +334,8 @@ def advance(p: MoveProgress, event: MoveEvent, *, max_attempts: int = 1) -> Move
             return replace(p, state=S.RETURNED, message=f"back on {home}")
         case NotReturned(why):
             return replace(p, state=S.NOT_RETURNED, message=why)
+        case _:
+            assert_never(event)
 
 
 def retrying(p: MoveProgress) -> bool:

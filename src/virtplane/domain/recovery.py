@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import assert_never
 
 from virtplane.domain.resources import HostConnection, RunPolicy
 
@@ -39,22 +40,23 @@ class Recovery(StrEnum):
     """Stays recorded on its host, untouched, until the host answers or is fenced."""
 
 
-_P = RunPolicy
-_DOWN = {
-    (_P.ALWAYS_ON, StorageKind.SHARED): Recovery.RESTART_ELSEWHERE,
-    (_P.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, StorageKind.SHARED): Recovery.RESTART_ELSEWHERE,
-    (_P.MANUAL, StorageKind.SHARED): Recovery.STAY_STOPPED,
-    (_P.ALWAYS_OFF, StorageKind.SHARED): Recovery.STAY_STOPPED,
-    (_P.ALWAYS_ON, StorageKind.LOCAL): Recovery.WAIT,
-    (_P.ALWAYS_ON_UNLESS_STOPPED_MANUALLY, StorageKind.LOCAL): Recovery.WAIT,
-    (_P.MANUAL, StorageKind.LOCAL): Recovery.WAIT,
-    (_P.ALWAYS_OFF, StorageKind.LOCAL): Recovery.WAIT,
-}
+def _when_down(policy: RunPolicy, storage: StorageKind) -> Recovery:
+    """A VM of a Down (fenced) host: one with a local disk waits for it; the rest as the policy says."""
+    if storage is StorageKind.LOCAL:
+        return Recovery.WAIT
+    match policy:
+        case RunPolicy.ALWAYS_ON | RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY:
+            return Recovery.RESTART_ELSEWHERE
+        case RunPolicy.MANUAL | RunPolicy.ALWAYS_OFF:
+            return Recovery.STAY_STOPPED
+        case _:
+            assert_never(policy)
+
 
 RECOVERY: Mapping[tuple[RunPolicy, StorageKind, HostConnection], Recovery] = MappingProxyType(
     {
         (policy, storage, liveness): (
-            _DOWN[(policy, storage)] if liveness is HostConnection.DOWN else Recovery.WAIT
+            _when_down(policy, storage) if liveness is HostConnection.DOWN else Recovery.WAIT
         )
         for policy in RunPolicy
         for storage in StorageKind

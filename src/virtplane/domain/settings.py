@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from virtplane.domain.setting_def import ScopedValues, SettingDef, SettingError, SettingScope, SettingType
+from virtplane.domain.vocabulary import KvmBroken, MaintenanceStrategy, strategy_meaning
 
 __all__ = [
     "REGISTRY",
@@ -34,11 +35,11 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
     SettingDef(
         "host.maintenance.local.storage.strategy",
         SettingType.STRING,
-        "Error",
-        "What maintenance does with running VMs that have a disk on local storage: Error leaves "
-        "them and stops the drain, Migration moves them with their disks, ForceStop powers them "
-        "off, Stop shuts them down gracefully.",
-        allowed=("Error", "Migration", "ForceStop", "Stop"),
+        MaintenanceStrategy.ERROR.value,
+        "What maintenance does with running VMs that have a disk on local storage: "
+        + "; ".join(f"{s.value}: {strategy_meaning(s)}" for s in MaintenanceStrategy)
+        + ".",
+        allowed=tuple(s.value for s in MaintenanceStrategy),
     ),
     SettingDef(
         "host.maintenance.return_vms",
@@ -231,10 +232,10 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
     SettingDef(
         "host.accelerator.kvm_broken",
         SettingType.STRING,
-        "fallback",
+        KvmBroken.FALLBACK.value,
         "A host that offers KVM but whose validation guest does not boot under it: fallback runs "
         "its guests under TCG (and says so), refuse gives it no guests.",
-        allowed=("fallback", "refuse"),
+        allowed=tuple(k.value for k in KvmBroken),
         scope=SettingScope.HOST,
     ),
     SettingDef(

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-ROLES = ("viewer", "operator", "admin")
+from virtplane.domain.vocabulary import Role
+
+ROLES = tuple(role.value for role in Role)  # least first: a user in several groups gets the most
 """Lowest first: a user in several mapped groups gets the highest of their roles."""
 
 

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeAlias
+from typing import TypeAlias, assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -241,24 +241,30 @@ class Controller:
 
     def _log(self, req: Request, action: QueueAction, outcome: Outcome, elapsed: float) -> None:
         fields = self._fields(req, action.verdict, elapsed)
-        if action.verdict is Verdict.SUCCESS:
-            logger.debug("reconciled %s", req, extra=fields)
-        elif action.verdict is Verdict.REQUEUE_AFTER:
-            logger.debug("reconciled %s; again in %s s", req, action.requeue_after, extra=fields)
-        elif action.verdict is Verdict.TERMINAL:
-            logger.error(
-                "reconcile of %s failed terminally; not retrying", req, exc_info=_exc(outcome), extra=fields
-            )
-        else:
-            fields["failures"] = self.queue.num_requeues(req)
-            fields["retry_at"] = self.queue.ready_at(req)
-            logger.error(
-                "reconcile of %s failed (%s); retrying with backoff",
-                req,
-                action.verdict.value,
-                exc_info=_exc(outcome),
-                extra=fields,
-            )
+        match action.verdict:
+            case Verdict.SUCCESS:
+                logger.debug("reconciled %s", req, extra=fields)
+            case Verdict.REQUEUE_AFTER:
+                logger.debug("reconciled %s; again in %s s", req, action.requeue_after, extra=fields)
+            case Verdict.TERMINAL:
+                logger.error(
+                    "reconcile of %s failed terminally; not retrying",
+                    req,
+                    exc_info=_exc(outcome),
+                    extra=fields,
+                )
+            case Verdict.TIMEOUT | Verdict.ERROR:
+                fields["failures"] = self.queue.num_requeues(req)
+                fields["retry_at"] = self.queue.ready_at(req)
+                logger.error(
+                    "reconcile of %s failed (%s); retrying with backoff",
+                    req,
+                    action.verdict.value,
+                    exc_info=_exc(outcome),
+                    extra=fields,
+                )
+            case _:
+                assert_never(action.verdict)
 
     def _fields(
         self, req: Request | None = None, verdict: Verdict | None = None, elapsed: float | None = None

@@ -5,7 +5,9 @@ JSON API with ``Authorization: Bearer``. Everything ships in the package
 (``web/static``); nothing is fetched from elsewhere.
 
 Routes: ``/`` and ``/ui`` redirect to ``/ui/``, which is ``index.html``;
-``/ui/static/{file}`` serves the files next to it, ``/ui/static/vendor/{file}`` the
+``/ui/static/{file}`` serves the files next to it but one, ``vocabulary.js``: the lists the page
+offers (run policies, maintenance strategies), written from the domain's enums when it loads, so
+that the page has no copy of them. ``/ui/static/vendor/{file}`` serves the
 third-party files shipped with them (xterm.js for the console, Swagger UI for ``/docs``).
 ``/docs`` is the API reference (Swagger UI over ``/openapi.json``), under the same policy:
 FastAPI's own page loads Swagger UI from a CDN and starts it with an inline script.
@@ -13,13 +15,16 @@ FastAPI's own page loads Swagger UI from a CDN and starts it with an inline scri
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 
-from virtplane.api.errors import ApiError
 from virtplane.domain.names import WEB_ASSET
+from virtplane.domain.resources import VirtualMachineSpec
+from virtplane.domain.vocabulary import MaintenanceStrategy, RunPolicy, strategy_meaning
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 VENDOR_DIR = STATIC_DIR / "vendor"
@@ -49,6 +54,24 @@ _HEADERS = {
 router = APIRouter(include_in_schema=False)
 
 
+def vocabulary_module() -> str:
+    """``vocabulary.js``: the page's lists, from the enums (tests/test_vocabulary.py reads it back)."""
+    lists = {
+        "RUN_POLICIES": [policy.value for policy in RunPolicy],
+        "DEFAULT_RUN_POLICY": VirtualMachineSpec.model_fields["run_policy"].default.value,
+        "STRATEGIES": [[s.value, strategy_meaning(s)] for s in MaintenanceStrategy],
+    }
+    lines = [f"export const {name} = {json.dumps(value)};" for name, value in lists.items()]
+    return (
+        "// Written by virtplane.web from virtplane.domain.vocabulary: edit the enums, not this.\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+VOCABULARY_JS = vocabulary_module()
+
+
 @router.get("/")
 def root() -> RedirectResponse:
     return RedirectResponse("/ui/", status_code=307)
@@ -69,6 +92,11 @@ def api_reference() -> Response:
     return _file("docs.html")
 
 
+@router.get("/ui/static/vocabulary.js")
+def vocabulary() -> Response:
+    return Response(VOCABULARY_JS, media_type=_MEDIA_TYPES[".js"], headers=_HEADERS)
+
+
 @router.get("/ui/static/{file_name}")
 def static_file(file_name: str) -> Response:
     return _file(file_name)
@@ -84,8 +112,8 @@ def _file(file_name: str, directory: Path = STATIC_DIR) -> Response:
     path = directory / file_name
     media_type = _MEDIA_TYPES.get(path.suffix)
     if not WEB_ASSET.matches(file_name) or media_type is None or not path.is_file():
-        raise ApiError(404, "NotFound", f"no such file: {file_name}")
+        raise HTTPException(404, f"no such file: {file_name}")  # the app answers it as any 404
     return FileResponse(path, media_type=media_type, headers=_HEADERS)
 
 
-__all__ = ["CONTENT_SECURITY_POLICY", "STATIC_DIR", "router"]
+__all__ = ["CONTENT_SECURITY_POLICY", "STATIC_DIR", "VOCABULARY_JS", "router"]

@@ -35,7 +35,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError, error_response, mapped_error
 from virtplane.domain.errors import DomainError
 from virtplane.domain.resources import EventType, VirtualMachine
-from virtplane.services.console import ConsoleSession
+from virtplane.services.console import ConsoleService, ConsoleSession
 
 log = logging.getLogger("virtplane.api.console")
 
@@ -103,7 +103,9 @@ async def _idle(session: ConsoleSession, timeout_s: float) -> None:
         await asyncio.sleep(left)  # a timer on the loop's clock, re-armed by activity
 
 
-async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession) -> str:
+async def _relay(
+    websocket: WebSocket, ctx: ApiContext, consoles: ConsoleService, session: ConsoleSession
+) -> str:
     """Bytes both ways until one side ends, the session is idle too long or an admin takes
     it over; then the rest is ended too. Returns which one ended it, as the event's reason."""
     idle_timeout_s = ctx.settings.get_float("console.idle_timeout_s")
@@ -121,8 +123,7 @@ async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession)
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, Exception):
             await asyncio.gather(*tasks, return_exceptions=True)
         await session.stream.close()
-        if ctx.consoles is not None:
-            ctx.consoles.release(session)
+        consoles.release(session)
     if taken_over in done:
         why = f"admin {session.taken_over_by} took over the serial console"
         with contextlib.suppress(Exception):
@@ -136,7 +137,7 @@ async def _relay(websocket: WebSocket, ctx: ApiContext, session: ConsoleSession)
         await _record(ctx, session.vm, "ConsoleIdle", why)
         return "ConsoleIdle"
     if from_guest in done and from_guest.exception() is None:
-        why = await ctx.consoles.why_ended(session)
+        why = await consoles.why_ended(session)
         with contextlib.suppress(Exception):  # the client may be gone already
             await websocket.close(1000, close_reason(why))
         await _record(ctx, session.vm, "ConsoleClosed", why)
@@ -201,7 +202,7 @@ async def console(websocket: WebSocket, name: str) -> None:
             reason="ConsoleTakenOver" if takeover else "",  # an admin ended another's session
         )
     )
-    ended = await _relay(websocket, ctx, session)
+    ended = await _relay(websocket, ctx, ctx.consoles, session)
     await audit.record(
         entry_for(
             principal,

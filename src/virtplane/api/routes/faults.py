@@ -15,17 +15,14 @@ from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.domain.resources import Host, Name, VirtualMachine
+from virtplane.domain.vocabulary import DOMAIN_FAULTS, HOST_FAULTS, FaultKind
 from virtplane.drivers.base import domain_name
-from virtplane.drivers.sim import FaultKind, SimFaultError
+from virtplane.drivers.sim import SimFaultError
 
 router = APIRouter(tags=["Host"])
 
-# the simulator's own list: one place for the fault kinds
 FAULT_KINDS = tuple(kind.value for kind in FaultKind)
-VM_FAULTS = frozenset({"guest-shutdown", "guest-reset", "crash"})
-"""Faults that hit the VM's live guest: only its current host can take them."""
-HOST_FAULTS = frozenset({"host-down", "host-up", "disconnect", "reconnect"})
-VM_ROUTE_KINDS = tuple(kind for kind in FAULT_KINDS if kind not in HOST_FAULTS)
+VM_ROUTE_KINDS = tuple(kind.value for kind in FaultKind if kind not in HOST_FAULTS)
 
 
 class FaultRequest(BaseModel):
@@ -55,9 +52,9 @@ def _inject(
         )
     if kind not in FAULT_KINDS:
         raise ApiError(422, "Invalid", f"kind {kind!r} is unknown; use one of: {', '.join(FAULT_KINDS)}")
-    if vm is None and kind in VM_FAULTS:
+    if vm is None and kind in DOMAIN_FAULTS:
         raise ApiError(422, "Invalid", f"fault {kind} needs a vm")
-    if vm is not None and kind in VM_FAULTS and vm.status.host != name:
+    if vm is not None and kind in DOMAIN_FAULTS and vm.status.host != name:
         where = f"runs on {vm.status.host}" if vm.status.host else "is on no host"
         raise ApiError(
             409,

@@ -33,7 +33,7 @@ class MaintenanceRequest(BaseModel):
 
 def _service(request: Request) -> MaintenanceService:
     ctx: ApiContext = request.app.state.ctx
-    if not isinstance(ctx.maintenance, MaintenanceService):
+    if ctx.maintenance is None:
         raise ApiError(503, "MaintenanceUnavailable", "this server runs no maintenance controller")
     return ctx.maintenance
 

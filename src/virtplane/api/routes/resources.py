@@ -5,7 +5,8 @@ controllers and is never taken from a request. Annotations under the system pref
 (``virtplane.io/``) hold durable intents: a request can neither set nor drop them.
 """
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from anyio import from_thread
@@ -15,25 +16,12 @@ from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
 from virtplane.api.limits import limiter
-from virtplane.api.lists import (
-    DEFAULT_LIMIT,
-    DEFAULT_WATCH_TIMEOUT_S,
-    LABEL_SELECTOR_HELP,
-    LIST_RESPONSES,
-    MAX_LIMIT,
-    MAX_TOKEN,
-    MAX_WATCH_TIMEOUT_S,
-    WATCH_HELP,
-    page_response,
-)
-from virtplane.api.lists import field_selector as parse_fields
-from virtplane.api.lists import label_selector as parse_labels
+from virtplane.api.lists import LIST_RESPONSES, ListQuery, list_query, page_response
 from virtplane.api.shown import public_doc
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.base import copied
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
-from virtplane.domain.selectors import MAX_SELECTOR_LENGTH, selectable_fields
 from virtplane.store.claims import ClaimTaken
 from virtplane.store.errors import AlreadyExists, Conflict
 
@@ -105,150 +93,171 @@ def _user_writable(obj: Resource, current: Resource | None) -> Resource:
     return new
 
 
-def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> None:
-    plural, kind = cls.PLURAL, cls.KIND
-    read = Depends(require(READ_ROLES.get(kind, Role.VIEWER)))
-    write = Depends(require(write_role))
-    tag = kind
+# --------------------------------------------------------------------------- what each route does
 
-    fields_of_kind = selectable_fields(cls)
+
+def _list(
+    ctx: ApiContext, request: Request, cls: type[Resource], query: ListQuery, principal: Principal
+) -> Response:
+    redacted = not principal.can(Role.OPERATOR)  # a viewer: no user_data (api/shown.py)
+    if not query.watch:
+        return page_response(
+            ctx.store,
+            cls,
+            limit=query.limit,
+            token=query.continue_token,
+            labels=query.labels,
+            fields=query.fields,
+            redacted=redacted,
+        )
+
+    def opened() -> AsyncIterator[bytes]:
+        since = ctx.store.revision() if query.resource_version is None else query.resource_version
+        require_resumable(ctx.store, since)
+        return object_stream(
+            ctx.store,
+            cls,
+            since=since,
+            labels=query.labels,
+            fields=query.fields,
+            streams=ctx.streams,
+            options=ctx.watch,
+            timeout_s=query.timeout_s,
+            redacted=redacted,
+        )
+
+    return stream_response(limiter(request).watched(principal.name, opened))
+
+
+async def _create(ctx: ApiContext, new: Resource, dry_run: bool, principal: Principal) -> Resource:
+    """On the loop, as the controllers' writes (each store call is short): a sync route hops to a
+    worker thread and back to the loop twice, and under load each hop waits for the reconciles
+    its own write has just woken."""
+    kind = new.KIND
+    if ctx.store.find(type(new), new.metadata.name) is not None:
+        raise AlreadyExists(kind, new.metadata.name)
+    for attempt in range(CLAIM_ATTEMPTS):
+        obj = await admit_on_loop(ctx, ctx.admission.on_create, _user_writable(new, None))
+        if dry_run:
+            return obj
+        try:
+            created = ctx.store.create(
+                obj,
+                claims=ctx.admission.claims_of(obj),
+                events=[
+                    (kind, obj.metadata.name, "Created", f"created by {principal.name}", EventType.NORMAL)
+                ],
+            )
+            break
+        except ClaimTaken:  # chosen from what was free a moment ago: choose again
+            if attempt == CLAIM_ATTEMPTS - 1:
+                raise
+    ctx.written(created)
+    return created
+
+
+def _apply_update(
+    ctx: ApiContext, name: str, obj: Resource, principal: Principal, *, dry_run: bool = False
+) -> Any:
+    kind = obj.KIND
+    if obj.metadata.name != name:
+        raise ApiError(
+            422, "Invalid", f"metadata.name {obj.metadata.name!r} does not match the path {name!r}"
+        )
+    current = ctx.store.get(type(obj), name)
+    new = _user_writable(obj, current)
+    # resource_version 0 (omitted) means "whatever is there now": an unconditional write
+    check = obj.metadata.resource_version != 0
+    if not check:
+        new.metadata.resource_version = current.metadata.resource_version
+    if dry_run:
+        if new.metadata.resource_version != current.metadata.resource_version:
+            raise Conflict(kind, name, new.metadata.resource_version, current.metadata.resource_version)
+        return public_doc(admit(ctx, ctx.admission.on_update, current, copied(new)))
+    for attempt in range(CLAIM_ATTEMPTS):
+        admitted = admit(ctx, ctx.admission.on_update, current, copied(new))
+        try:
+            updated = ctx.store.update(admitted, check_version=True, claims=ctx.admission.claims_of(admitted))
+            break
+        except ClaimTaken:
+            if attempt == CLAIM_ATTEMPTS - 1:
+                raise
+    if updated.metadata.resource_version != current.metadata.resource_version:
+        ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
+    return public_doc(updated)
+
+
+def _patch(
+    ctx: ApiContext, cls: type[Resource], name: str, body: dict[str, Any], dry_run: bool, principal: Principal
+) -> Any:
+    meta = body.get("metadata")
+    pinned = isinstance(meta, dict) and "resource_version" in meta
+    for attempt in range(PATCH_ATTEMPTS):
+        current = ctx.store.get(cls, name)
+        doc = current.model_dump(mode="json")
+        doc.pop("status", None)
+        patched = merge_patch(doc, body)
+        if isinstance(patched.get("metadata"), dict):
+            patched["metadata"]["name"] = name
+            if not pinned:
+                # the version the patch was applied to, not "whatever is there": a write in
+                # between would otherwise be overwritten by this stale copy (a lost update)
+                patched["metadata"]["resource_version"] = current.metadata.resource_version
+        try:
+            return _apply_update(ctx, name, cls.model_validate(patched), principal, dry_run=dry_run)
+        except Conflict:
+            if pinned or attempt == PATCH_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _delete(ctx: ApiContext, cls: type[Resource], name: str, principal: Principal) -> dict[str, str]:
+    kind = cls.KIND
+    current = ctx.store.get(cls, name)
+    admit(ctx, ctx.admission.on_delete, current)
+    gone = ctx.store.delete(cls, name)
+    ctx.store.record_event(kind, name, "Deleted" if gone else "DeletionRequested", f"by {principal.name}")
+    return {
+        "reason": "Deleted" if gone else "DeletionRequested",
+        "message": f"{kind} {name!r} "
+        + ("deleted" if gone else "will be deleted once its resources are released"),
+    }
+
+
+# --------------------------------------------------------------------------- one kind's endpoints
+# FastAPI reads a route's parameters from its signature, and the body's model and the roles
+# differ by kind: each endpoint is a small function made for its kind, which only hands over.
+
+
+def _endpoints(cls: type[Resource], write_role: Role) -> dict[str, Callable[..., Any]]:
+    """The kind's six endpoints, by operation (list, create, get, replace, patch, delete)."""
+    read = Depends(require(READ_ROLES.get(cls.KIND, Role.VIEWER)))
+    write = Depends(require(write_role))
+    dry_run_query = Query(False, alias="dryRun", description=DRY_RUN_HELP)
 
     def list_objects(
-        request: Request,
-        limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Objects per page at most."),
-        continue_token: str | None = Query(
-            None,
-            alias="continue",
-            max_length=MAX_TOKEN,
-            description="metadata.continue of the previous page.",
-        ),
-        label_selector: str = Query(
-            "", alias="labelSelector", max_length=MAX_SELECTOR_LENGTH, description=LABEL_SELECTOR_HELP
-        ),
-        field_selector: str = Query(
-            "",
-            alias="fieldSelector",
-            max_length=MAX_SELECTOR_LENGTH,
-            description=f"e.g. {sorted(fields_of_kind)[-1]}=x; fields: {', '.join(sorted(fields_of_kind))}.",
-        ),
-        watch: bool = Query(False, description=WATCH_HELP),
-        resource_version: int | None = Query(
-            None, ge=0, le=2**63 - 1, description="With watch: stream the changes after this revision."
-        ),
-        timeout_s: float = Query(
-            DEFAULT_WATCH_TIMEOUT_S,
-            gt=0,
-            le=MAX_WATCH_TIMEOUT_S,
-            description="With watch: end after this long.",
-        ),
-        principal: Principal = read,
+        request: Request, query: ListQuery = Depends(list_query(cls)), principal: Principal = read
     ) -> Response:
-        ctx = _ctx(request)
-        labels = parse_labels(label_selector)
-        fields = parse_fields(field_selector, fields_of_kind)
-        redacted = not principal.can(Role.OPERATOR)  # a viewer: no user_data (api/shown.py)
-        if not watch:
-            return page_response(
-                ctx.store,
-                cls,
-                limit=limit,
-                token=continue_token,
-                labels=labels,
-                fields=fields,
-                redacted=redacted,
-            )
-
-        def opened() -> AsyncIterator[bytes]:
-            since = ctx.store.revision() if resource_version is None else resource_version
-            require_resumable(ctx.store, since)
-            return object_stream(
-                ctx.store,
-                cls,
-                since=since,
-                labels=labels,
-                fields=fields,
-                streams=ctx.streams,
-                options=ctx.watch,
-                timeout_s=timeout_s,
-                redacted=redacted,
-            )
-
-        return stream_response(limiter(request).watched(principal.name, opened))
-
-    def get_object(name: str, request: Request, principal: Principal = read) -> Any:
-        return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))
+        return _list(_ctx(request), request, cls, query, principal)
 
     async def create_object(
         request: Request,
         response: Response,
         body: cls = Body(...),  # type: ignore[valid-type]
-        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
+        dry_run: bool = dry_run_query,
         principal: Principal = write,
     ) -> Any:
-        # On the loop, as the controllers' writes (each store call is short): a sync route
-        # hops to a worker thread and back to the loop twice, and under load each hop waits
-        # for the reconciles its own write has just woken.
-        ctx = _ctx(request)
-        new: Resource = body
-        if ctx.store.find(cls, new.metadata.name) is not None:
-            raise AlreadyExists(kind, new.metadata.name)
-        for attempt in range(CLAIM_ATTEMPTS):
-            obj = await admit_on_loop(ctx, ctx.admission.on_create, _user_writable(new, None))
-            if dry_run:
-                response.status_code = 201
-                return public_doc(obj)
-            try:
-                created = ctx.store.create(
-                    obj,
-                    claims=ctx.admission.claims_of(obj),
-                    events=[
-                        (kind, obj.metadata.name, "Created", f"created by {principal.name}", EventType.NORMAL)
-                    ],
-                )
-                break
-            except ClaimTaken:  # chosen from what was free a moment ago: choose again
-                if attempt == CLAIM_ATTEMPTS - 1:
-                    raise
-        ctx.written(created)
         response.status_code = 201
-        return public_doc(created)
+        return public_doc(await _create(_ctx(request), body, dry_run, principal))
 
-    def _apply_update(
-        ctx: ApiContext, name: str, obj: Resource, principal: Principal, *, dry_run: bool = False
-    ) -> Any:
-        if obj.metadata.name != name:
-            raise ApiError(
-                422, "Invalid", f"metadata.name {obj.metadata.name!r} does not match the path {name!r}"
-            )
-        current = ctx.store.get(cls, name)
-        new = _user_writable(obj, current)
-        # resource_version 0 (omitted) means "whatever is there now": an unconditional write
-        check = obj.metadata.resource_version != 0
-        if not check:
-            new.metadata.resource_version = current.metadata.resource_version
-        if dry_run:
-            if new.metadata.resource_version != current.metadata.resource_version:
-                raise Conflict(kind, name, new.metadata.resource_version, current.metadata.resource_version)
-            return public_doc(admit(ctx, ctx.admission.on_update, current, copied(new)))
-        for attempt in range(CLAIM_ATTEMPTS):
-            admitted = admit(ctx, ctx.admission.on_update, current, copied(new))
-            try:
-                updated = ctx.store.update(
-                    admitted, check_version=True, claims=ctx.admission.claims_of(admitted)
-                )
-                break
-            except ClaimTaken:
-                if attempt == CLAIM_ATTEMPTS - 1:
-                    raise
-        if updated.metadata.resource_version != current.metadata.resource_version:
-            ctx.store.record_event(kind, name, "Updated", f"updated by {principal.name}")
-        return public_doc(updated)
+    def get_object(name: str, request: Request, principal: Principal = read) -> Any:
+        return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))
 
     def replace_object(
         name: str,
         request: Request,
         body: cls = Body(...),  # type: ignore[valid-type]
-        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
+        dry_run: bool = dry_run_query,
         principal: Principal = write,
     ) -> Any:
         return _apply_update(_ctx(request), name, body, principal, dry_run=dry_run)
@@ -257,93 +266,63 @@ def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> N
         name: str,
         request: Request,
         body: dict[str, Any] = Body(..., description="RFC 7386 JSON merge patch of metadata and spec"),
-        dry_run: bool = Query(False, alias="dryRun", description=DRY_RUN_HELP),
+        dry_run: bool = dry_run_query,
         principal: Principal = write,
     ) -> Any:
-        ctx = _ctx(request)
-        meta = body.get("metadata")
-        pinned = isinstance(meta, dict) and "resource_version" in meta
-        for attempt in range(PATCH_ATTEMPTS):
-            current = ctx.store.get(cls, name)
-            doc = current.model_dump(mode="json")
-            doc.pop("status", None)
-            patched = merge_patch(doc, body)
-            if isinstance(patched.get("metadata"), dict):
-                patched["metadata"]["name"] = name
-                if not pinned:
-                    # the version the patch was applied to, not "whatever is there": a write in
-                    # between would otherwise be overwritten by this stale copy (a lost update)
-                    patched["metadata"]["resource_version"] = current.metadata.resource_version
-            try:
-                return _apply_update(ctx, name, cls.model_validate(patched), principal, dry_run=dry_run)
-            except Conflict:
-                if pinned or attempt == PATCH_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        return _patch(_ctx(request), cls, name, body, dry_run, principal)
 
     def delete_object(name: str, request: Request, principal: Principal = write) -> Any:
-        ctx = _ctx(request)
-        current = ctx.store.get(cls, name)
-        admit(ctx, ctx.admission.on_delete, current)
-        gone = ctx.store.delete(cls, name)
-        ctx.store.record_event(kind, name, "Deleted" if gone else "DeletionRequested", f"by {principal.name}")
-        return {
-            "reason": "Deleted" if gone else "DeletionRequested",
-            "message": f"{kind} {name!r} "
-            + ("deleted" if gone else "will be deleted once its resources are released"),
-        }
+        return _delete(_ctx(request), cls, name, principal)
 
-    router.add_api_route(
-        f"/v1/{plural}",
-        list_objects,
-        methods=["GET"],
-        tags=[tag],
-        operation_id=f"list_{plural}",
-        summary=f"List {kind} objects a page at a time, or watch them (watch=1)",
-        response_class=Response,
-        responses=LIST_RESPONSES,
-    )
-    router.add_api_route(
-        f"/v1/{plural}",
-        create_object,
-        methods=["POST"],
-        tags=[tag],
-        operation_id=f"create_{plural}",
-        summary=f"Create a {kind}",
-        status_code=201,
-    )
-    router.add_api_route(
-        f"/v1/{plural}/{{name}}",
-        get_object,
-        methods=["GET"],
-        tags=[tag],
-        operation_id=f"get_{plural}",
-        summary=f"Read a {kind}",
-    )
-    router.add_api_route(
-        f"/v1/{plural}/{{name}}",
-        replace_object,
-        methods=["PUT"],
-        tags=[tag],
-        operation_id=f"replace_{plural}",
-        summary=f"Replace a {kind}'s labels, annotations and spec",
-    )
-    router.add_api_route(
-        f"/v1/{plural}/{{name}}",
-        patch_object,
-        methods=["PATCH"],
-        tags=[tag],
-        operation_id=f"patch_{plural}",
-        summary=f"Merge-patch a {kind}",
-    )
-    router.add_api_route(
-        f"/v1/{plural}/{{name}}",
-        delete_object,
-        methods=["DELETE"],
-        tags=[tag],
-        operation_id=f"delete_{plural}",
-        summary=f"Delete a {kind}",
-    )
+    return {
+        "list": list_objects,
+        "create": create_object,
+        "get": get_object,
+        "replace": replace_object,
+        "patch": patch_object,
+        "delete": delete_object,
+    }
+
+
+@dataclass(frozen=True)
+class _Route:
+    operation: str
+    method: str
+    on_one: bool
+    """``/v1/{plural}/{name}``; else ``/v1/{plural}``."""
+    summary: str
+    """With ``{kind}``."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+ROUTES = (
+    _Route(
+        "list",
+        "GET",
+        False,
+        "List {kind} objects a page at a time, or watch them (watch=1)",
+        {"response_class": Response, "responses": LIST_RESPONSES},
+    ),
+    _Route("create", "POST", False, "Create a {kind}", {"status_code": 201}),
+    _Route("get", "GET", True, "Read a {kind}"),
+    _Route("replace", "PUT", True, "Replace a {kind}'s labels, annotations and spec"),
+    _Route("patch", "PATCH", True, "Merge-patch a {kind}"),
+    _Route("delete", "DELETE", True, "Delete a {kind}"),
+)
+
+
+def register_kind(router: APIRouter, cls: type[Resource], write_role: Role) -> None:
+    endpoints = _endpoints(cls, write_role)
+    for route in ROUTES:
+        router.add_api_route(
+            f"/v1/{cls.PLURAL}" + ("/{name}" if route.on_one else ""),
+            endpoints[route.operation],
+            methods=[route.method],
+            tags=[cls.KIND],
+            operation_id=f"{route.operation}_{cls.PLURAL}",
+            summary=route.summary.format(kind=cls.KIND),
+            **route.extra,
+        )
 
 
 WRITE_ROLES: dict[str, Role] = {

@@ -28,5 +28,11 @@ and the host's state moves), ``drain`` (1-3), ``cancel`` (4), ``reconciler`` (th
 
 from virtplane.controllers.maintenance.plan import compute_plan, strategy_of
 from virtplane.controllers.maintenance.reconciler import WATCHES, MaintenanceReconciler
+from virtplane.controllers.registration import Registration
+from virtplane.domain.resources import HostMaintenance
 
-__all__ = ["WATCHES", "MaintenanceReconciler", "compute_plan", "strategy_of"]
+CONTROLLER = Registration(
+    HostMaintenance.KIND, lambda parts: MaintenanceReconciler(parts.ctx, parts.migrations), WATCHES, workers=2
+)
+
+__all__ = ["CONTROLLER", "WATCHES", "MaintenanceReconciler", "compute_plan", "strategy_of"]

@@ -35,6 +35,7 @@ from virtplane.controllers.migration.flights import (
     in_flight,
     slot_refusal,
 )
+from virtplane.controllers.registration import MIGRATION_KIND
 from virtplane.controllers.scheduling import host_views, vm_view
 from virtplane.controllers.seed import place_seed_on_target, record_seed, seed_volume_on_target
 from virtplane.controllers.storage import pool_ref
@@ -69,7 +70,7 @@ from virtplane.metrics import MigrationResult
 
 log = logging.getLogger("virtplane.controllers.migration")
 
-KIND = "Migration"
+KIND = MIGRATION_KIND
 """The controller kind that follows migrations in flight; its keys are VM names."""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.chain import StopChain
+from virtplane.controllers.registration import MIGRATION_KIND
 from virtplane.controllers.scheduling import local_pool_hosts
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.state import VMState
@@ -43,7 +44,7 @@ async def migration(state: VMState) -> Result | None:
     intent = read_migration(state.vm.metadata.annotations)
     if intent is None:
         return None
-    state.ctx.enqueue("Migration", state.name)
+    state.ctx.enqueue(MIGRATION_KIND, state.name)
     show_migrating(state.status, intent)
     raise StopChain(Result(requeue_after=POLL_TRANSITION_S))
 

@@ -48,7 +48,6 @@ from virtplane.domain.resources.host_maintenance import (
     HostMaintenanceStatus,
     MaintenancePhase,
     MaintenancePlanItem,
-    MaintenanceStrategy,
     MaintenanceVMProgress,
 )
 from virtplane.domain.resources.image import Image, ImageFormat, ImageKind, ImagePhase, ImageSpec, ImageStatus
@@ -56,7 +55,6 @@ from virtplane.domain.resources.operation import (
     MigrateSpec,
     OperationPhase,
     OperationType,
-    RestoreMode,
     RestoreSpec,
     VirtualMachineOperation,
     VirtualMachineOperationSpec,
@@ -88,13 +86,13 @@ from virtplane.domain.resources.virtual_machine import (
     LiveMigrationPolicy,
     MigrationPolicy,
     Placement,
-    RunPolicy,
     VirtualMachine,
     VirtualMachineSpec,
     VirtualMachineStatus,
     VMPhase,
 )
 from virtplane.domain.resources.volume import Volume, VolumePhase, VolumeSource, VolumeSpec, VolumeStatus
+from virtplane.domain.vocabulary import MaintenanceStrategy, RestoreMode, RunPolicy
 
 __all__ = [
     "API_VERSION",

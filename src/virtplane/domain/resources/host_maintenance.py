@@ -10,15 +10,7 @@ from pydantic import BaseModel, Field
 
 from virtplane.domain.base import Name, Resource, Strict
 from virtplane.domain.progress import PlanAction, ProgressState
-
-
-class MaintenanceStrategy(StrEnum):
-    """What maintenance does with running VMs that have local disks (DESIGN.md §5.2)."""
-
-    ERROR = "Error"
-    MIGRATION = "Migration"
-    FORCE_STOP = "ForceStop"
-    STOP = "Stop"
+from virtplane.domain.vocabulary import MaintenanceStrategy
 
 
 class MaintenancePhase(StrEnum):

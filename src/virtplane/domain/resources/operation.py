@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field, model_validator
 
 from virtplane.domain.base import Condition, Name, Resource, Strict
+from virtplane.domain.vocabulary import RestoreMode
 
 
 class OperationType(StrEnum):
@@ -18,12 +19,6 @@ class OperationType(StrEnum):
     MIGRATE = "Migrate"
     EVICT = "Evict"
     RESTORE = "Restore"
-
-
-class RestoreMode(StrEnum):
-    DRY_RUN = "DryRun"
-    STRICT = "Strict"
-    BEST_EFFORT = "BestEffort"
 
 
 class RestoreSpec(Strict):

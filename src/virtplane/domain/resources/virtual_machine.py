@@ -10,13 +10,7 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from virtplane.domain.base import Condition, Name, Resource, Strict
 from virtplane.domain.networks import CloudInit, Nic, NicStatus, check_nics
-
-
-class RunPolicy(StrEnum):
-    ALWAYS_ON = "AlwaysOn"
-    ALWAYS_OFF = "AlwaysOff"
-    MANUAL = "Manual"
-    ALWAYS_ON_UNLESS_STOPPED_MANUALLY = "AlwaysOnUnlessStoppedManually"
+from virtplane.domain.vocabulary import RunPolicy
 
 
 class LiveMigrationPolicy(StrEnum):

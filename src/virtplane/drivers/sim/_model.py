@@ -6,43 +6,20 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 
+from virtplane.domain.phases import RESIDENT_STATES
 from virtplane.domain.resources import ExitReason
+from virtplane.domain.vocabulary import (
+    DOMAIN_FAULTS as DOMAIN_FAULTS,
+)  # the sim's modules import them from here
+from virtplane.domain.vocabulary import FaultKind as FaultKind
 from virtplane.drivers.base import DomainSpec, DomainState, MigrationPhase
 
 from ._changes import Persisted, Record
 
 URI_SCHEME = "sim://"
 
-ACTIVE_STATES = frozenset(
-    {
-        DomainState.STARTING,
-        DomainState.RUNNING,
-        DomainState.PAUSED,
-        DomainState.SHUTTING_DOWN,
-        DomainState.MIGRATING,
-    }
-)
-"""States in which a domain has a live instance that holds host vcpus and memory."""
-
-
-class FaultKind(StrEnum):
-    GUEST_SHUTDOWN = "guest-shutdown"
-    GUEST_RESET = "guest-reset"
-    CRASH = "crash"
-    FAIL_START = "fail-start"
-    FAIL_MIGRATION = "fail-migration"
-    STALL_MIGRATION = "stall-migration"
-    HOST_DOWN = "host-down"
-    HOST_UP = "host-up"
-    DISCONNECT = "disconnect"
-    RECONNECT = "reconnect"
-
-
-DOMAIN_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})
-"""Faults that act on one existing domain at once, so they need ``domain``."""
 
 ARMED_KINDS = (FaultKind.FAIL_START, FaultKind.FAIL_MIGRATION, FaultKind.STALL_MIGRATION)
 """Faults that wait on a host for their trigger (a start, a migration)."""
@@ -181,7 +158,7 @@ class SimDomain(Record):
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        return self.state in RESIDENT_STATES
 
     def cancel_timer(self) -> None:
         if self.timer is not None:
@@ -213,7 +190,7 @@ class SimState:
         return sorted(
             name
             for name, host in self.hosts.items()
-            if host.domains.get(domain, DomainState.SHUTOFF) in ACTIVE_STATES
+            if host.domains.get(domain, DomainState.SHUTOFF) in RESIDENT_STATES
         )
 
     def placements(self) -> dict[str, list[str]]:
@@ -221,6 +198,6 @@ class SimState:
         where: dict[str, list[str]] = {}
         for name in sorted(self.hosts):
             for domain, state in self.hosts[name].domains.items():
-                if state in ACTIVE_STATES:
+                if state in RESIDENT_STATES:
                     where.setdefault(domain, []).append(name)
         return where

@@ -5,8 +5,7 @@ import { $, el, field, input, select } from "./dom.js";
 import { listAll, send } from "./api.js";
 import { notify, openDialog } from "./dialogs.js";
 import { can, state } from "./state.js";
-
-const POLICIES = ["AlwaysOnUnlessStoppedManually", "AlwaysOn", "Manual", "AlwaysOff"];
+import { DEFAULT_RUN_POLICY, RUN_POLICIES } from "./vocabulary.js";
 
 async function createDialog() {
   const dialog = openDialog({ name: "create-vm", title: "New virtual machine", body: [el("p", { cls: "hint", text: "Loading volumes, pools and images…" })] });
@@ -28,7 +27,7 @@ async function createDialog() {
   const name = input("name", "", { required: true, spellcheck: "false", placeholder: "web-3" });
   const form = el("div", { cls: "form" }, [
     field("Name", name),
-    field("Run policy", select("run_policy", POLICIES.map((p) => [p, p]), POLICIES[0])),
+    field("Run policy", select("run_policy", RUN_POLICIES.map((p) => [p, p]), DEFAULT_RUN_POLICY)),
     el("div", { cls: "row" }, [
       field("vCPUs", input("cpu", 1, { type: "number", min: 1, max: 512 })),
       field("Memory (MiB)", input("memory_mib", 1024, { type: "number", min: 64, step: 64 })),

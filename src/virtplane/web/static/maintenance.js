@@ -7,17 +7,15 @@ import { path, send } from "./api.js";
 import { formValues, notify, notifyError, openDialog } from "./dialogs.js";
 import { addRowAction } from "./registry.js";
 import { can, state } from "./state.js";
+import { STRATEGIES } from "./vocabulary.js";
 
 const ACTIVE_MAINTENANCE = new Set(["Draining", "Cancelling"]);
 export const MAINTENANCE_HOST_STATES = new Set([
   "PrepareForMaintenance", "ErrorInPrepareForMaintenance", "Maintenance", "ErrorInMaintenance",
 ]);
-const STRATEGIES = [
+const STRATEGY_CHOICES = [
   ["", "Default", "the setting host.maintenance.local.storage.strategy decides"],
-  ["Migration", "Migration", "VMs with local disks migrate with their disks"],
-  ["Stop", "Stop", "VMs with local disks shut down (then forced), started again after"],
-  ["ForceStop", "ForceStop", "VMs with local disks are powered off at once, started again after"],
-  ["Error", "Error", "nothing with local disks is touched; the host reports what blocks it"],
+  ...STRATEGIES.map(([value, meaning]) => [value, value, meaning]),
 ];
 
 // One plan item in words: what maintenance will do with the VM.
@@ -119,7 +117,7 @@ function planTable(answer) {
 function maintenanceDialog(host) {
   const name = host.metadata.name;
   const picker = el("fieldset", { cls: "choices" }, [el("legend", { text: "Strategy for running VMs with local disks" }),
-    ...STRATEGIES.map(([value, label, hint]) => {
+    ...STRATEGY_CHOICES.map(([value, label, hint]) => {
       const radio = el("input", { attrs: { type: "radio", name: "strategy", value, checked: value === "" } });
       return el("label", { cls: "choice" }, [radio, el("strong", { text: label }), el("span", { cls: "hint", text: hint })]);
     })]);
