@@ -111,7 +111,7 @@ async def test_a_failed_copy_still_thaws_the_guest(
 
 
 async def test_the_guests_own_addresses_show_beside_the_ipam_ones_without_a_write_per_look(
-    plane: ControlPlane,
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await running_vm(plane, SimGuest(agent=True, interfaces=(ETH0,)))
     current = await eventually(lambda: (v := vm(plane, "a")).status.guest_addresses and v)
@@ -120,10 +120,19 @@ async def test_the_guests_own_addresses_show_beside_the_ipam_ones_without_a_writ
         ("eth0", ["10.1.0.10/24", "fe80::1/64"])
     ]
     version = current.metadata.resource_version
+    reads: list[str] = []
+    read = SimDriver.guest_interfaces
+
+    async def counted(self: SimDriver, name: str) -> tuple[GuestInterface, ...]:
+        reads.append(name)
+        return await read(self, name)
+
+    monkeypatch.setattr(SimDriver, "guest_interfaces", counted)
     for _ in range(3):
         plane.enqueue("VirtualMachine", "a")
         await reconciled(plane, "a")
     assert vm(plane, "a").metadata.resource_version == version  # nothing new: nothing written
+    assert reads == []  # and not read again before vm.guest_agent.refresh_s
     await bring_to(plane, "a", "Stopped")
     stopped = vm(plane, "a")
     assert stopped.status.guest_agent is None and stopped.status.guest_addresses == []
