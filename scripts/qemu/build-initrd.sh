@@ -17,6 +17,7 @@
 #     "GUEST-AGENT-SHUTDOWN" and powers off; its freeze and thaw print "GUEST-FREEZE"/"GUEST-THAW"
 #   - mounts an ext2 filesystem (a loop file in RAM) on /data, so a freeze has something to freeze
 #   - kernel argument vp.ignore_acpi=1: no acpid, the power button does nothing
+#   - kernel argument vp.no_agent=1: qemu-ga is not started (a guest without an agent)
 #   - kernel argument vp.probe=IP:PORT: tries a TCP connection from the guest's first NIC
 #     (10.0.2.15/24 via 10.0.2.2, QEMU's user network) and prints "PROBE connected",
 #     "PROBE failed" or "PROBE no-nic"
@@ -123,9 +124,11 @@ poweroff_after=0
 dirty_mib=0
 probe=""
 ignore_acpi=0
+no_agent=0
 for arg in $(cat /proc/cmdline); do
   case $arg in
     vp.ignore_acpi=*) ignore_acpi=${arg#vp.ignore_acpi=} ;;
+    vp.no_agent=*) no_agent=${arg#vp.no_agent=} ;;
     vp.reboot=*) reboot_after=${arg#vp.reboot=} ;;
     vp.poweroff=*) poweroff_after=${arg#vp.poweroff=} ;;
     vp.dirty=*) dirty_mib=${arg#vp.dirty=} ;;
@@ -139,7 +142,9 @@ dd if=/dev/zero of=/tmp/data.img bs=1M count=4 2>/dev/null && losetup /dev/loop0
   mke2fs -q /dev/loop0 >/dev/null && mount -t ext2 /dev/loop0 /data || echo "DATA: no filesystem"
 ip link set lo up
 # No udev: name the virtio serial ports as its rules would, then start the agent on its port.
-if [ -x /sbin/qemu-ga ] && grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+if [ "$no_agent" = 1 ]; then
+  echo "AGENT: none"
+elif [ -x /sbin/qemu-ga ] && grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
   for _ in $(seq 50); do ls /sys/class/virtio-ports/ 2>/dev/null | grep -q . && break; sleep 0.1; done
   mkdir -p /dev/virtio-ports
   for port in /sys/class/virtio-ports/*; do

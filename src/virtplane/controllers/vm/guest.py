@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from ipaddress import ip_interface
 
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.phases import DomainState
@@ -23,12 +24,14 @@ log = logging.getLogger("virtplane.controllers.vm")
 
 
 def shown(interfaces: tuple[GuestInterface, ...]) -> list[GuestInterfaceStatus]:
-    """The guest's interfaces as the status shows them: not the loopback."""
-    return [
-        GuestInterfaceStatus(name=i.name, mac=i.mac, addresses=list(i.addresses))
-        for i in interfaces
-        if i.name != "lo"
-    ]
+    """The guest's interfaces as the status shows them: without loopback addresses, and without
+    the loopback interface unless it holds another address."""
+    found = []
+    for interface in interfaces:
+        addresses = [a for a in interface.addresses if not ip_interface(a).is_loopback]
+        if interface.name != "lo" or addresses:
+            found.append(GuestInterfaceStatus(name=interface.name, mac=interface.mac, addresses=addresses))
+    return found
 
 
 async def guest(state: VMState) -> Result | None:
