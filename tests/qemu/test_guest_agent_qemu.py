@@ -49,7 +49,7 @@ async def test_a_guest_that_ignores_acpi_is_stopped_by_its_agent(qplane: QemuPla
         "deaf",
         RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY,
         "deaf-root",
-        grace_s=120,
+        grace_s=40,
         cmdline="vp.ignore_acpi=1",
     )
     await qplane.wait_settled("deaf", VMPhase.RUNNING)
