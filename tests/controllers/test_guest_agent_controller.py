@@ -59,6 +59,18 @@ async def test_a_guest_that_ignores_acpi_is_shut_down_by_its_agent(plane: Contro
     assert stopped.status.agent_shutdown_at is None  # it belonged to the stop, which is over
 
 
+async def test_the_agent_gets_its_turn_within_a_grace_period_shorter_than_the_setting(
+    plane: ControlPlane,
+) -> None:
+    plane.settings.set("vm.stop.agent_after_s", 600.0)  # longer than the grace period: half of it
+    await running_vm(plane, SimGuest(agent=True, ignores_acpi=True), grace=2)
+    stop = await wait_op(plane, operate(plane, "a", OperationType.STOP), timeout=15)
+    assert stop.status.phase is OperationPhase.COMPLETED
+    await wait_settled(plane, "a", "Stopped")
+    reasons = event_reasons(plane, "a")
+    assert "AgentShutdown" in reasons and "ForceStopped" not in reasons
+
+
 async def test_a_guest_that_ignores_acpi_without_an_agent_is_forced_off_after_the_grace_period(
     plane: ControlPlane,
 ) -> None:

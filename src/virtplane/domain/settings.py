@@ -157,8 +157,8 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         SettingType.FLOAT,
         15.0,
         "How long a graceful stop waits for the guest to heed the ACPI power button before it asks "
-        "the guest's agent to shut it down (when one is connected); the VM's termination grace "
-        "period still bounds the whole stop.",
+        "the guest's agent to shut it down (when one is connected); at most half the VM's "
+        "termination grace period, which still bounds the whole stop.",
         minimum=0,
         maximum=3600,
     ),

@@ -130,10 +130,12 @@ async def act(state: VMState) -> Result | None:
 
 
 async def _agent_due(state: VMState, driver: HypervisorDriver) -> bool:
-    """The guest has not heeded the power button for ``vm.stop.agent_after_s`` and its agent is
+    """The guest has not heeded the power button for ``vm.stop.agent_after_s`` (at most half its
+    grace period, so that the agent gets its turn before the power-off) and its agent is
     connected: ask the agent (once per stop; recorded as ``agent_shutdown_at`` before the call)."""
     status = state.status
-    after = timedelta(seconds=state.ctx.settings.get_float("vm.stop.agent_after_s"))
+    grace_s = state.vm.spec.termination_grace_period_s
+    after = timedelta(seconds=min(state.ctx.settings.get_float("vm.stop.agent_after_s"), grace_s / 2))
     if status.agent_shutdown_at is not None or status.stopping_since is None:
         return False
     if state.now - status.stopping_since < after:
