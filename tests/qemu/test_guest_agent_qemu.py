@@ -8,6 +8,8 @@ VM's status."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -21,7 +23,7 @@ from virtplane.domain.resources import (
     VMPhase,
 )
 
-from .conftest import CACHE, console_shows
+from .conftest import CACHE, Rig, console_shows, guest_spec
 from .plane import LIMIT_S, QemuPlane
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
@@ -104,3 +106,26 @@ async def test_a_snapshot_of_a_guest_without_an_agent_is_crash_consistent(qplane
     snap = await qplane.snapshot("plain")
     assert snap.status.consistency is SnapshotConsistency.CRASH_CONSISTENT
     assert "no guest agent" in snap.status.consistency_reason
+
+
+async def test_a_memory_image_saved_before_the_agent_channel_still_resumes(
+    rig: Rig, drivers: dict[str, Any]
+) -> None:
+    """A memory snapshot taken by a release whose domains had no agent channel: the restore's
+    definition (which has one now) leaves it out, or QEMU could not load the state."""
+    a = drivers["a"]
+    spec = guest_spec(rig, "old-memory")
+    current = a.flavor
+    a.flavor = replace(current, xml=replace(current.xml, guest_agent=False))  # as before the channel
+    try:
+        await a.ensure_defined(spec)
+        await a.start(spec.name)
+        await console_shows(rig, spec.name, "TICK 1")
+        handle = await a.save_memory(spec.name, "before-channel")
+        await a.destroy(spec.name)
+    finally:
+        a.flavor = current
+    await a.restore_memory(spec, handle)  # with today's definition
+    log = await console_shows(rig, spec.name, "TICK 3")
+    assert log.count("GUEST-UP") == 1  # resumed from memory, not booted again
+    await a.delete_volume_snapshot(handle)
