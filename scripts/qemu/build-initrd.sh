@@ -1,7 +1,9 @@
 #!/bin/bash
 # Build the busybox initramfs used by the real-guest tests (TCG).
-# usage: build-initrd.sh KERNEL_TREE OUT.gz
+# usage: build-initrd.sh KERNEL_TREE OUT.gz [QGA_TREE]
 #   KERNEL_TREE: a linux-image-*-cloud-amd64 package unpacked with `dpkg-deb -x`.
+#   QGA_TREE: Debian's qemu-guest-agent package unpacked the same way (its qemu-ga and the
+#     host's copies of the libraries ldd names go into the guest); without it, no agent.
 # What the guest does, so tests can watch it through the serial log:
 #   - prints "GUEST-UP" once booted and "DISK0: <first 16 bytes of /dev/vda>"
 #   - prints "TICK n" every 2 s and writes "DISKTICK n" into sector 1 of /dev/vda
@@ -10,22 +12,28 @@
 #   - kernel argument vp.poweroff=N: powers itself off after N ticks (guest shutdown test)
 #   - kernel argument vp.dirty=N: keeps rewriting N MiB of RAM (migration that
 #     does not converge under a low bandwidth limit)
+#   - runs qemu-ga on /dev/virtio-ports/org.qemu.guest_agent.0 when the domain has the channel
+#     ("AGENT-UP" on the console); its shutdown runs /sbin/shutdown, which prints
+#     "GUEST-AGENT-SHUTDOWN" and powers off; its freeze and thaw print "GUEST-FREEZE"/"GUEST-THAW"
+#   - mounts an ext2 filesystem (a loop file in RAM) on /data, so a freeze has something to freeze
+#   - kernel argument vp.ignore_acpi=1: no acpid, the power button does nothing
+#   - kernel argument vp.no_agent=1: qemu-ga is not started (a guest without an agent)
 #   - kernel argument vp.probe=IP:PORT: tries a TCP connection from the guest's first NIC
 #     (10.0.2.15/24 via 10.0.2.2, QEMU's user network) and prints "PROBE connected",
 #     "PROBE failed" or "PROBE no-nic"
 set -euo pipefail
-tree=${1:?unpacked kernel package}; out=${2:?output initrd.gz}
+tree=${1:?unpacked kernel package}; out=${2:?output initrd.gz}; qga=${3:-}
 kver=$(ls "$tree/lib/modules" | head -1)
 moddir=$tree/lib/modules/$kver
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 
-mkdir -p "$root"/{bin,proc,sys,dev,tmp,mods,etc/acpi/PWRF}
+mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,mods,data,run,var/run,etc/acpi/PWRF}
 cp /bin/busybox "$root/bin/busybox"
 # Load order matters: virtio core first, then the PCI transport, then block; evdev+button for ACPI.
 # scsi+sr+isofs read the seed's CD-ROM (virtio-scsi: the Debian cloud kernel has no AHCI).
 modules="virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk failover net_failover virtio_net
- scsi_common scsi_mod virtio_scsi cdrom sr_mod isofs evdev button"
+ scsi_common scsi_mod virtio_scsi cdrom sr_mod isofs evdev button virtio_console loop"
 for mod in $modules; do
   file=$(find "$moddir" -name "$mod.ko*" | head -1)
   [ -n "$file" ] || { echo "module $mod not found in $moddir" >&2; exit 1; }
@@ -43,6 +51,28 @@ cat >"$root/etc/acpi/PWRF/00000080" <<'SCRIPT'
 echo "GUEST-POWEROFF"
 sync
 /bin/busybox poweroff -f
+SCRIPT
+
+if [ -n "$qga" ]; then
+  cp "$qga/usr/sbin/qemu-ga" "$root/sbin/qemu-ga"
+  # the libraries it links, from this machine (Debian 12, as the package's), at the same paths
+  for lib in $(ldd "$qga/usr/sbin/qemu-ga" | grep -o '/[^ ]*'); do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+fi
+# qemu-ga's guest-shutdown runs this (stdio on /dev/null: the console is written directly).
+cat >"$root/sbin/shutdown" <<'SCRIPT'
+#!/bin/busybox sh
+echo "GUEST-AGENT-SHUTDOWN $*" >/dev/console
+sync
+/bin/busybox poweroff -f
+SCRIPT
+cat >"$root/etc/fsfreeze-hook" <<'SCRIPT'
+#!/bin/busybox sh
+[ "$1" = freeze ] && echo "GUEST-FREEZE" >/dev/console
+[ "$1" = thaw ] && echo "GUEST-THAW" >/dev/console
+exit 0
 SCRIPT
 
 cat >"$root/init" <<'SCRIPT'
@@ -89,20 +119,43 @@ for pass in 1 2; do for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/de
 if grep -qx 0x0002 /sys/bus/virtio/devices/*/device 2>/dev/null; then
   for _ in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done
 fi
-acpid -c /etc/acpi -l /tmp/acpid.log
-read_seed
 reboot_after=0
 poweroff_after=0
 dirty_mib=0
 probe=""
+ignore_acpi=0
+no_agent=0
 for arg in $(cat /proc/cmdline); do
   case $arg in
+    vp.ignore_acpi=*) ignore_acpi=${arg#vp.ignore_acpi=} ;;
+    vp.no_agent=*) no_agent=${arg#vp.no_agent=} ;;
     vp.reboot=*) reboot_after=${arg#vp.reboot=} ;;
     vp.poweroff=*) poweroff_after=${arg#vp.poweroff=} ;;
     vp.dirty=*) dirty_mib=${arg#vp.dirty=} ;;
     vp.probe=*) probe=${arg#vp.probe=} ;;
   esac
 done
+if [ "$ignore_acpi" = 1 ]; then echo "ACPI ignored"; else acpid -c /etc/acpi -l /tmp/acpid.log; fi
+read_seed
+# A freezable filesystem: ext2 on a loop file in RAM (the root is an initramfs, which qemu-ga skips).
+dd if=/dev/zero of=/tmp/data.img bs=1M count=4 2>/dev/null && losetup /dev/loop0 /tmp/data.img &&
+  mke2fs -q /dev/loop0 >/dev/null && mount -t ext2 /dev/loop0 /data || echo "DATA: no filesystem"
+ip link set lo up
+# No udev: name the virtio serial ports as its rules would, then start the agent on its port.
+if [ "$no_agent" = 1 ]; then
+  echo "AGENT: none"
+elif [ -x /sbin/qemu-ga ] && grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+  for _ in $(seq 50); do ls /sys/class/virtio-ports/ 2>/dev/null | grep -q . && break; sleep 0.1; done
+  mkdir -p /dev/virtio-ports
+  for port in /sys/class/virtio-ports/*; do
+    [ -f "$port/name" ] && ln -sf "/dev/${port##*/}" "/dev/virtio-ports/$(cat "$port/name")"
+  done
+  if [ -e /dev/virtio-ports/org.qemu.guest_agent.0 ]; then
+    qemu-ga -m virtio-serial -p /dev/virtio-ports/org.qemu.guest_agent.0 -t /run -l /tmp/qga.log \
+      -F/etc/fsfreeze-hook &
+    echo "AGENT-UP"
+  fi
+fi
 echo "GUEST-UP uptime=$(cut -d' ' -f1 /proc/uptime) disks=$(ls /sys/block | tr '\n' ',')"
 if [ -b /dev/vda ]; then
   echo "DISK0: $(dd if=/dev/vda bs=16 count=1 2>/dev/null | tr -c 'A-Za-z0-9=_-' '.')"
@@ -144,6 +197,6 @@ while :; do
   sleep 2
 done
 SCRIPT
-chmod +x "$root/init" "$root/etc/acpi/PWRF/00000080"
+chmod +x "$root/init" "$root/etc/acpi/PWRF/00000080" "$root/sbin/shutdown" "$root/etc/fsfreeze-hook"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1 >"$out")
 echo "built $out ($(stat -c %s "$out") bytes)"

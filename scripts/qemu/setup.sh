@@ -61,14 +61,28 @@ if [ ! -f "$cache/guest/vmlinuz" ] || [ ! -d "$cache/kernel/lib/modules" ]; then
   rm -rf "$cache/download"
 fi
 
+# --- the guest agent: Debian's qemu-guest-agent package, downloaded and unpacked (not installed)
+if [ ! -x "$cache/qga/usr/sbin/qemu-ga" ]; then
+  echo "setup: fetching qemu-guest-agent"
+  rm -rf "$cache/qga" "$cache/download"
+  mkdir -p "$cache/download" "$cache/qga"
+  (cd "$cache/download" && apt-get download -qq -o APT::Sandbox::User=root qemu-guest-agent) || {
+    apt-get update -qq
+    (cd "$cache/download" && apt-get download -qq -o APT::Sandbox::User=root qemu-guest-agent)
+  }
+  dpkg-deb -x "$cache"/download/qemu-guest-agent_*.deb "$cache/qga"
+  rm -rf "$cache/download"
+fi
+
 # --- guest initramfs (rebuilt when its script or the cache key changes)
 # Key 2: the guest reads its NoCloud seed (scsi, sr_mod, isofs modules; the seed reader in init).
-cache_key=2
+# Key 3: the guest runs qemu-ga (from $cache/qga) and has a freezable /data.
+cache_key=3
 initrd_script=$repo/scripts/qemu/build-initrd.sh
 stamp="$cache_key-$(sha256sum "$initrd_script" | cut -c1-16)"
 if [ ! -f "$cache/guest/initrd.gz" ] || [ "$(cat "$cache/guest/initrd.stamp" 2>/dev/null)" != "$stamp" ]; then
   # Built aside and moved in: a test copying the guest never reads half an initramfs.
-  bash "$initrd_script" "$cache/kernel" "$cache/guest/initrd.gz.new"
+  bash "$initrd_script" "$cache/kernel" "$cache/guest/initrd.gz.new" "$cache/qga"
   mv "$cache/guest/initrd.gz.new" "$cache/guest/initrd.gz"
   echo "$stamp" >"$cache/guest/initrd.stamp"
 fi

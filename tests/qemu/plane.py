@@ -144,10 +144,11 @@ class QemuPlane:
         return self.rig.base / "hosts" / host / "lib" / "images" / volume_file(self.store.get(Volume, volume))
 
     def add_vm(
-        self, name: str, policy: RunPolicy, *volumes: str, grace_s: int = 20, **spec: Any
+        self, name: str, policy: RunPolicy, *volumes: str, grace_s: int = 20, cmdline: str = "", **spec: Any
     ) -> VirtualMachine:
-        """A guest booting the test kernel; the first volume is its /dev/vda; ``spec`` adds fields
-        (``nics``, ``cloud_init``)."""
+        """A guest booting the test kernel; the first volume is its /dev/vda; ``cmdline`` adds kernel
+        arguments (``vp.ignore_acpi=1``, see build-initrd.sh); ``spec`` adds fields (``nics``,
+        ``cloud_init``)."""
         return self.store.create(
             VirtualMachine(
                 metadata=Metadata(name=name, labels={"scenario": "qemu"}),
@@ -158,7 +159,9 @@ class QemuPlane:
                     disks=[Disk(volume=v, boot_order=i + 1) for i, v in enumerate(volumes)],
                     termination_grace_period_s=grace_s,
                     boot=Boot(
-                        kernel="guest-kernel", initrd="guest-initrd", cmdline="console=ttyS0 panic=-1 quiet"
+                        kernel="guest-kernel",
+                        initrd="guest-initrd",
+                        cmdline=f"console=ttyS0 panic=-1 quiet {cmdline}".strip(),
                     ),
                     **spec,
                 ),

@@ -61,6 +61,9 @@ class ControllerContext:
     domains (``controllers.domain_survey``)."""
     surveyed: set[str] = field(default_factory=set)
     """The hosts whose domains were listed since this process last reached them."""
+    guest_looks: dict[str, datetime] = field(default_factory=dict)
+    """VM uid -> when the addresses its guest's agent reports were last read (``vm.guest``):
+    in memory, so a refresh that finds nothing new writes nothing."""
     commits: GroupCommit = field(init=False)
     """The status writes of all reconciles, committed together (one transaction per turn of
     the event loop)."""

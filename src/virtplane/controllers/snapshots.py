@@ -20,6 +20,7 @@ from virtplane.domain.phases import LIVE_PHASES
 from virtplane.domain.resources import (
     CapturedVM,
     DiskSnapshot,
+    SnapshotConsistency,
     SnapshotPhase,
     StoragePool,
     VirtualMachine,
@@ -89,9 +90,15 @@ class SnapshotReconciler:
         ctx = self.ctx
         live = snap.status.power_state == "Running"
         dname = domain_name(vm.metadata.uid)
-        paused_here = False
+        paused_here = frozen = False
         vm_driver = await self._vm_driver(vm) if live else None
         try:
+            done = {d.volume for d in snap.status.disk_snapshots}
+            left = [disk for disk in vm.spec.disks if disk.volume not in done]
+            if not live:
+                self._consistency(snap, SnapshotConsistency.POWERED_OFF, "the VM was stopped")
+            elif left and vm_driver is not None:
+                frozen = await self._freeze(snap, vm, vm_driver)
             consistent = snap.spec.required_consistency or snap.spec.with_memory
             if live and consistent and vm_driver is not None and vm.status.phase is not VMPhase.PAUSED:
                 # Freeze the guest while its disks (and memory) are saved: consistent disks, and a
@@ -99,10 +106,7 @@ class SnapshotReconciler:
                 # owner stays paused.
                 await vm_driver.pause(dname)
                 paused_here = True
-            done = {d.volume for d in snap.status.disk_snapshots}
-            for disk in vm.spec.disks:
-                if disk.volume in done:
-                    continue
+            for disk in left:
                 volume = ctx.store.find(Volume, disk.volume)
                 pool = ctx.store.find(StoragePool, volume.spec.pool) if volume else None
                 if volume is None or pool is None:
@@ -136,14 +140,64 @@ class SnapshotReconciler:
                     await vm_driver.resume(dname)
                 except DriverError as exc:
                     log.warning("could not resume %s after the snapshot: %s", vm.metadata.name, exc)
+            if frozen and vm_driver is not None:  # always, also when the copy failed
+                await self._thaw(vm, vm_driver)
         snap.status.phase = SnapshotPhase.READY
         snap.status.message = f"{len(snap.status.disk_snapshots)} disk(s)" + (
             ", with memory" if snap.status.memory_handle else ""
         )
+        if snap.status.consistency is not None:
+            snap.status.message += f", {snap.status.consistency.value}"
         ctx.event(snap, "Ready", snap.status.message)
         ctx.event(vm, "SnapshotTaken", f"snapshot {snap.metadata.name}: {snap.status.message}")
         await ctx.write(snap)
         return None
+
+    @staticmethod
+    def _consistency(snap: VirtualMachineSnapshot, consistency: SnapshotConsistency, reason: str) -> None:
+        """Record how consistent the disks saved in this pass are; a snapshot taken over several
+        passes is only as consistent as its weakest one."""
+        if snap.status.consistency is SnapshotConsistency.CRASH_CONSISTENT:
+            return
+        snap.status.consistency, snap.status.consistency_reason = consistency, reason
+
+    async def _freeze(
+        self, snap: VirtualMachineSnapshot, vm: VirtualMachine, driver: HypervisorDriver
+    ) -> bool:
+        """Freeze the guest's filesystems through its agent, when it has one; whether it did."""
+        dname = domain_name(vm.metadata.uid)
+        crash = SnapshotConsistency.CRASH_CONSISTENT
+        if snap.spec.with_memory:
+            # a frozen guest in the memory image would come back frozen from a restore; the
+            # pause makes disks and memory match, and the restore resumes the guest as it was
+            self._consistency(snap, crash, "with memory: the guest was paused, not frozen")
+            return False
+        if vm.status.phase is VMPhase.PAUSED:
+            self._consistency(snap, crash, "the VM is paused: its agent cannot freeze it")
+            return False
+        try:
+            if not await driver.agent_connected(dname):
+                self._consistency(
+                    snap, crash, "no guest agent is connected: the disks are as after a power cut"
+                )
+                return False
+            count = await driver.freeze_filesystems(dname)
+        except DriverError as exc:
+            self._consistency(snap, crash, f"the guest agent did not freeze the filesystems: {exc}")
+            return False
+        self._consistency(
+            snap, SnapshotConsistency.FILESYSTEM_FROZEN, f"the guest agent froze {count} filesystem(s)"
+        )
+        return True
+
+    async def _thaw(self, vm: VirtualMachine, driver: HypervisorDriver) -> None:
+        try:
+            await driver.thaw_filesystems(domain_name(vm.metadata.uid))
+        except DriverError as exc:
+            log.warning("could not thaw the filesystems of %s: %s", vm.metadata.name, exc)
+            self.ctx.event(
+                vm, "ThawFailed", f"its filesystems may still be frozen after a snapshot: {exc}", warning=True
+            )
 
     async def _fail(self, snap: VirtualMachineSnapshot, message: str) -> Result | None:
         snap.status.phase = SnapshotPhase.FAILED

@@ -154,6 +154,25 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         scope=SettingScope.HOST,
     ),
     SettingDef(
+        "vm.stop.agent_after_s",
+        SettingType.FLOAT,
+        15.0,
+        "How long a graceful stop waits for the guest to heed the ACPI power button before it asks "
+        "the guest's agent to shut it down (when one is connected); at most half the VM's "
+        "termination grace period, which still bounds the whole stop.",
+        minimum=0,
+        maximum=3600,
+    ),
+    SettingDef(
+        "vm.guest_agent.refresh_s",
+        SettingType.FLOAT,
+        60.0,
+        "How often the addresses a running guest reports through its agent are read again "
+        "(they are read at once when its agent connects).",
+        minimum=1,
+        maximum=86400,
+    ),
+    SettingDef(
         "vm.start.backoff_base_s",
         SettingType.FLOAT,
         1.0,

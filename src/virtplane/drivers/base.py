@@ -125,6 +125,8 @@ class DomainEventType(StrEnum):
     MIGRATION_FAILED = "migration-failed"
     HOST_DOWN = "host-down"
     HOST_UP = "host-up"
+    AGENT_CONNECTED = "agent-connected"  # the guest's agent opened its channel
+    AGENT_DISCONNECTED = "agent-disconnected"
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,15 @@ class DomainEvent:
 
 EventSink = Callable[[DomainEvent], None]
 """Called from any thread; implementations of the sink must be thread-safe."""
+
+
+@dataclass(frozen=True)
+class GuestInterface:
+    """A network interface as the guest's agent reports it (the guest's own view)."""
+
+    name: str
+    mac: str
+    addresses: tuple[str, ...] = ()  # "10.1.0.5/24", "fe80::1/64"
 
 
 @dataclass(frozen=True)
@@ -283,6 +294,25 @@ class HypervisorDriver(Protocol):
         """Attach to the serial console of a live domain: ``NotFound`` (no such domain here),
         ``NotRunning`` (it has no live instance), ``ConsoleBusy``, ``Unsupported``."""
 
+    # -- the guest agent (QEMU's qemu-ga on the domain's org.qemu.guest_agent.0 channel). It
+    # answers only while the guest runs an agent; every call but ``agent_connected`` raises
+    # ``AgentUnavailable`` when none does (the guest has none, has not started it yet, or is off).
+    async def agent_connected(self, name: str) -> bool:
+        """Whether the guest's agent is connected now (False for a domain that is off or missing)."""
+
+    async def guest_interfaces(self, name: str) -> tuple[GuestInterface, ...]:
+        """The guest's interfaces and addresses, as its agent reports them."""
+
+    async def agent_shutdown(self, name: str) -> None:
+        """Ask the guest's agent to power the guest off; returns at once. Recorded as our stop
+        request, as ``shutdown`` is (the domain stops STOPPED_BY_SYSTEM)."""
+
+    async def freeze_filesystems(self, name: str) -> int:
+        """Freeze the guest's filesystems (writes wait, data on disk is consistent); how many."""
+
+    async def thaw_filesystems(self, name: str) -> int:
+        """Thaw what ``freeze_filesystems`` froze (idempotent: 0 when nothing is frozen)."""
+
     # -- storage (directory pools, qcow2 volumes)
     async def ensure_pool(self, pool: PoolRef) -> None: ...
 
@@ -354,6 +384,7 @@ __all__ = [
     "DomainSpec",
     "DomainState",
     "EventSink",
+    "GuestInterface",
     "HostFacts",
     "HypervisorDriver",
     "ImageInfo",

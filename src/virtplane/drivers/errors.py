@@ -27,6 +27,10 @@ class HostUnreachable(TransientError):
     pass
 
 
+class AgentUnavailable(TransientError):
+    """The domain's guest agent does not answer: the guest runs none (yet), or it is not running."""
+
+
 class ConsoleBusy(TransientError):
     """Another session has the domain's console; it is free again once that one closes."""
 
@@ -56,6 +60,7 @@ class NotFound(DriverError):
 
 
 __all__ = [
+    "AgentUnavailable",
     "ConsoleBusy",
     "DriverError",
     "DriverUnavailable",

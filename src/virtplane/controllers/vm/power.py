@@ -21,6 +21,7 @@ from virtplane.domain.phases import TRANSITION_PHASES, UP_PHASES, DomainState
 from virtplane.domain.placement import choose_host, explain
 from virtplane.domain.power import PowerAction, PowerDecision, PowerInputs, start_retry_delay
 from virtplane.domain.resources import ExitReason, HostConnection, VMPhase
+from virtplane.drivers.base import HypervisorDriver
 from virtplane.drivers.errors import DriverError, NotFound, PermanentError
 from virtplane.reconcile.types import Result
 
@@ -58,10 +59,11 @@ async def decide(state: VMState) -> Result | None:
         status.last_exit = decision.last_exit
         status.last_exit_at = now
         if decision.last_exit is not None:
+            by_agent = " (shut down by its guest agent)" if status.agent_shutdown_at is not None else ""
             state.ctx.event(
                 state.vm,
                 "Exited",
-                f"domain stopped: {decision.last_exit.value}",
+                f"domain stopped: {decision.last_exit.value}{by_agent}",
                 warning=decision.last_exit in WARNING_EXITS,
             )
     running = info is not None and info.state is DomainState.RUNNING
@@ -73,6 +75,7 @@ async def decide(state: VMState) -> Result | None:
         # the grace period belongs to a stop under way; once none is, it must not linger
         # (a stale one would requeue this VM in a tight loop)
         status.stopping_since = None
+        status.agent_shutdown_at = None
     status.phase = decision.phase
     status.message = decision.message
     status.conditions = (
@@ -101,12 +104,16 @@ async def act(state: VMState) -> Result | None:
         return await _start(state)
     driver = (await state.host()).driver
     assert driver is not None
+    ask_agent = False
     if decision.action is PowerAction.STOP:
         # the grace period runs from the first press of the button, also when the press fails
         state.status.stopping_since = state.status.stopping_since or state.now
+        ask_agent = await _agent_due(state, driver)
     await state.durable(DurablePoint.STOP)
     try:
-        if decision.action is PowerAction.STOP:
+        if ask_agent:
+            await _agent_shutdown(state, driver)
+        elif decision.action is PowerAction.STOP:
             await driver.shutdown(state.domain)
             state.ctx.event(
                 state.vm,
@@ -120,6 +127,47 @@ async def act(state: VMState) -> Result | None:
     except NotFound:
         pass
     return Result(requeue_after=POLL_TRANSITION_S)
+
+
+async def _agent_due(state: VMState, driver: HypervisorDriver) -> bool:
+    """The guest has not heeded the power button for ``vm.stop.agent_after_s`` (at most half its
+    grace period, so that the agent gets its turn before the power-off) and its agent is
+    connected: ask the agent (once per stop; recorded as ``agent_shutdown_at`` before the call)."""
+    status = state.status
+    grace_s = state.vm.spec.termination_grace_period_s
+    after = timedelta(seconds=min(state.ctx.settings.get_float("vm.stop.agent_after_s"), grace_s / 2))
+    if status.agent_shutdown_at is not None or status.stopping_since is None:
+        return False
+    if state.now - status.stopping_since < after:
+        return False
+    try:
+        connected = await driver.agent_connected(state.domain)
+    except DriverError as exc:
+        log.info("guest agent of %s: %s", state.name, exc)
+        return False
+    if connected:
+        status.agent_shutdown_at = state.now
+    return connected
+
+
+async def _agent_shutdown(state: VMState, driver: HypervisorDriver) -> None:
+    waited = (state.now - (state.status.stopping_since or state.now)).total_seconds()
+    try:
+        await driver.agent_shutdown(state.domain)
+    except DriverError as exc:  # not NotFound: that one means the domain is gone (see act)
+        if isinstance(exc, NotFound):
+            raise
+        state.ctx.event(
+            state.vm, "AgentShutdownFailed", f"its guest agent could not shut it down: {exc}", warning=True
+        )
+        await driver.shutdown(state.domain)
+        return
+    state.ctx.event(
+        state.vm,
+        "AgentShutdown",
+        f"the guest did not heed the ACPI power button for {waited:.0f}s: asked its guest agent to shut "
+        f"it down, forced after {state.vm.spec.termination_grace_period_s}s",
+    )
 
 
 def _requeue(state: VMState, decision: PowerDecision) -> Result | None:

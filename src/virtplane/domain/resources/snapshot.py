@@ -18,6 +18,12 @@ class SnapshotPhase(StrEnum):
     FAILED = "Failed"
 
 
+class SnapshotConsistency(StrEnum):
+    FILESYSTEM_FROZEN = "FilesystemFrozen"  # the guest's agent froze its filesystems around the copy
+    CRASH_CONSISTENT = "CrashConsistent"  # as after a power cut: the guest's journal replays
+    POWERED_OFF = "PoweredOff"  # the VM was stopped: nothing was in flight
+
+
 class VirtualMachineSnapshotSpec(Strict):
     vm: Name
     with_memory: bool = False
@@ -43,6 +49,10 @@ class VirtualMachineSnapshotStatus(BaseModel):
     memory_handle: str | None = None
     power_state: Literal["Running", "Stopped"] | None = None
     host: str | None = None
+    consistency: SnapshotConsistency | None = Field(
+        default=None, description="How consistent the disks are (set once the disks are saved)."
+    )
+    consistency_reason: str = ""
     message: str = ""
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -125,6 +125,19 @@ class VirtualMachineSpec(Strict):
         return self
 
 
+class GuestAgentState(StrEnum):
+    CONNECTED = "Connected"
+    NOT_CONNECTED = "NotConnected"  # the guest runs no agent, or it has not started yet
+
+
+class GuestInterfaceStatus(BaseModel):
+    """An interface as the guest itself reports it through its agent."""
+
+    name: str
+    mac: str = ""
+    addresses: list[str] = Field(default_factory=list, description="CIDR, e.g. 10.1.0.7/24.")
+
+
 class VirtualMachineStatus(BaseModel):
     phase: VMPhase = VMPhase.PENDING
     host: str | None = None
@@ -135,11 +148,24 @@ class VirtualMachineStatus(BaseModel):
     start_failures: int = Field(default=0, description="Start attempts since the VM last reached Running.")
     next_start_at: datetime | None = None
     stopping_since: datetime | None = None
+    agent_shutdown_at: datetime | None = Field(
+        default=None,
+        description="When the stop under way asked the guest's agent to shut the guest down, "
+        "the ACPI power button having gone unheard (vm.stop.agent_after_s).",
+    )
     nics: list[NicStatus] = Field(default_factory=list, description="Each NIC's network, MAC and address.")
     message: str = ""
     migration_dirty_rate_mib_s: float | None = Field(
         default=None,
         description="The highest memory dirty rate its last live migration saw (None: never migrated).",
+    )
+    guest_agent: GuestAgentState | None = Field(
+        default=None, description="Whether the guest's agent answers (None: the VM is not running)."
+    )
+    guest_addresses: list[GuestInterfaceStatus] = Field(
+        default_factory=list,
+        description="The addresses the guest reports through its agent, beside the IPAM ones in nics "
+        "(empty without an agent).",
     )
 
 

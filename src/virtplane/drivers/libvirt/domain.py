@@ -120,6 +120,21 @@ class LibvirtDomain:
         else:
             self._dom.shutdown()
 
+    def shutdown_by_agent(self) -> None:
+        """Ask the guest's agent to power the guest off (it runs the guest's own shutdown)."""
+        self._dom.shutdownFlags(_libvirt.load().VIR_DOMAIN_SHUTDOWN_GUEST_AGENT)
+
+    def agent_interfaces(self) -> dict[str, Any]:
+        """The guest's interfaces as its agent reports them: name → {hwaddr, addrs: [{addr, prefix}]}."""
+        source = _libvirt.load().VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT
+        return dict(self._dom.interfaceAddresses(source, 0) or {})
+
+    def freeze_filesystems(self) -> int:
+        return int(self._dom.fsFreeze(None, 0))
+
+    def thaw_filesystems(self) -> int:
+        return int(self._dom.fsThaw(None, 0))
+
     def destroy(self) -> None:
         self._dom.destroy()
 

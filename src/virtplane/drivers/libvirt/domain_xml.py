@@ -33,6 +33,8 @@ STOP_NS = "https://virtplane.io/xmlns/libvirt/stop-request/1"
 """Metadata set just before the control plane asks a guest to shut down (kept in the persistent config)."""
 STOP_PREFIX = "virtplanestop"  # the XML prefix libvirt writes for STOP_NS
 
+GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
+
 # Stable namespace for deriving libvirt UUIDs from VM uids that are not UUIDs themselves.
 _UUID_NAMESPACE = uuid.UUID("9b1f7a2e-5d0c-4e55-8a0e-4f6f1f7c2a11")
 
@@ -91,6 +93,9 @@ class XmlOptions:
     arch: str | None = "x86_64"
     cpu_model: str | None = "qemu64"
     panic_device: bool = True
+    guest_agent: bool = True
+    """A virtio channel for the guest agent (org.qemu.guest_agent.0). A field, so that domains
+    defined before it had one get a new digest and are redefined with it at their next start."""
 
 
 TEST_DRIVER_OPTIONS = XmlOptions(
@@ -236,6 +241,11 @@ def build_domain_xml(
     _sub(console, "target", type="serial", port="0")
     # No user-mode NIC ever: QEMU's user network maps its gateway to the host's 127.0.0.1,
     # where the control plane listens (docs/decisions.md); guests get bridge networks only.
+    if options.guest_agent:
+        # libvirt picks the socket path and adds the virtio-serial controller; the live
+        # definition's target says whether the guest's agent has the port open (state=connected)
+        channel = _sub(devices, "channel", type="unix")
+        _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
         _sub(devices, "panic", model="isa")
@@ -277,6 +287,15 @@ def parse_domain_xml(xml: str) -> DefinedDomain:
     )
 
 
+def agent_channel_state(xml: str) -> str | None:
+    """The state of the guest agent's channel in a live definition: "connected" while the guest's
+    agent has it open, "disconnected"; None when the domain has no such channel."""
+    for target in ET.fromstring(xml).findall("devices/channel/target"):
+        if target.get("name") == GUEST_AGENT_CHANNEL:
+            return target.get("state", "disconnected")
+    return None
+
+
 def stop_request_xml(requested: bool) -> str:
     """The stop-request metadata element (without namespace: libvirt adds it from the call's URI)."""
     element = ET.Element("stop", {"requested": "yes" if requested else "no"})
@@ -316,11 +335,13 @@ def backup_xml(disks: list[tuple[str, str]]) -> str:
 
 
 __all__ = [
+    "GUEST_AGENT_CHANNEL",
     "INSTANCE_NS",
     "STOP_NS",
     "TEST_DRIVER_OPTIONS",
     "DefinedDomain",
     "XmlOptions",
+    "agent_channel_state",
     "backup_xml",
     "build_domain_xml",
     "dir_pool_xml",

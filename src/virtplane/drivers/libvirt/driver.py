@@ -5,7 +5,7 @@ the translation of libvirt's errors), ``lifecycle`` (domains), ``volumes`` (pool
 volumes), ``snapshots`` (disk snapshots, memory images); this module wires them and holds
 the connection, the host's facts and migration. What libvirt's test driver lacks is one
 ``HypervisorFlavor`` (``flavor``), chosen from the URI; who stopped a domain is told by
-``stop_requests``; memory snapshots are ``memory``'s save images.
+``stop_requests``; memory snapshots are ``memory``'s save images; the guest agent is ``agent``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import DriverError, PermanentError
 from virtplane.drivers.libvirt import _libvirt, accelerator
+from virtplane.drivers.libvirt.agent import GuestAgentOperations
 from virtplane.drivers.libvirt.bridges import host_bridges
 from virtplane.drivers.libvirt.call_pool import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
@@ -39,7 +40,7 @@ from virtplane.drivers.libvirt.stop_requests import StopRequests
 from virtplane.drivers.libvirt.volumes import VolumeOperations
 
 
-class LibvirtDriver(SnapshotOperations, VolumeOperations):
+class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations):
     """One connection to one libvirt host (``qemu:///system``, ``qemu+ssh://h/system``, ``test:///...``).
 
     ``domain_type`` is the ``<domain type=...>`` for QEMU hosts ("qemu" is TCG;

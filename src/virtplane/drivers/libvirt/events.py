@@ -222,6 +222,7 @@ class EventRelay:
         lv = _libvirt.load()
         conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
         conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_REBOOT, self._on_reboot, None)
+        conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, self._on_agent, None)
 
     def host(self, event_type: DomainEventType, detail: str) -> None:
         self._send(DomainEvent(self._uri, "", "", event_type, None, detail))
@@ -253,6 +254,15 @@ class EventRelay:
             self._domain(LibvirtDomain(dom).name, reboot_event())
         except Exception:
             log.exception("libvirt reboot callback failed")
+
+    def _on_agent(self, _conn: Any, dom: Any, state: int, _reason: int, _opaque: object) -> None:
+        try:
+            lv = _libvirt.load()
+            connected = state == lv.VIR_CONNECT_DOMAIN_EVENT_AGENT_LIFECYCLE_STATE_CONNECTED
+            event = DomainEventType.AGENT_CONNECTED if connected else DomainEventType.AGENT_DISCONNECTED
+            self._domain(LibvirtDomain(dom).name, MappedEvent(event, None, "guest agent"))
+        except Exception:
+            log.exception("libvirt agent lifecycle callback failed")
 
     def _domain(self, name: str, mapped: MappedEvent) -> None:
         self._send(DomainEvent(self._uri, name, vm_uid_of(name), mapped.type, mapped.reason, mapped.detail))

@@ -39,6 +39,11 @@ class HypervisorFlavor:
     volume_streams: bool
     """Volumes are written and read over the connection (upload, download); the test driver
     keeps no volume contents, so an uploaded volume is only made there."""
+    agent_channel: bool
+    """Whether the guest's agent is connected is read from its channel's state; the test driver
+    has no agents but answers agent calls (addresses, freeze) for any running domain itself."""
+    agent_shutdown: bool
+    """The guest's agent can shut it down (the test driver refuses the flag)."""
 
 
 QEMU = HypervisorFlavor(
@@ -61,6 +66,8 @@ QEMU = HypervisorFlavor(
     restore_with_definition=True,
     local_view=True,
     volume_streams=True,
+    agent_channel=True,
+    agent_shutdown=True,
 )
 
 TEST_DRIVER = HypervisorFlavor(
@@ -75,6 +82,8 @@ TEST_DRIVER = HypervisorFlavor(
     restore_with_definition=False,
     local_view=False,
     volume_streams=False,
+    agent_channel=False,
+    agent_shutdown=False,
 )
 
 

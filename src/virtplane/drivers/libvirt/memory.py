@@ -22,6 +22,7 @@ from virtplane.drivers.base import PoolRef
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt, storage
 from virtplane.drivers.libvirt.domain import LibvirtDomain
+from virtplane.drivers.libvirt.domain_xml import GUEST_AGENT_CHANNEL, agent_channel_state
 from virtplane.drivers.libvirt.flavor import HypervisorFlavor
 
 STATE_POOL = "virtplane-state"
@@ -39,6 +40,24 @@ def with_saved_cpu_check(definition: str, saved: str) -> str:
     if saved_cpu is None or cpu is None or saved_cpu.get("check") is None:
         return definition
     cpu.set("check", saved_cpu.get("check", ""))
+    return ET.tostring(domain, encoding="unicode")
+
+
+def with_saved_agent_channel(definition: str, saved: str) -> str:
+    """``definition`` without the guest agent's channel when the image has none (saved by a
+    release before the channel): QEMU cannot load a memory state into other devices."""
+    if agent_channel_state(saved) is not None:
+        return definition
+    domain = ET.fromstring(definition)
+    devices = domain.find("devices")
+    channels = [] if devices is None else devices.findall("channel")
+    dropped = [
+        c for c in channels if (t := c.find("target")) is not None and t.get("name") == GUEST_AGENT_CHANNEL
+    ]
+    if devices is None or not dropped:
+        return definition
+    for channel in dropped:
+        devices.remove(channel)
     return ET.tostring(domain, encoding="unicode")
 
 
@@ -98,7 +117,8 @@ class MemoryImages:
         running, also when the image was saved from a guest paused for the snapshot."""
         running = _libvirt.load().VIR_DOMAIN_SAVE_RUNNING if self._flavor.restore_run_state else 0
         if definition is not None:
-            definition = with_saved_cpu_check(definition, conn.saveImageGetXMLDesc(path, 0))
+            saved = conn.saveImageGetXMLDesc(path, 0)
+            definition = with_saved_agent_channel(with_saved_cpu_check(definition, saved), saved)
         conn.restoreFlags(path, definition, running)
 
     def delete_local(self, handle: str) -> bool:

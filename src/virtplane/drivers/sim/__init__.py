@@ -141,6 +141,7 @@ the marked rows at the end of each entry point (``_persist``);
 
 from ._cloud import SimCloud
 from ._driver import SIM_CAPABILITIES, SimDriver
+from ._guest import SimGuest
 from ._model import FaultKind, FaultRecord, MigrationTransition, SimFaultError, SimHostState, SimState
 from ._precopy import CONVERGENCE_MIB
 
@@ -153,6 +154,7 @@ __all__ = [
     "SimCloud",
     "SimDriver",
     "SimFaultError",
+    "SimGuest",
     "SimHostState",
     "SimState",
 ]

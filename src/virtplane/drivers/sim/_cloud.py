@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
-from virtplane.drivers.base import DomainEvent, DomainSpec, DomainState
+from virtplane.drivers.base import DomainEvent, DomainEventType, DomainSpec, DomainState
 
 from ._changes import ChangeLog, Entity, RecordMap
 from ._driver import SimDriver, cpu_in, kvm_in
+from ._guest import SimGuest, SimGuests
 from ._host import SimHost
 from ._host_record import HostPorts
 from ._migration import MigrationEngine
@@ -79,6 +80,7 @@ class SimCloud:
         self._dirty_rates: RecordMap[str, float] = RecordMap(self.changes, Entity.DIRTY_RATE)
         self._saved_memory: RecordMap[str, tuple[DomainSpec, str]] = RecordMap(self.changes, Entity.MEMORY)
         self._drivers: dict[str, SimDriver] = {}
+        self.guests = SimGuests()
         self.storage = SimStorage(self.changes, disk_user=self.live_user_of)
         self.migrations = MigrationEngine(
             self.changes,
@@ -94,6 +96,7 @@ class SimCloud:
             transaction=self.transaction,
             deliver=self.deliver,
             migrations=self.migrations,
+            guests=self.guests,
         )
         # boots and shutdowns loaded from the state file that still wait for a timer
         self._unresumed: list[tuple[SimHost, SimDomain]] = []
@@ -277,6 +280,15 @@ class SimCloud:
 
     def dirty_rate(self, domain: str) -> float:
         return self._dirty_rates.get(domain, 0.0)
+
+    def set_guest(self, domain: str, guest: SimGuest) -> None:
+        """What runs in ``domain`` (see ``_guest``); an agent started in a running guest connects now."""
+        with self.transaction:
+            self.guests.guests[domain] = guest
+            for host in self._hosts.values():
+                found = host.domains.get(domain)
+                if found is not None and self.guests.agent_connected(found):
+                    host.emit(DomainEventType.AGENT_CONNECTED, found, detail="guest agent")
 
     # ------------------------------------------------------------------ sim-only content helpers
 

@@ -17,6 +17,7 @@ from virtplane.drivers.base import (
     DomainSpec,
     DomainState,
     EventSink,
+    GuestInterface,
     HostFacts,
     ImageInfo,
     ImageRef,
@@ -28,6 +29,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
 
 if TYPE_CHECKING:
+    from ._guest import SimGuests
     from ._host import SimHost
     from ._migration import MigrationEngine
     from ._storage import SimStorage
@@ -69,6 +71,9 @@ class SimWorld(Protocol):
     def saved_memory(self, handle: str) -> tuple[DomainSpec, str] | None: ...
 
     def forget_memory(self, handle: str) -> None: ...
+
+    @property
+    def guests(self) -> SimGuests: ...
 
 
 def _entry_point(
@@ -259,6 +264,29 @@ class SimDriver:
         if not domain.active:
             raise NotRunning(f"domain {name} is {domain.state}: a console needs a live guest")
         return host.consoles.open(name, (domain.live or domain.spec).vm_name)
+
+    # ------------------------------------------------------------------ the guest agent
+
+    @_entry_point
+    async def agent_connected(self, name: str) -> bool:
+        domain = self._host().domains.get(name)
+        return domain is not None and self._world.guests.agent_connected(domain)
+
+    @_entry_point
+    async def guest_interfaces(self, name: str) -> tuple[GuestInterface, ...]:
+        return self._world.guests.interfaces(self._host().get(name))
+
+    @_entry_point
+    async def agent_shutdown(self, name: str) -> None:
+        self._host().agent_shutdown(name)
+
+    @_entry_point
+    async def freeze_filesystems(self, name: str) -> int:
+        return self._world.guests.freeze(self._host().get(name))
+
+    @_entry_point
+    async def thaw_filesystems(self, name: str) -> int:
+        return self._world.guests.thaw(self._host().get(name))
 
     # ------------------------------------------------------------------ storage
 

@@ -29,6 +29,7 @@ from virtplane.drivers.errors import NotFound, PermanentError, TransientError
 
 from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
 from ._console import SimConsoles
+from ._guest import SimGuests
 from ._model import ArmedFaults, FaultKind, SimDomain, SimTiming, host_uri
 
 
@@ -49,6 +50,7 @@ class HostPorts:
     transaction: AbstractContextManager[None]  # timer callbacks run inside it
     deliver: Callable[[DomainEvent], None]
     migrations: MigrationHooks
+    guests: SimGuests
 
 
 class HostRecord(Record):
@@ -193,6 +195,7 @@ class HostRecord(Record):
             domain.live = None
         domain.state = DomainState.SHUTOFF
         domain.exit_reason = reason
+        self._ports.guests.stopped(domain.name)
         self.emit(event_type, domain, reason, detail)
 
     def remove(self, domain: SimDomain) -> None:

@@ -69,6 +69,8 @@ class DomainLifecycle(HostRecord):
         if domain.state is DomainState.STARTING:
             domain.state = DomainState.RUNNING
             self.emit(DomainEventType.STARTED, domain, detail="booted")
+            if self._ports.guests.agent_connected(domain):  # its agent starts with the guest
+                self.emit(DomainEventType.AGENT_CONNECTED, domain, detail="guest agent")
 
     def fail_boot(self, domain: SimDomain) -> None:
         if domain.state is DomainState.STARTING:
@@ -82,7 +84,18 @@ class DomainLifecycle(HostRecord):
             # off already, shutting down, or paused (a paused guest cannot see the ACPI event;
             # the caller's grace period runs out and it destroys the domain, as with libvirt)
             return
-        self._ports.migrations.fail_domain(self, name, "the guest was shut down during migration")
+        if self._ports.guests.of(name).ignores_acpi:
+            return  # the button is pressed and nothing happens: the grace period runs out
+        self._begin_shutdown(domain)
+
+    def agent_shutdown(self, name: str) -> None:
+        """The guest's agent runs its own shutdown: it powers off as from the button, ACPI or not."""
+        domain = self.get(name)
+        self._ports.guests.answering(domain)
+        self._begin_shutdown(domain)
+
+    def _begin_shutdown(self, domain: SimDomain) -> None:
+        self._ports.migrations.fail_domain(self, domain.name, "the guest was shut down during migration")
         domain.state = DomainState.SHUTTING_DOWN
         self._after(self._ports.timing.shutdown_seconds, self.finish_shutdown, domain)
 
