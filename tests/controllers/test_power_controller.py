@@ -187,6 +187,21 @@ async def test_graceful_stop_is_forced_after_the_grace_period(plane: ControlPlan
     assert "ForceStopped" in event_reasons(plane, "a")
 
 
+async def test_a_long_graceful_stop_says_stopping_once(plane: ControlPlane) -> None:
+    """The button is pressed again at each look while the guest ignores it; the VM's events
+    say Stopping once for the stop, not once a press."""
+    add_host(plane)
+    add_vm(plane, "a", MANUAL, termination_grace_period_s=2)
+    await wait_op(plane, operate(plane, "a", OperationType.START))
+    await wait_settled(plane, "a", "Running")
+    domain = domain_name(vm(plane, "a").metadata.uid)
+    await plane.sim.driver("sim://h1").pause(domain)  # a paused guest ignores ACPI
+    op = await wait_op(plane, operate(plane, "a", OperationType.STOP))
+    assert op.status.phase is OperationPhase.COMPLETED
+    reasons = event_reasons(plane, "a")
+    assert "ForceStopped" in reasons and reasons.count("Stopping") == 1, reasons
+
+
 async def test_restart(plane: ControlPlane) -> None:
     add_host(plane)
     add_vm(plane, "a", ON)

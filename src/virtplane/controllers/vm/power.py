@@ -105,6 +105,7 @@ async def act(state: VMState) -> Result | None:
     driver = (await state.host()).driver
     assert driver is not None
     ask_agent = False
+    first_press = state.status.stopping_since is None
     if decision.action is PowerAction.STOP:
         # the grace period runs from the first press of the button, also when the press fails
         state.status.stopping_since = state.status.stopping_since or state.now
@@ -114,13 +115,14 @@ async def act(state: VMState) -> Result | None:
         if ask_agent:
             await _agent_shutdown(state, driver)
         elif decision.action is PowerAction.STOP:
-            await driver.shutdown(state.domain)
-            state.ctx.event(
-                state.vm,
-                "Stopping",
-                f"graceful shutdown ({decision.message}), "
-                f"forced after {state.vm.spec.termination_grace_period_s}s",
-            )
+            await driver.shutdown(state.domain)  # again at each look: a booting guest may miss a press
+            if first_press:  # one event per stop, not one per press
+                state.ctx.event(
+                    state.vm,
+                    "Stopping",
+                    f"graceful shutdown ({decision.message}), "
+                    f"forced after {state.vm.spec.termination_grace_period_s}s",
+                )
         else:
             await driver.destroy(state.domain)
             state.ctx.event(state.vm, "ForceStopped", f"powered off ({decision.message})")
