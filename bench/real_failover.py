@@ -166,15 +166,11 @@ async def measure_failover(
                 for e in qplane.store.list_events(kind="Host", name="a")
                 if e.time is not None and e.time >= silent_at
             }
-            status = qplane.store.get(Host, "a").status
-            fence = status.fence
-            # when the control plane first found a silent (the probe's phase: HEARTBEAT_S apart)
-            noticed = (status.silent_since - silent_at).total_seconds() if status.silent_since else None
+            fence = qplane.store.get(Host, "a").status.fence
     failover = rb.Failover(failover.disconnected_after_s, failover.fence_after_s, measured)
     row = rb.failover_row(number, label, failover, boot_s, accelerator)
     row.details.update(
         {
-            "silence_noticed_after_s": None if noticed is None else round(noticed, 2),
             "host_events_s_after_silent": events,
             "fence": fence.phase.value if fence else None,
             "ran_on": host,
