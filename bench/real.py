@@ -96,7 +96,7 @@ async def run(work: Path, sizes: Sizes, ceiling: float, profile_dir: Path | None
                 rows, frozenset({12, 13}) & wanted, lambda: live_migrations(real, sizes, bounds, wanted)
             )
         if 14 in wanted:
-            await guarded(rows, frozenset({14}), lambda: _one(drain(real, sizes, bounds)))
+            await guarded(rows, frozenset({14}), lambda: _one(drain(real, sizes)))
         for number, defaults in ((15, False), (16, True)):
             if number in wanted:
                 await guarded(

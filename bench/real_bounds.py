@@ -14,8 +14,9 @@ here raises for a missing part.
   over a plain TCP copy's bandwidth on the same loopback is the physical floor beside it; a
   migration's fixed costs (the destination QEMU's start, the handshake) dwarf it for guests of
   this size, so the paused migration is the bound the control plane is held to.
-- Row 14, drain: the maintenance's makespan over the lower bound of its migrations (each
-  guest's paused-migration bound) under the migration limits (``bench.drain.lower_bound``).
+- Row 14, drain: the maintenance's makespan over the lower bound of its migrations under the
+  migration limits (``bench.drain.lower_bound``), each guest's migration bound being libvirt's
+  own migration of one of them paused, measured while they all run (the drain's load).
 - Rows 15 and 16, host failure to its must-run VM running elsewhere: from the moment the host
   stops answering until the guest's ``GUEST-UP`` on the other host, over what the settings
   allow at best: the fence is due once the host has been silent for both
