@@ -2,7 +2,7 @@
 
 Rows 11-16 run the control plane on real parts (two libvirt daemons, real QEMU guests; root,
 ``scripts/qemu/setup.sh``): a full run takes them, a short run (CI's) only when ``--rows``
-names them, since they add 3-5 minutes to CI's 2-4 (``bin/test`` gives the short run 4).
+names them, since they add 2.5-4 minutes to CI's 2-4 (``bin/test`` gives the short run 4).
 
 A full run writes ``bench/results/<date>-full.json`` and regenerates the table of
 ``docs/benchmarks.md``; a short run (``--short``, what CI runs) only prints (``--save``:

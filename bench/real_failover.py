@@ -133,8 +133,9 @@ async def measure_failover(
             f"Host failure to its must-run VM up elsewhere, fenced through Redfish ({label} settings)",
             "x what the settings allow",
             f"<= {rb.FAILOVER_TARGET:g}",
-            "short run: the defaults add (60 - 2) s of fencing.after_s and up to 30 s to the next probe "
-            "(HEARTBEAT_S) to row 15's time; a full run measures it",
+            "short run: the defaults add 58 s of fencing.after_s, a probe timeout of 10 s instead of 2 and "
+            "up to 30 s more to the next look at the host (HEARTBEAT_S) to row 15's time (60-89 s more "
+            "in three full runs); a full run measures it",
         )
     rig = real.rig
     with bmc_running(rig, real.work / f"bmc-{number}") as bmc:
