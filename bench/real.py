@@ -88,24 +88,29 @@ async def run(work: Path, sizes: Sizes, ceiling: float, profile_dir: Path | None
 
     rows: list[Row] = []
     bounds = Bounds()
-    async with rig_session(work / "real") as real:
-        if {11, 15, 16} & wanted:
-            await guarded(rows, frozenset({11}), lambda: _one(start_to_guest_up(real, sizes, bounds)))
-        if {12, 13} & wanted:
-            await guarded(
-                rows, frozenset({12, 13}) & wanted, lambda: live_migrations(real, sizes, bounds, wanted)
-            )
-        if 14 in wanted:
-            await guarded(rows, frozenset({14}), lambda: _one(drain(real, sizes)))
-        for number, defaults in ((15, False), (16, True)):
-            if number in wanted:
+    try:
+        async with rig_session(work / "real") as real:
+            if {11, 15, 16} & wanted:
+                await guarded(rows, frozenset({11}), lambda: _one(start_to_guest_up(real, sizes, bounds)))
+            if {12, 13} & wanted:
                 await guarded(
-                    rows,
-                    frozenset({number}),
-                    lambda number=number, defaults=defaults: _one(  # type: ignore[misc]
-                        measure_failover(real, number, defaults, sizes, rb.median(bounds.boot_s))
-                    ),
+                    rows, frozenset({12, 13}) & wanted, lambda: live_migrations(real, sizes, bounds, wanted)
                 )
+            if 14 in wanted:
+                await guarded(rows, frozenset({14}), lambda: _one(drain(real, sizes)))
+            for number, defaults in ((15, False), (16, True)):
+                if number in wanted:
+                    await guarded(
+                        rows,
+                        frozenset({number}),
+                        lambda number=number, defaults=defaults: _one(  # type: ignore[misc]
+                            measure_failover(real, number, defaults, sizes, rb.median(bounds.boot_s))
+                        ),
+                    )
+    except Exception as exc:  # the rig itself (its daemons, its validation boot): the rows not yet had
+        traceback.print_exc()
+        done = frozenset(row.number for row in rows)
+        rows += none_rows(wanted - done, f"the rig failed: {type(exc).__name__}: {exc}"[:300])
     return rows
 
 

@@ -4,8 +4,9 @@ parts: ratios to the bounds of the same run, met / not met, None where a part is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,22 @@ def test_without_root_every_real_row_says_why_and_nothing_crashes(
 def test_the_real_rows_are_eleven_to_sixteen_and_a_short_run_leaves_them_out() -> None:
     assert parse_rows("11,16") == frozenset({11, 16})
     assert sorted(SHORT_ROWS) == list(range(1, 11))
+
+
+def test_a_rig_that_does_not_start_leaves_every_row_without_a_figure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import real_rig
+
+    @contextlib.asynccontextmanager
+    async def no_rig(work: Path) -> AsyncIterator[None]:
+        raise RuntimeError("libvirtd did not start")
+        yield
+
+    monkeypatch.setattr(real, "missing_prerequisites", lambda: None)
+    monkeypatch.setattr(real_rig, "rig_session", no_rig)
+    rows = asyncio.run(
+        real.run(tmp_path, dataclasses.replace(SHORT, selected=frozenset({13, 15})), 0.0, None)
+    )
+    assert [(r.number, r.figure) for r in rows] == [(13, None), (15, None)]
+    assert all("the rig failed: RuntimeError: libvirtd did not start" in r.note for r in rows)
