@@ -1,5 +1,9 @@
 """``python -m bench [--short] [--rows 1,4] [--profile]``: run the benchmarks, print the table.
 
+Rows 11-16 run the control plane on real parts (two libvirt daemons, real QEMU guests; root,
+``scripts/qemu/setup.sh``): a full run takes them, a short run (CI's) only when ``--rows``
+names them, since they add 2.5-4 minutes to CI's 2-4 (``bin/test`` gives the short run 4).
+
 A full run writes ``bench/results/<date>-full.json`` and regenerates the table of
 ``docs/benchmarks.md``; a short run (``--short``, what CI runs) only prints (``--save``:
 and writes its JSON). Nothing here asserts a time: the table says which targets were met.
@@ -10,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, cli_start, drain, fleet, report, soak
+from bench import against, api, ceiling, cli_start, drain, fleet, real, report, soak
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -27,8 +32,11 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({2, 5, 7, 8}), fleet.run),
     (frozenset({9}), soak.run),
     (frozenset({10}), cli_start.run),
+    (real.ROWS, real.run),
 )
-ALL_ROWS = frozenset(range(1, 11))
+ALL_ROWS = frozenset(range(1, 17))
+SHORT_ROWS = ALL_ROWS - real.ROWS
+"""What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows (CI's budget)."""
 
 
 def parse_rows(text: str) -> frozenset[int]:
@@ -47,7 +55,8 @@ async def run(
     measured: list[Row] = []
     for session_rows, session in SESSIONS:
         if rows & session_rows:
-            for row in await session(work, sizes, tx_per_s, profile_dir):
+            selected = dataclasses.replace(sizes, selected=rows & session_rows)
+            for row in await session(work, selected, tx_per_s, profile_dir):
                 if row.number in rows:
                     print(against.row_line(row), flush=True)
                     print(f"       {row.details}", flush=True)
@@ -58,7 +67,9 @@ async def run(
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--short", action="store_true", help="small sizes, a couple of minutes (CI)")
-    parser.add_argument("--rows", type=parse_rows, default=ALL_ROWS, help="e.g. 1,4 (default: all)")
+    parser.add_argument(
+        "--rows", type=parse_rows, default=None, help="e.g. 1,4 (default: all; --short: 1 to 10)"
+    )
     parser.add_argument(
         "--profile", action="store_true", help="record each row with py-spy (slows the server)"
     )
@@ -72,6 +83,8 @@ def main() -> None:
     )
     parser.add_argument("--pairs", type=int, default=3, help="with --against: how many pairs (default 3)")
     args = parser.parse_args()
+    if args.rows is None:
+        args.rows = SHORT_ROWS if args.short else ALL_ROWS
     if args.against:
         rows_text = ",".join(str(row) for row in sorted(args.rows))
         against.compare(args.against, max(1, args.pairs), rows_text, args.short)

@@ -22,6 +22,12 @@ class Sizes:
     soak_creates_per_tick: int = 8  # VMs created a tick, and as many deleted
     soak_status_per_tick: int = 24  # status writes a tick
     cli_runs: int = 20  # row 10: launches of each command
+    real_boots: int = 5  # row 11: boots of each kind (ours, libvirt's own), in turn
+    real_migrations: int = 5  # rows 12, 13: migrations of each kind, back and forth, in turn
+    real_drain_vms: int = 4  # row 14: real guests of 192 MiB on the drained host
+    real_failover_defaults: bool = True  # row 16: a host failure with the default settings (minutes)
+    selected: frozenset[int] | None = None
+    """The rows of a session that were asked for (None: all); set by ``bench.__main__``."""
 
 
 FULL = Sizes("full")
@@ -41,4 +47,8 @@ SHORT = Sizes(
     soak_creates_per_tick=4,
     soak_status_per_tick=12,
     cli_runs=5,
+    real_boots=3,
+    real_migrations=3,
+    real_drain_vms=3,
+    real_failover_defaults=False,
 )
