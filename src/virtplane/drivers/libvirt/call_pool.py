@@ -39,8 +39,9 @@ class CallPool:
             await waiter
         finally:
             self._waiters.discard(waiter)
+            if not call.done():  # let go (the pool closed) or given up (a time limit): abandoned
+                call.add_done_callback(_forget)
         if not call.done():
-            call.add_done_callback(_forget)
             raise HostUnreachable(f"{self._uri}: the connection was closed while a call waited for the host")
         return call.result()
 
