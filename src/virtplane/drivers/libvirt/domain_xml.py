@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 from virtplane.domain.names import LIBVIRT_DOMAIN_NAME, UNICAST_MAC
-from virtplane.drivers.base import DomainSpec
+from virtplane.drivers.base import DiskAttachment, DomainSpec, NicAttachment
 from virtplane.drivers.errors import PermanentError
 
 INSTANCE_NS = "https://virtplane.io/xmlns/libvirt/instance/1"
@@ -206,13 +206,7 @@ def build_domain_xml(
 
     devices = _sub(domain, "devices")
     for index, disk in enumerate(spec.disks):
-        disk_element = _sub(devices, "disk", type="file", device="disk")
-        # cache=none: no host page cache, so a migration or a copy of the file sees what the guest wrote.
-        _sub(disk_element, "driver", name="qemu", type=disk.format, cache="none")
-        _sub(disk_element, "source", file=disk.path)
-        _sub(disk_element, "target", dev=disk_target(index), bus="virtio")
-        if disk.boot_order is not None:
-            _sub(disk_element, "boot", order=str(disk.boot_order))
+        devices.append(disk_element(disk, disk_target(index)))
     if spec.seed is not None:
         _sub(devices, "controller", type="scsi", index="0", model="virtio-scsi")
         cdrom = _sub(devices, "disk", type="file", device="cdrom")
@@ -224,10 +218,7 @@ def build_domain_xml(
         assert nic.bridge is not None  # validate_spec
         # No <vlan>: libvirt tags ports of Open vSwitch only; on a Linux bridge the bridge
         # itself carries the VLAN (the driver checks it does, docs/decisions.md).
-        interface = _sub(devices, "interface", type="bridge")
-        _sub(interface, "mac", address=nic.mac)
-        _sub(interface, "source", bridge=nic.bridge)
-        _sub(interface, "model", type="virtio")
+        devices.append(nic_element(nic))
     serial = _sub(devices, "serial", type="pty")
     if console_log:
         _sub(serial, "log", file=console_log, append="on")
@@ -241,6 +232,29 @@ def build_domain_xml(
         _sub(devices, "panic", model="isa")
 
     return ET.tostring(domain, encoding="unicode")
+
+
+def disk_element(disk: DiskAttachment, target: str) -> ET.Element:
+    """A guest disk on virtio (hot-pluggable, unlike IDE or SATA), as defined and as hot-plugged."""
+    element = ET.Element("disk", {"type": "file", "device": "disk"})
+    # cache=none: no host page cache, so a migration or a copy of the file sees what the guest wrote.
+    _sub(element, "driver", name="qemu", type=disk.format, cache="none")
+    _sub(element, "source", file=disk.path)
+    _sub(element, "target", dev=target, bus="virtio")
+    if disk.boot_order is not None:
+        _sub(element, "boot", order=str(disk.boot_order))
+    return element
+
+
+def nic_element(nic: NicAttachment) -> ET.Element:
+    """A NIC on a Linux bridge, as defined and as hot-plugged."""
+    if nic.bridge is None or not UNICAST_MAC.matches(nic.mac):
+        raise PermanentError(f"NIC {nic.mac!r} on {nic.network}: needs a bridge and a lower-case unicast MAC")
+    element = ET.Element("interface", {"type": "bridge"})
+    _sub(element, "mac", address=nic.mac)
+    _sub(element, "source", bridge=nic.bridge)
+    _sub(element, "model", type="virtio")
+    return element
 
 
 @dataclass(frozen=True)
@@ -317,6 +331,7 @@ def backup_xml(disks: list[tuple[str, str]]) -> str:
 
 __all__ = [
     "INSTANCE_NS",
+    "SEED_TARGET",
     "STOP_NS",
     "TEST_DRIVER_OPTIONS",
     "DefinedDomain",
@@ -324,9 +339,11 @@ __all__ = [
     "backup_xml",
     "build_domain_xml",
     "dir_pool_xml",
+    "disk_element",
     "disk_target",
     "domain_uuid",
     "mac_address",
+    "nic_element",
     "one_line",
     "parse_domain_xml",
     "parse_stop_request",

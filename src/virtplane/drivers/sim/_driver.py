@@ -13,6 +13,7 @@ from virtplane.drivers.base import (
     AcceleratorOffer,
     Capability,
     ConsoleStream,
+    DiskAttachment,
     DomainInfo,
     DomainSpec,
     DomainState,
@@ -20,8 +21,10 @@ from virtplane.drivers.base import (
     HostFacts,
     ImageInfo,
     ImageRef,
+    LiveDevices,
     MigrationJob,
     MigrationRequest,
+    NicAttachment,
     PoolRef,
     VolumeInfo,
 )
@@ -42,6 +45,7 @@ SIM_CAPABILITIES = frozenset(
         Capability.FAULT_INJECTION,
         Capability.USER_NETWORK,  # QEMU's user network: simulated hosts only (docs/decisions.md)
         Capability.SERIAL_CONSOLE,
+        Capability.HOTPLUG,
     }
 )
 
@@ -259,6 +263,36 @@ class SimDriver:
         if not domain.active:
             raise NotRunning(f"domain {name} is {domain.state}: a console needs a live guest")
         return host.consoles.open(name, (domain.live or domain.spec).vm_name)
+
+    # ------------------------------------------------------------------ hot-plug (see _devices)
+
+    @_entry_point
+    async def live_devices(self, name: str) -> LiveDevices | None:
+        return self._host().live_devices(name)
+
+    @_entry_point
+    async def attach_disk(self, name: str, disk: DiskAttachment) -> None:
+        host = self._host()
+        visible = not disk.path.startswith("sim://") or (
+            self._world.storage.locate_local(host.name, disk.path) is not None
+        )
+        host.attach_disk(name, disk, visible)
+
+    @_entry_point
+    async def detach_disk(self, name: str, path: str) -> None:
+        self._host().detach(name, path)
+
+    @_entry_point
+    async def attach_nic(self, name: str, nic: NicAttachment) -> None:
+        self._host().attach_nic(name, nic)
+
+    @_entry_point
+    async def detach_nic(self, name: str, mac: str) -> None:
+        self._host().detach(name, mac)
+
+    @_entry_point
+    async def change_seed(self, name: str, path: str) -> None:
+        self._host().change_seed(name, path)
 
     # ------------------------------------------------------------------ storage
 

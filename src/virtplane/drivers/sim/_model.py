@@ -39,13 +39,19 @@ class FaultKind(StrEnum):
     HOST_UP = "host-up"
     DISCONNECT = "disconnect"
     RECONNECT = "reconnect"
+    IGNORE_UNPLUG = "ignore-unplug"
 
 
 DOMAIN_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})
 """Faults that act on one existing domain at once, so they need ``domain``."""
 
-ARMED_KINDS = (FaultKind.FAIL_START, FaultKind.FAIL_MIGRATION, FaultKind.STALL_MIGRATION)
-"""Faults that wait on a host for their trigger (a start, a migration)."""
+ARMED_KINDS = (
+    FaultKind.FAIL_START,
+    FaultKind.FAIL_MIGRATION,
+    FaultKind.STALL_MIGRATION,
+    FaultKind.IGNORE_UNPLUG,
+)
+"""Faults that wait on a host for their trigger (a start, a migration, a detach)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class SimTiming:
     time_scale: float = 1.0
     migration_tick_s: float = 0.05
     clock: Callable[[], float] = time.time
+    detach_seconds: float = 0.5  # how long a guest takes to release a device asked back (hot-unplug)
 
     def __post_init__(self) -> None:
         if min(self.boot_seconds, self.shutdown_seconds) < 0 or self.link_mib_s <= 0:

@@ -1,0 +1,72 @@
+"""Hot-plug in the libvirt driver (issue 32, item 4): the device XML it attaches and detaches by,
+read from a running QEMU domain's live XML (with the aliases libvirt gives devices), and
+libvirt's test driver, which cannot attach or detach (``Unsupported``, no HOTPLUG capability).
+The calls themselves run against real QEMU in tests/qemu/test_hotplug_qemu.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.conftest import libvirt_or_skip
+from virtplane.domain.resources import Capability
+from virtplane.drivers.base import DiskAttachment, NicAttachment
+from virtplane.drivers.errors import PermanentError, Unsupported
+from virtplane.drivers.libvirt.hotplug import domain_devices, hotplug_disk_xml, hotplug_nic_xml, seed_media_xml
+
+LIVE_XML = """<domain type='qemu' id='3'><name>virtplane-x</name><devices>
+  <disk type='file' device='disk'><driver name='qemu' type='qcow2' cache='none'/>
+    <source file='/pools/shared/root.qcow2'/><target dev='vda' bus='virtio'/><boot order='1'/>
+    <alias name='virtio-disk0'/></disk>
+  <disk type='file' device='cdrom'><driver name='qemu' type='raw'/>
+    <source file='/pools/shared/vp-seed-1.iso'/><target dev='sda' bus='scsi'/><readonly/>
+    <alias name='scsi0-0-0-0'/></disk>
+  <disk type='file' device='disk'><source file='/pools/shared/data.qcow2'/>
+    <target dev='vdc' bus='virtio'/><alias name='virtio-disk2'/></disk>
+  <interface type='bridge'><mac address='52:54:00:AA:00:01'/><source bridge='br0'/>
+    <model type='virtio'/><alias name='net0'/></interface>
+</devices></domain>"""
+
+
+def test_the_live_xml_gives_each_device_by_path_or_mac_with_its_alias_and_free_targets() -> None:
+    devices = domain_devices(LIVE_XML)
+    assert list(devices.disks) == ["/pools/shared/root.qcow2", "/pools/shared/data.qcow2"]
+    assert devices.alias(devices.disks["/pools/shared/data.qcow2"]) == "virtio-disk2"
+    assert list(devices.nics) == ["52:54:00:aa:00:01"]  # lower case, as the spec has MACs
+    assert devices.alias(devices.nics["52:54:00:aa:00:01"]) == "net0"
+    assert devices.targets == {"vda", "sda", "vdc"}
+
+    # a new disk takes the first free virtio target, never the boot order of the spec's disk
+    added = hotplug_disk_xml(DiskAttachment(path="/pools/shared/new.qcow2", boot_order=2), devices.targets)
+    assert "<target dev=\"vdb\" bus=\"virtio\" />" in added and "<boot" not in added
+    assert 'cache="none"' in added
+    with pytest.raises(PermanentError):
+        hotplug_disk_xml(DiskAttachment(path="relative.qcow2"), devices.targets)
+    nic = hotplug_nic_xml(NicAttachment(mac="52:54:00:aa:00:02", bridge="br1", network="lan2"))
+    assert '<source bridge="br1" />' in nic and '<model type="virtio" />' in nic
+    with pytest.raises(PermanentError):
+        hotplug_nic_xml(NicAttachment(mac="52:54:00:aa:00:02", bridge=None, network="user"))
+
+    assert devices.seed_cdrom is not None
+    media = seed_media_xml(devices.seed_cdrom, "/pools/shared/vp-seed-2.iso")
+    assert "vp-seed-2.iso" in media and "vp-seed-1.iso" not in media and 'dev="sda"' in media
+
+
+def test_libvirts_test_driver_cannot_hot_plug() -> None:
+    libvirt_or_skip()
+    from virtplane.drivers.libvirt import LibvirtDriver
+
+    async def main() -> None:
+        driver = LibvirtDriver("test:///default")
+        await driver.connect()
+        try:
+            assert Capability.HOTPLUG not in driver.capabilities
+            with pytest.raises(Unsupported, match="hotplug"):
+                await driver.live_devices("test")
+            with pytest.raises(Unsupported):
+                await driver.attach_disk("test", DiskAttachment(path="/x.qcow2"))
+        finally:
+            await driver.close()
+
+    asyncio.run(main())
