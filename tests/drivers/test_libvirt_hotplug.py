@@ -1,6 +1,7 @@
 """Hot-plug in the libvirt driver (issue 32, item 4): the device XML it attaches and detaches by,
 read from a running QEMU domain's live XML (with the aliases libvirt gives devices), and
-libvirt's test driver, which cannot attach or detach (``Unsupported``, no HOTPLUG capability).
+libvirt's test driver, which reads them but cannot attach or detach (``Unsupported``, no HOTPLUG
+capability).
 The calls themselves run against real QEMU in tests/qemu/test_hotplug_qemu.py."""
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import pytest
 
 from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import Capability
-from virtplane.drivers.base import DiskAttachment, NicAttachment
+from virtplane.drivers.base import DiskAttachment, LiveDevices, NicAttachment
 from virtplane.drivers.errors import PermanentError, Unsupported
-from virtplane.drivers.libvirt.hotplug import domain_devices, hotplug_disk_xml, hotplug_nic_xml, seed_media_xml
+from virtplane.drivers.libvirt.hotplug import (
+    domain_devices,
+    hotplug_disk_xml,
+    hotplug_nic_xml,
+    seed_media_xml,
+)
 
 LIVE_XML = """<domain type='qemu' id='3'><name>virtplane-x</name><devices>
   <disk type='file' device='disk'><driver name='qemu' type='qcow2' cache='none'/>
@@ -39,7 +45,7 @@ def test_the_live_xml_gives_each_device_by_path_or_mac_with_its_alias_and_free_t
 
     # a new disk takes the first free virtio target, never the boot order of the spec's disk
     added = hotplug_disk_xml(DiskAttachment(path="/pools/shared/new.qcow2", boot_order=2), devices.targets)
-    assert "<target dev=\"vdb\" bus=\"virtio\" />" in added and "<boot" not in added
+    assert '<target dev="vdb" bus="virtio" />' in added and "<boot" not in added
     assert 'cache="none"' in added
     with pytest.raises(PermanentError):
         hotplug_disk_xml(DiskAttachment(path="relative.qcow2"), devices.targets)
@@ -53,7 +59,7 @@ def test_the_live_xml_gives_each_device_by_path_or_mac_with_its_alias_and_free_t
     assert "vp-seed-2.iso" in media and "vp-seed-1.iso" not in media and 'dev="sda"' in media
 
 
-def test_libvirts_test_driver_cannot_hot_plug() -> None:
+def test_libvirts_test_driver_reads_a_running_domains_devices_but_cannot_hot_plug() -> None:
     libvirt_or_skip()
     from virtplane.drivers.libvirt import LibvirtDriver
 
@@ -62,10 +68,12 @@ def test_libvirts_test_driver_cannot_hot_plug() -> None:
         await driver.connect()
         try:
             assert Capability.HOTPLUG not in driver.capabilities
-            with pytest.raises(Unsupported, match="hotplug"):
-                await driver.live_devices("test")
-            with pytest.raises(Unsupported):
+            devices = await driver.live_devices("test")  # the test driver's own running domain
+            assert devices == LiveDevices(("/guest/diskimage1",), ("aa:bb:cc:dd:ee:ff",))
+            with pytest.raises(Unsupported, match="does not support hotplug"):
                 await driver.attach_disk("test", DiskAttachment(path="/x.qcow2"))
+            with pytest.raises(Unsupported, match="does not support hotplug"):
+                await driver.detach_nic("test", "aa:bb:cc:dd:ee:ff")
         finally:
             await driver.close()
 

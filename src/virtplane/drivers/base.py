@@ -294,7 +294,8 @@ class HypervisorDriver(Protocol):
 
     # -- hot-plug (``Capability.HOTPLUG``): the running instance and the persistent definition both
     async def live_devices(self, name: str) -> LiveDevices | None:
-        """The devices of ``name``'s running instance; None when it has none (off or missing)."""
+        """The devices of ``name``'s running instance; None when it has none (off or missing).
+        Also where the host cannot change them (no ``Capability.HOTPLUG``)."""
 
     async def attach_disk(self, name: str, disk: DiskAttachment) -> None:
         """Attach ``disk`` to the running domain (immediate); a no-op when it has it already."""

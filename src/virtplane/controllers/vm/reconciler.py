@@ -9,7 +9,7 @@ stored state.
 from __future__ import annotations
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.vm import power, recovery, steps
+from virtplane.controllers.vm import devices, power, recovery, steps
 from virtplane.controllers.vm.chain import Step, run_chain
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.resources import VirtualMachine
@@ -23,6 +23,7 @@ ORDER: tuple[Step[VMState], ...] = (
     Step("disks", steps.disks),
     Step("host", steps.host),  # unreachable: wait; fenced: release the VM
     Step("observe", steps.observe),  # read the domain; define it where it is missing
+    Step("devices", devices.devices),  # running: attach or detach one disk or NIC (hot-plug)
     Step("decide", power.decide),  # the run-policy decision (pure), applied to the state
     Step("recovery", recovery.recovery),  # released from a fenced host: a slot first, then the start
     Step("act", power.act),  # at most one driver action, after its durable point
