@@ -5,6 +5,8 @@
 # What the guest does, so tests can watch it through the serial log:
 #   - prints "GUEST-UP" once booted and "DISK0: <first 16 bytes of /dev/vda>"
 #   - prints "TICK n" every 2 s and writes "DISKTICK n" into sector 1 of /dev/vda
+#   - prints "DEVICES disks=vda,vdb nics=eth0,eth1" at the first tick and at each tick after the
+#     block devices or network interfaces changed (hot-plug)
 #   - powers off on the ACPI power button (busybox acpid; needs button+evdev)
 #   - kernel argument vp.reboot=N: reboots itself after N ticks (guest reset test)
 #   - kernel argument vp.poweroff=N: powers itself off after N ticks (guest shutdown test)
@@ -125,9 +127,15 @@ if [ -n "$probe" ]; then
   fi
 fi
 tick=0
+devices=""
 while :; do
   tick=$((tick + 1))
   echo "TICK $tick"
+  now="disks=$(ls /sys/block | grep '^vd' | tr '\n' ',' | sed 's/,$//') nics=$(ls /sys/class/net | grep -vx lo | tr '\n' ',' | sed 's/,$//')"
+  if [ "$now" != "$devices" ]; then
+    echo "DEVICES $now"
+    devices=$now
+  fi
   if [ -b /dev/vda ]; then
     echo "DISKTICK $tick" | dd of=/dev/vda bs=512 seek=1 conv=sync,fsync 2>/dev/null
   fi

@@ -220,3 +220,31 @@ def test_a_guest_that_does_not_release_a_device_times_out_with_a_condition_and_k
         vm = wait_json(op, "/v1/vms/web", lambda v: v["status"]["phase"] == "Running" and settled(v))
         assert vm["status"]["device_changes"] == []
         assert len(live(server, sim)[0]) == 1
+
+
+def test_a_snapshot_after_a_hot_plug_covers_the_disk_and_a_restore_brings_it_back(
+    world: tuple[LiveServer, SimCloud],
+) -> None:
+    server, sim = world
+    with server.client("operator") as op:
+        both = {"spec": {"disks": [{"volume": "root"}, {"volume": "data"}]}}
+        assert op.patch("/v1/vms/web", json=both).status_code == 200
+        wait_json(op, "/v1/vms/web", settled)
+        post(op, "snapshots", {"metadata": {"name": "with-data"}, "spec": {"vm": "web"}})
+        snap = wait_json(op, "/v1/snapshots/with-data", lambda s: s["status"]["phase"] in ("Ready", "Failed"))
+        assert snap["status"]["phase"] == "Ready", snap["status"]
+        assert sorted(d["volume"] for d in snap["status"]["disk_snapshots"]) == ["data", "root"]
+        assert [d["volume"] for d in snap["status"]["captured"]["spec"]["disks"]] == ["root", "data"]
+
+        assert op.patch("/v1/vms/web", json={"spec": {"disks": [{"volume": "root"}]}}).status_code == 200
+        wait_json(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] is None)
+        restore = {
+            "metadata": {"name": "back"},
+            "spec": {"vm": "web", "type": "Restore", "restore": {"snapshot": "with-data"}},
+        }
+        post(op, "operations", restore)
+        done = wait_json(op, "/v1/operations/back", lambda o: o["status"]["phase"] in ("Completed", "Failed"))
+        assert done["status"]["phase"] == "Completed", done["status"]
+        wait_json(op, "/v1/vms/web", lambda v: v["status"]["phase"] == "Running" and settled(v))
+        data = wait_json(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] == "web")
+        assert live(server, sim)[0][1] == data["status"]["path"]

@@ -39,6 +39,9 @@ _UUID_NAMESPACE = uuid.UUID("9b1f7a2e-5d0c-4e55-8a0e-4f6f1f7c2a11")
 # XML 1.0 allows tab, newline, carriage return and everything from U+0020 except surrogates and U+FFFE/F.
 _XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _DISK_FORMATS = frozenset({"qcow2", "raw"})
+HOTPLUG_PORTS = 8
+"""Free PCIe root ports of a q35 domain: the disks and NICs it can take while it runs (a stop and
+start makes room again: the definition then has the spec's devices and 8 ports more)."""
 SEED_TARGET = "sda"
 """The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
 (Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
@@ -205,6 +208,11 @@ def build_domain_xml(
     _sub(domain, "on_crash", "destroy")
 
     devices = _sub(domain, "devices")
+    if options.machine == "q35":
+        # libvirt gives q35 just the PCIe root ports its devices take: spare ones to hot-plug into
+        # (indexes 1..: libvirt numbers the ports its devices take after these)
+        for index in range(1, HOTPLUG_PORTS + 1):
+            _sub(devices, "controller", type="pci", index=str(index), model="pcie-root-port")
     for index, disk in enumerate(spec.disks):
         devices.append(disk_element(disk, disk_target(index)))
     if spec.seed is not None:
@@ -330,6 +338,7 @@ def backup_xml(disks: list[tuple[str, str]]) -> str:
 
 
 __all__ = [
+    "HOTPLUG_PORTS",
     "INSTANCE_NS",
     "SEED_TARGET",
     "STOP_NS",
