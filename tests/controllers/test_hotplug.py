@@ -4,21 +4,27 @@ one device per look, without a restart (the simulator counts the domain's boots)
 gets its MAC and address from IPAM, the one taken out gives its address back, a detached
 volume is released, and the guest's seed says what the VM has. What cannot be done is refused
 with a reason: by the API (409) where it can know, by the VM's DevicesReady condition where
-only the host knows (a guest that never releases a device).
+only the host knows (a guest that never releases a device, a host that cannot hot-plug).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, make_plane, serving, wait_json
+from tests.conftest import LiveServer, eventually, libvirt_or_skip, make_plane, serving, wait_json
+from tests.drivers.conftest import write_node_xml
+from tests.restore.test_restore import make_vm
+from virtplane.bootstrap import ControlPlane
 from virtplane.controllers.seed import vm_seed
+from virtplane.domain.base import Condition
+from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.networks import Network
-from virtplane.domain.resources import VirtualMachine
+from virtplane.domain.resources import Disk, Metadata, RunPolicy, VirtualMachine, VMPhase, Volume, VolumeSpec
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.sim import SimCloud
 from virtplane.store.store import Store
@@ -172,8 +178,11 @@ def test_what_cannot_be_hot_plugged_is_refused_with_a_reason(world: tuple[LiveSe
         )
         wait_json(admin, "/v1/storagepools/h2-local", lambda p: p["status"]["reachable_hosts"] == ["h2"])
     with server.client("operator") as op:
+        db = {"metadata": {"name": "db"}, "spec": {"run_policy": "AlwaysOff", "disks": [{"volume": "data"}]}}
+        post(op, "vms", db)
         nics = op.get("/v1/vms/web").json()["spec"]["nics"]
         cases = {
+            "VolumeAttached": {"disks": [{"volume": "root"}, {"volume": "data"}]},
             "BootDiskInUse": {"disks": []},
             "PoolNotReachable": {"disks": [{"volume": "root"}, {"volume": "far-disk"}]},
             "NetworkNotOnHost": {"nics": [*nics, {"network": "far"}]},
@@ -182,7 +191,7 @@ def test_what_cannot_be_hot_plugged_is_refused_with_a_reason(world: tuple[LiveSe
             refused = op.patch("/v1/vms/web", json={"spec": change})
             assert refused.status_code == 409, refused.text
             assert refused.json()["reason"] == reason, refused.text
-        swapped = op.patch("/v1/vms/web", json={"spec": {"disks": [{"volume": "data"}]}})
+        swapped = op.patch("/v1/vms/web", json={"spec": {"disks": [{"volume": "far-disk"}]}})
         assert swapped.status_code == 409 and "boot disk of VM web" in swapped.json()["message"]
         garbage = op.patch("/v1/vms/web", json={"spec": {"disks": [{"volume": "root"}, {"volume": 7}]}})
         assert garbage.status_code == 422, garbage.text
@@ -248,3 +257,26 @@ def test_a_snapshot_after_a_hot_plug_covers_the_disk_and_a_restore_brings_it_bac
         wait_json(op, "/v1/vms/web", lambda v: v["status"]["phase"] == "Running" and settled(v))
         data = wait_json(op, "/v1/volumes/data", lambda v: v["status"]["attached_vm"] == "web")
         assert live(server, sim)[0][1] == data["status"]["path"]
+
+
+async def test_a_host_that_cannot_hot_plug_says_so_and_the_change_waits_for_the_next_start(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    """libvirt's test driver reads a running domain's devices but cannot change them."""
+    libvirt_or_skip()
+    await make_vm(plane, RunPolicy.ALWAYS_ON, uri=write_node_xml(tmp_path / "h1.xml"))
+    await eventually(lambda: plane.store.get(VirtualMachine, "a").status.phase is VMPhase.RUNNING)
+    plane.store.create(Volume(metadata=Metadata(name="data"), spec=VolumeSpec(pool="shared", size_gib=1)))
+    plane.store.mutate(VirtualMachine, "a", lambda v: v.spec.disks.append(Disk(volume="data")))
+
+    def unsupported() -> Condition | None:
+        ready = get_condition(
+            plane.store.get(VirtualMachine, "a").status.conditions, VMCondition.DEVICES_READY
+        )
+        return ready if ready is not None and ready.reason == "HotplugUnsupported" else None
+
+    ready = await eventually(unsupported)
+    assert (
+        ready.status.value == "False" and "the change of data applies at the VM's next start" in ready.message
+    )
+    assert plane.store.get(VirtualMachine, "a").status.phase is VMPhase.RUNNING
