@@ -84,6 +84,8 @@ read_seed() {
   if head -c 2 /seed/user-data | grep -q '#!'; then
     cp /seed/user-data /tmp/user-data && chmod +x /tmp/user-data && /tmp/user-data &
   fi
+  # as cloud-init does: a mounted CD-ROM is locked, and its media could not be changed (hot-plug)
+  umount /seed
 }
 # Two passes: a module whose dependency comes later in the list loads on the second one.
 for pass in 1 2; do for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done; done

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import eventually
+from virtplane.controllers.seed import vm_seed
 from virtplane.domain.conditions import VMCondition, get_condition
+from virtplane.domain.networks import Network
 from virtplane.domain.resources import OperationType, VMPhase
 
 from .conftest import Rig, console_shows, require_prerequisites, running_rig
@@ -73,36 +75,39 @@ async def _settled(qplane: QemuPlane) -> None:
     await eventually(check, timeout=LIMIT_S)
 
 
-async def test_a_disk_and_a_nic_hot_plugged_into_a_running_guest_and_out_again(qplane: QemuPlane) -> None:
+async def _running_web(qplane: QemuPlane, api: Any, cmdline: str = "") -> dict[str, Any]:
+    """VM web on host a with its root disk and one NIC on lan, running; returns that NIC."""
     await qplane.add_host("a")
     await qplane.add_volume("web-root", SHARED)
-    data = await qplane.add_volume("web-data", SHARED)
+    for name, subnet in (("lan", "10.79.0.0/24"), ("lan2", "10.80.0.0/24")):
+        doc = {"metadata": {"name": name}, "spec": _network(subnet)}
+        assert (await api.post("/v1/networks", json=doc)).status_code == 201
+    boot = {"kernel": "guest-kernel", "initrd": "guest-initrd", "cmdline": f"console=ttyS0 quiet {cmdline}"}
+    vm = {
+        "metadata": {"name": "web"},
+        "spec": {
+            "run_policy": "Manual",
+            "memory_mib": 192,
+            "disks": [{"volume": "web-root"}],
+            "boot": boot,
+            "nics": [{"network": "lan"}],
+            "cloud_init": {},
+        },
+    }
+    created = await api.post("/v1/vms", json=vm)
+    assert created.status_code == 201, created.text
+    await qplane.operate("web", OperationType.START)
+    await qplane.wait_settled("web", VMPhase.RUNNING)
+    await console_shows(qplane.rig, qplane.domain("web"), "DEVICES disks=vda nics=eth0", limit_s=LIMIT_S)
+    nic: dict[str, Any] = created.json()["spec"]["nics"][0]
+    return nic
+
+
+async def test_a_disk_and_a_nic_hot_plugged_into_a_running_guest_and_out_again(qplane: QemuPlane) -> None:
     async with qplane.api() as api:
-        for name, subnet in (("lan", "10.79.0.0/24"), ("lan2", "10.80.0.0/24")):
-            doc = {"metadata": {"name": name}, "spec": _network(subnet)}
-            assert (await api.post("/v1/networks", json=doc)).status_code == 201
-        vm = {
-            "metadata": {"name": "web"},
-            "spec": {
-                "run_policy": "Manual",
-                "memory_mib": 192,
-                "disks": [{"volume": "web-root"}],
-                "boot": {
-                    "kernel": "guest-kernel",
-                    "initrd": "guest-initrd",
-                    "cmdline": "console=ttyS0 quiet",
-                },
-                "nics": [{"network": "lan"}],
-                "cloud_init": {},
-            },
-        }
-        created = await api.post("/v1/vms", json=vm)
-        assert created.status_code == 201, created.text
-        first = created.json()["spec"]["nics"][0]
-        await qplane.operate("web", OperationType.START)
-        await qplane.wait_settled("web", VMPhase.RUNNING)
+        first = await _running_web(qplane, api)
+        data = await qplane.add_volume("web-data", SHARED)
         domain = qplane.domain("web")
-        await console_shows(qplane.rig, domain, "DEVICES disks=vda nics=eth0", limit_s=LIMIT_S)
 
         both = {
             "disks": [{"volume": "web-root"}, {"volume": "web-data"}],
@@ -120,9 +125,12 @@ async def test_a_disk_and_a_nic_hot_plugged_into_a_running_guest_and_out_again(q
         assert second["mac"] in [m.get("address") for m in xml.iterfind("devices/interface/mac")]
         persistent = await qplane.drivers["a"]._call(lambda conn: conn.lookupByName(domain).XMLDesc(2))
         assert data.status.path in persistent and second["mac"] in persistent, "the definition agrees"
-        seed = qplane.vm("web").metadata.annotations.get("virtplane.io/seed-volumes", "")
+        networks = {n.metadata.name: n for n in qplane.store.list_objects(Network)}
+        wanted = vm_seed(qplane.vm("web"), networks)
+        assert wanted is not None and second["mac"].encode() in wanted.documents["network-config"]
         cdrom = next(d for d in xml.iterfind("devices/disk") if d.get("device") == "cdrom")
-        assert cdrom.find("source").get("file", "").rsplit("/", 1)[-1] in seed  # type: ignore[union-attr]
+        source = cdrom.find("source")
+        assert source is not None and source.get("file", "").endswith(wanted.file_name), "the new seed"
 
         out = {"disks": [{"volume": "web-root"}], "nics": [first]}
         assert (await api.patch("/v1/vms/web", json={"spec": out})).status_code == 200
@@ -135,3 +143,22 @@ async def test_a_disk_and_a_nic_hot_plugged_into_a_running_guest_and_out_again(q
     assert qplane.vm("web").status.phase is VMPhase.RUNNING
     reasons = [reason for reason, _ in qplane.events("web")]
     assert reasons.count("Attached") == 2 and reasons.count("Detached") == 2, reasons
+
+
+async def test_a_guest_that_reboots_after_a_hot_plug_reads_the_new_nic_from_its_seed(
+    qplane: QemuPlane,
+) -> None:
+    """The seed CD-ROM's media was changed while the guest ran: its reboot (a reset, the same
+    QEMU process with the hot-plugged NIC) configures the new NIC from the seed, by its MAC."""
+    async with qplane.api() as api:
+        first = await _running_web(qplane, api, "vp.reboot=20")  # reboots after 40 s, each boot
+        added = await api.patch("/v1/vms/web", json={"spec": {"nics": [first, {"network": "lan2"}]}})
+        assert added.status_code == 200, added.text
+        second = added.json()["spec"]["nics"][1]
+        await _settled(qplane)
+        assert "GUEST-REBOOT" not in qplane.console("web"), "the NIC came before the reboot"
+        await console_shows(qplane.rig, qplane.domain("web"), "GUEST-UP", count=2, limit_s=LIMIT_S)
+    log = qplane.console("web")
+    rebooted = log[log.index("GUEST-REBOOT") :]
+    assert f"{second['ip']}/24 via - mac {second['mac']}" in rebooted, rebooted[:2000]
+    assert f"{first['ip']}/24 via - mac {first['mac']}" in rebooted

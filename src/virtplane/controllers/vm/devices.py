@@ -218,15 +218,19 @@ async def _seed(state: VMState, driver: HypervisorDriver) -> bool:
     current = seed_volume(state.ctx.cache, state.vm)
     if current is None or not state.seeds or state.seeds[-1] == current:
         return True
-    state.seeds = [*(seed for seed in state.seeds if seed != current), current]
-    await state.durable(DurablePoint.SEED)
+    if current not in state.seeds:  # recorded before it is written, deleted when no longer used
+        state.seeds = [current, *state.seeds]
+        await state.durable(DurablePoint.SEED)
     try:
         path = await place_seed(state.ctx.cache, state.vm, driver)
         if path is not None:
             await driver.change_seed(state.domain, path)
     except DriverError as exc:
-        _ready(state, "SeedNotChanged", f"the seed with the VM's NICs could not be put in place: {exc}")
+        message = f"the seed with the VM's NICs could not be put in its CD-ROM: {exc}"
+        _ready(state, "SeedNotChanged", message)
+        state.ctx.event(state.vm, "SeedNotChanged", message, warning=True)
         return False
+    state.seeds = [*(seed for seed in state.seeds if seed != current), current]  # now in the CD-ROM
     state.ctx.event(state.vm, "SeedChanged", f"the guest's seed now says what the VM has ({current.file})")
     return True
 
