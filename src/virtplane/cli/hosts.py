@@ -39,6 +39,7 @@ class FaultKind(StrEnum):
     STALL_MIGRATION = "stall-migration"
     HOST_DOWN = "host-down"
     HOST_UP = "host-up"
+    IGNORE_UNPLUG = "ignore-unplug"  # the VM's guest never releases the next device asked back
 
 
 class Role(StrEnum):
