@@ -280,3 +280,19 @@ async def test_a_host_that_cannot_hot_plug_says_so_and_the_change_waits_for_the_
         ready.status.value == "False" and "the change of data applies at the VM's next start" in ready.message
     )
     assert plane.store.get(VirtualMachine, "a").status.phase is VMPhase.RUNNING
+
+
+def test_a_nic_whose_network_is_not_known_is_left_alone(world: tuple[LiveServer, SimCloud]) -> None:
+    """A network the controller's cache lacks (created a moment ago, or gone behind the API's
+    back) never makes the running guest lose its NICs."""
+    server, sim = world
+    with server.client("operator") as op:
+        wait_json(op, "/v1/vms/web", settled)
+        macs = live(server, sim)[1]
+        assert len(macs) == 1
+        server.store.delete(Network, "lan")  # the API refuses this while web lists lan
+        vm = wait_json(op, "/v1/vms/web", lambda v: devices_ready(v).get("reason") == "Waiting")
+        assert devices_ready(vm)["message"] == "network lan does not exist"
+        server.reconciled("web")  # a further look changes nothing
+        assert live(server, sim)[1] == macs
+        assert op.get("/v1/vms/web").json()["status"]["device_changes"] == []

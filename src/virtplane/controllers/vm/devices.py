@@ -27,7 +27,7 @@ from virtplane.controllers.vm.steps import POLL_TRANSITION_S, POLL_UNSCHEDULABLE
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition
 from virtplane.domain.phases import LIVE_STATES, DomainState
 from virtplane.domain.resources import Capability, DeviceChange, DeviceChangeState, DeviceKind
-from virtplane.drivers.base import DiskAttachment, HypervisorDriver, LiveDevices
+from virtplane.drivers.base import DiskAttachment, HypervisorDriver, LiveDevices, NicAttachment
 from virtplane.drivers.errors import DriverError
 from virtplane.reconcile.types import Result
 
@@ -78,8 +78,11 @@ async def _bring_to_spec(state: VMState, driver: HypervisorDriver, live: LiveDev
         elif volume is None or volume.status.path not in live.disks:
             waiting = waiting or problem
     names = {v.status.path: v.metadata.name for v in cache.volumes() if v.status.path in live.disks}
-    nics, _ = vm_nics(cache, vm)
+    nics, missing = vm_nics(cache, vm)
     wanted_nics = {nic.mac: nic for nic in nics}
+    if missing:  # a network not (or no longer) known here: its NICs are neither added nor taken out
+        wanted_nics = {mac: NicAttachment(mac=mac, bridge=None) for mac in live.nics}
+        waiting = waiting or missing
 
     # what was asked back and is gone now
     gone = [c for c in status.device_changes if _key(c, names, live) is None]
@@ -131,7 +134,7 @@ async def _bring_to_spec(state: VMState, driver: HypervisorDriver, live: LiveDev
     if pending:
         return await _detach(state, driver, pending)
     if waiting:
-        _ready(state, "WaitingForDisk", waiting)
+        _ready(state, "Waiting", waiting)
         return None
     if Capability.HOTPLUG in driver.capabilities and not await _seed(state, driver):
         return Result(requeue_after=POLL_UNSCHEDULABLE_S)
