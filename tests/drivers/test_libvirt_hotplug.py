@@ -7,13 +7,20 @@ The calls themselves run against real QEMU in tests/qemu/test_hotplug_qemu.py.""
 from __future__ import annotations
 
 import asyncio
+import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import Capability
-from virtplane.drivers.base import DiskAttachment, LiveDevices, NicAttachment
+from virtplane.drivers.base import DiskAttachment, DomainSpec, LiveDevices, NicAttachment, domain_name
 from virtplane.drivers.errors import PermanentError, Unsupported
+from virtplane.drivers.libvirt.domain_xml import (
+    HOTPLUG_PORTS,
+    TEST_DRIVER_OPTIONS,
+    XmlOptions,
+    build_domain_xml,
+)
 from virtplane.drivers.libvirt.hotplug import (
     domain_devices,
     hotplug_disk_xml,
@@ -78,3 +85,13 @@ def test_libvirts_test_driver_reads_a_running_domains_devices_but_cannot_hot_plu
             await driver.close()
 
     asyncio.run(main())
+
+
+def test_a_q35_domain_has_spare_pcie_root_ports_to_hot_plug_into() -> None:
+    spec = DomainSpec(name=domain_name("u1"), vm_name="web", vm_uid="u1", cpu=1, memory_mib=128)
+    root = ET.fromstring(build_domain_xml(spec, XmlOptions()))
+    ports = [c for c in root.iterfind("devices/controller") if c.get("model") == "pcie-root-port"]
+    assert [p.get("index") for p in ports] == [str(i) for i in range(1, HOTPLUG_PORTS + 1)]
+    assert HOTPLUG_PORTS >= 2  # a disk and a NIC at least (the real-QEMU test adds both)
+    test_driver = ET.fromstring(build_domain_xml(spec, TEST_DRIVER_OPTIONS))  # no machine, no ports
+    assert test_driver.find("devices/controller") is None
