@@ -82,7 +82,8 @@ read_seed() {
     echo "cidata: $dev $addr via $gw mac $mac"
   done </tmp/nics
   if head -c 2 /seed/user-data | grep -q '#!'; then
-    cp /seed/user-data /tmp/user-data && chmod +x /tmp/user-data && /tmp/user-data &
+    # copied before the unmount below, and run from the copy
+    cp /seed/user-data /tmp/user-data && chmod +x /tmp/user-data && { /tmp/user-data & }
   fi
   # as cloud-init does: a mounted CD-ROM is locked, and its media could not be changed (hot-plug)
   umount /seed
