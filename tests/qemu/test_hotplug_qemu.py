@@ -21,6 +21,7 @@ from virtplane.controllers.seed import vm_seed
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.networks import Network
 from virtplane.domain.resources import OperationType, VMPhase
+from virtplane.drivers.base import DomainEvent, DomainEventType
 
 from .conftest import Rig, console_shows, require_prerequisites, running_rig
 from .plane import LIMIT_S, SHARED, QemuPlane
@@ -132,11 +133,17 @@ async def test_a_disk_and_a_nic_hot_plugged_into_a_running_guest_and_out_again(q
         source = cdrom.find("source")
         assert source is not None and source.get("file", "").endswith(wanted.file_name), "the new seed"
 
+        events: list[DomainEvent] = []  # what libvirt says on another connection to the host
+        qplane.drivers["a"].set_event_sink(events.append)
         out = {"disks": [{"volume": "web-root"}], "nics": [first]}
         assert (await api.patch("/v1/vms/web", json={"spec": out})).status_code == 200
         await console_shows(qplane.rig, domain, "DEVICES disks=vda nics=eth0", count=2, limit_s=LIMIT_S)
         await _settled(qplane)
         await eventually(lambda: qplane.store.get(type(data), "web-data").status.attached_vm is None)
+        removed = [
+            e.detail for e in events if e.type is DomainEventType.DEVICE_REMOVED and e.domain == domain
+        ]
+        assert len(removed) == 2, removed  # the guest released the disk and the NIC, by alias
 
     log = qplane.console("web")
     assert log.count("GUEST-UP") == 1, "the guest never restarted"

@@ -134,6 +134,7 @@ class DomainEventType(StrEnum):
     MIGRATION_FAILED = "migration-failed"
     HOST_DOWN = "host-down"
     HOST_UP = "host-up"
+    DEVICE_REMOVED = "device-removed"  # the guest released a device asked back (detail: its alias)
 
 
 @dataclass(frozen=True)
