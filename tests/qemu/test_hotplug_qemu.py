@@ -20,7 +20,7 @@ from tests.conftest import eventually
 from virtplane.controllers.seed import vm_seed
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.networks import Network
-from virtplane.domain.resources import OperationType, VMPhase
+from virtplane.domain.resources import MigrateSpec, OperationType, VMPhase
 from virtplane.drivers.base import DomainEvent, DomainEventType
 
 from .conftest import Rig, console_shows, require_prerequisites, running_rig
@@ -169,3 +169,36 @@ async def test_a_guest_that_reboots_after_a_hot_plug_reads_the_new_nic_from_its_
     rebooted = log[log.index("GUEST-REBOOT") :]
     assert f"{second['ip']}/24 via - mac {second['mac']}" in rebooted, rebooted[:2000]
     assert f"{first['ip']}/24 via - mac {first['mac']}" in rebooted
+
+
+async def test_hot_plugged_devices_live_migrate_with_the_guest_and_detach_on_the_target(
+    qplane: QemuPlane,
+) -> None:
+    async with qplane.api() as api:
+        first = await _running_web(qplane, api)
+        data = await qplane.add_volume("web-data", SHARED)
+        domain = qplane.domain("web")
+        both = {
+            "disks": [{"volume": "web-root"}, {"volume": "web-data"}],
+            "nics": [first, {"network": "lan2"}],
+        }
+        added = await api.patch("/v1/vms/web", json={"spec": both})
+        assert added.status_code == 200, added.text
+        second = added.json()["spec"]["nics"][1]
+        await console_shows(qplane.rig, domain, "DEVICES disks=vda,vdb nics=eth0,eth1", limit_s=LIMIT_S)
+        await _settled(qplane)
+
+        await qplane.add_host("b")
+        await qplane.operate("web", OperationType.MIGRATE, migrate=MigrateSpec(target_host="b"))
+        assert await qplane.runs_on("web") == ["b"]
+        for flags in (0, 2):  # the live definition on b, and the persistent one
+            xml = await qplane.drivers["b"]._call(lambda conn, f=flags: conn.lookupByName(domain).XMLDesc(f))
+            assert data.status.path in xml and second["mac"] in xml, flags
+
+        out = {"disks": [{"volume": "web-root"}], "nics": [first]}
+        assert (await api.patch("/v1/vms/web", json={"spec": out})).status_code == 200
+        await console_shows(qplane.rig, domain, "DEVICES disks=vda nics=eth0", count=2, limit_s=LIMIT_S)
+        await _settled(qplane)
+        persistent = await qplane.drivers["b"]._call(lambda conn: conn.lookupByName(domain).XMLDesc(2))
+        assert data.status.path not in persistent and second["mac"] not in persistent, "the definition agrees"
+    assert qplane.console("web").count("GUEST-UP") == 1
