@@ -7,6 +7,8 @@
 # What the guest does, so tests can watch it through the serial log:
 #   - prints "GUEST-UP" once booted and "DISK0: <first 16 bytes of /dev/vda>"
 #   - prints "TICK n" every 2 s and writes "DISKTICK n" into sector 1 of /dev/vda
+#   - prints "DEVICES disks=vda,vdb nics=eth0,eth1" at the first tick and at each tick after the
+#     block devices or network interfaces changed (hot-plug)
 #   - powers off on the ACPI power button (busybox acpid; needs button+evdev)
 #   - kernel argument vp.reboot=N: reboots itself after N ticks (guest reset test)
 #   - kernel argument vp.poweroff=N: powers itself off after N ticks (guest shutdown test)
@@ -110,8 +112,11 @@ read_seed() {
     echo "cidata: $dev $addr via $gw mac $mac"
   done </tmp/nics
   if head -c 2 /seed/user-data | grep -q '#!'; then
-    cp /seed/user-data /tmp/user-data && chmod +x /tmp/user-data && /tmp/user-data &
+    # copied before the unmount below, and run from the copy
+    cp /seed/user-data /tmp/user-data && chmod +x /tmp/user-data && { /tmp/user-data & }
   fi
+  # as cloud-init does: a mounted CD-ROM is locked, and its media could not be changed (hot-plug)
+  umount /seed
 }
 # Two passes: a module whose dependency comes later in the list loads on the second one.
 for pass in 1 2; do for mod in $(cat /mods/order); do insmod /mods/$mod.ko 2>/dev/null; done; done
@@ -178,9 +183,15 @@ if [ -n "$probe" ]; then
   fi
 fi
 tick=0
+devices=""
 while :; do
   tick=$((tick + 1))
   echo "TICK $tick"
+  now="disks=$(ls /sys/block | grep '^vd' | tr '\n' ',' | sed 's/,$//') nics=$(ls /sys/class/net | grep -vx lo | tr '\n' ',' | sed 's/,$//')"
+  if [ "$now" != "$devices" ]; then
+    echo "DEVICES $now"
+    devices=$now
+  fi
   if [ -b /dev/vda ]; then
     echo "DISKTICK $tick" | dd of=/dev/vda bs=512 seek=1 conv=sync,fsync 2>/dev/null
   fi

@@ -381,6 +381,7 @@ def test_fault_kind_values() -> None:
         "host-up",
         "disconnect",
         "reconnect",
+        "ignore-unplug",
     ]
 
 

@@ -56,7 +56,7 @@ def volumes_of_vm(cache: Cache, old: Resource | None, new: Resource | None) -> l
         return (
             tuple(d.volume for d in vm.spec.disks),
             vm.metadata.deletion_requested_at is not None,
-            vm.status.host is not None and vm.status.observed_generation < vm.metadata.generation,
+            attachments.domain_may_hold(vm),
         )
 
     if facts(before) == facts(after):

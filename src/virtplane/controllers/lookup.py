@@ -5,7 +5,7 @@ from __future__ import annotations
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.storage import image_ref
 from virtplane.domain.networks import NetworkKind
-from virtplane.domain.resources import Host, ImageKind, PoolKind, VirtualMachine, VolumePhase
+from virtplane.domain.resources import Disk, Host, ImageKind, PoolKind, VirtualMachine, VolumePhase
 from virtplane.drivers.base import DiskAttachment, HypervisorDriver, ImageRef, NicAttachment
 from virtplane.drivers.errors import HostUnreachable
 from virtplane.runtime.cache import Cache
@@ -31,29 +31,38 @@ def vm_disks(cache: Cache, vm: VirtualMachine) -> tuple[list[DiskAttachment], st
     disks = []
     ordered = sorted(enumerate(vm.spec.disks), key=lambda p: p[1].boot_order or 1000 + p[0])
     for _, disk in ordered:
-        volume = cache.volume(disk.volume)
-        if volume is None:
-            return [], f"volume {disk.volume} does not exist"
-        if volume.status.phase is not VolumePhase.READY:
-            return [], f"volume {disk.volume} is {volume.status.phase.value}"
-        if volume.status.attached_vm != vm.metadata.name:  # one VM per disk (controllers.attachments)
-            holder = volume.status.attached_vm
-            return [], (
-                f"volume {disk.volume} is attached to VM {holder}"
-                if holder
-                else f"volume {disk.volume} is not attached to this VM yet"
-            )
-        pool = cache.pool(volume.spec.pool)
-        disks.append(
-            DiskAttachment(
-                path=volume.status.path,
-                boot_order=disk.boot_order,
-                shared=pool is not None and pool.spec.kind is PoolKind.SHARED,
-                volume=volume.metadata.name,
-                size_gib=volume.spec.size_gib,
-            )
-        )
+        attachment, problem = disk_attachment(cache, vm.metadata.name, disk)
+        if attachment is None:
+            return [], problem
+        disks.append(attachment)
     return disks, ""
+
+
+def disk_attachment(cache: Cache, vm_name: str, disk: Disk) -> tuple[DiskAttachment | None, str]:
+    """One disk of VM ``vm_name`` as the driver takes it, or the reason it is not ready."""
+    volume = cache.volume(disk.volume)
+    if volume is None:
+        return None, f"volume {disk.volume} does not exist"
+    if volume.status.phase is not VolumePhase.READY:
+        return None, f"volume {disk.volume} is {volume.status.phase.value}"
+    if volume.status.attached_vm != vm_name:  # one VM per disk (controllers.attachments)
+        holder = volume.status.attached_vm
+        return None, (
+            f"volume {disk.volume} is attached to VM {holder}"
+            if holder
+            else f"volume {disk.volume} is not attached to this VM yet"
+        )
+    pool = cache.pool(volume.spec.pool)
+    return (
+        DiskAttachment(
+            path=volume.status.path,
+            boot_order=disk.boot_order,
+            shared=pool is not None and pool.spec.kind is PoolKind.SHARED,
+            volume=volume.metadata.name,
+            size_gib=volume.spec.size_gib,
+        ),
+        "",
+    )
 
 
 def vm_nics(cache: Cache, vm: VirtualMachine) -> tuple[tuple[NicAttachment, ...], str]:

@@ -22,7 +22,7 @@ from datetime import datetime
 
 from virtplane.domain.resources import VirtualMachine
 
-__all__ = ["VolumeUser", "attached_elsewhere", "holder", "users_of"]
+__all__ = ["VolumeUser", "attached_elsewhere", "domain_may_hold", "holder", "users_of"]
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,19 @@ def users_of(volume: str, vms: Iterable[VirtualMachine | None]) -> list[VolumeUs
             vm=vm.metadata.name,
             lists_volume=any(d.volume == volume for d in vm.spec.disks),
             deleting=vm.metadata.deletion_requested_at is not None,
-            domain_may_hold=vm.status.host is not None
-            and vm.status.observed_generation < vm.metadata.generation,
+            domain_may_hold=domain_may_hold(vm),
             created_at=vm.metadata.created_at,
         )
         for vm in vms
         if vm is not None
     ]
+
+
+def domain_may_hold(vm: VirtualMachine) -> bool:
+    """Whether ``vm``'s domain may have a disk its spec no longer lists: it was defined from an
+    older spec, and its devices were not brought to the current one since (hot-plug)."""
+    seen = max(vm.status.observed_generation, vm.status.devices_generation)
+    return vm.status.host is not None and seen < vm.metadata.generation
 
 
 def attached_elsewhere(vm: str, current: str | None, users: Sequence[VolumeUser]) -> str | None:

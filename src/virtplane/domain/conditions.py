@@ -18,6 +18,7 @@ class VMCondition(StrEnum):
     RESTART_REQUIRED = "RestartRequired"
     MIGRATION = "Migration"
     MEMORY_RESTORED = "MemoryRestored"
+    DEVICES_READY = "DevicesReady"  # a running VM's disks and NICs are those of its spec (hot-plug)
 
 
 class HostCondition(StrEnum):

@@ -181,6 +181,15 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=3600,
     ),
     SettingDef(
+        "vm.hotplug.detach_timeout_s",
+        SettingType.FLOAT,
+        60.0,
+        "How long a running guest may take to release a disk or NIC taken out of its VM's spec "
+        "before the VM's DevicesReady condition says it did not (DetachTimedOut).",
+        minimum=0.01,
+        maximum=3600,
+    ),
+    SettingDef(
         "vm.start.backoff_cap_s",
         SettingType.FLOAT,
         300.0,

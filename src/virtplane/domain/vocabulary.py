@@ -108,6 +108,7 @@ class FaultKind(StrEnum):
     HOST_UP = "host-up"
     DISCONNECT = "disconnect"
     RECONNECT = "reconnect"
+    IGNORE_UNPLUG = "ignore-unplug"  # the VM's guest never releases the next device asked back
 
 
 DOMAIN_FAULTS = frozenset({FaultKind.GUEST_SHUTDOWN, FaultKind.GUEST_RESET, FaultKind.CRASH})

@@ -102,6 +102,15 @@ class DomainSpec:
 
 
 @dataclass(frozen=True)
+class LiveDevices:
+    """The guest disks (source paths, in the domain's order; not the seed's CD-ROM) and the NICs
+    (MACs) a running domain has now: a device being detached is here until the guest let it go."""
+
+    disks: tuple[str, ...] = ()
+    nics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DomainInfo:
     name: str
     vm_uid: str
@@ -127,6 +136,7 @@ class DomainEventType(StrEnum):
     HOST_UP = "host-up"
     AGENT_CONNECTED = "agent-connected"  # the guest's agent opened its channel
     AGENT_DISCONNECTED = "agent-disconnected"
+    DEVICE_REMOVED = "device-removed"  # the guest released a device asked back (detail: its alias)
 
 
 @dataclass(frozen=True)
@@ -313,6 +323,28 @@ class HypervisorDriver(Protocol):
     async def thaw_filesystems(self, name: str) -> int:
         """Thaw what ``freeze_filesystems`` froze (idempotent: 0 when nothing is frozen)."""
 
+    # -- hot-plug (``Capability.HOTPLUG``): the running instance and the persistent definition both
+    async def live_devices(self, name: str) -> LiveDevices | None:
+        """The devices of ``name``'s running instance; None when it has none (off or missing).
+        Also where the host cannot change them (no ``Capability.HOTPLUG``)."""
+
+    async def attach_disk(self, name: str, disk: DiskAttachment) -> None:
+        """Attach ``disk`` to the running domain (immediate); a no-op when it has it already."""
+
+    async def detach_disk(self, name: str, path: str) -> None:
+        """Ask the guest to release the disk at ``path`` and return: it stays in ``live_devices``
+        until the guest has let it go (or for ever, if the guest ignores the request). A no-op when
+        the domain has no such disk."""
+
+    async def attach_nic(self, name: str, nic: NicAttachment) -> None:
+        """Attach ``nic`` to the running domain (immediate); a no-op when it has its MAC already."""
+
+    async def detach_nic(self, name: str, mac: str) -> None:
+        """As ``detach_disk``, for the NIC with ``mac``."""
+
+    async def change_seed(self, name: str, path: str) -> None:
+        """Put the seed image at ``path`` into the running domain's seed CD-ROM (a media change)."""
+
     # -- storage (directory pools, qcow2 volumes)
     async def ensure_pool(self, pool: PoolRef) -> None: ...
 
@@ -389,6 +421,7 @@ __all__ = [
     "HypervisorDriver",
     "ImageInfo",
     "ImageRef",
+    "LiveDevices",
     "MigrationJob",
     "MigrationPhase",
     "MigrationRequest",

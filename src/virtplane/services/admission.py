@@ -32,6 +32,7 @@ from virtplane.domain.resources import (
     VolumePhase,
 )
 from virtplane.runtime.cache import Cache
+from virtplane.services.hotplug import admit_hotplug
 from virtplane.services.networks import NetworkAdmission
 from virtplane.store.store import Store
 
@@ -185,6 +186,7 @@ class Admission:
             if current.spec.boot != new.spec.boot:
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
+            admit_hotplug(self.cache, current, new)
             self.networks.admit_nics(new, current)
         elif isinstance(current, Network) and isinstance(new, Network):
             self.networks.admit_network(new, current)

@@ -36,6 +36,21 @@ def scopes_meet(a: Network, b: Network, cluster_of: dict[str, str]) -> bool:
     )
 
 
+def _earlier_nics(nics: Sequence[Nic], before: Sequence[Nic]) -> list[Nic | None]:
+    """Which stored NIC each written one is: the one with its MAC, else the first one left on
+    its network (in order). So a NIC written without its MAC keeps it, and its address, when
+    another NIC before it is taken out (hot-plug detaches the one that left, no other)."""
+    left = list(before)
+    olds: list[Nic | None] = []
+    for nic in nics:
+        same = next((o for o in left if nic.mac and (o.mac, o.network) == (nic.mac, nic.network)), None)
+        same = same or next((o for o in left if not nic.mac and o.network == nic.network), None)
+        if same is not None:
+            left.remove(same)
+        olds.append(same)
+    return olds
+
+
 class NetworkAdmission:
     def __init__(self, store: Store, cache: Cache) -> None:
         self.store = store
@@ -77,10 +92,10 @@ class NetworkAdmission:
             vm.metadata.uid = str(uuid.uuid4())
         before = current.spec.nics if current is not None else []
         mine = {(c.scope, c.value) for c in nic_claims(current.spec.nics)} if current is not None else set()
+        olds = _earlier_nics(vm.spec.nics, before)
         nics: list[Nic] = []
         for index, nic in enumerate(vm.spec.nics):
-            old = before[index] if index < len(before) and before[index].network == nic.network else None
-            nics.append(self._admit_nic(vm, index, nic, old, mine, nics))
+            nics.append(self._admit_nic(vm, index, nic, olds[index], mine, nics))
         vm.spec.nics = nics
         override = vm.spec.cloud_init.network_config if vm.spec.cloud_init else None
         bypass = ipam_bypass(override, [(n.mac or "", str(n.ip) if n.ip else None) for n in nics])

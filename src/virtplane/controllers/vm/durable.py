@@ -33,6 +33,11 @@ class DurablePoint(StrEnum):
     (``domain.seeds``), so it is deleted when no longer used, or with the VM. Crash point
     after the upload: vm.seed-written."""
 
+    DETACH = "detach"
+    """Before a device is asked back from a running guest: the change, on
+    ``status.device_changes`` with its start, so the wait for the guest and its timeout
+    survive a restart of the control plane."""
+
     STOP = "stop"
     """Before a shutdown or power-off: the stop intent and the exit reason it will record."""
 

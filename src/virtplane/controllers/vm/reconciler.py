@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from virtplane.controllers.chain import Step, run_chain
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.vm import guest, power, recovery, steps
+from virtplane.controllers.vm import devices, guest, power, recovery, steps
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.resources import VirtualMachine
 from virtplane.reconcile.types import Request, Result
@@ -24,6 +24,7 @@ ORDER: tuple[Step[VMState], ...] = (
     Step("host", steps.host),  # unreachable: wait; fenced: release the VM
     Step("observe", steps.observe),  # read the domain; define it where it is missing
     Step("guest", guest.guest),  # the guest's agent: connected or not, the addresses it reports
+    Step("devices", devices.devices),  # running: attach or detach one disk or NIC (hot-plug)
     Step("decide", power.decide),  # the run-policy decision (pure), applied to the state
     Step("recovery", recovery.recovery),  # released from a fenced host: a slot first, then the start
     Step("act", power.act),  # at most one driver action, after its durable point

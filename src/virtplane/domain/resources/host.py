@@ -40,6 +40,8 @@ class Capability(StrEnum):
     USER_NETWORK = "user-network"
     """QEMU's user-mode network (kind ``user``): the simulator only, see docs/decisions.md."""
     SERIAL_CONSOLE = "serial-console"
+    HOTPLUG = "hotplug"
+    """Disks and NICs attached to and detached from running domains (libvirt's test driver cannot)."""
 
 
 class Accelerator(StrEnum):

@@ -138,6 +138,28 @@ class GuestInterfaceStatus(BaseModel):
     addresses: list[str] = Field(default_factory=list, description="CIDR, e.g. 10.1.0.7/24.")
 
 
+class DeviceKind(StrEnum):
+    DISK = "disk"
+    NIC = "nic"
+
+
+class DeviceChangeState(StrEnum):
+    DETACHING = "Detaching"
+    """Asked back from the guest, which has not let it go yet."""
+    DETACH_TIMED_OUT = "DetachTimedOut"
+    """The guest did not let it go within ``vm.hotplug.detach_timeout_s``: not asked again."""
+
+
+class DeviceChange(BaseModel):
+    """A hot-plug change of a running VM that is not done: a disk (by volume) or a NIC (by MAC)."""
+
+    kind: DeviceKind
+    name: str = Field(description="The volume of a disk, the MAC of a NIC.")
+    state: DeviceChangeState
+    since: datetime
+    message: str = ""
+
+
 class VirtualMachineStatus(BaseModel):
     phase: VMPhase = VMPhase.PENDING
     host: str | None = None
@@ -155,6 +177,14 @@ class VirtualMachineStatus(BaseModel):
     )
     nics: list[NicStatus] = Field(default_factory=list, description="Each NIC's network, MAC and address.")
     message: str = ""
+    devices_generation: int = Field(
+        default=0,
+        description="The generation whose disks and NICs its running domain has (hot-plug); "
+        "0 until one was looked at.",
+    )
+    device_changes: list[DeviceChange] = Field(
+        default_factory=list, description="Hot-plug changes not done yet: devices being detached."
+    )
     migration_dirty_rate_mib_s: float | None = Field(
         default=None,
         description="The highest memory dirty rate its last live migration saw (None: never migrated).",

@@ -167,6 +167,21 @@ class LibvirtDomain:
         """Switch the running outgoing migration (started with VIR_MIGRATE_POSTCOPY) to post-copy."""
         self._dom.migrateStartPostCopy(0)
 
+    def change_device(self, verb: str, xml: str, *, live: bool) -> None:
+        """``attach``, ``detach`` or ``update`` the device ``xml`` in the running instance
+        (``live``) or in the persistent definition. A live detach is asynchronous: it asks the
+        guest, and the device stays until the guest has let it go."""
+        lv = _libvirt.load()
+        flags = lv.VIR_DOMAIN_AFFECT_LIVE if live else lv.VIR_DOMAIN_AFFECT_CONFIG
+        if verb == "detach" and live:
+            # by alias: returns once asked (detachDeviceFlags would wait up to 5 s for the guest)
+            self._dom.detachDeviceAlias(xml, flags)
+            return
+        call = {"attach": self._dom.attachDeviceFlags, "detach": self._dom.detachDeviceFlags}.get(
+            verb, self._dom.updateDeviceFlags
+        )
+        call(xml, flags)
+
     def begin_backup(self, xml: str) -> None:
         self._dom.backupBegin(xml, None, 0)
 

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 from virtplane.domain.names import LIBVIRT_DOMAIN_NAME, UNICAST_MAC
-from virtplane.drivers.base import DomainSpec
+from virtplane.drivers.base import DiskAttachment, DomainSpec, NicAttachment
 from virtplane.drivers.errors import PermanentError
 
 INSTANCE_NS = "https://virtplane.io/xmlns/libvirt/instance/1"
@@ -41,6 +41,9 @@ _UUID_NAMESPACE = uuid.UUID("9b1f7a2e-5d0c-4e55-8a0e-4f6f1f7c2a11")
 # XML 1.0 allows tab, newline, carriage return and everything from U+0020 except surrogates and U+FFFE/F.
 _XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _DISK_FORMATS = frozenset({"qcow2", "raw"})
+HOTPLUG_PORTS = 8
+"""Free PCIe root ports of a q35 domain: the disks and NICs it can take while it runs (a stop and
+start makes room again: the definition then has the spec's devices and 8 ports more)."""
 SEED_TARGET = "sda"
 """The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
 (Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
@@ -210,14 +213,13 @@ def build_domain_xml(
     _sub(domain, "on_crash", "destroy")
 
     devices = _sub(domain, "devices")
+    if options.machine == "q35":
+        # libvirt gives q35 just the PCIe root ports its devices take: spare ones to hot-plug into
+        # (indexes 1..: libvirt numbers the ports its devices take after these)
+        for index in range(1, HOTPLUG_PORTS + 1):
+            _sub(devices, "controller", type="pci", index=str(index), model="pcie-root-port")
     for index, disk in enumerate(spec.disks):
-        disk_element = _sub(devices, "disk", type="file", device="disk")
-        # cache=none: no host page cache, so a migration or a copy of the file sees what the guest wrote.
-        _sub(disk_element, "driver", name="qemu", type=disk.format, cache="none")
-        _sub(disk_element, "source", file=disk.path)
-        _sub(disk_element, "target", dev=disk_target(index), bus="virtio")
-        if disk.boot_order is not None:
-            _sub(disk_element, "boot", order=str(disk.boot_order))
+        devices.append(disk_element(disk, disk_target(index)))
     if spec.seed is not None:
         _sub(devices, "controller", type="scsi", index="0", model="virtio-scsi")
         cdrom = _sub(devices, "disk", type="file", device="cdrom")
@@ -229,10 +231,7 @@ def build_domain_xml(
         assert nic.bridge is not None  # validate_spec
         # No <vlan>: libvirt tags ports of Open vSwitch only; on a Linux bridge the bridge
         # itself carries the VLAN (the driver checks it does, docs/decisions.md).
-        interface = _sub(devices, "interface", type="bridge")
-        _sub(interface, "mac", address=nic.mac)
-        _sub(interface, "source", bridge=nic.bridge)
-        _sub(interface, "model", type="virtio")
+        devices.append(nic_element(nic))
     serial = _sub(devices, "serial", type="pty")
     if console_log:
         _sub(serial, "log", file=console_log, append="on")
@@ -251,6 +250,29 @@ def build_domain_xml(
         _sub(devices, "panic", model="isa")
 
     return ET.tostring(domain, encoding="unicode")
+
+
+def disk_element(disk: DiskAttachment, target: str) -> ET.Element:
+    """A guest disk on virtio (hot-pluggable, unlike IDE or SATA), as defined and as hot-plugged."""
+    element = ET.Element("disk", {"type": "file", "device": "disk"})
+    # cache=none: no host page cache, so a migration or a copy of the file sees what the guest wrote.
+    _sub(element, "driver", name="qemu", type=disk.format, cache="none")
+    _sub(element, "source", file=disk.path)
+    _sub(element, "target", dev=target, bus="virtio")
+    if disk.boot_order is not None:
+        _sub(element, "boot", order=str(disk.boot_order))
+    return element
+
+
+def nic_element(nic: NicAttachment) -> ET.Element:
+    """A NIC on a Linux bridge, as defined and as hot-plugged."""
+    if nic.bridge is None or not UNICAST_MAC.matches(nic.mac):
+        raise PermanentError(f"NIC {nic.mac!r} on {nic.network}: needs a bridge and a lower-case unicast MAC")
+    element = ET.Element("interface", {"type": "bridge"})
+    _sub(element, "mac", address=nic.mac)
+    _sub(element, "source", bridge=nic.bridge)
+    _sub(element, "model", type="virtio")
+    return element
 
 
 @dataclass(frozen=True)
@@ -336,7 +358,9 @@ def backup_xml(disks: list[tuple[str, str]]) -> str:
 
 __all__ = [
     "GUEST_AGENT_CHANNEL",
+    "HOTPLUG_PORTS",
     "INSTANCE_NS",
+    "SEED_TARGET",
     "STOP_NS",
     "TEST_DRIVER_OPTIONS",
     "DefinedDomain",
@@ -345,9 +369,11 @@ __all__ = [
     "backup_xml",
     "build_domain_xml",
     "dir_pool_xml",
+    "disk_element",
     "disk_target",
     "domain_uuid",
     "mac_address",
+    "nic_element",
     "one_line",
     "parse_domain_xml",
     "parse_stop_request",

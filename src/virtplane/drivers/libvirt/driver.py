@@ -33,6 +33,7 @@ from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
 from virtplane.drivers.libvirt.domain import LibvirtDomain
 from virtplane.drivers.libvirt.events import EventRelay
 from virtplane.drivers.libvirt.flavor import flavor_for
+from virtplane.drivers.libvirt.hotplug import DeviceHotplug
 from virtplane.drivers.libvirt.memory import DEFAULT_STATE_DIR, STATE_POOL, MemoryImages
 from virtplane.drivers.libvirt.migration import MigrationTracker
 from virtplane.drivers.libvirt.snapshots import SnapshotOperations
@@ -40,7 +41,7 @@ from virtplane.drivers.libvirt.stop_requests import StopRequests
 from virtplane.drivers.libvirt.volumes import VolumeOperations
 
 
-class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations):
+class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations, DeviceHotplug):
     """One connection to one libvirt host (``qemu:///system``, ``qemu+ssh://h/system``, ``test:///...``).
 
     ``domain_type`` is the ``<domain type=...>`` for QEMU hosts ("qemu" is TCG;

@@ -223,6 +223,10 @@ class EventRelay:
         conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
         conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_REBOOT, self._on_reboot, None)
         conn.domainEventRegisterAny(None, lv.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, self._on_agent, None)
+        # a detach ends when the guest lets the device go: the VM looks again at once
+        conn.domainEventRegisterAny(
+            None, lv.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, self._on_device_removed, None
+        )
 
     def host(self, event_type: DomainEventType, detail: str) -> None:
         self._send(DomainEvent(self._uri, "", "", event_type, None, detail))
@@ -263,6 +267,13 @@ class EventRelay:
             self._domain(LibvirtDomain(dom).name, MappedEvent(event, None, "guest agent"))
         except Exception:
             log.exception("libvirt agent lifecycle callback failed")
+
+    def _on_device_removed(self, _conn: Any, dom: Any, alias: str, _opaque: object) -> None:
+        try:
+            removed = MappedEvent(DomainEventType.DEVICE_REMOVED, None, str(alias))
+            self._domain(LibvirtDomain(dom).name, removed)
+        except Exception:
+            log.exception("libvirt device-removed callback failed")
 
     def _domain(self, name: str, mapped: MappedEvent) -> None:
         self._send(DomainEvent(self._uri, name, vm_uid_of(name), mapped.type, mapped.reason, mapped.detail))

@@ -55,6 +55,7 @@ QEMU = HypervisorFlavor(
             Capability.DISK_SNAPSHOT,
             Capability.VOLUME_RESIZE,
             Capability.SERIAL_CONSOLE,
+            Capability.HOTPLUG,
         }
     ),
     xml=XmlOptions(),
@@ -71,7 +72,7 @@ QEMU = HypervisorFlavor(
 )
 
 TEST_DRIVER = HypervisorFlavor(
-    # no migration, no job control, no volume resize, no consoles (virDomainOpenConsole)
+    # no migration, no job control, no volume resize, no consoles (virDomainOpenConsole), no hot-plug
     capabilities=frozenset({Capability.MEMORY_SNAPSHOT, Capability.DISK_SNAPSHOT}),
     xml=TEST_DRIVER_OPTIONS,
     power_button=False,

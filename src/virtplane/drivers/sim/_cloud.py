@@ -63,6 +63,7 @@ class SimCloud:
         time_scale: float = 1.0,
         migration_tick_s: float = 0.05,
         state_path: Path | str | None = None,
+        detach_seconds: float = 0.5,
     ) -> None:
         self.timing = SimTiming(
             boot_seconds=boot_seconds,
@@ -71,6 +72,7 @@ class SimCloud:
             time_scale=time_scale,
             migration_tick_s=migration_tick_s,
             clock=clock or time.time,
+            detach_seconds=detach_seconds,
         )
         self.fault_log: list[FaultRecord] = []
         self.changes = ChangeLog()

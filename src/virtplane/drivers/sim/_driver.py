@@ -13,6 +13,7 @@ from virtplane.drivers.base import (
     AcceleratorOffer,
     Capability,
     ConsoleStream,
+    DiskAttachment,
     DomainInfo,
     DomainSpec,
     DomainState,
@@ -21,8 +22,10 @@ from virtplane.drivers.base import (
     HostFacts,
     ImageInfo,
     ImageRef,
+    LiveDevices,
     MigrationJob,
     MigrationRequest,
+    NicAttachment,
     PoolRef,
     VolumeInfo,
 )
@@ -44,6 +47,7 @@ SIM_CAPABILITIES = frozenset(
         Capability.FAULT_INJECTION,
         Capability.USER_NETWORK,  # QEMU's user network: simulated hosts only (docs/decisions.md)
         Capability.SERIAL_CONSOLE,
+        Capability.HOTPLUG,
     }
 )
 
@@ -287,6 +291,36 @@ class SimDriver:
     @_entry_point
     async def thaw_filesystems(self, name: str) -> int:
         return self._world.guests.thaw(self._host().get(name))
+
+    # ------------------------------------------------------------------ hot-plug (see _devices)
+
+    @_entry_point
+    async def live_devices(self, name: str) -> LiveDevices | None:
+        return self._host().live_devices(name)
+
+    @_entry_point
+    async def attach_disk(self, name: str, disk: DiskAttachment) -> None:
+        host = self._host()
+        visible = not disk.path.startswith("sim://") or (
+            self._world.storage.locate_local(host.name, disk.path) is not None
+        )
+        host.attach_disk(name, disk, visible)
+
+    @_entry_point
+    async def detach_disk(self, name: str, path: str) -> None:
+        self._host().detach(name, path)
+
+    @_entry_point
+    async def attach_nic(self, name: str, nic: NicAttachment) -> None:
+        self._host().attach_nic(name, nic)
+
+    @_entry_point
+    async def detach_nic(self, name: str, mac: str) -> None:
+        self._host().detach(name, mac)
+
+    @_entry_point
+    async def change_seed(self, name: str, path: str) -> None:
+        self._host().change_seed(name, path)
 
     # ------------------------------------------------------------------ storage
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import DomainEventType, DomainState
 
+from ._devices import DeviceHotplug
 from ._lifecycle import DomainLifecycle
 from ._model import SimDomain, SimFaultError
 
 __all__ = ["SimHost"]
 
 
-class SimHost(DomainLifecycle):
+class SimHost(DomainLifecycle, DeviceHotplug):
     """A simulated host: constructed by ``SimCloud``, driven by its drivers and its faults."""
 
     # ------------------------------------------------------------------ guest faults

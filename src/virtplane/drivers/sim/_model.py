@@ -21,8 +21,13 @@ from ._changes import Persisted, Record
 URI_SCHEME = "sim://"
 
 
-ARMED_KINDS = (FaultKind.FAIL_START, FaultKind.FAIL_MIGRATION, FaultKind.STALL_MIGRATION)
-"""Faults that wait on a host for their trigger (a start, a migration)."""
+ARMED_KINDS = (
+    FaultKind.FAIL_START,
+    FaultKind.FAIL_MIGRATION,
+    FaultKind.STALL_MIGRATION,
+    FaultKind.IGNORE_UNPLUG,
+)
+"""Faults that wait on a host for their trigger (a start, a migration, a detach)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class SimTiming:
     time_scale: float = 1.0
     migration_tick_s: float = 0.05
     clock: Callable[[], float] = time.time
+    detach_seconds: float = 0.5  # how long a guest takes to release a device asked back (hot-unplug)
 
     def __post_init__(self) -> None:
         if min(self.boot_seconds, self.shutdown_seconds) < 0 or self.link_mib_s <= 0:
