@@ -16,17 +16,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import httpx
-from tests.qemu.conftest import REPO, Rig
-from tests.qemu.test_fencing_qemu import PASSWORD, SETTINGS, SYSTEM, USER, Bmc, _free_port
+from tests.qemu.bmc_rig import PASSWORD, SETTINGS, USER, Bmc, bmc_running
+from tests.qemu.conftest import Rig
 
 from bench import real_bounds as rb
 from bench.real_rig import RealRig, accelerator_used, console_count, control_plane
@@ -36,48 +32,6 @@ from virtplane.domain.resources import Host, RunPolicy, VMPhase
 from virtplane.drivers.errors import HostUnreachable
 
 FAILOVER_LIMIT_S = 400.0  # guards against a hang only: the defaults need 60 s and more
-
-
-@contextlib.contextmanager
-def bmc_running(rig: Rig, work: Path) -> Iterator[Bmc]:
-    """Daemon a's BMC on a loopback port, behind basic authentication (as the test's fixture)."""
-    import bcrypt
-
-    work.mkdir(parents=True, exist_ok=True)
-    htpasswd = work / "htpasswd"
-    htpasswd.write_text(f"{USER}:{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt()).decode()}\n")
-    config = work / "bmc.conf"
-    config.write_text(
-        f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
-        f"SUSHY_EMULATOR_STATE_DIR = {str(work / 'state')!r}\n"
-        f"VIRTPLANE_BMC_SYSTEM = {SYSTEM!r}\n"
-        f"VIRTPLANE_BMC_HOST_DIR = {str(rig.base / 'hosts' / 'a')!r}\n"
-        f"VIRTPLANE_BMC_POWER_ON = {rig.start_command('a')!r}\n"
-    )
-    port = _free_port()
-    with (work / "bmc.log").open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.qemu.bmc", str(config), str(port)],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the BMC exited: {(work / 'bmc.log').read_text()[-500:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/redfish/v1/Systems/{SYSTEM}", auth=(USER, PASSWORD)).is_success:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("the BMC did not answer within 30 s")
-            time.sleep(0.1)
-        yield Bmc(url, SYSTEM)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _libvirtd(rig: Rig) -> int:

@@ -20,9 +20,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import eventually, eventually_sync
+from tests.conftest import eventually
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.intents import read_intents
 from virtplane.domain.resources import (
@@ -44,94 +41,25 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import DomainState
 from virtplane.drivers.errors import HostUnreachable
 
-from .conftest import REPO, Rig, console_shows
+from .bmc_rig import PASSWORD, SETTINGS, USER, Bmc, bmc_running, free_port
+from .conftest import Rig, console_shows
 from .plane import LIMIT_S, QemuPlane
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
-
-USER, PASSWORD = "admin", "bmc-pa55word"
-SYSTEM = "rig-host-a"
-SETTINGS = {
-    "host.liveness.probe_timeout_s": 2.0,
-    "host.liveness.disconnected_after_s": 1.0,
-    "host.liveness.reconnected_after_s": 2.0,
-    "host.fencing.after_s": 2.0,
-    "host.fencing.retry_base_s": 0.2,
-    "host.fencing.retry_cap_s": 1.0,
-    "host.fencing.timeout_s": 5.0,
-}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Bmc:
-    url: str
-    system: str
-
-    async def power(self, action: str) -> None:
-        """What an admin does at the BMC (the control plane has its own client, sushy)."""
-        async with httpx.AsyncClient(auth=(USER, PASSWORD), timeout=60) as client:
-            answer = await client.post(
-                f"{self.url}/redfish/v1/Systems/{self.system}/Actions/ComputerSystem.Reset",
-                json={"ResetType": action},
-            )
-        assert answer.status_code == 204, answer.text
-
-    async def power_state(self) -> str:
-        async with httpx.AsyncClient(auth=(USER, PASSWORD), timeout=10) as client:
-            answer = await client.get(f"{self.url}/redfish/v1/Systems/{self.system}")
-        assert answer.status_code == 200, answer.text
-        return str(answer.json()["PowerState"])
 
 
 @pytest.fixture
 def bmc(rig: Rig, tmp_path: Path) -> Iterator[Bmc]:
     """Daemon a's BMC, behind basic authentication."""
     try:
-        import bcrypt
+        import bcrypt  # noqa: F401
         import sushy_tools  # noqa: F401
     except ImportError as exc:
         if os.environ.get("VIRTPLANE_QEMU_REQUIRED") == "1":
             pytest.fail(f"{exc.name} is not installed (pip install -e '.[test]')")
         pytest.skip(f"{exc.name} is not installed")
-    htpasswd = tmp_path / "htpasswd"
-    htpasswd.write_text(f"{USER}:{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt()).decode()}\n")
-    config = tmp_path / "bmc.conf"
-    config.write_text(
-        f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
-        f"SUSHY_EMULATOR_STATE_DIR = {str(tmp_path / 'state')!r}\n"
-        f"VIRTPLANE_BMC_SYSTEM = {SYSTEM!r}\n"
-        f"VIRTPLANE_BMC_HOST_DIR = {str(rig.base / 'hosts' / 'a')!r}\n"
-        f"VIRTPLANE_BMC_POWER_ON = {rig.start_command('a')!r}\n"
-    )
-    port = _free_port()
-    with (tmp_path / "bmc.log").open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.qemu.bmc", str(config), str(port)],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def answers() -> bool:
-            assert proc.poll() is None, (tmp_path / "bmc.log").read_text()
-            try:
-                return httpx.get(f"{url}/redfish/v1/Systems/{SYSTEM}", auth=(USER, PASSWORD)).is_success
-            except httpx.TransportError:
-                return False
-
-        eventually_sync(answers, timeout=30, interval=0.1)
-        yield Bmc(url, SYSTEM)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with bmc_running(rig, tmp_path) as bmc:
+        yield bmc
 
 
 def _pid(path: Path) -> int | None:
@@ -238,7 +166,7 @@ async def test_a_silent_daemon_is_fenced_through_redfish_and_its_guest_runs_on_t
     assert qplane.vm("fx").status.host == "a" and qemu_hosts(rig, domain) == ["a"]
     await console_shows(rig, domain, "TICK 1")
 
-    unreachable = f"http://127.0.0.1:{_free_port()}"
+    unreachable = f"http://127.0.0.1:{free_port()}"
     async with qplane.api() as api:
         secret = {
             "kind": "Secret",
