@@ -82,6 +82,7 @@ def test_a_target_whose_driver_cannot_migrate_is_no_target(live_server: LiveServ
             "block-migration",
             "disk-snapshot",
             "fault-injection",
+            "hotplug",
             "live-migration",
             "memory-snapshot",
             "serial-console",
