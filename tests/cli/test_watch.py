@@ -48,6 +48,9 @@ class Cli:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            # Ctrl-C as at a terminal: a suite run in the background (bin/test's `&`) has SIGINT
+            # ignored, and a child would inherit that and never hear it
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
