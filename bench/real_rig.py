@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.qemu.conftest import KERNEL_FILE, VALIDATION_S, Rig, rig_accelerator, running_rig
+from tests.qemu.conftest import (
+    KERNEL_FILE,
+    VALIDATION_S,
+    Rig,
+    clear_domains,
+    connected_driver,
+    rig_accelerator,
+    running_rig,
+)
 from tests.qemu.plane import SHARED, QemuPlane, add_guest_images, guest_images_ready
 
 from virtplane.domain.resources import Accelerator, Host, Metadata, PoolKind, StoragePool, StoragePoolSpec
@@ -54,26 +62,11 @@ class RealRig:
 @contextlib.asynccontextmanager
 async def rig_session(work: Path) -> AsyncIterator[RealRig]:
     """The two daemons, a driver connected to each, and the accelerator's verdict."""
-    from virtplane.drivers.libvirt import LibvirtDriver
-
     with running_rig() as rig:
         drivers: dict[str, Any] = {}
         try:
-            for name, host in rig.hosts.items():
-                driver = LibvirtDriver(
-                    host.uri,
-                    console_dir=str(rig.console_dir),
-                    state_dir=str(rig.base / "shared" / "memory"),
-                    migration_address="127.0.0.1",
-                    keepalive_interval_s=1,  # as the tests' drivers: back soon after a's power cut
-                    keepalive_count=2,
-                    reconnect_initial_s=0.2,
-                    reconnect_max_s=1.0,
-                )
-                await driver.connect()
-                for pool in (rig.shared_pool, rig.local_pool, rig.library_pool):
-                    await driver.ensure_pool(pool)
-                drivers[name] = driver
+            for name in rig.hosts:
+                drivers[name] = await connected_driver(rig, name)
             verdict = await rig_accelerator(rig, drivers["a"])
             yield RealRig(rig, drivers, verdict, work)
         finally:
@@ -81,12 +74,6 @@ async def rig_session(work: Path) -> AsyncIterator[RealRig]:
                 with contextlib.suppress(Exception):
                     await clear_domains(driver)
                 await driver.close()
-
-
-async def clear_domains(driver: Any) -> None:
-    for info in await driver.list_domains():
-        await driver.destroy(info.name)
-        await driver.undefine(info.name)
 
 
 @contextlib.asynccontextmanager

@@ -173,32 +173,28 @@ async def test_stop_keeps_aousm_stopped_until_start(plane: ControlPlane) -> None
     await wait_settled(plane, "a", "Running")
 
 
-async def test_graceful_stop_is_forced_after_the_grace_period(plane: ControlPlane) -> None:
+async def _stop_a_guest_that_ignores_the_button(plane: ControlPlane, grace_s: int) -> list[str]:
+    """A running Manual VM whose guest is paused (a paused guest ignores ACPI) is stopped; the
+    stop completes, and the VM's event reasons are returned."""
     add_host(plane)
-    add_vm(plane, "a", MANUAL, termination_grace_period_s=0)
+    add_vm(plane, "a", MANUAL, termination_grace_period_s=grace_s)
     await wait_op(plane, operate(plane, "a", OperationType.START))
     await wait_settled(plane, "a", "Running")
-    from virtplane.drivers.base import domain_name
-
     domain = domain_name(vm(plane, "a").metadata.uid)
-    await plane.sim.driver("sim://h1").pause(domain)  # a paused guest ignores ACPI
+    await plane.sim.driver("sim://h1").pause(domain)
     op = await wait_op(plane, operate(plane, "a", OperationType.STOP))
     assert op.status.phase is OperationPhase.COMPLETED
-    assert "ForceStopped" in event_reasons(plane, "a")
+    return event_reasons(plane, "a")
+
+
+async def test_graceful_stop_is_forced_after_the_grace_period(plane: ControlPlane) -> None:
+    assert "ForceStopped" in await _stop_a_guest_that_ignores_the_button(plane, grace_s=0)
 
 
 async def test_a_long_graceful_stop_says_stopping_once(plane: ControlPlane) -> None:
     """The button is pressed again at each look while the guest ignores it; the VM's events
     say Stopping once for the stop, not once a press."""
-    add_host(plane)
-    add_vm(plane, "a", MANUAL, termination_grace_period_s=2)
-    await wait_op(plane, operate(plane, "a", OperationType.START))
-    await wait_settled(plane, "a", "Running")
-    domain = domain_name(vm(plane, "a").metadata.uid)
-    await plane.sim.driver("sim://h1").pause(domain)  # a paused guest ignores ACPI
-    op = await wait_op(plane, operate(plane, "a", OperationType.STOP))
-    assert op.status.phase is OperationPhase.COMPLETED
-    reasons = event_reasons(plane, "a")
+    reasons = await _stop_a_guest_that_ignores_the_button(plane, grace_s=2)
     assert "ForceStopped" in reasons and reasons.count("Stopping") == 1, reasons
 
 

@@ -157,32 +157,40 @@ def running_rig(netns: str | None = None, host_env: dict[str, dict[str, str]] | 
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-async def drivers(rig: Rig) -> AsyncIterator[dict[str, Any]]:
+async def connected_driver(rig: Rig, name: str) -> Any:
+    """This process's own LibvirtDriver to daemon ``name``, its pools ensured. Keepalive on (the
+    control plane's is off): the test's connection comes back soon after a's power cut."""
     from virtplane.drivers.libvirt import LibvirtDriver
 
-    connected: dict[str, LibvirtDriver] = {}
-    for name, host in rig.hosts.items():
-        driver = LibvirtDriver(
-            host.uri,
-            console_dir=str(rig.console_dir),
-            state_dir=str(rig.base / "shared" / "memory"),
-            migration_address="127.0.0.1",
-            keepalive_interval_s=1,
-            keepalive_count=2,
-            reconnect_initial_s=0.2,
-            reconnect_max_s=1.0,
-        )
-        await driver.connect()
-        await driver.ensure_pool(rig.shared_pool)
-        await driver.ensure_pool(rig.local_pool)
-        await driver.ensure_pool(rig.library_pool)
-        connected[name] = driver
+    driver = LibvirtDriver(
+        rig.hosts[name].uri,
+        console_dir=str(rig.console_dir),
+        state_dir=str(rig.base / "shared" / "memory"),
+        migration_address="127.0.0.1",
+        keepalive_interval_s=1,
+        keepalive_count=2,
+        reconnect_initial_s=0.2,
+        reconnect_max_s=1.0,
+    )
+    await driver.connect()
+    for pool in (rig.shared_pool, rig.local_pool, rig.library_pool):
+        await driver.ensure_pool(pool)
+    return driver
+
+
+async def clear_domains(driver: Any) -> None:
+    """Every domain of the daemon destroyed and undefined (between tests and bench rows)."""
+    for info in await driver.list_domains():
+        await driver.destroy(info.name)
+        await driver.undefine(info.name)
+
+
+@pytest.fixture
+async def drivers(rig: Rig) -> AsyncIterator[dict[str, Any]]:
+    connected = {name: await connected_driver(rig, name) for name in rig.hosts}
     yield connected
     for driver in connected.values():
-        for info in await driver.list_domains():
-            await driver.destroy(info.name)
-            await driver.undefine(info.name)
+        await clear_domains(driver)
         await driver.close()
 
 

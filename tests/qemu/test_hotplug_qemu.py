@@ -20,7 +20,7 @@ from tests.conftest import eventually
 from virtplane.controllers.seed import vm_seed
 from virtplane.domain.conditions import VMCondition, get_condition
 from virtplane.domain.networks import Network
-from virtplane.domain.resources import MigrateSpec, OperationType, VMPhase
+from virtplane.domain.resources import MigrateSpec, OperationType, VMPhase, Volume
 from virtplane.drivers.base import DomainEvent, DomainEventType
 
 from .conftest import Rig, console_shows, require_prerequisites, running_rig
@@ -104,21 +104,28 @@ async def _running_web(qplane: QemuPlane, api: Any, cmdline: str = "") -> dict[s
     return nic
 
 
+async def _plug_in_a_disk_and_a_nic(
+    qplane: QemuPlane, api: Any, first: dict[str, Any]
+) -> tuple[Volume, dict[str, Any]]:
+    """A data disk and a NIC on lan2 added to the running guest's spec, seen by the guest and
+    settled; the volume and the new NIC as the API filled it in."""
+    data = await qplane.add_volume("web-data", SHARED)
+    both = {"disks": [{"volume": "web-root"}, {"volume": "web-data"}], "nics": [first, {"network": "lan2"}]}
+    added = await api.patch("/v1/vms/web", json={"spec": both})
+    assert added.status_code == 200, added.text
+    second: dict[str, Any] = added.json()["spec"]["nics"][1]
+    await console_shows(
+        qplane.rig, qplane.domain("web"), "DEVICES disks=vda,vdb nics=eth0,eth1", limit_s=LIMIT_S
+    )
+    await _settled(qplane)
+    return data, second
+
+
 async def test_a_disk_and_a_nic_hot_plugged_into_a_running_guest_and_out_again(qplane: QemuPlane) -> None:
     async with qplane.api() as api:
         first = await _running_web(qplane, api)
-        data = await qplane.add_volume("web-data", SHARED)
         domain = qplane.domain("web")
-
-        both = {
-            "disks": [{"volume": "web-root"}, {"volume": "web-data"}],
-            "nics": [first, {"network": "lan2"}],
-        }
-        added = await api.patch("/v1/vms/web", json={"spec": both})
-        assert added.status_code == 200, added.text
-        second = added.json()["spec"]["nics"][1]
-        await console_shows(qplane.rig, domain, "DEVICES disks=vda,vdb nics=eth0,eth1", limit_s=LIMIT_S)
-        await _settled(qplane)
+        data, second = await _plug_in_a_disk_and_a_nic(qplane, api, first)
         xml = ET.fromstring(
             await qplane.drivers["a"]._call(lambda conn: conn.lookupByName(domain).XMLDesc(0))
         )
@@ -176,17 +183,8 @@ async def test_hot_plugged_devices_live_migrate_with_the_guest_and_detach_on_the
 ) -> None:
     async with qplane.api() as api:
         first = await _running_web(qplane, api)
-        data = await qplane.add_volume("web-data", SHARED)
         domain = qplane.domain("web")
-        both = {
-            "disks": [{"volume": "web-root"}, {"volume": "web-data"}],
-            "nics": [first, {"network": "lan2"}],
-        }
-        added = await api.patch("/v1/vms/web", json={"spec": both})
-        assert added.status_code == 200, added.text
-        second = added.json()["spec"]["nics"][1]
-        await console_shows(qplane.rig, domain, "DEVICES disks=vda,vdb nics=eth0,eth1", limit_s=LIMIT_S)
-        await _settled(qplane)
+        data, second = await _plug_in_a_disk_and_a_nic(qplane, api, first)
 
         await qplane.add_host("b")
         await qplane.operate("web", OperationType.MIGRATE, migrate=MigrateSpec(target_host="b"))
