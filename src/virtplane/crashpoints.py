@@ -21,6 +21,9 @@ POINTS = (
     "host.before-fence",  # the fence is recorded on the host, the BMC not asked yet
     "vm.seed-written",  # a new seed file is on the host, the domain not yet defined with it
     "migration.seed-copied",  # a local seed is on the migration's target, the migration not yet begun
+    "maintenance.planned",  # the plan and the host's AskMaintenance are stored, no VM moved yet
+    "maintenance.vm-held",  # a VM's power intent and hold are stored, the VM not stopped yet
+    "maintenance.cancelling",  # the cancel is under way, no VM released and the host not moved yet
     "upgrade.before-commit",  # the store's upgrade done and backed up, its transaction not committed
 )
 

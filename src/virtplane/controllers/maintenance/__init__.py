@@ -23,7 +23,7 @@ maintenance states; every move goes through ``domain.host_states.next_state``:
    when there is room.
 
 Modules: ``plan`` (the plan from the cache, also for the API), ``tracking`` (per-VM progress
-and the host's state moves), ``drain`` (1-3), ``cancel`` (4), ``reconciler`` (the dispatch).
+and the host's state moves), ``drain`` (1-3), ``cancel`` (4), ``reconciler`` (their steps as one chain).
 """
 
 from virtplane.controllers.maintenance.plan import compute_plan, strategy_of

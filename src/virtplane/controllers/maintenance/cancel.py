@@ -5,8 +5,10 @@ own, else the setting ``host.maintenance.return_vms``) the VMs that left get one
 
 from __future__ import annotations
 
-from virtplane.controllers.maintenance.tracking import POLL_S, Tracker, progress_of, record
+from virtplane.controllers.chain import Step, StopChain
+from virtplane.controllers.maintenance.tracking import POLL_S, MaintenanceRun, Tracker, progress_of, record
 from virtplane.controllers.migration import Started, Waiting, failure_message, in_flight, maintenance_tag
+from virtplane.crashpoints import crashpoint
 from virtplane.domain.host_states import HostEvent, in_maintenance
 from virtplane.domain.intents import read_intents, read_migration, write_intents
 from virtplane.domain.phases import MIGRATABLE_PHASES
@@ -25,39 +27,70 @@ from virtplane.reconcile.types import Result
 
 
 class Cancel(Tracker):
-    async def step(self, m: HostMaintenance, host: Host) -> Result | None:
-        ctx = self.ctx
-        name = host.metadata.name
-        tag = maintenance_tag(name)
+    def chain(self) -> tuple[Step[MaintenanceRun], ...]:
+        """The cancel's steps, in order; each does its part or nothing (a drain skips them all)."""
+        return (
+            Step("cancelling", self.cancelling),  # durable point: Cancelling, nothing new scheduled
+            Step("land", self.land),  # migrations in flight end; the host returns to Enabled
+            Step("release", self.release),  # the VMs maintenance stopped start again
+            Step("return", self.return_vms),  # with return_vms: the VMs that left come back
+            Step("cancelled", self.cancelled),
+        )
+
+    async def cancelling(self, run: MaintenanceRun) -> Result | None:
+        if not run.m.spec.cancel:
+            return None
+        m = run.m
         if m.status.phase is not MaintenancePhase.CANCELLING:
             m.status.phase = MaintenancePhase.CANCELLING
             m.status.message = "cancelling: no new moves; waiting for migrations in flight"
-            ctx.event(host, "MaintenanceCancelling", "no new moves are scheduled")
-            m = await self.save(m)
-        ours = [vm for vm, intent in in_flight(ctx.cache) if intent.requested_by == tag]
+            self.ctx.event(run.host, "MaintenanceCancelling", "no new moves are scheduled")
+            run.m = await self.save(m)
+            crashpoint("maintenance.cancelling")
+        return None
+
+    async def land(self, run: MaintenanceRun) -> Result | None:
+        if not run.m.spec.cancel:
+            return None
+        ctx, m, name = self.ctx, run.m, run.name
+        ours = [vm for vm, intent in in_flight(ctx.cache) if intent.requested_by == maintenance_tag(name)]
         for vm in ctx.cache.vms_on_host(name) + ours + self._departed(m):
             if vm.metadata.name in m.status.progress or read_migration(vm.metadata.annotations):
                 self._observe(m, vm)
-        state = ctx.store.get(Host, name).status.resource_state
-        if in_maintenance(state):
+        if in_maintenance(self._host_state(run)):
             if ours:
                 m.status.message = f"cancelling: waiting for {len(ours)} migration(s) in flight"
-                await self.save(m)
-                return Result(requeue_after=POLL_S)
+                run.m = await self.save(m)
+                raise StopChain(Result(requeue_after=POLL_S))
             self._transition(name, HostEvent.CANCEL, "maintenance cancelled")
-        self._release(name)
-        return_vms = m.spec.return_vms
-        if return_vms is None:  # not said with the cancel: the setting decides
-            return_vms = ctx.settings.get_bool("host.maintenance.return_vms")
-        if return_vms and not await self._return_vms(m, host):
-            await self.save(m)
-            return Result(requeue_after=POLL_S)
-        m.status.phase = MaintenancePhase.CANCELLED
-        m.status.finished_at = ctx.now()
-        m.status.message = "cancelled: the host is back in service"
-        ctx.event(host, "MaintenanceCancelled", m.status.message)
-        await self.save(m)
         return None
+
+    async def release(self, run: MaintenanceRun) -> Result | None:
+        if run.m.spec.cancel:
+            self._release(run.name)
+        return None
+
+    async def return_vms(self, run: MaintenanceRun) -> Result | None:
+        if not run.m.spec.cancel:
+            return None
+        return_vms = run.m.spec.return_vms
+        if return_vms is None:  # not said with the cancel: the setting decides
+            return_vms = self.ctx.settings.get_bool("host.maintenance.return_vms")
+        if return_vms and not await self._return_vms(run.m, run.host):
+            run.m = await self.save(run.m)
+            raise StopChain(Result(requeue_after=POLL_S))
+        return None
+
+    async def cancelled(self, run: MaintenanceRun) -> Result | None:
+        if not run.m.spec.cancel:
+            return None
+        m = run.m
+        m.status.phase = MaintenancePhase.CANCELLED
+        m.status.finished_at = self.ctx.now()
+        m.status.message = "cancelled: the host is back in service"
+        self.ctx.event(run.host, "MaintenanceCancelled", m.status.message)
+        run.m = await self.save(m)
+        raise StopChain(None)
 
     def _release(self, host: str) -> None:
         """Let go of the VMs maintenance stopped: their recorded power state starts them again."""

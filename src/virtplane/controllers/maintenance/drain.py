@@ -4,12 +4,13 @@ host is empty (Maintenance) or what is left cannot move (ErrorInMaintenance)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import assert_never
 
+from virtplane.controllers.chain import Step, StopChain
 from virtplane.controllers.maintenance.plan import compute_plan, strategy_of
-from virtplane.controllers.maintenance.tracking import POLL_S, Tracker, progress_of, record
+from virtplane.controllers.maintenance.tracking import POLL_S, MaintenanceRun, Tracker, progress_of, record
 from virtplane.controllers.migration import Refused, Started, Waiting, in_flight, maintenance_tag
+from virtplane.crashpoints import crashpoint
 from virtplane.domain.host_states import HostEvent, InvalidTransition, next_state
 from virtplane.domain.intents import PowerState, StopMode, read_intents, read_migration, write_intents
 from virtplane.domain.maintenance_plan import PlanItem, restart_status
@@ -33,7 +34,6 @@ from virtplane.domain.progress import (
     retrying,
 )
 from virtplane.domain.resources import (
-    Host,
     HostMaintenance,
     HostResourceState,
     MaintenancePhase,
@@ -44,24 +44,24 @@ from virtplane.domain.resources import (
 from virtplane.reconcile.types import Result
 
 
-@dataclass
-class _Drain:
-    """What one look at the host found."""
-
-    running: list[str]
-    in_flight: list[str]
-    inbound: list[str]
-    failed: list[str]
-    retrying: bool
-
-
 class Drain(Tracker):
-    async def start(self, m: HostMaintenance, host: Host) -> Result | None:
-        """A new or repeated request: AskMaintenance, plan again, stop here if the plan is blocked."""
-        ctx = self.ctx
-        name = host.metadata.name
+    def chain(self) -> tuple[Step[MaintenanceRun], ...]:
+        """The drain's steps, in order; each does its part or nothing (a cancel skips them all)."""
+        return (
+            Step("plan", self.plan),  # a new or repeated request: the plan stored before anything moves
+            Step("survey", self.survey),  # each VM's progress from the VM itself
+            Step("move", self.move),  # migrate or stop each live VM, as planned
+            Step("conclude", self.conclude),  # Maintenance, ErrorInMaintenance, or look again
+        )
+
+    async def plan(self, run: MaintenanceRun) -> Result | None:
+        """AskMaintenance, plan again, stop here if the plan is blocked. Durable point: the plan
+        and the host's move, before any VM moves (the next look drains)."""
+        if not run.asked:
+            return None
+        ctx, m, host = self.ctx, run.m, run.host
         strategy = strategy_of(ctx, m.spec.strategy)
-        plan = compute_plan(ctx, name, strategy)
+        plan = compute_plan(ctx, run.name, strategy)
         m.status = restart_status(m.status, plan, ctx.now())
         m.status.observed_generation = m.metadata.generation
         try:
@@ -71,21 +71,22 @@ class Drain(Tracker):
             m.status.message = str(exc)
             ctx.event(host, "MaintenanceRefused", str(exc), warning=True)
             await self.save(m)
-            return None
+            raise StopChain(None) from exc
         ctx.event(
             host,
             "MaintenancePlanned",
             "; ".join(f"{i.vm}: {i.action.value} {i.target or ''}".rstrip() for i in plan.items) or "no VMs",
         )
         asked = (HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
-        m = await self.save_moving(m, [asked])
+        run.m = await self.save_moving(m, [asked])
+        crashpoint("maintenance.planned")
         if not plan.feasible:
-            await self._blocked(m, name, {i.vm: i.reason for i in plan.blocked}, touched=False)
-            return None
-        return Result(requeue_after=0.0)
+            await self._blocked(run, {i.vm: i.reason for i in plan.blocked}, touched=False)
+            raise StopChain(None)
+        raise StopChain(Result(requeue_after=0.0))
 
-    async def _blocked(self, m: HostMaintenance, host: str, why: dict[str, str], *, touched: bool) -> None:
-        ctx = self.ctx
+    async def _blocked(self, run: MaintenanceRun, why: dict[str, str], *, touched: bool) -> None:
+        ctx, m = self.ctx, run.m
         for vm, reason in why.items():
             record(m, vm, advance(progress_of(m, vm), Blocked(reason)))
         m.status.blocking = sorted(why)
@@ -97,17 +98,15 @@ class Drain(Tracker):
             ctx.event(
                 ("VirtualMachine", vm),
                 "MaintenanceBlocked",
-                f"blocks the maintenance of {host}: {why[vm]}",
+                f"blocks the maintenance of {run.name}: {why[vm]}",
                 warning=True,
             )
-        state = ctx.store.get(Host, host).status.resource_state
         moves = (
             []
-            if state is HostResourceState.MAINTENANCE
+            if self._host_state(run) is HostResourceState.MAINTENANCE
             else [(HostEvent.BLOCKED, f"VMs block the drain: {details}")]
         )
-        await self.save_moving(m, moves)
-        return None
+        run.m = await self.save_moving(m, moves)
 
     def _plan_item(self, m: HostMaintenance, vm: VirtualMachine) -> PlanItem:
         stored = next((i for i in m.status.plan if i.vm == vm.metadata.name), None)
@@ -122,55 +121,66 @@ class Drain(Tracker):
         ]
         return item
 
-    async def step(self, m: HostMaintenance, host: Host) -> Result | None:
-        ctx = self.ctx
-        name = host.metadata.name
+    async def survey(self, run: MaintenanceRun) -> Result | None:
+        """Bring each VM's progress up to date; note what is in flight, arriving, stuck or
+        stopped here, and which live VMs the next step acts on."""
+        if run.m.status.phase is not MaintenancePhase.DRAINING:
+            raise StopChain(None)
+        ctx, m, name = self.ctx, run.m, run.name
         tag = maintenance_tag(name)
-        found = _Drain(running=[], in_flight=[], inbound=[], failed=[], retrying=False)
-        for vm, intent in in_flight(ctx.cache):
-            if intent.target == name:
-                found.inbound.append(vm.metadata.name)
+        run.inbound = [vm.metadata.name for vm, intent in in_flight(ctx.cache) if intent.target == name]
         for vm in self._departed(m):
             self._observe(m, vm)
         for vm in sorted(ctx.cache.vms_on_host(name), key=lambda v: v.metadata.name):
             vm_name = vm.metadata.name
             progress = self._observe(m, vm)
-            intents = read_intents(vm.metadata.annotations)
             if read_migration(vm.metadata.annotations) is not None:
-                found.in_flight.append(vm_name)
-                found.running.append(vm_name)
-                continue
-            if vm.status.phase not in LIVE_PHASES:
-                if intents.held_by == tag:
+                run.in_flight.append(vm_name)
+                run.running.append(vm_name)
+            elif vm.status.phase not in LIVE_PHASES:
+                if read_intents(vm.metadata.annotations).held_by == tag:
                     self._advance(m, vm_name, StoppedHere())
                     if vm_name not in m.status.stopped_vms:
                         m.status.stopped_vms.append(vm_name)
                 else:
                     self._advance(m, vm_name, Left())
-                continue
-            found.running.append(vm_name)
-            if progress.state in STUCK:
-                found.failed.append(vm_name)
-                continue
+            else:
+                run.running.append(vm_name)
+                if progress.state in STUCK:
+                    run.failed.append(vm_name)
+                else:
+                    run.to_move.append((vm, progress))
+        return None
+
+    async def move(self, run: MaintenanceRun) -> Result | None:
+        """Each live VM as its plan item says: stopped (its power intent held first), migrated
+        through the coordinator, or blocked."""
+        m = run.m
+        for vm, progress in run.to_move:
             item = self._plan_item(m, vm)
             match item.action:
                 case PlanAction.STOP | PlanAction.FORCE_STOP:
-                    self._stop(m, vm, item.action)
+                    await self._stop(m, vm, item.action)
                 case PlanAction.MIGRATE | PlanAction.MIGRATE_WITH_STORAGE:
                     if (await self._migrate(m, vm, item, progress)).state is ProgressState.FAILED:
-                        found.failed.append(vm_name)
+                        run.failed.append(vm.metadata.name)
                 case PlanAction.BLOCKED:
-                    self._advance(m, vm_name, Blocked(item.reason))
-                    found.failed.append(vm_name)
+                    self._advance(m, vm.metadata.name, Blocked(item.reason))
+                    run.failed.append(vm.metadata.name)
                 case PlanAction.LEAVE:
                     # never for a live VM: _plan_item plans one planned LEAVE again, and the
                     # planner leaves only VMs that are not live; the next look sees it anew
                     pass
                 case _:
                     assert_never(item.action)
-        found.retrying = any(retrying(progress_of(m, vm)) for vm in found.running)
-        state = ctx.store.get(Host, name).status.resource_state
-        if not found.running and not found.inbound:
+        return None
+
+    async def conclude(self, run: MaintenanceRun) -> Result | None:
+        """Empty and nothing arriving: Maintenance. Only stuck VMs left: ErrorInMaintenance with
+        them still running. Else the host's state follows the retries, and the drain looks again."""
+        ctx, m = self.ctx, run.m
+        state = self._host_state(run)
+        if not run.running and not run.inbound:
             m.status.phase = MaintenancePhase.COMPLETED
             m.status.finished_at = ctx.now()
             m.status.blocking = []
@@ -180,31 +190,28 @@ class Drain(Tracker):
             moves = [(HostEvent.DRAINED, m.status.message)]
             if state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
                 moves.insert(0, (HostEvent.ERRORS_CORRECTED, "the failed migrations were retried"))
-            await self.save_moving(m, moves)
+            run.m = await self.save_moving(m, moves)
             return None
-        movable = [vm for vm in found.running if vm not in found.failed]
-        if found.failed and not movable and not found.in_flight:
-            why = {vm: m.status.progress[vm].message for vm in found.failed}
-            await self._blocked(m, name, why, touched=True)
+        movable = [vm for vm in run.running if vm not in run.failed]
+        if run.failed and not movable and not run.in_flight:
+            await self._blocked(run, {vm: m.status.progress[vm].message for vm in run.failed}, touched=True)
             return None
         moves = []
-        if found.retrying and state is HostResourceState.PREPARE_FOR_MAINTENANCE:
+        again = any(retrying(progress_of(m, vm)) for vm in run.running)
+        if again and state is HostResourceState.PREPARE_FOR_MAINTENANCE:
             moves.append((HostEvent.MIGRATION_FAILED_RETRYABLE, "a migration failed; retrying elsewhere"))
-        elif (
-            not found.retrying
-            and not found.failed
-            and state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE
-        ):
+        elif not again and not run.failed and state is HostResourceState.ERROR_IN_PREPARE_FOR_MAINTENANCE:
             moves.append((HostEvent.ERRORS_CORRECTED, "the failed migrations were retried"))
-        waiting = len(found.running) + len(found.inbound)
+        waiting = len(run.running) + len(run.inbound)
         m.status.message = f"draining: {waiting} VM(s) left" + (
-            f", {len(found.inbound)} arriving" if found.inbound else ""
+            f", {len(run.inbound)} arriving" if run.inbound else ""
         )
-        await self.save_moving(m, moves)
+        run.m = await self.save_moving(m, moves)
         return Result(requeue_after=POLL_S)
 
-    def _stop(self, m: HostMaintenance, vm: VirtualMachine, action: PlanAction) -> None:
-        """Record the VM's power intent on the VM, then let the VM controller stop it."""
+    async def _stop(self, m: HostMaintenance, vm: VirtualMachine, action: PlanAction) -> None:
+        """Durable point: the VM's power intent on the VM (it starts again when the maintenance
+        ends), before the VM controller stops it."""
         ctx = self.ctx
         tag = maintenance_tag(m.spec.host)
         mode = StopMode.FORCE if action is PlanAction.FORCE_STOP else StopMode.GRACEFUL
@@ -230,6 +237,7 @@ class Drain(Tracker):
             )
             ctx.event(("Host", m.spec.host), "VMStopping", f"{vm.metadata.name}: {mode.value} stop")
             ctx.mutate(VirtualMachine, vm.metadata.name, hold)  # with the events above
+            crashpoint("maintenance.vm-held")
         if vm.metadata.name not in m.status.stopped_vms:
             m.status.stopped_vms.append(vm.metadata.name)
         forced = f", forced after {vm.spec.termination_grace_period_s}s" if mode is StopMode.GRACEFUL else ""

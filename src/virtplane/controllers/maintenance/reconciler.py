@@ -1,14 +1,17 @@
-"""The maintenance controller: one reconcile per HostMaintenance (named after its host)
-dispatches to the cancel, a new request, or the drain under way."""
+"""The maintenance controller: one reconcile per HostMaintenance (named after its host) runs
+the cancel's steps and the drain's, as one chain (``controllers.chain``)."""
 
 from __future__ import annotations
 
+from virtplane.controllers.chain import Step, run_chain
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.maintenance.cancel import Cancel
 from virtplane.controllers.maintenance.drain import Drain
+from virtplane.controllers.maintenance.tracking import MaintenanceRun
 from virtplane.controllers.migration import MigrationCoordinator
 from virtplane.controllers.migration.flights import migration_ended
 from virtplane.controllers.watch import Watch, itself
+from virtplane.domain.base import copied
 from virtplane.domain.intents import read_migration
 from virtplane.domain.resources import Host, HostMaintenance, MaintenancePhase, Resource, VirtualMachine
 from virtplane.reconcile.types import Request, Result
@@ -16,32 +19,33 @@ from virtplane.runtime.cache import Cache
 
 
 class MaintenanceReconciler:
+    """One look: the steps below, in order, over a ``MaintenanceRun``; a cancel's steps act on
+    a cancelled maintenance, the drain's on the others."""
+
     def __init__(self, ctx: ControllerContext, coordinator: MigrationCoordinator) -> None:
         self.ctx = ctx
-        self.draining = Drain(ctx, coordinator)
-        self.cancelling = Cancel(ctx, coordinator)
+        self.steps: tuple[Step[MaintenanceRun], ...] = (
+            *Cancel(ctx, coordinator).chain(),
+            *Drain(ctx, coordinator).chain(),
+        )
 
     async def __call__(self, req: Request) -> Result | None:
-        m = self.ctx.store.find(HostMaintenance, req.name)
+        m = self.ctx.held(HostMaintenance, req.name)
         if m is None or m.spec.dry_run:
             return None
         asked = m.status.observed_generation != m.metadata.generation and not m.spec.cancel
         if m.status.phase is MaintenancePhase.CANCELLED and not asked:
             return None
-        host = self.ctx.store.find(Host, m.spec.host)
+        m = copied(m)  # the steps change it
+        host = self.ctx.held(Host, m.spec.host)
         if host is None:
             if m.status.phase is not MaintenancePhase.FAILED:
                 m.status.phase = MaintenancePhase.FAILED
                 m.status.message = f"host {m.spec.host} does not exist"
-                await self.draining.save(m)
+                await self.ctx.write(m)
             return None
-        if m.spec.cancel:
-            return await self.cancelling.step(m, host)
-        if asked:
-            return await self.draining.start(m, host)
-        if m.status.phase is MaintenancePhase.DRAINING:
-            return await self.draining.step(m, host)
-        return None
+        result, _ = await run_chain(self.steps, MaintenanceRun(m, host, asked))
+        return result
 
 
 # --------------------------------------------------------------------------- watches

@@ -1,10 +1,12 @@
-"""What draining and cancelling share: each VM's progress in the maintenance's status, the
-host's state moves (through ``domain.host_states``), and saving the maintenance."""
+"""What draining and cancelling share: the state one look works on (``MaintenanceRun``), each
+VM's progress in the maintenance's status, the host's state moves (through
+``domain.host_states``), and saving the maintenance."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from virtplane.controllers.context import ControllerContext
@@ -25,6 +27,27 @@ log = logging.getLogger("virtplane.controllers.maintenance")
 
 POLL_S = 1.0
 HOST_CONDITION = "Maintenance"
+
+
+@dataclass
+class MaintenanceRun:
+    """One look at a maintenance: the steps of the chain read and change this, and save ``m``."""
+
+    m: HostMaintenance
+    host: Host
+    asked: bool
+    """A new or repeated request (its generation not yet observed), not a cancel."""
+    running: list[str] = field(default_factory=list)
+    """The drain's survey: the VMs still live on the host (moving or not)."""
+    to_move: list[tuple[VirtualMachine, MoveProgress]] = field(default_factory=list)
+    """The live VMs the drain acts on this look, with their progress."""
+    in_flight: list[str] = field(default_factory=list)
+    inbound: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.host.metadata.name
 
 
 def progress_of(m: HostMaintenance, vm: str) -> MoveProgress:
@@ -54,6 +77,12 @@ class Tracker:
     def __init__(self, ctx: ControllerContext, coordinator: MigrationCoordinator) -> None:
         self.ctx = ctx
         self.coordinator = coordinator
+
+    def _host_state(self, run: MaintenanceRun) -> HostResourceState:
+        """The host's state now: this look's own moves included (the cache holds every write of
+        this process before the writer resumes)."""
+        host = self.ctx.held(Host, run.name)
+        return (host or run.host).status.resource_state
 
     def _transition(self, host_name: str, event: HostEvent, message: str) -> HostResourceState:
         """Move the host through the state table; an event the state does not take is skipped."""
