@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from tests.conftest import eventually
 from tests.maintenance.conftest import Cluster, most_at_once
-from virtplane.controllers.maintenance.tracking import Tracker
+from virtplane.controllers.maintenance.tracking import MaintenanceRun, Tracker
 from virtplane.domain.host_states import HostEvent
 from virtplane.domain.intents import read_migration
 from virtplane.domain.resources import (
     Host,
     HostMaintenance,
+    HostMaintenanceSpec,
     MaintenancePhase,
+    Metadata,
     Resource,
     VirtualMachine,
     VMPhase,
@@ -273,6 +275,13 @@ async def test_a_host_state_is_written_with_its_event(cluster: Cluster) -> None:
     await cluster.wait_state("h1", "Enabled")
     ctx = cluster.plane.ctx
     async with ctx.events_scope():
-        Tracker(ctx, cluster.plane.migrations)._transition("h1", HostEvent.ASK_MAINTENANCE, "asked")
+        run = MaintenanceRun(
+            HostMaintenance(metadata=Metadata(name="h1"), spec=HostMaintenanceSpec(host="h1")),
+            cluster.store.get(Host, "h1"),
+            asked=True,
+        )
+        await Tracker(ctx, cluster.plane.migrations)._transition(
+            run, HostEvent.ASK_MAINTENANCE, "asked", "maintenance.planned"
+        )
         assert cluster.state("h1") == "PrepareForMaintenance"
         assert cluster.events("Host", "h1")[-1] == "PrepareForMaintenance"

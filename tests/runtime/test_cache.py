@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from virtplane.bootstrap import ControlPlane
+from virtplane.controllers.context import Removal
 from virtplane.controllers.vm.reconciler import VMReconciler
 from virtplane.domain.intents import MigrationIntent, read_intents, write_intents, write_migration
 from virtplane.domain.resources import (
@@ -175,20 +176,23 @@ def test_each_pools_used_space_is_the_sum_of_its_volumes_sizes(store: Store) -> 
 
 
 def test_a_reconcile_starts_from_the_caches_object_else_the_stores(store: Store) -> None:
-    """No store read for an object the cache holds (``ctx.held``: the cache's own, to read);
-    an object the cache does not hold yet is read from the store."""
+    """No store read for an object the cache holds (``ctx.read``: the cache's own, to read; a
+    copy to change with ``to_change``); an object the cache does not hold yet is read from the
+    store."""
     ctx = ControlPlane(store).ctx  # not started: the cache holds what the test puts in
     held = store.create(_vm("vm-1"))
     ctx.cache.put(held)
     store.create(_vm("vm-2"))
 
-    assert ctx.held(VirtualMachine, "vm-1") is held
-    from_store = ctx.held(VirtualMachine, "vm-2")
+    assert ctx.read(VirtualMachine, "vm-1") is held
+    to_change = ctx.read(VirtualMachine, "vm-1", to_change=True)
+    assert to_change is not held and to_change == held, "a copy: changing it leaves the cache's alone"
+    from_store = ctx.read(VirtualMachine, "vm-2")
     assert from_store is not None and from_store.metadata.name == "vm-2"
-    assert ctx.held(VirtualMachine, "vm-3") is None
+    assert ctx.read(VirtualMachine, "vm-3") is None
 
 
-def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -> None:
+async def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -> None:
     """The feed delivers a deletion later; a look before that must not find the object (the VM
     controller would delete it again, and record its Deleted event twice)."""
     ctx = ControlPlane(store).ctx
@@ -196,9 +200,9 @@ def test_an_object_a_controller_deletes_leaves_the_cache_at_once(store: Store) -
     seen: list[tuple[str, object]] = []
     ctx.cache.add_listener(lambda kind, name, old, new: seen.append((name, new)))
 
-    ctx.delete(VirtualMachine, "vm-1")
+    await ctx.write(Removal(VirtualMachine, "vm-1"))
 
-    assert ctx.cache.vm("vm-1") is None and ctx.held(VirtualMachine, "vm-1") is None
+    assert ctx.cache.vm("vm-1") is None and ctx.read(VirtualMachine, "vm-1") is None
     assert seen == [("vm-1", None)]  # the watches see the deletion as from the feed
 
 

@@ -1,8 +1,10 @@
 """What every controller gets: the store, the cache, host connections, settings.
 
-Writes and events. A controller writes what it observed and decided (status, finalizers,
-the durable intents under ``virtplane.io/``) with ``write``/``mutate``, which refuse to
-touch spec, labels or user annotations (``Store.update_status``). The events a reconcile
+One read path and one write verb. A controller reads with ``read`` (the cache, the store
+behind it) and writes what it observed and decided (status, finalizers, the durable intents
+under ``virtplane.io/``) with ``write``, which refuses to touch spec, labels or user
+annotations (``Store.update_status``) but where a ``Change`` says why; a write that must
+land before a destructive step, at once, is a ``durable`` point, named. The events a reconcile
 records are kept until its next write and go into the same transaction: an event never
 describes a change that did not happen, and a retried reconcile never repeats one. What is
 left at the end of a reconcile (events about a driver action, with no write after it) is
@@ -16,9 +18,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar, cast
+from typing import Any, Generic, TypeVar, overload
 
 from virtplane.controllers.scheduling import Promises
+from virtplane.crashpoints import POINTS, crashpoint
+from virtplane.domain.base import copied
 from virtplane.domain.ipam import Claim
 from virtplane.domain.resources import EventType, Resource
 from virtplane.metrics import PlaneMetrics
@@ -73,15 +77,17 @@ class ControllerContext:
 
     # ------------------------------------------------------------------ reads
 
-    def held(self, cls: type[R], name: str) -> R | None:
-        """The object a reconcile starts from: the cache's (it holds every write of this
-        process before the writer resumes, and the feed's delivery of the others is what
-        wakes a reconcile), else the store's. Shared with the cache: read it, never change it
-        (``domain.base.copied`` makes the copy to change, where a change begins). One older
-        than the store's (a change not yet delivered) loses its write's version check and is
-        looked at again; a driver call comes only after such a write (the durable points)."""
+    def read(self, cls: type[R], name: str, *, to_change: bool = False) -> R | None:
+        """The one way a controller reads an object: the cache's (it holds every write of this
+        process before the writer resumes, and the feed's delivery of the others is what wakes
+        a reconcile), else the store's. The cache's is shared: read it, never change it;
+        ``to_change`` hands back a copy to change and write. One older than the store's (a
+        change not yet delivered) loses its write's version check and is looked at again; a
+        driver call comes only after such a write (the durable points)."""
         cached = self.cache.get(cls, name)
-        return cached if cached is not None else self.store.find(cls, name)
+        if cached is None:
+            return self.store.find(cls, name)  # the store's is always a fresh copy
+        return copied(cached) if to_change else cached
 
     # ------------------------------------------------------------------ events
 
@@ -123,69 +129,134 @@ class ControllerContext:
 
     # ------------------------------------------------------------------ writes
 
-    async def write(self, obj: R) -> R:
-        """Write status (finalizers, system annotations) with a version check and the pending
-        events; the cache takes the result at once. Committed with the other reconciles'
-        writes of this turn of the loop (``commits``); durable when it returns."""
-        [written] = await self.commits.write(StatusWrite((obj,), self._take_events()))
-        return cast(R, written)  # the store hands it back as its own class
+    @overload
+    async def write(self, item: Removal, /) -> None: ...
+    @overload
+    async def write(self, item: R | Change[R], /) -> R: ...
+    @overload
+    async def write(self, first: R | Change[R], second: S | Change[S], /) -> tuple[R, S]: ...
 
-    async def write_together(self, first: R, second: S) -> tuple[R, S]:
-        """``write`` of two objects in one transaction: both or neither."""
-        a, b = await self.commits.write(StatusWrite((first, second), self._take_events()))
-        return cast(R, a), cast(S, b)
-
-    async def write_mutating(
-        self, obj: R, cls: type[S], name: str, change: Callable[[S], None], attempts: int = 20
-    ) -> tuple[R, S]:
-        """``write`` of ``obj`` and, in the same transaction, ``change`` applied to the current
-        ``name`` of ``cls``: a lost race on that one is tried again on a fresh read (as
-        ``mutate``, with the same events); one on ``obj`` is the caller's, as ``write``'s."""
+    async def write(self, *items: Resource | Change[Any] | Removal) -> Any:
+        """The common write: status (finalizers, system annotations) with a version check and
+        the pending events, all items or none, committed with the other reconciles' writes of
+        this turn of the loop (``commits``); durable when it returns, and the cache takes the
+        result at once. An item is an object as changed (a lost race is the caller's: it looks
+        again), a ``Change`` (applied to the current object, again on a lost race), or a
+        ``Removal``; a Removal or a spec ``Change`` goes alone, at once, through the store."""
+        if _alone_at_once(items):
+            return self._now(items)
         events = self._take_events()
-        for attempt in range(attempts):
-            current = self.store.get(cls, name)
-            change(current)
+        for attempt in range(_ATTEMPTS):
+            objs = self._objects(items, fresh=attempt > 0)
             try:
-                a, b = await self.commits.write(StatusWrite((obj, current), events))
+                written = await self.commits.write(StatusWrite(objs, events))
             except Conflict as lost:
-                if (lost.kind, lost.name) != (cls.KIND, name) or attempt == attempts - 1:
+                if not _ours(items, lost) or attempt == _ATTEMPTS - 1:
                     raise
                 continue
-            return cast(R, a), cast(S, b)
+            return written[0] if len(written) == 1 else tuple(written)
         raise AssertionError("unreachable")
 
-    def mutate(self, cls: type[R], name: str, change: Callable[[R], None]) -> R:
-        """``Store.mutate`` (status-only, re-read on a lost race) with the pending events."""
-        written = self.store.mutate(cls, name, change, events=self._take_events(), status_only=True)
-        self.cache.put(written)
+    @overload
+    async def durable(self, point: str, item: Removal, /) -> None: ...
+    @overload
+    async def durable(self, point: str, item: R | Change[R], /) -> R: ...
+    @overload
+    async def durable(self, point: str, first: R | Change[R], second: S | Change[S], /) -> tuple[R, S]: ...
+
+    async def durable(self, point: str, *items: Resource | Change[Any] | Removal) -> Any:
+        """A durable point (DESIGN.md §1: intent before a destructive step): ``write``, but in
+        its own transaction, committed before this coroutine first yields, so nothing runs
+        between the checks that came before it and its commit (a migration's intent after the
+        target's room was checked); then the crash point ``point`` (``crashpoints.POINTS``),
+        which a test arms to prove that what follows is resumed from what was written."""
+        assert point in POINTS, f"name the durable point in crashpoints.POINTS: {point}"
+        written = self._now(items)
+        crashpoint(point)
         return written
 
-    def delete(self, cls: type[R], name: str) -> None:
-        """``Store.delete``; the cache lets go of the object at once when its row is gone (a
-        look before the feed delivers the deletion must not find it)."""
-        if self.store.delete(cls, name):
-            self.cache.gone(cls.KIND, name)
+    def _now(self, items: Sequence[Resource | Change[Any] | Removal]) -> Any:
+        events = self._take_events()
+        if len(items) == 1 and isinstance(items[0], Removal):
+            gone = items[0]
+            if events:
+                self.store.record_events(events)
+            if self.store.delete(gone.cls, gone.name):
+                self.cache.gone(gone.cls.KIND, gone.name)  # a look before the feed's must not find it
+            return None
+        if len(items) == 1 and isinstance(items[0], Change) and items[0].spec_because:
+            change = items[0]  # a spec is written through the store's own path, with its claims
+            written = self.store.mutate(
+                change.cls, change.name, change.apply, events=events, claims=change.claims
+            )
+            self.cache.put(written)
+            return written
+        for attempt in range(_ATTEMPTS):
+            objs = self._objects(items, fresh=attempt > 0)
+            [outcome] = self.store.write_each([StatusWrite(objs, events)])
+            if isinstance(outcome, Conflict) and _ours(items, outcome) and attempt < _ATTEMPTS - 1:
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            for obj in outcome:
+                self.cache.put(obj)
+            return outcome[0] if len(outcome) == 1 else tuple(outcome)
+        raise AssertionError("unreachable")
 
-    def write_spec(self, obj: R, why: str) -> R:
-        """The rare controller step that changes a spec, named at its call site by ``why``:
-        a restore overwrites the VM's spec from its snapshot; a block migration moves a
-        Volume to the target's pool. Everything else a controller writes is status."""
-        assert why, "say why a controller changes a spec"
-        written = self.store.update(obj, events=self._take_events())
-        self.cache.put(written)
-        return written
+    def _objects(
+        self, items: Sequence[Resource | Change[Any] | Removal], *, fresh: bool
+    ) -> tuple[Resource, ...]:
+        """The objects to write: as given, or each ``Change`` applied to the current object (a
+        copy of the cache's at first, the store's after a lost race)."""
+        objs = []
+        for item in items:
+            assert not isinstance(item, Removal), "a Removal goes alone"
+            if isinstance(item, Resource):
+                objs.append(item)
+                continue
+            assert not item.spec_because, "a spec Change goes alone"
+            cached = None if fresh else self.cache.get(item.cls, item.name)
+            current = copied(cached) if cached is not None else self.store.get(item.cls, item.name)
+            item.apply(current)
+            objs.append(current)
+        return tuple(objs)
 
-    def mutate_spec(
-        self,
-        cls: type[R],
-        name: str,
-        change: Callable[[R], None],
-        why: str,
-        claims: Callable[[R], Sequence[Claim]] | None = None,
-    ) -> R:
-        """``mutate`` that may change the spec; see ``write_spec``. ``claims``: what the changed
-        object holds alone (a VM's MACs and addresses), written with it."""
-        assert why, "say why a controller changes a spec"
-        written = self.store.mutate(cls, name, change, events=self._take_events(), claims=claims)
-        self.cache.put(written)
-        return written
+
+def _alone_at_once(items: Sequence[Resource | Change[Any] | Removal]) -> bool:
+    only = items[0] if len(items) == 1 else None
+    return isinstance(only, Removal) or (isinstance(only, Change) and bool(only.spec_because))
+
+
+def _ours(items: Sequence[Resource | Change[Any] | Removal], lost: Conflict) -> bool:
+    """Whether the lost race is on a ``Change``'s object (read again and tried again)."""
+    return any(isinstance(i, Change) and (i.cls.KIND, i.name) == (lost.kind, lost.name) for i in items)
+
+
+@dataclass(frozen=True)
+class Change(Generic[R]):
+    """An item of ``ControllerContext.write``: the current ``name`` of ``cls`` changed by
+    ``apply`` (a pure function of the object), read and applied again when another writer came
+    first. ``spec_because``: the rare controller step that changes a spec says why (a restore
+    overwrites the VM from its snapshot; a block migration moves a Volume to the target's pool;
+    a fence is recorded on the host's spec); such a change is written alone, with ``claims``
+    (what the changed object holds alone: a VM's MACs and addresses)."""
+
+    cls: type[R]
+    name: str
+    apply: Callable[[R], None]
+    spec_because: str = ""
+    claims: Callable[[R], Sequence[Claim]] | None = None
+
+
+@dataclass(frozen=True)
+class Removal:
+    """An item of ``ControllerContext.write``: the object's row goes (its finalizers are done)."""
+
+    cls: type[Resource]
+    name: str
+
+
+_ATTEMPTS = 20
+"""How often a ``Change`` is tried again on a lost race."""
+
+__all__ = ["Change", "ControllerContext", "Removal"]

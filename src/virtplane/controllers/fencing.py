@@ -20,8 +20,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from virtplane.controllers.context import ControllerContext
-from virtplane.crashpoints import crashpoint
+from virtplane.controllers.context import Change, ControllerContext
 from virtplane.domain.liveness import LivenessThresholds, fence_due, next_liveness, observe
 from virtplane.domain.power import start_retry_delay
 from virtplane.domain.resources import (
@@ -137,8 +136,7 @@ class Fencer:
         if status != host.status:  # the intent, durable before the BMC is asked (DESIGN rule 1)
             host = host.model_copy(deep=True)
             host.status = status.model_copy(deep=True)
-            host = await self.ctx.write(host)
-        crashpoint("host.before-fence")
+            host = await self.ctx.durable("host.before-fence", host)
         try:
             state = await self._power_off(host, settings.get_float("host.fencing.timeout_s"))
         except BmcError as exc:
@@ -155,9 +153,6 @@ class Fencer:
             }
         )
         status.connection = HostConnection.DOWN
-        fenced = host.model_copy(deep=True)
-        fenced.spec.fenced = True
-        fenced.status = status.model_copy(deep=True)
         self.ctx.event(
             host,
             "Fenced",
@@ -165,15 +160,26 @@ class Fencer:
             "to return it to service",
             warning=True,
         )
-        written = self.ctx.write_spec(
-            fenced, why="the BMC confirmed the host off: the fence latches until an admin clears it"
+
+        def latch(current: Host) -> None:
+            current.spec.fenced = True
+            current.status = status.model_copy(deep=True)
+
+        written = await self.ctx.durable(
+            "host.fenced",
+            Change(
+                Host,
+                host.metadata.name,
+                latch,
+                spec_because="the BMC confirmed the host off: the fence latches until an admin clears it",
+            ),
         )
         return written, None
 
     async def _power_off(self, host: Host, timeout_s: float) -> PowerState:
         redfish = host.spec.fencing.redfish if host.spec.fencing else None
         assert redfish is not None and self.bmc_factory is not None
-        secret = self.ctx.store.find(Secret, redfish.credentials_secret)
+        secret = self.ctx.read(Secret, redfish.credentials_secret)
         if secret is None:
             raise _SecretMissing(
                 f"secret {redfish.credentials_secret} (the BMC's credentials) does not exist"

@@ -71,7 +71,7 @@ class HostReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
-        host = ctx.store.find(Host, req.name)
+        host = ctx.read(Host, req.name, to_change=True)
         if host is None:
             return None
         now = ctx.now()

@@ -46,7 +46,7 @@ class ImageReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
-        image = ctx.store.find(Image, req.name)
+        image = ctx.read(Image, req.name, to_change=True)
         if image is None:
             return None
         status, retry = await self._check(image)
@@ -63,7 +63,7 @@ class ImageReconciler:
 
     async def _check(self, image: Image) -> tuple[ImageStatus, float]:
         ctx = self.ctx
-        pool = ctx.cache.pool(image.spec.pool) or ctx.store.find(StoragePool, image.spec.pool)
+        pool = ctx.read(StoragePool, image.spec.pool)
         if pool is None:
             return _status(
                 ImagePhase.PENDING, f"library pool {image.spec.pool} does not exist"

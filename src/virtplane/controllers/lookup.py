@@ -17,7 +17,7 @@ async def host_driver(
     """(host, connected driver, problem): the driver is None when the host is unknown or away."""
     if not host_name:
         return None, None, ""
-    host = ctx.cache.host(host_name) or ctx.store.find(Host, host_name)
+    host = ctx.read(Host, host_name)
     if host is None:
         return None, None, f"host {host_name} does not exist"
     try:

@@ -66,7 +66,7 @@ class NetworkReconciler:
         self.ctx = ctx
 
     async def __call__(self, req: Request) -> Result | None:
-        network = self.ctx.store.find(Network, req.name)
+        network = self.ctx.read(Network, req.name, to_change=True)
         if network is None:
             return None
         status = network_status(self.ctx, network)

@@ -31,7 +31,6 @@ from virtplane.domain.resources import (
 )
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
-from virtplane.store.errors import NotFound
 
 log = logging.getLogger("virtplane.controllers.operations")
 
@@ -101,10 +100,10 @@ class OperationReconciler:
         # Most looks only read (an operation waiting for its VM): both start as the cache's own
         # objects, and what is changed is a copy, made where a change begins.
         ctx = self.ctx
-        op = ctx.held(VirtualMachineOperation, req.name)
+        op = ctx.read(VirtualMachineOperation, req.name)
         if op is None or op.status.phase.finished:
             return None
-        vm = ctx.held(VirtualMachine, op.spec.vm)
+        vm = ctx.read(VirtualMachine, op.spec.vm)
         if vm is None:
             await self._finish(
                 copied(op), OperationPhase.FAILED, "VMNotFound", f"VM {op.spec.vm} does not exist"
@@ -139,11 +138,8 @@ class OperationReconciler:
             await self._finish(op, OperationPhase.FAILED, admission.reason, admission.message)
             return None
         for name in admission.supersede:
-            try:
-                other = ctx.store.get(VirtualMachineOperation, name)
-            except NotFound:
-                continue
-            if not other.status.phase.finished:
+            other = ctx.read(VirtualMachineOperation, name, to_change=True)
+            if other is not None and not other.status.phase.finished:
                 await self._finish(
                     other,
                     OperationPhase.SUPERSEDED,
@@ -166,7 +162,7 @@ class OperationReconciler:
             # client never sees an operation under way whose intent the VM does not carry,
             # and a crash before it leaves the operation Pending, admitted again. A lost race
             # (the VM written since this look read it) looks again.
-            vm, op = await ctx.write_together(vm, op)
+            vm, op = await ctx.write(vm, op)
         else:
             op = await ctx.write(op)
         handler = self.handlers.get(op.spec.type)

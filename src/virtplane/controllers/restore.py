@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from virtplane.controllers.chain import Step, StopChain, run_chain
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import Change, ControllerContext
 from virtplane.controllers.networks import vm_claims
 from virtplane.controllers.operations import finish_operation
 from virtplane.controllers.registration import HandlerRegistration
@@ -36,7 +36,6 @@ from virtplane.controllers.restore_checks import (
     validation_report,
 )
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
-from virtplane.crashpoints import crashpoint
 from virtplane.domain.conditions import VMCondition, remove_condition
 from virtplane.domain.intents import (
     PowerState,
@@ -121,19 +120,22 @@ class RestoreHandler:
     ) -> None:
         await finish_operation(self.ctx, op, phase, reason, message, vm_event_prefix="Restore")
 
-    def _vm_write(
-        self, name: str, change: Callable[[VirtualMachine], None], *, overwrite: bool = False
+    async def _vm_write(
+        self, point: str, name: str, change: Callable[[VirtualMachine], None], *, overwrite: bool = False
     ) -> VirtualMachine:
-        """The VM controller looks again after each write: its watch on the VM."""
+        """Durable point ``point`` on the VM; the VM controller looks again after each (its watch)."""
         if not overwrite:
-            return self.ctx.mutate(VirtualMachine, name, change)
+            return await self.ctx.durable(point, Change(VirtualMachine, name, change))
         try:  # with the restored NICs' MACs and addresses, claimed in the same write
-            return self.ctx.mutate_spec(
-                VirtualMachine,
-                name,
-                change,
-                why="a restore overwrites the VM from its snapshot",
-                claims=vm_claims,
+            return await self.ctx.durable(
+                point,
+                Change(
+                    VirtualMachine,
+                    name,
+                    change,
+                    spec_because="a restore overwrites the VM from its snapshot",
+                    claims=vm_claims,
+                ),
             )
         except ClaimTaken as taken:  # taken between the check and the write
             raise RestoreFailed("AddressInUse", f"a NIC of the snapshot: {taken}") from taken
@@ -206,8 +208,7 @@ class RestoreHandler:
                     ),
                 )
 
-            run.vm = self._vm_write(run.vm.metadata.name, enter)
-            crashpoint("restore.entered-maintenance")
+            run.vm = await self._vm_write("restore.entered-maintenance", run.vm.metadata.name, enter)
             await self._reach(
                 run, RestoreStep.ENTER_MAINTENANCE, f"recorded power state {was.value}; stopping the VM"
             )
@@ -259,8 +260,7 @@ class RestoreHandler:
                 current.status.conditions, VMCondition.MEMORY_RESTORED
             )
 
-        run.vm = self._vm_write(run.vm.metadata.name, overwrite, overwrite=True)
-        crashpoint("restore.overwritten")
+        run.vm = await self._vm_write("restore.overwritten", run.vm.metadata.name, overwrite, overwrite=True)
         note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
         if dropped:
             note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
@@ -271,7 +271,7 @@ class RestoreHandler:
         """The hold goes (after a failure too: ``_fail``); the intent stays for the VM controller."""
         if run.step is not RestoreStep.EXIT_MAINTENANCE:
             return None
-        run.vm = self._exit_maintenance(run.vm.metadata.name, run.me)
+        run.vm = await self._exit_maintenance(run.vm.metadata.name, run.me)
         await self._reach(
             run, RestoreStep.RESTORE_POWER_STATE, f"{run.op.status.message}; bringing back its power state"
         )
@@ -311,8 +311,8 @@ class RestoreHandler:
         assert op.spec.restore is not None
         skipped = []
         for disk in snap.status.disk_snapshots:
-            volume = self.ctx.store.find(Volume, disk.volume)
-            pool = self.ctx.store.find(StoragePool, volume.spec.pool) if volume else None
+            volume = self.ctx.read(Volume, disk.volume)
+            pool = self.ctx.read(StoragePool, volume.spec.pool) if volume else None
             if volume is None or pool is None:
                 if op.spec.restore.mode is RestoreMode.STRICT:
                     raise RestoreFailed(
@@ -340,7 +340,7 @@ class RestoreHandler:
                 skipped.append(disk.volume)
         return skipped
 
-    def _exit_maintenance(self, name: str, me: str) -> VirtualMachine:
+    async def _exit_maintenance(self, name: str, me: str) -> VirtualMachine:
         def leave(current: VirtualMachine) -> None:
             now = read_intents(current.metadata.annotations)
             if now.held_by == me:
@@ -348,13 +348,13 @@ class RestoreHandler:
                     current.metadata.annotations, now.with_(held_by=None)
                 )
 
-        return self._vm_write(name, leave)
+        return await self._vm_write("restore.exited-maintenance", name, leave)
 
     async def _fail(
         self, op: VirtualMachineOperation, vm: VirtualMachine, reason: str, message: str
     ) -> Result | None:
         """ExitMaintenance also after a failure: the VM leaves the hold and gets its previous power state."""
-        self._exit_maintenance(vm.metadata.name, holder(op))
+        await self._exit_maintenance(vm.metadata.name, holder(op))
         await self._finish(
             op,
             OperationPhase.FAILED,

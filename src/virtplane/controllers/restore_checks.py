@@ -32,7 +32,7 @@ class RestoreFailed(Exception):
 
 def snapshot_for(ctx: ControllerContext, op: VirtualMachineOperation) -> VirtualMachineSnapshot:
     assert op.spec.restore is not None
-    snap = ctx.store.find(VirtualMachineSnapshot, op.spec.restore.snapshot)
+    snap = ctx.read(VirtualMachineSnapshot, op.spec.restore.snapshot)
     if snap is None:
         raise RestoreFailed("SnapshotNotFound", f"snapshot {op.spec.restore.snapshot} does not exist")
     if snap.spec.vm != op.spec.vm:
@@ -53,9 +53,9 @@ def validation_report(
     report: dict[str, str] = {}
     missing: list[str] = []
     for disk in snap.status.disk_snapshots:
-        volume = ctx.store.find(Volume, disk.volume)
+        volume = ctx.read(Volume, disk.volume)
         owner = attached_now(ctx, volume, vm.metadata.name)
-        if volume is None or ctx.store.find(StoragePool, volume.spec.pool) is None:
+        if volume is None or ctx.read(StoragePool, volume.spec.pool) is None:
             missing.append(disk.volume)
             report[f"volume/{disk.volume}"] = "missing: skipped" if not strict else "missing"
         elif owner is not None:

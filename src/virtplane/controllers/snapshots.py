@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import ControllerContext, Removal
 from virtplane.controllers.registration import Registration
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
 from virtplane.controllers.watch import itself
@@ -59,7 +59,7 @@ class SnapshotReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
-        snap = ctx.store.find(VirtualMachineSnapshot, req.name)
+        snap = ctx.read(VirtualMachineSnapshot, req.name, to_change=True)
         if snap is None:
             return None
         if snap.metadata.deletion_requested_at is not None:
@@ -69,7 +69,7 @@ class SnapshotReconciler:
         if FINALIZER not in snap.metadata.finalizers:
             snap.metadata.finalizers.append(FINALIZER)
             snap = await ctx.write(snap)
-        vm = ctx.store.find(VirtualMachine, snap.spec.vm)
+        vm = ctx.read(VirtualMachine, snap.spec.vm)
         if vm is None:
             return await self._fail(snap, f"VM {snap.spec.vm} does not exist")
         if snap.status.phase is SnapshotPhase.PENDING:
@@ -107,8 +107,8 @@ class SnapshotReconciler:
                 await vm_driver.pause(dname)
                 paused_here = True
             for disk in left:
-                volume = ctx.store.find(Volume, disk.volume)
-                pool = ctx.store.find(StoragePool, volume.spec.pool) if volume else None
+                volume = ctx.read(Volume, disk.volume)
+                pool = ctx.read(StoragePool, volume.spec.pool) if volume else None
                 if volume is None or pool is None:
                     return await self._fail(snap, f"disk {disk.volume} has no volume or pool")
                 driver = await self._disk_driver(vm, pool)
@@ -208,10 +208,10 @@ class SnapshotReconciler:
 
     async def _delete(self, snap: VirtualMachineSnapshot) -> Result | None:
         ctx = self.ctx
-        vm = ctx.store.find(VirtualMachine, snap.spec.vm)
+        vm = ctx.read(VirtualMachine, snap.spec.vm)
         for disk in list(snap.status.disk_snapshots):
-            volume = ctx.store.find(Volume, disk.volume)
-            pool = ctx.store.find(StoragePool, volume.spec.pool) if volume else None
+            volume = ctx.read(Volume, disk.volume)
+            pool = ctx.read(StoragePool, volume.spec.pool) if volume else None
             driver = await self._disk_driver(vm, pool) if pool else None
             if driver is None and pool is not None:
                 return Result(requeue_after=2.0)
@@ -231,7 +231,7 @@ class SnapshotReconciler:
             snap.metadata.finalizers.remove(FINALIZER)
             snap = await ctx.write(snap)
         if not snap.metadata.finalizers:
-            ctx.delete(VirtualMachineSnapshot, snap.metadata.name)
+            await ctx.write(Removal(VirtualMachineSnapshot, snap.metadata.name))
             ctx.event(
                 ("VirtualMachine", snap.spec.vm),
                 "SnapshotDeleted",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.attachments import sync_attachment, volumes_of_vm
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import ControllerContext, Removal
 from virtplane.controllers.host import reachability_changed
 from virtplane.controllers.registration import Registration
 from virtplane.controllers.scheduling import pool_hosts
@@ -98,7 +98,7 @@ class StoragePoolReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
-        pool = ctx.store.find(StoragePool, req.name)
+        pool = ctx.read(StoragePool, req.name, to_change=True)
         if pool is None:
             return None
         reachable = []
@@ -129,10 +129,10 @@ class VolumeReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
-        volume = ctx.store.find(Volume, req.name)
+        volume = ctx.read(Volume, req.name, to_change=True)
         if volume is None:
             return None
-        pool = ctx.cache.pool(volume.spec.pool) or ctx.store.find(StoragePool, volume.spec.pool)
+        pool = ctx.read(StoragePool, volume.spec.pool)
         if volume.metadata.deletion_requested_at is not None:
             return await self._delete(volume, pool)
         if VOLUME_FINALIZER not in volume.metadata.finalizers:  # the API sets it; others may not
@@ -198,7 +198,7 @@ class VolumeReconciler:
             volume.metadata.finalizers.remove(VOLUME_FINALIZER)
             volume = await ctx.write(volume)
         if not volume.metadata.finalizers:
-            ctx.delete(Volume, volume.metadata.name)
+            await ctx.write(Removal(Volume, volume.metadata.name))
         return None
 
     async def _fail(self, volume: Volume, phase: VolumePhase, message: str, retry: float) -> Result:

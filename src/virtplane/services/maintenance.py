@@ -86,7 +86,7 @@ class MaintenanceService:
         self.ctx = ctx
 
     def _host(self, name: str) -> Host:
-        host = self.ctx.cache.host(name) or self.ctx.store.find(Host, name)
+        host = self.ctx.read(Host, name)
         if host is None:
             raise NotFound("NotFound", f"host {name} does not exist")
         return host

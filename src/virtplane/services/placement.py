@@ -26,7 +26,7 @@ class PlacementService:
         """Per host (by name): ``ok`` and, when not, the first rule it fails; the host that a
         Migrate without a target would pick; and why the VM cannot leave its host, if it can't."""
         ctx = self.coordinator.ctx
-        vm = ctx.cache.vm(vm_name) or ctx.store.find(VirtualMachine, vm_name)
+        vm = ctx.read(VirtualMachine, vm_name)
         if vm is None:
             raise NotFound("NotFound", f"VM {vm_name} does not exist")
         choice = self.coordinator.choose_target(vm)

@@ -121,7 +121,7 @@ class ObjectWrites(ObjectReads):
         Spec, labels and the user's annotations belong to the API: a write that would change
         them raises ``StatusOnly`` and writes nothing. The few controller steps that must
         change a spec go through ``update`` under a name that says why (see
-        ``ControllerContext.write_spec``).
+        ``ControllerContext.write``'s ``Change(spec_because=...)``).
         """
         return self._update(obj, check_version=True, events=events, status_only=True)
 

@@ -6,9 +6,9 @@ own, else the setting ``host.maintenance.return_vms``) the VMs that left get one
 from __future__ import annotations
 
 from virtplane.controllers.chain import Step, StopChain
+from virtplane.controllers.context import Change
 from virtplane.controllers.maintenance.tracking import POLL_S, MaintenanceRun, Tracker, progress_of, record
 from virtplane.controllers.migration import Started, Waiting, failure_message, in_flight, maintenance_tag
-from virtplane.crashpoints import crashpoint
 from virtplane.domain.host_states import HostEvent, in_maintenance
 from virtplane.domain.intents import read_intents, read_migration, write_intents
 from virtplane.domain.phases import MIGRATABLE_PHASES
@@ -45,8 +45,7 @@ class Cancel(Tracker):
             m.status.phase = MaintenancePhase.CANCELLING
             m.status.message = "cancelling: no new moves; waiting for migrations in flight"
             self.ctx.event(run.host, "MaintenanceCancelling", "no new moves are scheduled")
-            run.m = await self.save(m)
-            crashpoint("maintenance.cancelling")
+            run.m = await self.save(m, durable="maintenance.cancelling")
         return None
 
     async def land(self, run: MaintenanceRun) -> Result | None:
@@ -62,12 +61,14 @@ class Cancel(Tracker):
                 m.status.message = f"cancelling: waiting for {len(ours)} migration(s) in flight"
                 run.m = await self.save(m)
                 raise StopChain(Result(requeue_after=POLL_S))
-            self._transition(name, HostEvent.CANCEL, "maintenance cancelled")
+            await self._transition(
+                run, HostEvent.CANCEL, "maintenance cancelled", "maintenance.host-returned"
+            )
         return None
 
     async def release(self, run: MaintenanceRun) -> Result | None:
         if run.m.spec.cancel:
-            self._release(run.name)
+            await self._release(run.name)
         return None
 
     async def return_vms(self, run: MaintenanceRun) -> Result | None:
@@ -92,7 +93,7 @@ class Cancel(Tracker):
         run.m = await self.save(m)
         raise StopChain(None)
 
-    def _release(self, host: str) -> None:
+    async def _release(self, host: str) -> None:
         """Let go of the VMs maintenance stopped: their recorded power state starts them again."""
         ctx = self.ctx
         tag = maintenance_tag(host)
@@ -113,7 +114,8 @@ class Cancel(Tracker):
                 )
 
             ctx.event(vm, "MaintenanceReleased", f"the maintenance of {host} ended; the VM starts again")
-            ctx.mutate(VirtualMachine, vm.metadata.name, release)  # with the event above
+            # with the event above; the VM controller starts it once it sees this
+            await ctx.durable("maintenance.vm-released", Change(VirtualMachine, vm.metadata.name, release))
 
     async def _return_vms(self, m: HostMaintenance, host: Host) -> bool:
         """Migrate back the VMs that left, where there is room; True once nothing is left to do."""
@@ -123,7 +125,7 @@ class Cancel(Tracker):
             progress = progress_of(m, vm_name)
             if progress.state in SETTLED_RETURNS:
                 continue
-            vm = self.ctx.cache.vm(vm_name)
+            vm = self.ctx.read(VirtualMachine, vm_name)
             event: MoveEvent | None = None
             if vm is None:
                 event = NotReturned("the VM is gone")

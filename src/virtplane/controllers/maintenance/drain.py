@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import assert_never
 
 from virtplane.controllers.chain import Step, StopChain
+from virtplane.controllers.context import Change
 from virtplane.controllers.maintenance.plan import compute_plan, strategy_of
 from virtplane.controllers.maintenance.tracking import POLL_S, MaintenanceRun, Tracker, progress_of, record
 from virtplane.controllers.migration import Refused, Started, Waiting, in_flight, maintenance_tag
-from virtplane.crashpoints import crashpoint
 from virtplane.domain.host_states import HostEvent, InvalidTransition, next_state
 from virtplane.domain.intents import PowerState, StopMode, read_intents, read_migration, write_intents
 from virtplane.domain.maintenance_plan import PlanItem, restart_status
@@ -78,8 +78,7 @@ class Drain(Tracker):
             "; ".join(f"{i.vm}: {i.action.value} {i.target or ''}".rstrip() for i in plan.items) or "no VMs",
         )
         asked = (HostEvent.ASK_MAINTENANCE, f"maintenance asked, strategy {strategy.value}")
-        run.m = await self.save_moving(m, [asked])
-        crashpoint("maintenance.planned")
+        run.m = await self.save_moving(m, [asked], durable="maintenance.planned")
         if not plan.feasible:
             await self._blocked(run, {i.vm: i.reason for i in plan.blocked}, touched=False)
             raise StopChain(None)
@@ -236,8 +235,7 @@ class Drain(Tracker):
                 f"{mode.value} stop for the maintenance of {m.spec.host}; it starts again when the maintenance ends",
             )
             ctx.event(("Host", m.spec.host), "VMStopping", f"{vm.metadata.name}: {mode.value} stop")
-            ctx.mutate(VirtualMachine, vm.metadata.name, hold)  # with the events above
-            crashpoint("maintenance.vm-held")
+            await ctx.durable("maintenance.vm-held", Change(VirtualMachine, vm.metadata.name, hold))
         if vm.metadata.name not in m.status.stopped_vms:
             m.status.stopped_vms.append(vm.metadata.name)
         forced = f", forced after {vm.spec.termination_grace_period_s}s" if mode is StopMode.GRACEFUL else ""

@@ -30,14 +30,14 @@ class MaintenanceReconciler:
         )
 
     async def __call__(self, req: Request) -> Result | None:
-        m = self.ctx.held(HostMaintenance, req.name)
+        m = self.ctx.read(HostMaintenance, req.name)
         if m is None or m.spec.dry_run:
             return None
         asked = m.status.observed_generation != m.metadata.generation and not m.spec.cancel
         if m.status.phase is MaintenancePhase.CANCELLED and not asked:
             return None
         m = copied(m)  # the steps change it
-        host = self.ctx.held(Host, m.spec.host)
+        host = self.ctx.read(Host, m.spec.host)
         if host is None:
             if m.status.phase is not MaintenancePhase.FAILED:
                 m.status.phase = MaintenancePhase.FAILED

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import Change, ControllerContext
 from virtplane.controllers.migration import MigrationCoordinator, failure_message, maintenance_tag
 from virtplane.domain.conditions import set_condition
 from virtplane.domain.host_states import HostEvent, InvalidTransition, in_maintenance, next_state
@@ -81,18 +81,18 @@ class Tracker:
     def _host_state(self, run: MaintenanceRun) -> HostResourceState:
         """The host's state now: this look's own moves included (the cache holds every write of
         this process before the writer resumes)."""
-        host = self.ctx.held(Host, run.name)
+        host = self.ctx.read(Host, run.name)
         return (host or run.host).status.resource_state
 
-    def _transition(self, host_name: str, event: HostEvent, message: str) -> HostResourceState:
-        """Move the host through the state table; an event the state does not take is skipped."""
-        host = self.ctx.store.get(Host, host_name)
-        if not self._announce(host, event, message):
-            return host.status.resource_state
-        now = self.ctx.now()
-        return self.ctx.mutate(
-            Host, host_name, lambda current: _move(current, event, message, now)
-        ).status.resource_state
+    async def _transition(self, run: MaintenanceRun, event: HostEvent, message: str, point: str) -> None:
+        """Durable point ``point``: the host moved through the state table (an event its state
+        does not take is skipped)."""
+        host = self.ctx.read(Host, run.name) or run.host
+        if self._announce(host, event, message):
+            now = self.ctx.now()
+            await self.ctx.durable(
+                point, Change(Host, run.name, lambda current: _move(current, event, message, now))
+            )
 
     def _announce(self, host: Host, event: HostEvent, message: str) -> bool:
         """Record the host's move by ``event`` (the host's next write carries it); False when
@@ -117,35 +117,35 @@ class Tracker:
         return True
 
     async def save_moving(
-        self, m: HostMaintenance, moves: Sequence[tuple[HostEvent, str]]
+        self, m: HostMaintenance, moves: Sequence[tuple[HostEvent, str]], *, durable: str = ""
     ) -> HostMaintenance:
         """Save the maintenance and move its host by ``moves``, in one transaction: whoever reads
         either sees the other (between two commits a reader saw a host in ErrorInMaintenance
         beside its maintenance's last progress, still Migrating, and a maintenance Failed beside
         a host still in PrepareForMaintenance). The host is read again where another writer (its
-        own controller) came first."""
+        own controller) came first. ``durable``: the durable point this write is, if any."""
         if not moves:  # most looks of a drain: no read of the host
-            return await self.save(m)
-        host, now = self.ctx.store.get(Host, m.spec.host), self.ctx.now()
+            return await self.save(m, durable=durable)
+        host, now = self.ctx.read(Host, m.spec.host, to_change=True), self.ctx.now()
+        assert host is not None
         taken = []
         for event, message in moves:  # each from where the one before left the host
             if self._announce(host, event, message):
                 _move(host, event, message, now)
                 taken.append((event, message))
         if not taken:
-            return await self.save(m)
+            return await self.save(m, durable=durable)
 
         def move(current: Host) -> None:
             for event, message in taken:
                 _move(current, event, message, now)
 
-        written, _ = await self.ctx.write_mutating(m, Host, m.spec.host, move)
+        change = Change(Host, m.spec.host, move)
+        written, _ = await (self.ctx.durable(durable, m, change) if durable else self.ctx.write(m, change))
         return written
 
-    async def save(self, m: HostMaintenance) -> HostMaintenance:
-        written = await self.ctx.write(m)
-        assert isinstance(written, HostMaintenance)
-        return written
+    async def save(self, m: HostMaintenance, *, durable: str = "") -> HostMaintenance:
+        return await (self.ctx.durable(durable, m) if durable else self.ctx.write(m))
 
     def _advance(self, m: HostMaintenance, vm: str, event: MoveEvent) -> MoveProgress:
         max_attempts = self.ctx.settings.get_int("migration.max_attempts")
@@ -174,7 +174,7 @@ class Tracker:
         """VMs whose migration off the host was under way and that are no longer on it."""
         result = []
         for vm_name, progress in m.status.progress.items():
-            vm = self.ctx.cache.vm(vm_name)
+            vm = self.ctx.read(VirtualMachine, vm_name)
             if vm is not None and progress.state is ProgressState.MIGRATING and vm.status.host != m.spec.host:
                 result.append(vm)
         return result

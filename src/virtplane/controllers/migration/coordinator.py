@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import Change, ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
 from virtplane.controllers.migration.flights import (
     BeginResult,
@@ -204,13 +204,13 @@ class MigrationCoordinator:
             return Waiting(waiting)
         async with contextlib.AsyncExitStack() as held:
             async with self._slot_lock:
-                vm = ctx.store.find(VirtualMachine, vm_name)
+                vm = ctx.read(VirtualMachine, vm_name)
                 if vm is None:
                     return Refused(f"VM {vm_name} does not exist")
                 answer = self._not_now(vm, target)
                 if answer is not None:
                     return answer
-                source, target_host = vm.status.host, ctx.store.find(Host, target)
+                source, target_host = vm.status.host, ctx.read(Host, target)
                 assert source is not None and target_host is not None  # checked by _not_now
                 disks, problem = vm_disks(ctx.cache, vm)
                 if problem:
@@ -241,7 +241,9 @@ class MigrationCoordinator:
                     return no_room
                 # Durable first: the intent is on the VM (and counts against the slots)
                 # before the driver is asked to move it.
-                written = self.write_vm(vm_name, lambda current: self._set_intent(current, intent))
+                written = await self.write_vm(
+                    "migration.intent-written", vm_name, lambda current: self._set_intent(current, intent)
+                )
             self.flights[vm_name] = FlightState(progress_at=ctx.now())
             mode = "with its local disks " if copy else ""
             ctx.event(
@@ -252,7 +254,7 @@ class MigrationCoordinator:
             try:
                 await src_driver.migrate(self._request(vm, disks, target_host, copy))
             except DriverError as exc:
-                self.fail(vm_name, intent, f"the source refused the migration: {exc}")
+                await self.fail(vm_name, intent, f"the source refused the migration: {exc}")
                 return Refused(f"migration to {target} refused: {exc}", attempted=True)
         return Started(intent)  # the follower took the intent's write as its cue (its watch)
 
@@ -267,7 +269,7 @@ class MigrationCoordinator:
             return Refused(f"VM {name} runs on no host")
         if vm.status.phase not in MIGRATABLE_PHASES:
             return Waiting(f"VM {name} is {vm.status.phase.value}; it migrates once running")
-        target_host = self.ctx.store.find(Host, target)
+        target_host = self.ctx.read(Host, target)
         if target_host is None:
             return Refused(f"target host {target} does not exist")
         if not accepts_vms(target_host.status.resource_state):
@@ -291,7 +293,7 @@ class MigrationCoordinator:
                 await dst_driver.ensure_pool(pool_ref(pool))
             copied = seed_volume_on_target(self.ctx.cache, vm, target_pools)
             if copied is not None and copied not in read_seed_volumes(vm.metadata.annotations):
-                vm = self.write_vm(vm.metadata.name, record_seed(copied))
+                vm = await self.write_vm("migration.seed-recorded", vm.metadata.name, record_seed(copied))
             await place_seed_on_target(self.ctx.cache, vm, dst_driver)
             crashpoint("migration.seed-copied")
         except DriverError as exc:
@@ -337,13 +339,18 @@ class MigrationCoordinator:
         )
         show_migrating(vm.status, intent)
 
-    def write_vm(self, name: str, change: Callable[[VirtualMachine], None]) -> VirtualMachine:
-        return self.ctx.mutate(VirtualMachine, name, change)
+    async def write_vm(
+        self, point: str, name: str, change: Callable[[VirtualMachine], None]
+    ) -> VirtualMachine:
+        """The migration's writes on its VM are durable points: each is what a restart resumes
+        from (the intent before the driver is asked; the seed on the record before it is copied;
+        the end)."""
+        return await self.ctx.durable(point, Change(VirtualMachine, name, change))
 
     def local_pools_of(self, host: str) -> list[StoragePool]:
         return [p for p in self.ctx.cache.pools() if p.spec.kind is PoolKind.LOCAL and p.spec.host == host]
 
-    def fail(self, name: str, intent: MigrationIntent, error: str) -> None:
+    async def fail(self, name: str, intent: MigrationIntent, error: str) -> None:
         """A failed attempt: the intent goes, the VM stays where it runs and says why."""
         ctx = self.ctx
         target = ctx.cache.host(intent.target)
@@ -369,7 +376,7 @@ class MigrationCoordinator:
             f"attempt {intent.attempt} to {to} failed, the VM stays on {intent.source}: {error}",
             warning=True,
         )
-        self.write_vm(name, clear)
+        await self.write_vm("migration.failed", name, clear)
         self.flights.pop(name, None)
         ctx.metrics.migration_ended(MigrationResult.FAILED)
         # its slot is free: who waits for one looks again (the watches on the intent's end)

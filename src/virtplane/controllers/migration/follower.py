@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import Change, ControllerContext
 from virtplane.controllers.lookup import host_driver
 from virtplane.controllers.migration.coordinator import KIND, MigrationCoordinator
 from virtplane.controllers.migration.flights import (
@@ -65,7 +65,7 @@ class MigrationFollower:
 
     async def __call__(self, req: Request) -> Result | None:
         name = req.name
-        vm = self.ctx.store.find(VirtualMachine, name)
+        vm = self.ctx.read(VirtualMachine, name)
         if vm is None or read_migration(vm.metadata.annotations) is None:
             self.coordinator.flights.pop(name, None)
             return None
@@ -74,7 +74,7 @@ class MigrationFollower:
 
     async def _follow(self, name: str) -> Result | None:
         ctx = self.ctx
-        vm = ctx.store.find(VirtualMachine, name)
+        vm = ctx.read(VirtualMachine, name)
         intent = read_migration(vm.metadata.annotations) if vm is not None else None
         if vm is None or intent is None:
             self.coordinator.flights.pop(name, None)
@@ -103,10 +103,10 @@ class MigrationFollower:
         if where.outcome is Outcome.UNKNOWN:
             # never guess: until the hosts say where the VM runs, nothing is defined, started or
             # undefined for it anywhere (the intent stands, so the VM controller keeps off too)
-            self._waiting(vm, intent, where.why)
+            await self._waiting(vm, intent, where.why)
             return Result(requeue_after=POLL_UNREACHABLE_S)
         error = f"aborted: {watch.abort_reason}" if watch.abort_reason else where.why
-        self.coordinator.fail(name, intent, error)
+        await self.coordinator.fail(name, intent, error)
         return None
 
     async def _observe(self, host: Host | None, driver: HypervisorDriver | None, dname: str) -> Side:
@@ -119,7 +119,7 @@ class MigrationFollower:
         except HostUnreachable:
             return Side(reachable=False)
 
-    def _waiting(self, vm: VirtualMachine, intent: MigrationIntent, why: str) -> None:
+    async def _waiting(self, vm: VirtualMachine, intent: MigrationIntent, why: str) -> None:
         message = f"waiting to learn where the VM runs: {why}"
         current = get_condition(vm.status.conditions, VMCondition.MIGRATION)
         if current is not None and current.message == message:
@@ -136,7 +136,7 @@ class MigrationFollower:
                 now=self.ctx.now(),
             )
 
-        self.coordinator.write_vm(vm.metadata.name, note)
+        await self.coordinator.write_vm("migration.location-unknown", vm.metadata.name, note)
 
     def _overdue(self, vm: VirtualMachine, intent: MigrationIntent) -> bool:
         per_gib = self.ctx.settings.get_int("migration.completion_timeout_per_gib_s")
@@ -153,7 +153,7 @@ class MigrationFollower:
             return "a stop or restart of the VM was asked"
         owner = requesting_operation(intent.requested_by)
         if owner is not None:
-            op = ctx.store.find(VirtualMachineOperation, owner)
+            op = ctx.read(VirtualMachineOperation, owner)
             if op is None or op.status.phase.finished:
                 return f"operation {owner} is {'gone' if op is None else op.status.phase.value}"
         now = ctx.now()
@@ -264,7 +264,7 @@ class MigrationFollower:
         ctx.event(
             ("Host", intent.target), "VMMigratedIn", f"VM {vm.metadata.name} arrived from {intent.source}"
         )
-        self.coordinator.write_vm(vm.metadata.name, finish)
+        await self.coordinator.write_vm("migration.arrived", vm.metadata.name, finish)
         self.coordinator.flights.pop(vm.metadata.name, None)
         ctx.metrics.migration_ended(MigrationResult.COMPLETED)
         return None  # its slot is free: who waits for one looks again (the watches on the intent's end)
@@ -289,7 +289,7 @@ class MigrationFollower:
         """Copied local disks: point each Volume at the target's pool, then delete the source copy."""
         ctx = self.ctx
         for disk in vm.spec.disks:
-            volume = ctx.store.find(Volume, disk.volume)
+            volume = ctx.read(Volume, disk.volume)
             pool = ctx.cache.pool(volume.spec.pool) if volume else None
             if volume is None or pool is None or pool.spec.kind is not PoolKind.LOCAL:
                 continue
@@ -316,8 +316,14 @@ class MigrationFollower:
                     current.spec.pool = to
 
                 ctx.event(volume, "Moved", f"copied to pool {target_pool.metadata.name} on {intent.target}")
-                ctx.mutate_spec(
-                    Volume, volume.metadata.name, repoint, why="its disk was copied to the target"
+                await ctx.durable(
+                    "migration.volume-moved",
+                    Change(
+                        Volume,
+                        volume.metadata.name,
+                        repoint,
+                        spec_because="its disk was copied to the target",
+                    ),
                 )
             source_pool = next(
                 (

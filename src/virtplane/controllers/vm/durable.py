@@ -41,12 +41,33 @@ class DurablePoint(StrEnum):
     STOP = "stop"
     """Before a shutdown or power-off: the stop intent and the exit reason it will record."""
 
+    PLACED = "placed"
+    """A placement whose host does not answer yet: the VM on that host (its room counts there)
+    and its Scheduled condition, so the start that follows once the host answers goes there and
+    nowhere else. Crash point: vm.placed."""
+
+    RECOVERY_SLOT = "recovery-slot"
+    """A VM released from a fenced host takes one of its cluster's recovery slots, before
+    anything else can count the slots. Crash point: vm.recovery-slot-taken."""
+
+    FINALIZER_REMOVED = "finalizer-removed"
+    """A deleted VM's domain and seeds are gone: its finalizer off, before its row goes.
+    Crash point: vm.finalizer-removed."""
+
 
 CRASH_POINTS: dict[DurablePoint, str] = {
     DurablePoint.DEFINE: "vm.domain-recreated",
     DurablePoint.START: "vm.before-start",
     DurablePoint.SEED: "vm.seed-written",
 }
-"""The crash points that follow a durable point (crashpoints.POINTS lists them all)."""
+"""The crash points that follow a durable point's side effect (crashpoints.POINTS lists them all)."""
 
-__all__ = ["CRASH_POINTS", "DurablePoint"]
+AFTER_WRITE: dict[DurablePoint, str] = {
+    DurablePoint.PLACED: "vm.placed",
+    DurablePoint.RECOVERY_SLOT: "vm.recovery-slot-taken",
+    DurablePoint.FINALIZER_REMOVED: "vm.finalizer-removed",
+}
+"""The crash points right after a durable point's write (no side effect of the VM controller's
+own follows it in the same look)."""
+
+__all__ = ["AFTER_WRITE", "CRASH_POINTS", "DurablePoint"]

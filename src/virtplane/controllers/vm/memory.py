@@ -60,7 +60,7 @@ async def start_domain(state: VMState, driver: HypervisorDriver, spec: DomainSpe
         state.status.conditions = remove_condition(state.status.conditions, VMCondition.MEMORY_RESTORED)
         await driver.start(spec.name)
         return
-    snap = state.ctx.store.find(VirtualMachineSnapshot, snapshot)
+    snap = state.ctx.read(VirtualMachineSnapshot, snapshot)
     problem = _unusable(snap, snapshot, spec)
     if problem is None and snap is not None and snap.status.memory_handle:
         try:

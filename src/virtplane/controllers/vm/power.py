@@ -228,7 +228,7 @@ async def _start(state: VMState) -> Result | None:
         ctx.event(state.vm, "Scheduled", f"placed on {target} ({why})")
         access = await state.move_to(target)
         if access.driver is None:
-            await state.save()  # the placement stands; the start waits for the host to answer
+            await state.durable(DurablePoint.PLACED)  # the start waits for the host to answer
             return Result(requeue_after=POLL_UNREACHABLE_S)
     driver = access.driver
     assert driver is not None

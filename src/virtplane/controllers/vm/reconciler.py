@@ -37,7 +37,7 @@ class VMReconciler:
         self.console_dir = console_dir
 
     async def __call__(self, req: Request) -> Result | None:
-        vm = self.ctx.held(VirtualMachine, req.name)  # VMState copies what the steps change
+        vm = self.ctx.read(VirtualMachine, req.name)  # VMState copies what the steps change
         if vm is None:
             return None
         state = VMState(self.ctx, vm, self.console_dir, self.ctx.now())

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from virtplane.controllers.chain import StopChain
 from virtplane.controllers.scheduling import local_pool_hosts
+from virtplane.controllers.vm.durable import DurablePoint
 from virtplane.controllers.vm.state import VMState
 from virtplane.domain.intents import RecoveryStage, read_intents
 from virtplane.domain.phases import RECOVERY_END_PHASES
@@ -83,7 +84,7 @@ async def recovery(state: VMState) -> Result | None:
             f"in cluster {intent.cluster}, priority {state.vm.spec.recovery_priority})",
             warning=True,
         )
-        await state.save()  # the slot is taken before anything else can count the slots
+        await state.durable(DurablePoint.RECOVERY_SLOT)
         return None
     ahead = queue_position(waiting, state.name)
     state.status.phase = VMPhase.PENDING

@@ -15,7 +15,7 @@ from datetime import datetime
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks, vm_nics
 from virtplane.controllers.seed import delete_seeds, place_seed, seed_volume
-from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
+from virtplane.controllers.vm.durable import AFTER_WRITE, CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.spec import build_domain_spec
 from virtplane.crashpoints import crashpoint
 from virtplane.domain.base import copied
@@ -166,9 +166,13 @@ class VMState:
         return self.vm
 
     async def durable(self, point: DurablePoint) -> VirtualMachine:
-        """Make everything decided so far durable before the side effect that ``point`` names."""
-        del point  # the name documents the call site; see durable.py for what each guards
-        return await self.save()
+        """Make everything decided so far durable before the side effect that ``point`` names
+        (durable.py says what each guards). The VM's ride the group commit: each is awaited
+        before its driver call, and its placement's room is promised meanwhile (``Promises``)."""
+        written = await self.save()
+        if point in AFTER_WRITE:
+            crashpoint(AFTER_WRITE[point])
+        return written
 
 
 __all__ = ["HostAccess", "VMState"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.chain import StopChain
+from virtplane.controllers.context import Removal
 from virtplane.controllers.registration import MIGRATION_KIND
 from virtplane.controllers.scheduling import local_pool_hosts
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
@@ -79,10 +80,10 @@ async def deletion(state: VMState) -> Result | None:
         raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
     if FINALIZER in state.finalizers:
         state.finalizers.remove(FINALIZER)
-        await state.save()
+        await state.durable(DurablePoint.FINALIZER_REMOVED)
     if not state.finalizers:
         state.ctx.event(vm, "Deleted", "domain removed and VM deleted")
-        state.ctx.delete(VirtualMachine, vm.metadata.name)
+        await state.ctx.write(Removal(VirtualMachine, vm.metadata.name))
         state.gone = True
     raise StopChain()
 
