@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass, field
 
+from virtplane.controllers.chain import Step, StopChain, run_chain
 from virtplane.controllers.context import Change, ControllerContext
 from virtplane.controllers.lookup import host_driver
 from virtplane.controllers.migration.coordinator import KIND, MigrationCoordinator
@@ -26,7 +28,7 @@ from virtplane.controllers.migration.flights import (
     completion_deadline_s,
     requesting_operation,
 )
-from virtplane.controllers.migration_outcome import Outcome, Side, locate
+from virtplane.controllers.migration_outcome import Location, Outcome, Side, locate
 from virtplane.controllers.scheduling import vm_view
 from virtplane.controllers.seed import delete_seeds, strike_seeds
 from virtplane.controllers.storage import pool_ref, volume_file
@@ -58,10 +60,37 @@ POLL_S = 1.0
 POLL_UNREACHABLE_S = 5.0
 
 
+@dataclass
+class FlightRun:
+    """One look at a migration in flight: the VM, its intent, and what the hosts said."""
+
+    vm: VirtualMachine
+    intent: MigrationIntent
+    watch: FlightState
+    src: HypervisorDriver | None = None
+    source_reachable: bool = False
+    job: MigrationJob | None = None
+    where: Location = field(default_factory=lambda: Location(Outcome.UNKNOWN))
+
+    @property
+    def dname(self) -> str:
+        return domain_name(self.vm.metadata.uid)
+
+
 class MigrationFollower:
+    """One look: the steps below, in order, over a ``FlightRun``; the first that sees its outcome
+    ends the look."""
+
     def __init__(self, ctx: ControllerContext, coordinator: MigrationCoordinator) -> None:
         self.ctx = ctx
         self.coordinator = coordinator
+        self.steps: tuple[Step[FlightRun], ...] = (
+            Step("locate", self.locate),  # from both hosts and the source's job, never from memory
+            Step("running", self.running),  # progress; abort on a timeout or a requester gone; post-copy
+            Step("arrived", self.arrived),  # volumes repointed, the source cleaned, then one write
+            Step("unknown", self.unknown),  # neither host can say: wait, and touch nothing anywhere
+            Step("failed", self.failed),  # the intent cleared; the VM stays where it was
+        )
 
     async def __call__(self, req: Request) -> Result | None:
         name = req.name
@@ -70,43 +99,57 @@ class MigrationFollower:
             self.coordinator.flights.pop(name, None)
             return None
         async with self.coordinator.vm_lock(name):
-            return await self._follow(name)
+            vm = self.ctx.read(VirtualMachine, name)  # again, under the lock
+            intent = read_migration(vm.metadata.annotations) if vm is not None else None
+            if vm is None or intent is None:
+                self.coordinator.flights.pop(name, None)
+                return None
+            watch = self.coordinator.flights.setdefault(name, FlightState(progress_at=self.ctx.now()))
+            result, _ = await run_chain(self.steps, FlightRun(vm, intent, watch))
+            return result
 
-    async def _follow(self, name: str) -> Result | None:
-        ctx = self.ctx
-        vm = ctx.read(VirtualMachine, name)
-        intent = read_migration(vm.metadata.annotations) if vm is not None else None
-        if vm is None or intent is None:
-            self.coordinator.flights.pop(name, None)
-            return None
-        watch = self.coordinator.flights.setdefault(name, FlightState(progress_at=ctx.now()))
-        dname = domain_name(vm.metadata.uid)
-        src_host, src, _ = await host_driver(ctx, intent.source)
+    async def locate(self, run: FlightRun) -> Result | None:
+        ctx, intent, dname = self.ctx, run.intent, run.dname
+        src_host, run.src, _ = await host_driver(ctx, intent.source)
         dst_host, dst, _ = await host_driver(ctx, intent.target)
         target_uri = dst_host.spec.uri if dst_host else ""
+        source, target = (
+            await self._observe(src_host, run.src, dname),
+            await self._observe(dst_host, dst, dname),
+        )
         job: MigrationJob | None = None
-        source, target = await self._observe(src_host, src, dname), await self._observe(dst_host, dst, dname)
-        if source.reachable and src is not None:
+        if source.reachable and run.src is not None:
             try:
-                job = await src.migration_job(dname)
+                job = await run.src.migration_job(dname)
             except HostUnreachable:
                 source = Side(reachable=False)
         if job is not None and job.target_uri and job.target_uri != target_uri:
             job = None  # a job of an earlier attempt, to another target
-        watch.job = job
-        where = locate(job, source, target)
-        if where.outcome is Outcome.RUNNING:
-            assert src is not None and job is not None
-            return await self._running(vm, intent, job, watch, src, dname)
-        if where.outcome is Outcome.ARRIVED:
-            return await self._finalise(vm, intent, src if source.reachable else None)
-        if where.outcome is Outcome.UNKNOWN:
-            # never guess: until the hosts say where the VM runs, nothing is defined, started or
-            # undefined for it anywhere (the intent stands, so the VM controller keeps off too)
-            await self._waiting(vm, intent, where.why)
-            return Result(requeue_after=POLL_UNREACHABLE_S)
-        error = f"aborted: {watch.abort_reason}" if watch.abort_reason else where.why
-        await self.coordinator.fail(name, intent, error)
+        run.watch.job = run.job = job
+        run.source_reachable = source.reachable
+        run.where = locate(job, source, target)
+        return None
+
+    async def running(self, run: FlightRun) -> Result | None:
+        if run.where.outcome is not Outcome.RUNNING:
+            return None
+        assert run.src is not None and run.job is not None
+        raise StopChain(await self._running(run.vm, run.intent, run.job, run.watch, run.src, run.dname))
+
+    async def arrived(self, run: FlightRun) -> Result | None:
+        if run.where.outcome is not Outcome.ARRIVED:
+            return None
+        raise StopChain(await self._finalise(run.vm, run.intent, run.src if run.source_reachable else None))
+
+    async def unknown(self, run: FlightRun) -> Result | None:
+        if run.where.outcome is not Outcome.UNKNOWN:
+            return None
+        await self._waiting(run.vm, run.intent, run.where.why)
+        raise StopChain(Result(requeue_after=POLL_UNREACHABLE_S))
+
+    async def failed(self, run: FlightRun) -> Result | None:
+        error = f"aborted: {run.watch.abort_reason}" if run.watch.abort_reason else run.where.why
+        await self.coordinator.fail(run.vm.metadata.name, run.intent, error)
         return None
 
     async def _observe(self, host: Host | None, driver: HypervisorDriver | None, dname: str) -> Side:
