@@ -31,6 +31,7 @@ print(json.dumps({
 NOT_FOR_HELP_OR_GET = [
     "virtplane.domain.resources",
     "virtplane.domain.base",
+    "pydantic",  # Typer 0.29 and later put every parameter through it (pyproject pins below)
     "websockets",
     "yaml",
     "rich.progress",
