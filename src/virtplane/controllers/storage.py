@@ -28,6 +28,7 @@ from virtplane.domain.resources import (
     Resource,
     StoragePool,
     VirtualMachine,
+    VMPhase,
     Volume,
     VolumePhase,
 )
@@ -159,9 +160,15 @@ class VolumeReconciler:
             image_pool = ctx.cache.pool(image.spec.pool) if image else None
             if source is None or image_pool is None:
                 return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+        elif (
+            volume.spec.source and volume.spec.source.volume and volume.status.phase is not VolumePhase.READY
+        ):
+            source, image_pool, problem = self._copied_volume(volume.spec.source.volume)
+            if source is None:
+                return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
         driver = await pool_driver(ctx, pool, also=image_pool)
         if driver is None:
-            where = f" and image library {image_pool.metadata.name}" if image_pool else ""
+            where = f" and pool {image_pool.metadata.name}" if image_pool else ""
             return await self._fail(
                 volume, VolumePhase.PENDING, f"no connected host sees pool {pool.metadata.name}{where}", 5.0
             )
@@ -183,6 +190,28 @@ class VolumeReconciler:
         ctx.event(volume, "Ready", f"created at {info.path}")
         await ctx.write(volume)
         return None
+
+    def _copied_volume(self, name: str) -> tuple[ImageRef | None, StoragePool | None, str]:
+        """The file of the Volume ``name`` to copy (a clone's source) and its pool, if it can be
+        copied now: Ready, and no disk of a VM that is not Stopped (its content would change
+        under the copy). Else why not."""
+        source = self.ctx.cache.volume(name)
+        if source is None:
+            return None, None, f"volume {name} to copy does not exist"
+        if source.status.phase is not VolumePhase.READY:
+            return None, None, f"volume {name} to copy is {source.status.phase.value}"
+        user = self.ctx.cache.vm(source.status.attached_vm) if source.status.attached_vm else None
+        if user is not None and user.status.phase is not VMPhase.STOPPED:
+            return (
+                None,
+                None,
+                f"volume {name} to copy is a disk of VM {user.metadata.name}, which is {user.status.phase.value}",
+            )
+        pool = self.ctx.cache.pool(source.spec.pool)
+        if pool is None:
+            return None, None, f"pool {source.spec.pool} of volume {name} does not exist"
+        # a VM's volumes are qcow2 files that stand alone: checked as an image is, then copied whole
+        return ImageRef(pool_ref(pool), volume_file(source), "qcow2"), pool, ""
 
     async def _delete(self, volume: Volume, pool: StoragePool | None) -> Result | None:
         ctx = self.ctx
@@ -224,6 +253,16 @@ def _volumes_in_pool(cache: Cache, old: Resource | None, new: Resource | None) -
     return [Request(Volume.KIND, name) for name in cache.volumes_in_pool(name_of(old, new))]
 
 
+def _volumes_copying(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """Clones still to be copied from the volume (it may be Ready now)."""
+    volume = name_of(old, new)
+    return [
+        Request(Volume.KIND, v.metadata.name)
+        for v in cache.volumes()
+        if v.spec.source and v.spec.source.volume == volume and v.status.phase is not VolumePhase.READY
+    ]
+
+
 def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """Volumes still to be copied from the image (it may be Ready now)."""
     image = name_of(old, new)
@@ -237,6 +276,7 @@ def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None
 POOL_WATCHES = (itself(StoragePool.KIND), Watch(Host.KIND, _every_pool))
 VOLUME_WATCHES = (
     itself(Volume.KIND),
+    Watch(Volume.KIND, _volumes_copying),
     Watch(StoragePool.KIND, _volumes_in_pool),
     Watch(Image.KIND, _volumes_from_image),
     Watch(VirtualMachine.KIND, volumes_of_vm),

@@ -125,6 +125,11 @@ class VirtualMachineSpec(Strict):
     cloud_init: CloudInit | None = Field(
         default=None, description="First-boot configuration: a NoCloud seed attached as a read-only CD-ROM."
     )
+    template: bool = Field(
+        default=False,
+        description="A template: never runs (run_policy AlwaysOff), so that new VMs get copies of its "
+        "disks as they are (POST /v1/vms/actions/create with template). Only a stopped VM becomes one.",
+    )
 
     @model_validator(mode="before")
     @classmethod

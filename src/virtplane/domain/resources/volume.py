@@ -16,6 +16,10 @@ MAX_VOLUME_GIB = 64 * 1024
 class VolumeSource(Strict):
     image: Name | None = Field(default=None, description="The name of an Image (kind Disk) to copy.")
     snapshot: Name | None = Field(default=None, description="A VirtualMachineSnapshot to copy a disk from.")
+    volume: Name | None = Field(
+        default=None,
+        description="Another Volume to copy whole (a disk of a template or of a stopped VM): a clone.",
+    )
 
 
 class VolumeSpec(Strict):
