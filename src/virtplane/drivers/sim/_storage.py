@@ -192,7 +192,8 @@ class SimStorage:
         pool = self.pool(host, ref)
         existing = pool.volumes.get(name)
         if existing is not None:
-            if existing.size_gib != size_gib:
+            # larger is the same create's: a copy takes its source's size when that is larger
+            if existing.size_gib < size_gib:
                 raise PermanentError(
                     f"volume {name} already exists in pool {ref.name} with {existing.size_gib} GiB"
                 )
