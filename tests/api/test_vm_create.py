@@ -198,3 +198,45 @@ def test_a_running_vm_is_not_cloned_and_a_dry_run_makes_nothing(world: LiveServe
         and dry.json()["items"][0]["spec"]["size_gib"] == 10
     )
     assert missing == 404
+
+
+def test_a_snapshot_as_a_template_gives_its_disks_as_it_saved_them(world: LiveServer) -> None:
+    sim = world.plane.sim
+    with world.client("operator") as operator:
+        _template(operator)  # tmpl: its root disk holds the image's "golden"
+        snap = {"kind": "VirtualMachineSnapshot", "metadata": {"name": "tmpl-snap"}, "spec": {"vm": "tmpl"}}
+        assert operator.post("/v1/snapshots", json=snap).status_code == 201
+        wait_json(operator, "/v1/snapshots/tmpl-snap", lambda s: s["status"]["phase"] == "Ready")
+        root = operator.get("/v1/volumes/tmpl-root").json()
+        # the template's disk changes after the snapshot: the copies must not see it
+        world.in_loop(
+            lambda: setattr(
+                sim.storage.find_pool("", "vols").volumes.get(root["status"]["file"]), "content", "later"
+            )
+        )
+        assert world.in_loop(sim.read_volume, root["status"]["path"]) == "later"
+        made = operator.post(
+            "/v1/vms/actions/create",
+            json={"names": ["s-1", "s-2"], "snapshot": "tmpl-snap", "run_policy": "AlwaysOn"},
+        )
+        assert made.status_code == 201, made.text
+        vms = [
+            wait_json(operator, f"/v1/vms/{n}", lambda v: v["status"]["phase"] == "Running")
+            for n in ("s-1", "s-2")
+        ]
+        volumes = [operator.get(f"/v1/volumes/{n}-root").json() for n in ("s-1", "s-2")]
+        both = operator.post(
+            "/v1/vms/actions/create", json={"names": ["x"], "snapshot": "tmpl-snap", "template": "tmpl"}
+        )
+        missing = operator.post("/v1/vms/actions/create", json={"names": ["x"], "snapshot": "nope"})
+
+    for vm, volume in zip(vms, volumes, strict=True):
+        assert vm["metadata"]["labels"]["virtplane.io/cloned-from"] == "tmpl-snap"
+        assert vm["spec"]["memory_mib"] == 1024 and vm["spec"]["template"] is False
+        assert volume["spec"]["source"] == {"image": None, "snapshot": "tmpl-snap", "volume": "tmpl-root"}
+        assert world.in_loop(sim.read_volume, volume["status"]["path"]) == "golden", (
+            "the disk as the snapshot saved it"
+        )
+    assert len({vm["status"]["nics"][0]["mac"] for vm in vms}) == 2
+    assert (both.status_code, both.json()["reason"]) == (422, "Invalid")
+    assert (missing.status_code, missing.json()["reason"]) == (422, "SnapshotNotFound")

@@ -156,3 +156,24 @@ def test_no_shared_pool_is_an_error_that_says_what_to_do(invoke: Invoke, server:
     result = invoke("vm", "create", "web-1", "--size", "5Gi")
     assert result.exit_code == ExitCode.FAILED
     assert "no shared volume pool" in result.stderr and "--pool" in result.stderr
+
+
+def test_a_vm_from_a_snapshot(invoke: Invoke, world: LiveServer) -> None:
+    made = invoke("vm", "create", "src", "--image", "debian-12", "--network", "lan", "--memory", "768Mi")
+    assert made.exit_code == ExitCode.OK, made.output
+    with world.client("operator") as operator:
+        wait_json(operator, "/v1/vms/src", lambda v: v["status"]["phase"] == "Stopped")
+        wait_json(operator, "/v1/volumes/src-root", lambda v: v["status"]["phase"] == "Ready")
+    snapped = invoke("snapshot", "create", "src", "--name", "src-snap", "--wait")
+    assert snapped.exit_code == ExitCode.OK, snapped.output
+
+    result = invoke("vm", "create", "restored", "--snapshot", "src-snap", "--dry-run", "-o", "yaml")
+    both = invoke("vm", "create", "x", "--snapshot", "src-snap", "--template", "src")
+
+    assert result.exit_code == ExitCode.OK, result.output
+    volume, vm = yaml.safe_load_all(result.stdout)
+    assert volume["spec"]["source"] == {"image": None, "snapshot": "src-snap", "volume": "src-root"}
+    assert (
+        vm["spec"]["memory_mib"] == 768 and vm["metadata"]["labels"]["virtplane.io/cloned-from"] == "src-snap"
+    )
+    assert both.exit_code == ExitCode.USAGE and "not both" in both.output

@@ -298,3 +298,17 @@ async def test_a_volume_copied_whole_from_another_volume_a_clone(harness: Harnes
     )  # a re-run
     with pytest.raises(NotFound):
         await d.create_volume(pool, "clone-2", 1, ImageRef(pool, "no-such-volume", "qcow2"))
+
+
+async def test_a_volume_copied_from_a_disk_snapshot(harness: Harness) -> None:
+    """A VM made from a snapshot gets its disks as the snapshot saved them (Volume
+    spec.source.snapshot), whatever the volume holds since."""
+    d, pool = harness.driver, harness.pool
+    await d.create_volume(pool, "saved-root", 2)
+    handle = await d.snapshot_volume(pool, "saved-root", "snap-c")
+    copy = await d.copy_volume_snapshot(pool, "from-snap", 1, handle)
+    assert copy.name == "from-snap" and copy.size_gib == 2
+    assert await d.copy_volume_snapshot(pool, "from-snap", 1, handle) == copy  # a re-run
+    await d.delete_volume_snapshot(handle)
+    with pytest.raises(NotFound):
+        await d.copy_volume_snapshot(pool, "from-gone", 1, handle)

@@ -200,6 +200,14 @@ def create(
             autocompletion=complete_vm,
         ),
     ] = None,
+    snapshot: Annotated[
+        str | None,
+        typer.Option(
+            "--snapshot",
+            help="Copy this snapshot, as --template: the spec it captured and its disks as it saved them.",
+            show_default=False,
+        ),
+    ] = None,
     count: CountOption = 1,
     start: StartOption = False,
     dry_run: DryRunOption = False,
@@ -223,7 +231,9 @@ def create(
             cloud_init["user_data"] = user_data.read_text()
         spec["cloud_init"] = cloud_init
     volumes = []
-    if template is not None and (image or size or pool):
+    if template is not None and snapshot is not None:
+        raise typer.BadParameter("copy a template or a snapshot, not both", param_hint="--snapshot")
+    if (template is not None or snapshot is not None) and (image or size or pool):
         raise typer.BadParameter(
             "a template's disks are copied as they are: no --image, --size or --pool with it",
             param_hint="--template",
@@ -249,6 +259,8 @@ def create(
     }
     if template is not None:
         body["template"] = template
+    if snapshot is not None:
+        body["snapshot"] = snapshot
     _send(state, body, dry_run, output)
 
 
@@ -292,7 +304,8 @@ EPILOG = (
     "  virtplane vm create db-1 --image debian-12 --memory 8Gi --dry-run -o yaml\n"
     "  virtplane vm template golden\n"
     "  virtplane vm create app --template golden --count 10 --start\n"
-    "  virtplane vm clone golden web-4"
+    "  virtplane vm clone golden web-4\n"
+    "  virtplane vm create web-5 --snapshot web-1-before-upgrade --start"
 )
 
 

@@ -26,8 +26,10 @@ from virtplane.domain.resources import (
     PoolContent,
     PoolKind,
     Resource,
+    SnapshotPhase,
     StoragePool,
     VirtualMachine,
+    VirtualMachineSnapshot,
     VMPhase,
     Volume,
     VolumePhase,
@@ -153,16 +155,18 @@ class VolumeReconciler:
                 f"pool {pool.metadata.name} is an image library, not for volumes",
                 60.0,
             )
-        source, image_pool = None, None
+        source, image_pool, handle = None, None, None
         if volume.spec.source and volume.spec.source.image and volume.status.phase is not VolumePhase.READY:
             source, problem = image_ref(ctx.cache, volume.spec.source.image, ImageKind.DISK)
             image = ctx.cache.image(volume.spec.source.image)
             image_pool = ctx.cache.pool(image.spec.pool) if image else None
             if source is None or image_pool is None:
                 return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
-        elif (
-            volume.spec.source and volume.spec.source.volume and volume.status.phase is not VolumePhase.READY
-        ):
+        elif self._copying(volume) and volume.spec.source and volume.spec.source.snapshot:
+            handle, problem = self._saved_disk(volume.spec.source.snapshot, volume.spec.source.volume or "")
+            if handle is None:
+                return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+        elif self._copying(volume) and volume.spec.source and volume.spec.source.volume:
             source, image_pool, problem = self._copied_volume(volume.spec.source.volume)
             if source is None:
                 return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
@@ -176,6 +180,8 @@ class VolumeReconciler:
         try:
             if volume.status.phase is VolumePhase.READY:
                 info = await driver.resize_volume(pool_ref(pool), file, volume.spec.size_gib)
+            elif handle is not None:
+                info = await driver.copy_volume_snapshot(pool_ref(pool), file, volume.spec.size_gib, handle)
             else:
                 info = await driver.create_volume(pool_ref(pool), file, volume.spec.size_gib, source)
         except PermanentError as exc:
@@ -190,6 +196,22 @@ class VolumeReconciler:
         ctx.event(volume, "Ready", f"created at {info.path}")
         await ctx.write(volume)
         return None
+
+    @staticmethod
+    def _copying(volume: Volume) -> bool:
+        return volume.status.phase is not VolumePhase.READY
+
+    def _saved_disk(self, snapshot_name: str, volume: str) -> tuple[str | None, str]:
+        """The handle of the disk of ``volume`` that the snapshot saved, or why there is none."""
+        snapshot = self.ctx.store.find(VirtualMachineSnapshot, snapshot_name)
+        if snapshot is None:
+            return None, f"snapshot {snapshot_name} to copy does not exist"
+        if snapshot.status.phase is not SnapshotPhase.READY:
+            return None, f"snapshot {snapshot_name} to copy is {snapshot.status.phase.value}"
+        saved = next((d for d in snapshot.status.disk_snapshots if d.volume == volume), None)
+        if saved is None:
+            return None, f"snapshot {snapshot_name} saved no disk of volume {volume}"
+        return saved.handle, ""
 
     def _copied_volume(self, name: str) -> tuple[ImageRef | None, StoragePool | None, str]:
         """The file of the Volume ``name`` to copy (a clone's source) and its pool, if it can be
@@ -263,6 +285,16 @@ def _volumes_copying(cache: Cache, old: Resource | None, new: Resource | None) -
     ]
 
 
+def _volumes_from_snapshot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """Copies still to be made from the snapshot (it may be Ready now)."""
+    snapshot = name_of(old, new)
+    return [
+        Request(Volume.KIND, v.metadata.name)
+        for v in cache.volumes()
+        if v.spec.source and v.spec.source.snapshot == snapshot and v.status.phase is not VolumePhase.READY
+    ]
+
+
 def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """Volumes still to be copied from the image (it may be Ready now)."""
     image = name_of(old, new)
@@ -277,6 +309,7 @@ POOL_WATCHES = (itself(StoragePool.KIND), Watch(Host.KIND, _every_pool))
 VOLUME_WATCHES = (
     itself(Volume.KIND),
     Watch(Volume.KIND, _volumes_copying),
+    Watch(VirtualMachineSnapshot.KIND, _volumes_from_snapshot),
     Watch(StoragePool.KIND, _volumes_in_pool),
     Watch(Image.KIND, _volumes_from_image),
     Watch(VirtualMachine.KIND, volumes_of_vm),

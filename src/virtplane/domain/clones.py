@@ -27,7 +27,9 @@ from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.names import BATCH_LABEL, DNS_LABEL
 from virtplane.domain.resources import (
     RunPolicy,
+    SnapshotPhase,
     VirtualMachine,
+    VirtualMachineSnapshot,
     VirtualMachineSpec,
     VMPhase,
     Volume,
@@ -38,17 +40,19 @@ from virtplane.domain.resources import (
 
 __all__ = [
     "CLONED_FROM",
+    "CopySource",
     "NewVolume",
     "Planned",
     "check_template_change",
     "clone_source_refusal",
     "merge_patch",
     "plan_vms",
+    "snapshot_volumes",
     "template_volumes",
 ]
 
 CLONED_FROM = "virtplane.io/cloned-from"
-"""Label of a VM made from a template or cloned from a VM: its name (``-l virtplane.io/cloned-from=tmpl``)."""
+"""Label of a VM made from a template, a stopped VM or a snapshot: its name (``-l virtplane.io/cloned-from=tmpl``)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,14 @@ class NewVolume:
     suffix: str
     spec: VolumeSpec
     boot_order: int | None = None
+
+
+@dataclass(frozen=True)
+class CopySource:
+    """What new VMs copy: a template's (or a stopped VM's) spec, or the one a snapshot captured."""
+
+    name: str
+    spec: VirtualMachineSpec
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,38 @@ def template_volumes(template: VirtualMachine, volumes: Mapping[str, Volume | No
     return copies
 
 
+def snapshot_volumes(
+    snapshot: VirtualMachineSnapshot, volumes: Mapping[str, Volume | None]
+) -> tuple[CopySource, list[NewVolume]]:
+    """A snapshot as a template: the spec it captured, and a copy of each disk as it saved it
+    (a Volume with ``source: {snapshot, volume}``) in the pool of the volume it saved."""
+    name = snapshot.metadata.name
+    if snapshot.status.phase is not SnapshotPhase.READY or snapshot.status.captured is None:
+        raise Refused("SnapshotNotReady", f"snapshot {name} is {snapshot.status.phase.value}, not Ready")
+    captured = snapshot.status.captured.spec
+    saved = {d.volume: d for d in snapshot.status.disk_snapshots}
+    copies = []
+    for index, disk in enumerate(captured.disks):
+        original = volumes.get(disk.volume)
+        if disk.volume not in saved or original is None:
+            raise Refused(
+                "SnapshotDiskMissing",
+                f"snapshot {name}: disk {disk.volume} was not saved, or its volume (and pool) is gone",
+            )
+        suffix = (
+            disk.volume.removeprefix(f"{snapshot.spec.vm}-")
+            if disk.volume.startswith(f"{snapshot.spec.vm}-")
+            else f"disk{index}"
+        )
+        spec = VolumeSpec(
+            pool=original.spec.pool,
+            size_gib=max(saved[disk.volume].size_gib, 1),
+            source=VolumeSource(snapshot=name, volume=disk.volume),
+        )
+        copies.append(NewVolume(suffix, spec, disk.boot_order))
+    return CopySource(name, captured), copies
+
+
 def _fresh_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A template's spec without what identifies it: MACs and addresses, disks, the flag."""
     fresh = dict(spec)
@@ -137,18 +181,18 @@ def plan_vms(
     new_volumes: Sequence[NewVolume],
     labels: Mapping[str, str],
     batch: str,
-    template: VirtualMachine | None = None,
+    source: CopySource | None = None,
     run_policy: RunPolicy | None = None,
 ) -> list[Planned]:
-    """The VMs and volumes to create, one VM per name: ``template``'s spec (without what
+    """The VMs and volumes to create, one VM per name: ``source``'s spec (without what
     identifies it) or none, with ``spec_patch`` merged over it; the ``new_volumes`` attached
     as disks after whatever ``spec_patch`` lists. Raises ``Invalid`` for a spec that is not one
     (pydantic's message) or a name that makes a volume name too long."""
     base: dict[str, Any] = {}
     vm_labels = {**labels}
-    if template is not None:
-        base = _fresh_spec(template.spec.model_dump(mode="json"))
-        vm_labels[CLONED_FROM] = template.metadata.name
+    if source is not None:
+        base = _fresh_spec(source.spec.model_dump(mode="json"))
+        vm_labels[CLONED_FROM] = source.name
     merged = merge_patch(base, dict(spec_patch))
     if run_policy is not None:
         merged["run_policy"] = run_policy.value

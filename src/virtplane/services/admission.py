@@ -121,13 +121,25 @@ class Admission:
         if source is None:
             return
         given = [field for field in ("image", "snapshot", "volume") if getattr(source, field)]
-        if len(given) > 1:
+        if given not in (["image"], ["volume"], ["snapshot", "volume"], []):
             raise Invalid(
-                "Invalid", f"spec.source: give one of image, snapshot, volume, not {' and '.join(given)}"
+                "Invalid",
+                f"spec.source: give an image, a volume, or a snapshot and the volume it saved, not {given}",
             )
         if source.image:
             self._image(source.image, ImageKind.DISK, "spec.source.image")
-        if source.volume and self.store.find(Volume, source.volume) is None:
+        elif source.snapshot:
+            snapshot = self.store.find(VirtualMachineSnapshot, source.snapshot)
+            if snapshot is None:
+                raise Invalid(
+                    "SnapshotNotFound", f"spec.source.snapshot: snapshot {source.snapshot} does not exist"
+                )
+            if not any(d.volume == source.volume for d in snapshot.status.disk_snapshots):
+                raise Invalid(
+                    "SnapshotDiskMissing",
+                    f"spec.source: snapshot {source.snapshot} saved no disk of volume {source.volume}",
+                )
+        elif source.volume and self.store.find(Volume, source.volume) is None:
             raise Invalid("VolumeNotFound", f"spec.source.volume: volume {source.volume} does not exist")
 
     def _admit_boot(self, vm: VirtualMachine) -> None:
@@ -220,7 +232,10 @@ class Admission:
             copies = sorted(
                 v.metadata.name
                 for v in self.cache.volumes()
-                if v.spec.source and v.spec.source.volume == name and v.status.phase is not VolumePhase.READY
+                if v.spec.source
+                and v.spec.source.volume == name
+                and not v.spec.source.snapshot
+                and v.status.phase is not VolumePhase.READY
             )
             if copies:
                 raise Refused("VolumeInUse", f"volume {name} is being copied to {', '.join(copies)}")
@@ -268,6 +283,16 @@ class Admission:
                     "HostInUse",
                     f"host {name} still has {len(vms)} VM(s); move or delete them first (e.g. {vms[0].metadata.name})",
                 )
+        elif isinstance(current, VirtualMachineSnapshot):
+            copies = sorted(
+                v.metadata.name
+                for v in self.cache.volumes()
+                if v.spec.source
+                and v.spec.source.snapshot == name
+                and v.status.phase is not VolumePhase.READY
+            )
+            if copies:
+                raise Refused("SnapshotInUse", f"snapshot {name} is being copied to {', '.join(copies)}")
         elif (
             isinstance(current, VirtualMachineOperation)
             and current.status.phase is OperationPhase.IN_PROGRESS

@@ -21,10 +21,18 @@ from virtplane.api.context import ApiContext
 from virtplane.api.routes.resources import DRY_RUN_HELP, _create, admit_on_loop
 from virtplane.api.shown import public_doc
 from virtplane.domain.base import FreeJson, Name, Strict, StringMap
-from virtplane.domain.clones import NewVolume, Planned, clone_source_refusal, plan_vms, template_volumes
+from virtplane.domain.clones import (
+    CopySource,
+    NewVolume,
+    Planned,
+    clone_source_refusal,
+    plan_vms,
+    snapshot_volumes,
+    template_volumes,
+)
 from virtplane.domain.errors import Invalid
 from virtplane.domain.names import BATCH_LABEL
-from virtplane.domain.resources import RunPolicy, VirtualMachine, Volume, VolumeSpec
+from virtplane.domain.resources import RunPolicy, VirtualMachine, VirtualMachineSnapshot, Volume, VolumeSpec
 from virtplane.store.errors import AlreadyExists
 
 router = APIRouter(tags=["VirtualMachine"])
@@ -46,6 +54,11 @@ class CreateVMs(Strict):
         description="A VM to copy: a template (spec.template), or a stopped VM (a clone). Each new VM "
         "gets a full copy of each of its disks, its spec without its MACs and addresses, a new "
         "cloud-init instance id (its own uid), and none of its annotations.",
+    )
+    snapshot: Name | None = Field(
+        default=None,
+        description="A VirtualMachineSnapshot to copy instead of a template: the spec it captured, and "
+        "each disk as it saved it (in the pool of the volume it saved).",
     )
     spec: FreeJson = Field(
         default_factory=dict,
@@ -71,7 +84,7 @@ class CreatedVMs(BaseModel):
     batch: str = Field(description=f"The value of the label {BATCH_LABEL} on every object made.")
 
 
-def _template_of(ctx: ApiContext, name: str) -> tuple[VirtualMachine, list[NewVolume]]:
+def _template_of(ctx: ApiContext, name: str) -> tuple[CopySource, list[NewVolume]]:
     template = ctx.store.find(VirtualMachine, name)
     if template is None:
         raise Invalid("VMNotFound", f"template: VM {name} does not exist")
@@ -79,22 +92,37 @@ def _template_of(ctx: ApiContext, name: str) -> tuple[VirtualMachine, list[NewVo
     refusal = clone_source_refusal(template, volumes)
     if refusal is not None:
         raise refusal
-    return template, template_volumes(template, volumes)
+    return CopySource(name, template.spec), template_volumes(template, volumes)
+
+
+def _snapshot_of(ctx: ApiContext, name: str) -> tuple[CopySource, list[NewVolume]]:
+    snapshot = ctx.store.find(VirtualMachineSnapshot, name)
+    if snapshot is None:
+        raise Invalid("SnapshotNotFound", f"snapshot: snapshot {name} does not exist")
+    captured = snapshot.status.captured.spec.disks if snapshot.status.captured else []
+    return snapshot_volumes(snapshot, {d.volume: ctx.store.find(Volume, d.volume) for d in captured})
 
 
 def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
     if len(set(body.names)) != len(body.names):
         raise Invalid("Invalid", "names: a name is listed twice")
-    template, copies = _template_of(ctx, body.template) if body.template else (None, [])
+    if body.template and body.snapshot:
+        raise Invalid("Invalid", "give a template or a snapshot, not both")
+    source: CopySource | None = None
+    copies: list[NewVolume] = []
+    if body.template:
+        source, copies = _template_of(ctx, body.template)
+    elif body.snapshot:
+        source, copies = _snapshot_of(ctx, body.snapshot)
     blueprints = [*copies, *(NewVolume(v.suffix, v.spec, v.boot_order) for v in body.volumes)]
-    policy = body.run_policy or (RunPolicy.MANUAL if template is not None else None)
+    policy = body.run_policy or (RunPolicy.MANUAL if source is not None else None)
     planned = plan_vms(
         body.names,
         spec_patch=body.spec,
         new_volumes=blueprints,
         labels=body.labels,
         batch=batch,
-        template=template,
+        source=source,
         run_policy=policy,
     )
     for plan in planned:

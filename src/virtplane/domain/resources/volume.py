@@ -15,10 +15,14 @@ MAX_VOLUME_GIB = 64 * 1024
 
 class VolumeSource(Strict):
     image: Name | None = Field(default=None, description="The name of an Image (kind Disk) to copy.")
-    snapshot: Name | None = Field(default=None, description="A VirtualMachineSnapshot to copy a disk from.")
+    snapshot: Name | None = Field(
+        default=None,
+        description="A VirtualMachineSnapshot to copy a disk from: the disk of ``volume`` as it saved it.",
+    )
     volume: Name | None = Field(
         default=None,
-        description="Another Volume to copy whole (a disk of a template or of a stopped VM): a clone.",
+        description="Another Volume to copy whole (a disk of a template or of a stopped VM): a clone; "
+        "with ``snapshot``, the volume whose saved disk is copied.",
     )
 
 

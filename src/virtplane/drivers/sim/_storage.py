@@ -243,6 +243,20 @@ class SimStorage:
         self._snapshots.put(handle, SavedVolume(ref.name, name, volume.size_gib, volume.content))
         return handle
 
+    def copy_snapshot(self, host: str, ref: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+        saved = self._snapshots.get(handle)
+        if saved is None:
+            raise NotFound(f"volume snapshot {handle} does not exist")
+        pool = self.pool(host, ref)
+        existing = pool.volumes.get(name)
+        if existing is not None:
+            return existing.info()  # a re-run of the same copy
+        size = max(size_gib, saved.size_gib)
+        pool.check_room(size, f"volume {name}")
+        return pool.volumes.put(
+            name, SimVolume(name, volume_path(ref.name, name), size, saved.content)
+        ).info()
+
     def revert_volume(self, host: str, ref: PoolRef, name: str, handle: str) -> None:
         saved = self._snapshots.get(handle)
         if saved is None:
