@@ -314,6 +314,29 @@ def test_three_vms_from_a_template_made_in_the_dialog(page: Page, demo: DemoServ
         assert found["metadata"]["labels"]["virtplane.io/cloned-from"] == "batch-1"
         assert [d["volume"] for d in found["spec"]["disks"]] == [f"{name}-root"]
 
+    # a snapshot is offered as a template too
+    with demo.client("operator") as client:
+        snap = {
+            "kind": "VirtualMachineSnapshot",
+            "metadata": {"name": "batch-snap"},
+            "spec": {"vm": "batch-1"},
+        }
+        client.post("/v1/snapshots", json=snap).raise_for_status()
+        wait_for(
+            lambda: client.get("/v1/snapshots/batch-snap").json()["status"]["phase"] == "Ready",
+            "snapshot Ready",
+        )
+    page.locator("#create-vm").click()
+    form = dialog(page, "create-vm")
+    form.locator('input[name="name"]').fill("from-snap")
+    form.locator('select[name="template"]').select_option("snapshot:batch-snap")
+    form.locator('[data-act="confirm"]').click()
+    expect(form).to_have_count(0)
+    expect(vm_row(page, "from-snap")).to_have_count(1)
+    with demo.client("viewer") as client:
+        volume = client.get("/v1/volumes/from-snap-root").json()
+    assert volume["spec"]["source"] == {"image": None, "snapshot": "batch-snap", "volume": "batch-1-root"}
+
 
 def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Page, demo: DemoServer) -> None:
     console(page, demo, "operator")

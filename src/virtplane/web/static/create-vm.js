@@ -47,8 +47,9 @@ async function createDialog() {
   let images;
   let networks;
   let vms;
+  let snapshots;
   try {
-    [volumes, pools, images, networks, vms] = await Promise.all(["volumes", "storagepools", "images", "networks", "vms"].map(async (p) => [...(await listAll(p, signal)).items.values()]));
+    [volumes, pools, images, networks, vms, snapshots] = await Promise.all(["volumes", "storagepools", "images", "networks", "vms", "snapshots"].map(async (p) => [...(await listAll(p, signal)).items.values()]));
   } catch (err) {
     dialog.showError(err);
     return;
@@ -56,7 +57,11 @@ async function createDialog() {
   const free = volumes.filter((v) => !(v.status && v.status.attached_vm)).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
   const diskPools = pools.filter((p) => (p.spec && p.spec.content) !== "images").map((p) => [p.metadata.name, `${p.metadata.name} (${p.spec.kind}${p.spec.kind === "local" ? `, pins the VM to ${p.spec.host}` : ""})`]);
   const diskImages = images.filter((i) => i.spec && i.spec.kind === "Disk").map((i) => [i.metadata.name, i.metadata.name]);
-  const templates = vms.filter((v) => v.spec && v.spec.template).map((v) => [v.metadata.name, v.metadata.name]);
+  // templates, then snapshots (a snapshot is a template too: its captured spec, its saved disks)
+  const templates = [
+    ...vms.filter((v) => v.spec && v.spec.template).map((v) => [v.metadata.name, v.metadata.name]),
+    ...snapshots.filter((s) => s.status && s.status.phase === "Ready").map((s) => [`snapshot:${s.metadata.name}`, `snapshot ${s.metadata.name} (of ${s.spec.vm})`]),
+  ];
   const chosenPool = clusterPool(pools);
 
   const name = input("name", "", { required: true, spellcheck: "false", placeholder: "web-3" });
@@ -76,7 +81,7 @@ async function createDialog() {
       field("Count", input("count", 1, { type: "number", min: 1, max: 100 }), "more than 1: <name>-1 … <name>-N"),
     ]),
     el("div", { cls: "row" }, [
-      field("Template", template, "its disks are copied; new MACs, addresses and instance id"),
+      field("Template", template, "a template or a snapshot: its disks are copied; new MACs, addresses and instance id"),
       field("Run policy", select("run_policy", RUN_POLICIES.map((p) => [p, p]), DEFAULT_RUN_POLICY)),
     ]),
     el("div", { cls: "row" }, [
@@ -117,7 +122,8 @@ async function createDialog() {
     if (existing.length && names.length > 1) throw new Error("an existing volume is a disk of one VM: make one VM, or none of them");
     const body = { names, spec, labels: parseLabels(values.labels), run_policy: values.run_policy, volumes: [] };
     const newRoot = !values.template && values.new_disk;
-    if (values.template) body.template = values.template;
+    if (values.template.startsWith("snapshot:")) body.snapshot = values.template.slice("snapshot:".length);
+    else if (values.template) body.template = values.template;
     else if (newRoot) {
       const source = values.image ? { image: values.image } : null;
       body.volumes.push({ suffix: "root", spec: { pool: values.pool, size_gib: values.size.trim(), source }, boot_order: 1 });
