@@ -129,8 +129,9 @@ def _list(
     return stream_response(limiter(request).watched(principal.name, opened))
 
 
-async def _create(ctx: ApiContext, new: Resource, dry_run: bool, principal: Principal) -> Resource:
-    """On the loop, as the controllers' writes (each store call is short): a sync route hops to a
+async def create_as(ctx: ApiContext, new: Resource, dry_run: bool, principal: Principal) -> Resource:
+    """Admit and create ``new`` as ``principal`` (``POST /v1/{plural}``; also the VMs and volumes of
+    ``POST /v1/vms/actions/create``). On the loop, as the controllers' writes (each store call is short): a sync route hops to a
     worker thread and back to the loop twice, and under load each hop waits for the reconciles
     its own write has just woken."""
     kind = new.KIND
@@ -248,7 +249,7 @@ def _endpoints(cls: type[Resource], write_role: Role) -> dict[str, Callable[...,
         principal: Principal = write,
     ) -> Any:
         response.status_code = 201
-        return public_doc(await _create(_ctx(request), body, dry_run, principal))
+        return public_doc(await create_as(_ctx(request), body, dry_run, principal))
 
     def get_object(name: str, request: Request, principal: Principal = read) -> Any:
         return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))

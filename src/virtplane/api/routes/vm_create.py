@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
-from virtplane.api.routes.resources import DRY_RUN_HELP, _create, admit_on_loop
+from virtplane.api.routes.resources import DRY_RUN_HELP, admit_on_loop, create_as
 from virtplane.api.shown import public_doc
 from virtplane.domain.base import FreeJson, Name, Strict, StringMap
 from virtplane.domain.clones import (
@@ -138,7 +138,7 @@ async def _create_vms(ctx: ApiContext, body: CreateVMs, dry_run: bool, principal
     items: list[dict[str, Any]] = []
     for plan in planned:
         for obj in (*plan.volumes, plan.vm):
-            items.append(public_doc(await _create(ctx, obj, dry_run, principal)))
+            items.append(public_doc(await create_as(ctx, obj, dry_run, principal)))
     return CreatedVMs(items=items, batch=batch)
 
 
