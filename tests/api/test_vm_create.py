@@ -240,3 +240,23 @@ def test_a_snapshot_as_a_template_gives_its_disks_as_it_saved_them(world: LiveSe
     assert len({vm["status"]["nics"][0]["mac"] for vm in vms}) == 2
     assert (both.status_code, both.json()["reason"]) == (422, "Invalid")
     assert (missing.status_code, missing.json()["reason"]) == (422, "SnapshotNotFound")
+
+
+def test_a_copy_runs_as_asked_never_as_the_template(world: LiveServer) -> None:
+    with world.client("operator") as operator:
+        _template(operator)
+        made = operator.post(
+            "/v1/vms/actions/create",
+            params={"dryRun": "true"},
+            json={"names": ["p-1", "p-2", "p-3"], "template": "tmpl"},
+        )
+        in_spec = operator.post(
+            "/v1/vms/actions/create",
+            params={"dryRun": "true"},
+            json={"names": ["q-1"], "template": "tmpl", "spec": {"run_policy": "AlwaysOn"}},
+        )
+    policies = [i["spec"]["run_policy"] for i in made.json()["items"] if i["kind"] == "VirtualMachine"]
+    assert policies == ["Manual"] * 3, "not the template's AlwaysOff"
+    assert [i["spec"]["run_policy"] for i in in_spec.json()["items"] if i["kind"] == "VirtualMachine"] == [
+        "AlwaysOn"
+    ]

@@ -115,7 +115,10 @@ def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
     elif body.snapshot:
         source, copies = _snapshot_of(ctx, body.snapshot)
     blueprints = [*copies, *(NewVolume(v.suffix, v.spec, v.boot_order) for v in body.volumes)]
-    policy = body.run_policy or (RunPolicy.MANUAL if source is not None else None)
+    # a copy never takes the template's AlwaysOff: the request's policy, its spec's, else Manual
+    policy = body.run_policy or (
+        RunPolicy.MANUAL if source is not None and "run_policy" not in body.spec else None
+    )
     planned = plan_vms(
         body.names,
         spec_patch=body.spec,
