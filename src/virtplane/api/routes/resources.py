@@ -20,6 +20,7 @@ from virtplane.api.lists import LIST_RESPONSES, ListQuery, list_query, page_resp
 from virtplane.api.shown import public_doc
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.base import copied
+from virtplane.domain.clones import merge_patch  # one RFC 7386 merge: PATCH, and a copy's spec
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
 from virtplane.store.claims import ClaimTaken
@@ -60,19 +61,6 @@ async def admit_on_loop(ctx: ApiContext, check: Callable[..., T], *args: Any) ->
 def admit(ctx: ApiContext, check: Callable[..., T], *args: Any) -> T:
     """``admit_on_loop`` from the thread a sync route runs in."""
     return from_thread.run(admit_on_loop, ctx, check, *args)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _user_writable(obj: Resource, current: Resource | None) -> Resource:
