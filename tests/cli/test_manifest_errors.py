@@ -16,7 +16,7 @@ kind: VirtualMachine
 metadata: {name: web-1}
 spec:
   cpu: 2
-  memory: 4Gi
+  memory_gb: 4
 """
 
 
@@ -24,13 +24,13 @@ def test_an_unknown_field_is_named_at_its_line_with_the_one_meant(
     invoke: Invoke, server: LiveServer, tmp_path: Path
 ) -> None:
     path = tmp_path / "vm.yaml"
-    path.write_text("# a comment first\n" + VM)  # the line of memory: 7
+    path.write_text("# a comment first\n" + VM)  # the line of memory_gb: 7
 
     result = invoke("apply", "-f", str(path))
 
     assert result.exit_code == ExitCode.FAILED
     assert (
-        f"Error (Invalid): vm/web-1 in {path}:7 (document 1): spec.memory: unknown field; did you mean memory_mib?"
+        f"Error (Invalid): vm/web-1 in {path}:7 (document 1): spec.memory_gb: unknown field; did you mean memory_mib?"
         in result.stderr
     ), result.stderr
     assert "Extra inputs" not in result.stderr
@@ -39,7 +39,7 @@ def test_an_unknown_field_is_named_at_its_line_with_the_one_meant(
 
 def test_an_unknown_field_deeper_down_and_one_like_no_other(invoke: Invoke, tmp_path: Path) -> None:
     path = tmp_path / "vm.yaml"
-    path.write_text(VM.replace("memory: 4Gi", "nics: [{netwrok: lan}]\n  colour: blue"))
+    path.write_text(VM.replace("memory_gb: 4", "nics: [{netwrok: lan}]\n  colour: blue"))
 
     result = invoke("apply", "-f", str(path), "--dry-run")
 
@@ -50,6 +50,17 @@ def test_an_unknown_field_deeper_down_and_one_like_no_other(invoke: Invoke, tmp_
         "spec.colour: unknown field; the fields here are run_policy, cpu, cpu_mode, memory_mib,"
         in result.stderr
     )
+
+
+def test_memory_with_a_unit_is_no_mistake(invoke: Invoke, server: LiveServer, tmp_path: Path) -> None:
+    path = tmp_path / "vm.yaml"
+    path.write_text(VM.replace("memory_gb: 4", "memory: 4Gi"))  # issue 39's manifest
+
+    result = invoke("apply", "-f", str(path))
+
+    assert result.exit_code == ExitCode.OK, result.stderr
+    stored = server.store.find(VirtualMachine, "web-1")
+    assert stored is not None and stored.spec.memory_mib == 4096
 
 
 def test_broken_yaml_names_the_file_and_the_line(invoke: Invoke, tmp_path: Path) -> None:

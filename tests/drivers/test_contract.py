@@ -26,6 +26,7 @@ from virtplane.drivers.base import (
     DomainSpec,
     DomainState,
     HypervisorDriver,
+    ImageRef,
     MigrationJob,
     MigrationPhase,
     MigrationRequest,
@@ -282,3 +283,32 @@ async def test_the_console_of_a_running_domain_where_declared_and_unsupported_el
         await harness.driver.open_console(spec.name)
     with pytest.raises(NotFound):
         await harness.driver.open_console(domain_name("nobody"))
+
+
+async def test_a_volume_copied_whole_from_another_volume_a_clone(harness: Harness) -> None:
+    """What a VM made from a template gets (Volume spec.source.volume): a copy of a volume of a
+    volume pool, checked as a library image is, at its own path."""
+    d, pool = harness.driver, harness.pool
+    original = await d.create_volume(pool, "tmpl-root", 2)
+    copy = await d.create_volume(pool, "clone-root", 1, ImageRef(pool, "tmpl-root", "qcow2"))
+    assert copy.name == "clone-root" and copy.path != original.path
+    assert copy.size_gib == 2, "at least as large as what it copies"
+    assert (
+        await d.create_volume(pool, "clone-root", 1, ImageRef(pool, "tmpl-root", "qcow2")) == copy
+    )  # a re-run
+    with pytest.raises(NotFound):
+        await d.create_volume(pool, "clone-2", 1, ImageRef(pool, "no-such-volume", "qcow2"))
+
+
+async def test_a_volume_copied_from_a_disk_snapshot(harness: Harness) -> None:
+    """A VM made from a snapshot gets its disks as the snapshot saved them (Volume
+    spec.source.snapshot), whatever the volume holds since."""
+    d, pool = harness.driver, harness.pool
+    await d.create_volume(pool, "saved-root", 2)
+    handle = await d.snapshot_volume(pool, "saved-root", "snap-c")
+    copy = await d.copy_volume_snapshot(pool, "from-snap", 1, handle)
+    assert copy.name == "from-snap" and copy.size_gib == 2
+    assert await d.copy_volume_snapshot(pool, "from-snap", 1, handle) == copy  # a re-run
+    await d.delete_volume_snapshot(handle)
+    with pytest.raises(NotFound):
+        await d.copy_volume_snapshot(pool, "from-gone", 1, handle)

@@ -260,29 +260,82 @@ def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: DemoSe
     form.locator('input[name="name"]').fill("made-1")
     form.locator('select[name="run_policy"]').select_option("Manual")
     form.locator('input[name="cpu"]').fill("2")
-    form.locator('input[name="memory_mib"]').fill("1536")
+    form.locator('input[name="memory"]').fill("1536Mi")
     expect(form.locator('input[name="new_disk"]')).to_be_checked()
-    form.locator('select[name="pool"]').select_option("shared")
-    form.locator('input[name="size_gib"]').fill("5")
+    # the cluster's shared pool, not host-1-local (first by name), which would pin the VM to host-1
+    expect(form.locator('select[name="pool"]')).to_have_value("shared")
+    form.locator('input[name="size"]').fill("5Gi")
     form.locator('select[name="image"]').select_option("debian-12")
+    form.locator('input[name="network:lan"]').check()
+    form.locator('textarea[name="ssh_keys"]').fill(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0ZXN0a2V5 me@laptop"
+    )
+    form.locator('input[name="labels"]').fill("app=made")
     form.locator('[data-act="confirm"]').click()
     expect(form).to_have_count(0)
     made = vm_row(page, "made-1")
     expect(made.locator("td.policy")).to_have_text("Manual")
     expect(made.locator("td.phase")).to_have_text("Stopped")
 
-    spec = vm(demo, "made-1")["spec"]
+    found = vm(demo, "made-1")
+    spec = found["spec"]
     assert (spec["run_policy"], spec["cpu"], spec["memory_mib"]) == ("Manual", 2, 1536)
     assert spec["disks"] == [{"volume": "made-1-root", "boot_order": 1}]
+    assert [n["network"] for n in spec["nics"]] == ["lan"] and spec["cloud_init"]["ssh_authorized_keys"]
+    assert found["metadata"]["labels"]["app"] == "made"
     with demo.client("viewer") as client:
         volume = client.get("/v1/volumes/made-1-root").json()
     assert volume["spec"] == {
         "pool": "shared",
         "size_gib": 5,
-        "source": {"image": "debian-12", "snapshot": None},
+        "source": {"image": "debian-12", "snapshot": None, "volume": None},
     }
     made.locator('button[data-action="start"]').click()  # it boots from its new disk
     expect(made.locator("td.phase")).to_have_text("Running")
+
+
+def test_three_vms_from_a_template_made_in_the_dialog(page: Page, demo: DemoServer) -> None:
+    with demo.client("operator") as client:
+        client.patch(
+            "/v1/vms/batch-1", json={"spec": {"template": True, "run_policy": "AlwaysOff"}}
+        ).raise_for_status()
+    console(page, demo, "operator")
+    page.locator("#create-vm").click()
+    form = dialog(page, "create-vm")
+    form.locator('input[name="name"]').fill("copy")
+    form.locator('input[name="count"]').fill("3")
+    form.locator('select[name="template"]').select_option("batch-1")
+    expect(form.locator('[data-part="root-disk"]')).to_be_hidden()  # the template's disks are copied
+    form.locator('[data-act="confirm"]').click()
+    expect(form).to_have_count(0)
+    for name in ("copy-1", "copy-2", "copy-3"):
+        expect(vm_row(page, name)).to_have_count(1)
+        found = vm(demo, name)
+        assert found["metadata"]["labels"]["virtplane.io/cloned-from"] == "batch-1"
+        assert [d["volume"] for d in found["spec"]["disks"]] == [f"{name}-root"]
+
+    # a snapshot is offered as a template too
+    with demo.client("operator") as client:
+        snap = {
+            "kind": "VirtualMachineSnapshot",
+            "metadata": {"name": "batch-snap"},
+            "spec": {"vm": "batch-1"},
+        }
+        client.post("/v1/snapshots", json=snap).raise_for_status()
+        wait_for(
+            lambda: client.get("/v1/snapshots/batch-snap").json()["status"]["phase"] == "Ready",
+            "snapshot Ready",
+        )
+    page.locator("#create-vm").click()
+    form = dialog(page, "create-vm")
+    form.locator('input[name="name"]').fill("from-snap")
+    form.locator('select[name="template"]').select_option("snapshot:batch-snap")
+    form.locator('[data-act="confirm"]').click()
+    expect(form).to_have_count(0)
+    expect(vm_row(page, "from-snap")).to_have_count(1)
+    with demo.client("viewer") as client:
+        volume = client.get("/v1/volumes/from-snap-root").json()
+    assert volume["spec"]["source"] == {"image": None, "snapshot": "batch-snap", "volume": "batch-1-root"}
 
 
 def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Page, demo: DemoServer) -> None:

@@ -34,6 +34,7 @@ from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.tokens import router as tokens_router
+from virtplane.api.routes.vm_create import router as vm_create_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.web import router as web_router
 
@@ -146,6 +147,7 @@ def create_app(
 
     app.include_router(whoami_router)
     app.include_router(actions_router)
+    app.include_router(vm_create_router)
     add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)

@@ -46,7 +46,8 @@ class ErrorBody(BaseModel):
     reason: str
     message: str
     fields: list[str] | None = Field(
-        None, description="With a 422 for a body that is not valid: the fields at fault, e.g. spec.memory."
+        None,
+        description="With a 422 for a body that is not valid: the fields at fault, e.g. spec.memory_mib.",
     )
 
 

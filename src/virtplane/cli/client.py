@@ -281,8 +281,8 @@ class ApiClient:
     def delete(self, plural: str, name: str, params: dict[str, str | int] | None = None) -> JsonObject:
         return self._object("DELETE", f"/v1/{plural}/{name}", params=params)
 
-    def post(self, path: str, body: Any) -> JsonObject:
-        return self._object("POST", path, body)
+    def post(self, path: str, body: Any, *, dry_run: bool = False) -> JsonObject:
+        return self._object("POST", path, body, _dry_run(dry_run))
 
     def get_path(self, path: str) -> JsonObject:
         return self._object("GET", path)

@@ -115,7 +115,8 @@ def _field(path: str, schema: Schema, defs: Mapping[str, Schema], required: bool
     allowed = tuple(str(v) for v in inner.get("enum", ()))
     if "const" in inner:
         allowed = (str(inner["const"]),)
-    allowed += _limits(target)
+    for option in target.get("anyOf", [target]):  # a size: a bounded number, or a string with a unit
+        allowed += _limits(option)
     default = json.dumps(schema["default"]) if "default" in schema else NO_DEFAULT
     properties: Mapping[str, Schema] = inner.get("properties", {}) if depth < 12 else {}
     wanted = set(inner.get("required", ()))

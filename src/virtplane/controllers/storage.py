@@ -26,8 +26,11 @@ from virtplane.domain.resources import (
     PoolContent,
     PoolKind,
     Resource,
+    SnapshotPhase,
     StoragePool,
     VirtualMachine,
+    VirtualMachineSnapshot,
+    VMPhase,
     Volume,
     VolumePhase,
 )
@@ -152,16 +155,24 @@ class VolumeReconciler:
                 f"pool {pool.metadata.name} is an image library, not for volumes",
                 60.0,
             )
-        source, image_pool = None, None
+        source, image_pool, handle = None, None, None
         if volume.spec.source and volume.spec.source.image and volume.status.phase is not VolumePhase.READY:
             source, problem = image_ref(ctx.cache, volume.spec.source.image, ImageKind.DISK)
             image = ctx.cache.image(volume.spec.source.image)
             image_pool = ctx.cache.pool(image.spec.pool) if image else None
             if source is None or image_pool is None:
                 return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+        elif self._copying(volume) and volume.spec.source and volume.spec.source.snapshot:
+            handle, problem = self._saved_disk(volume.spec.source.snapshot, volume.spec.source.volume or "")
+            if handle is None:
+                return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+        elif self._copying(volume) and volume.spec.source and volume.spec.source.volume:
+            source, image_pool, problem = self._copied_volume(volume.spec.source.volume)
+            if source is None:
+                return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
         driver = await pool_driver(ctx, pool, also=image_pool)
         if driver is None:
-            where = f" and image library {image_pool.metadata.name}" if image_pool else ""
+            where = f" and pool {image_pool.metadata.name}" if image_pool else ""
             return await self._fail(
                 volume, VolumePhase.PENDING, f"no connected host sees pool {pool.metadata.name}{where}", 5.0
             )
@@ -169,6 +180,8 @@ class VolumeReconciler:
         try:
             if volume.status.phase is VolumePhase.READY:
                 info = await driver.resize_volume(pool_ref(pool), file, volume.spec.size_gib)
+            elif handle is not None:
+                info = await driver.copy_volume_snapshot(pool_ref(pool), file, volume.spec.size_gib, handle)
             else:
                 info = await driver.create_volume(pool_ref(pool), file, volume.spec.size_gib, source)
         except PermanentError as exc:
@@ -183,6 +196,44 @@ class VolumeReconciler:
         ctx.event(volume, "Ready", f"created at {info.path}")
         await ctx.write(volume)
         return None
+
+    @staticmethod
+    def _copying(volume: Volume) -> bool:
+        return volume.status.phase is not VolumePhase.READY
+
+    def _saved_disk(self, snapshot_name: str, volume: str) -> tuple[str | None, str]:
+        """The handle of the disk of ``volume`` that the snapshot saved, or why there is none."""
+        snapshot = self.ctx.store.find(VirtualMachineSnapshot, snapshot_name)
+        if snapshot is None:
+            return None, f"snapshot {snapshot_name} to copy does not exist"
+        if snapshot.status.phase is not SnapshotPhase.READY:
+            return None, f"snapshot {snapshot_name} to copy is {snapshot.status.phase.value}"
+        saved = next((d for d in snapshot.status.disk_snapshots if d.volume == volume), None)
+        if saved is None:
+            return None, f"snapshot {snapshot_name} saved no disk of volume {volume}"
+        return saved.handle, ""
+
+    def _copied_volume(self, name: str) -> tuple[ImageRef | None, StoragePool | None, str]:
+        """The file of the Volume ``name`` to copy (a clone's source) and its pool, if it can be
+        copied now: Ready, and no disk of a VM that is not Stopped (its content would change
+        under the copy). Else why not."""
+        source = self.ctx.cache.volume(name)
+        if source is None:
+            return None, None, f"volume {name} to copy does not exist"
+        if source.status.phase is not VolumePhase.READY:
+            return None, None, f"volume {name} to copy is {source.status.phase.value}"
+        user = self.ctx.cache.vm(source.status.attached_vm) if source.status.attached_vm else None
+        if user is not None and user.status.phase is not VMPhase.STOPPED:
+            return (
+                None,
+                None,
+                f"volume {name} to copy is a disk of VM {user.metadata.name}, which is {user.status.phase.value}",
+            )
+        pool = self.ctx.cache.pool(source.spec.pool)
+        if pool is None:
+            return None, None, f"pool {source.spec.pool} of volume {name} does not exist"
+        # a VM's volumes are qcow2 files that stand alone: checked as an image is, then copied whole
+        return ImageRef(pool_ref(pool), volume_file(source), "qcow2"), pool, ""
 
     async def _delete(self, volume: Volume, pool: StoragePool | None) -> Result | None:
         ctx = self.ctx
@@ -224,6 +275,26 @@ def _volumes_in_pool(cache: Cache, old: Resource | None, new: Resource | None) -
     return [Request(Volume.KIND, name) for name in cache.volumes_in_pool(name_of(old, new))]
 
 
+def _volumes_copying(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """Clones still to be copied from the volume (it may be Ready now)."""
+    volume = name_of(old, new)
+    return [
+        Request(Volume.KIND, v.metadata.name)
+        for v in cache.volumes()
+        if v.spec.source and v.spec.source.volume == volume and v.status.phase is not VolumePhase.READY
+    ]
+
+
+def _volumes_from_snapshot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
+    """Copies still to be made from the snapshot (it may be Ready now)."""
+    snapshot = name_of(old, new)
+    return [
+        Request(Volume.KIND, v.metadata.name)
+        for v in cache.volumes()
+        if v.spec.source and v.spec.source.snapshot == snapshot and v.status.phase is not VolumePhase.READY
+    ]
+
+
 def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """Volumes still to be copied from the image (it may be Ready now)."""
     image = name_of(old, new)
@@ -237,6 +308,8 @@ def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None
 POOL_WATCHES = (itself(StoragePool.KIND), Watch(Host.KIND, _every_pool))
 VOLUME_WATCHES = (
     itself(Volume.KIND),
+    Watch(Volume.KIND, _volumes_copying),
+    Watch(VirtualMachineSnapshot.KIND, _volumes_from_snapshot),
     Watch(StoragePool.KIND, _volumes_in_pool),
     Watch(Image.KIND, _volumes_from_image),
     Watch(VirtualMachine.KIND, volumes_of_vm),

@@ -374,6 +374,10 @@ class HypervisorDriver(Protocol):
 
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None: ...
 
+    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+        """A new volume in ``pool`` holding what ``handle`` saved (a clone of a snapshot's disk), at
+        least as large; or the one of that name from an earlier, interrupted call."""
+
     async def delete_volume_snapshot(self, handle: str) -> None: ...
 
     async def save_memory(self, name: str, snapshot_id: str) -> str:

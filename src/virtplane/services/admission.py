@@ -9,6 +9,7 @@ conflict with the state things are in); the API maps it to its HTTP status.
 from __future__ import annotations
 
 from virtplane.domain.attachments import attached_elsewhere, users_of
+from virtplane.domain.clones import check_template_change
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.intents import read_intents
 from virtplane.domain.ipam import Claim
@@ -57,6 +58,7 @@ class Admission:
         elif isinstance(obj, Volume):
             self._admit_volume(obj)
         elif isinstance(obj, VirtualMachine):
+            check_template_change(None, obj)
             self._admit_boot(obj)
             self._admit_disks(obj, set())
             self.networks.admit_nics(obj, None)
@@ -115,8 +117,30 @@ class Admission:
                 "PoolIsImageLibrary",
                 f"storage pool {pool.metadata.name} is an image library, not for volumes",
             )
-        if volume.spec.source and volume.spec.source.image:
-            self._image(volume.spec.source.image, ImageKind.DISK, "spec.source.image")
+        source = volume.spec.source
+        if source is None:
+            return
+        given = [field for field in ("image", "snapshot", "volume") if getattr(source, field)]
+        if given not in (["image"], ["volume"], ["snapshot", "volume"], []):
+            raise Invalid(
+                "Invalid",
+                f"spec.source: give an image, a volume, or a snapshot and the volume it saved, not {given}",
+            )
+        if source.image:
+            self._image(source.image, ImageKind.DISK, "spec.source.image")
+        elif source.snapshot:
+            snapshot = self.store.find(VirtualMachineSnapshot, source.snapshot)
+            if snapshot is None:
+                raise Invalid(
+                    "SnapshotNotFound", f"spec.source.snapshot: snapshot {source.snapshot} does not exist"
+                )
+            if not any(d.volume == source.volume for d in snapshot.status.disk_snapshots):
+                raise Invalid(
+                    "SnapshotDiskMissing",
+                    f"spec.source: snapshot {source.snapshot} saved no disk of volume {source.volume}",
+                )
+        elif source.volume and self.store.find(Volume, source.volume) is None:
+            raise Invalid("VolumeNotFound", f"spec.source.volume: volume {source.volume} does not exist")
 
     def _admit_boot(self, vm: VirtualMachine) -> None:
         if vm.spec.boot is not None:
@@ -183,6 +207,7 @@ class Admission:
             if (current.spec.pool, current.spec.source) != (new.spec.pool, new.spec.source):
                 self._admit_volume(new)
         elif isinstance(current, VirtualMachine) and isinstance(new, VirtualMachine):
+            check_template_change(current, new)
             if current.spec.boot != new.spec.boot:
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
@@ -204,6 +229,16 @@ class Admission:
             ]
             if users:
                 raise Refused("VolumeInUse", f"volume {name} is a disk of VM {', '.join(sorted(users))}")
+            copies = sorted(
+                v.metadata.name
+                for v in self.cache.volumes()
+                if v.spec.source
+                and v.spec.source.volume == name
+                and not v.spec.source.snapshot
+                and v.status.phase is not VolumePhase.READY
+            )
+            if copies:
+                raise Refused("VolumeInUse", f"volume {name} is being copied to {', '.join(copies)}")
         elif isinstance(current, StoragePool):
             volumes = [v.metadata.name for v in self.cache.volumes() if v.spec.pool == name]
             if volumes:
@@ -248,6 +283,16 @@ class Admission:
                     "HostInUse",
                     f"host {name} still has {len(vms)} VM(s); move or delete them first (e.g. {vms[0].metadata.name})",
                 )
+        elif isinstance(current, VirtualMachineSnapshot):
+            copies = sorted(
+                v.metadata.name
+                for v in self.cache.volumes()
+                if v.spec.source
+                and v.spec.source.snapshot == name
+                and v.status.phase is not VolumePhase.READY
+            )
+            if copies:
+                raise Refused("SnapshotInUse", f"snapshot {name} is being copied to {', '.join(copies)}")
         elif (
             isinstance(current, VirtualMachineOperation)
             and current.status.phase is OperationPhase.IN_PROGRESS

@@ -20,6 +20,7 @@ from virtplane.api.lists import LIST_RESPONSES, ListQuery, list_query, page_resp
 from virtplane.api.shown import public_doc
 from virtplane.api.watch import object_stream, require_resumable, stream_response
 from virtplane.domain.base import copied
+from virtplane.domain.clones import merge_patch  # one RFC 7386 merge: PATCH, and a copy's spec
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
 from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
 from virtplane.store.claims import ClaimTaken
@@ -60,19 +61,6 @@ async def admit_on_loop(ctx: ApiContext, check: Callable[..., T], *args: Any) ->
 def admit(ctx: ApiContext, check: Callable[..., T], *args: Any) -> T:
     """``admit_on_loop`` from the thread a sync route runs in."""
     return from_thread.run(admit_on_loop, ctx, check, *args)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _user_writable(obj: Resource, current: Resource | None) -> Resource:
@@ -129,8 +117,9 @@ def _list(
     return stream_response(limiter(request).watched(principal.name, opened))
 
 
-async def _create(ctx: ApiContext, new: Resource, dry_run: bool, principal: Principal) -> Resource:
-    """On the loop, as the controllers' writes (each store call is short): a sync route hops to a
+async def create_as(ctx: ApiContext, new: Resource, dry_run: bool, principal: Principal) -> Resource:
+    """Admit and create ``new`` as ``principal`` (``POST /v1/{plural}``; also the VMs and volumes of
+    ``POST /v1/vms/actions/create``). On the loop, as the controllers' writes (each store call is short): a sync route hops to a
     worker thread and back to the loop twice, and under load each hop waits for the reconciles
     its own write has just woken."""
     kind = new.KIND
@@ -248,7 +237,7 @@ def _endpoints(cls: type[Resource], write_role: Role) -> dict[str, Callable[...,
         principal: Principal = write,
     ) -> Any:
         response.status_code = 201
-        return public_doc(await _create(_ctx(request), body, dry_run, principal))
+        return public_doc(await create_as(_ctx(request), body, dry_run, principal))
 
     def get_object(name: str, request: Request, principal: Principal = read) -> Any:
         return public_doc(_ctx(request).store.get(cls, name), redacted=not principal.can(Role.OPERATOR))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, Field
 
 from virtplane.domain.base import Condition, Name, Resource, Strict
 from virtplane.domain.names import BMC_SYSTEM_ID, BMC_URL, MIGRATION_ADDRESS
+from virtplane.domain.sizes import MIB, accepts_units
 
 
 class HostResourceState(StrEnum):
@@ -89,9 +90,14 @@ class ClusterCPU(HostCPU):
     )
 
 
+MAX_HOST_MEMORY_MIB = 64 * 1024 * 1024
+
+
 class Capacity(Strict):
     vcpus: int = Field(ge=1, le=4096)
-    memory_mib: int = Field(ge=64, le=64 * 1024 * 1024)
+    memory_mib: Annotated[int, accepts_units(MIB, ge=64, le=MAX_HOST_MEMORY_MIB)] = Field(
+        ge=64, le=MAX_HOST_MEMORY_MIB, description="Memory in MiB, or a size with a unit (256Gi)."
+    )
 
 
 class AllocationRatios(BaseModel):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
 from virtplane.domain.base import Name, Resource, Strict
 from virtplane.domain.names import DRIVER_POOL, HOST_PATH
+from virtplane.domain.sizes import GIB, accepts_units
 
 
 class PoolKind(StrEnum):
@@ -23,6 +24,9 @@ class PoolContent(StrEnum):
     IMAGES = "images"
 
 
+MAX_POOL_GIB = 1024 * 1024
+
+
 class StoragePoolSpec(Strict):
     kind: PoolKind
     content: PoolContent = Field(
@@ -33,7 +37,9 @@ class StoragePoolSpec(Strict):
     host: Name | None = Field(default=None, description="The host of a local pool.")
     hosts: list[Name] = Field(default_factory=list, description="Hosts that see a shared pool.")
     cluster: Name | None = Field(default=None, description="All hosts of this cluster see the shared pool.")
-    capacity_gib: int = Field(ge=1, le=1024 * 1024)
+    capacity_gib: Annotated[int, accepts_units(GIB, ge=1, le=MAX_POOL_GIB)] = Field(
+        ge=1, le=MAX_POOL_GIB, description="Capacity in GiB, or a size with a unit (500Gi, 2Ti)."
+    )
     driver_pool: str = Field(
         default="",
         max_length=255,

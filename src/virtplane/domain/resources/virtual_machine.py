@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from virtplane.domain.base import Condition, Name, Resource, Strict
 from virtplane.domain.networks import CloudInit, Nic, NicStatus, check_nics
+from virtplane.domain.sizes import MIB, accepts_units, renamed_size
 from virtplane.domain.vocabulary import RunPolicy
 
 
@@ -89,6 +90,9 @@ class MigrationPolicy(Strict):
     )
 
 
+MAX_MEMORY_MIB = 4 * 1024 * 1024
+
+
 class VirtualMachineSpec(Strict):
     run_policy: RunPolicy = RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY
     cpu: int = Field(default=1, ge=1, le=256)
@@ -97,7 +101,12 @@ class VirtualMachineSpec(Strict):
         description="cluster: the cluster's CPU model, so the VM can live-migrate to any host of its "
         "cluster; host-passthrough: the host's CPU (KVM only; migrates only to identical CPUs).",
     )
-    memory_mib: int = Field(default=512, ge=16, le=4 * 1024 * 1024)
+    memory_mib: Annotated[int, accepts_units(MIB, ge=16, le=MAX_MEMORY_MIB)] = Field(
+        default=512,
+        ge=16,
+        le=MAX_MEMORY_MIB,
+        description="Memory in MiB, or a size with a unit (4Gi, 512Mi); ``memory: 4Gi`` also works.",
+    )
     disks: list[Disk] = Field(default_factory=list, max_length=32)
     live_migration_policy: LiveMigrationPolicy = LiveMigrationPolicy.ALLOWED
     migration: MigrationPolicy = Field(
@@ -116,6 +125,16 @@ class VirtualMachineSpec(Strict):
     cloud_init: CloudInit | None = Field(
         default=None, description="First-boot configuration: a NoCloud seed attached as a read-only CD-ROM."
     )
+    template: bool = Field(
+        default=False,
+        description="A template: never runs (run_policy AlwaysOff), so that new VMs get copies of its "
+        "disks as they are (POST /v1/vms/actions/create with template). Only a stopped VM becomes one.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_with_a_unit(cls, data: Any) -> Any:
+        return renamed_size(data, "memory", "memory_mib")
 
     @model_validator(mode="after")
     def _unique_disks(self) -> VirtualMachineSpec:

@@ -3,22 +3,42 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from virtplane.domain.base import Name, Resource, Strict
+from virtplane.domain.sizes import GIB, accepts_units, renamed_size
+
+MAX_VOLUME_GIB = 64 * 1024
 
 
 class VolumeSource(Strict):
     image: Name | None = Field(default=None, description="The name of an Image (kind Disk) to copy.")
-    snapshot: Name | None = Field(default=None, description="A VirtualMachineSnapshot to copy a disk from.")
+    snapshot: Name | None = Field(
+        default=None,
+        description="A VirtualMachineSnapshot to copy a disk from: the disk of ``volume`` as it saved it.",
+    )
+    volume: Name | None = Field(
+        default=None,
+        description="Another Volume to copy whole (a disk of a template or of a stopped VM): a clone; "
+        "with ``snapshot``, the volume whose saved disk is copied.",
+    )
 
 
 class VolumeSpec(Strict):
     pool: Name
-    size_gib: int = Field(ge=1, le=64 * 1024)
+    size_gib: Annotated[int, accepts_units(GIB, ge=1, le=MAX_VOLUME_GIB)] = Field(
+        ge=1,
+        le=MAX_VOLUME_GIB,
+        description="Size in GiB, or a size with a unit (20Gi, 1Ti); ``size: 20Gi`` also works.",
+    )
     source: VolumeSource | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_with_a_unit(cls, data: Any) -> Any:
+        return renamed_size(data, "size", "size_gib")
 
 
 class VolumePhase(StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from virtplane.drivers.base import DomainSpec, PoolRef
+from virtplane.drivers.base import Capability, DomainSpec, PoolRef, VolumeInfo
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import storage
 from virtplane.drivers.libvirt.domain import LibvirtDomain
@@ -18,6 +18,12 @@ class SnapshotOperations(DomainLifecycle):
         live_backup = self.flavor.live_backup
         return await self._call(
             lambda conn: storage.snapshot_volume(conn, pool, name, snapshot_id, live_backup=live_backup)
+        )
+
+    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+        can_resize = Capability.VOLUME_RESIZE in self.capabilities
+        return await self._call(
+            lambda conn: storage.copy_snapshot(conn, pool, name, size_gib, handle, can_resize=can_resize)
         )
 
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:

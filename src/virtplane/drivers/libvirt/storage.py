@@ -287,6 +287,22 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
     _clone(pool, name, snapshot, int(snapshot.info()[1]), can_resize=False)
 
 
+def copy_snapshot(
+    conn: Any, ref: PoolRef, name: str, size_gib: int, handle: str, *, can_resize: bool
+) -> VolumeInfo:
+    """A new volume ``name`` in ``ref`` cloned from the disk snapshot ``handle`` (its path)."""
+    check_name("volume name", name)
+    snapshot = volume_by_path(conn, handle)
+    if snapshot is None:
+        raise NotFound(f"disk snapshot {handle!r} does not exist")
+    pool = ensure_pool(conn, ref)
+    existing = lookup_volume(pool, name)
+    if existing is not None:
+        return volume_info(existing)  # idempotent: made by an earlier, interrupted call
+    capacity = max(size_gib * GIB, int(snapshot.info()[1]))
+    return volume_info(_clone(pool, name, snapshot, capacity, can_resize=can_resize))
+
+
 def delete_snapshot(conn: Any, handle: str) -> None:
     vol = volume_by_path(conn, handle)
     if vol is not None:
@@ -296,6 +312,7 @@ def delete_snapshot(conn: Any, handle: str) -> None:
 __all__ = [
     "GIB",
     "check_name",
+    "copy_snapshot",
     "create_volume",
     "delete_snapshot",
     "delete_volume",

@@ -355,6 +355,10 @@ class SimDriver:
         return self._world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 
     @_entry_point
+    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+        return self._world.storage.copy_snapshot(self._host().name, pool, name, size_gib, handle)
+
+    @_entry_point
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:
         self._world.storage.revert_volume(self._host().name, pool, name, handle)
 

@@ -192,7 +192,8 @@ class SimStorage:
         pool = self.pool(host, ref)
         existing = pool.volumes.get(name)
         if existing is not None:
-            if existing.size_gib != size_gib:
+            # larger is the same create's: a copy takes its source's size when that is larger
+            if existing.size_gib < size_gib:
                 raise PermanentError(
                     f"volume {name} already exists in pool {ref.name} with {existing.size_gib} GiB"
                 )
@@ -241,6 +242,20 @@ class SimStorage:
         handle = f"{VOLUME_SNAPSHOT_SCHEME}{ref.name}/{name}@{snapshot_id}"
         self._snapshots.put(handle, SavedVolume(ref.name, name, volume.size_gib, volume.content))
         return handle
+
+    def copy_snapshot(self, host: str, ref: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+        saved = self._snapshots.get(handle)
+        if saved is None:
+            raise NotFound(f"volume snapshot {handle} does not exist")
+        pool = self.pool(host, ref)
+        existing = pool.volumes.get(name)
+        if existing is not None:
+            return existing.info()  # a re-run of the same copy
+        size = max(size_gib, saved.size_gib)
+        pool.check_room(size, f"volume {name}")
+        return pool.volumes.put(
+            name, SimVolume(name, volume_path(ref.name, name), size, saved.content)
+        ).info()
 
     def revert_volume(self, host: str, ref: PoolRef, name: str, handle: str) -> None:
         saved = self._snapshots.get(handle)
