@@ -203,7 +203,7 @@ class VolumeReconciler:
 
     def _saved_disk(self, snapshot_name: str, volume: str) -> tuple[str | None, str]:
         """The handle of the disk of ``volume`` that the snapshot saved, or why there is none."""
-        snapshot = self.ctx.store.find(VirtualMachineSnapshot, snapshot_name)
+        snapshot = self.ctx.read(VirtualMachineSnapshot, snapshot_name)
         if snapshot is None:
             return None, f"snapshot {snapshot_name} to copy does not exist"
         if snapshot.status.phase is not SnapshotPhase.READY:
