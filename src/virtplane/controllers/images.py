@@ -15,7 +15,7 @@ from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.host import reachability_changed
 from virtplane.controllers.registration import Registration
 from virtplane.controllers.scheduling import pool_hosts
-from virtplane.controllers.storage import pool_ref
+from virtplane.controllers.storage import library_ref
 from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.resources import (
     Host,
@@ -27,7 +27,6 @@ from virtplane.domain.resources import (
     Resource,
     StoragePool,
 )
-from virtplane.drivers.base import ImageRef
 from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
@@ -72,7 +71,7 @@ class ImageReconciler:
             return _status(
                 ImagePhase.FAILED, f"pool {pool.metadata.name} is not an image library (spec.content: images)"
             ), RECHECK_FAILED_S
-        ref = ImageRef(pool_ref(pool), image.spec.file, image.spec.effective_format.value)
+        ref = library_ref(image, pool)
         found: list[str] = []
         size = virtual = 0
         for host_name in sorted(pool_hosts(ctx.cache, pool)):

@@ -60,7 +60,10 @@ class ImageRef:
 
     pool: PoolRef
     file: str
-    format: str = "raw"  # what the file must be: qcow2 or raw (kernels and initrds are raw)
+    format: str = "raw"  # what the file must be: qcow2, raw (kernels and initrds) or iso
+    written_bytes: int | None = (
+        None  # virtplane wrote it (an upload): checked by its size, through the driver
+    )
 
 
 @dataclass(frozen=True)
@@ -363,6 +366,12 @@ class HypervisorDriver(Protocol):
         """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the
         driver so remote hosts get it; written whole each time, so only while no running domain
         uses it."""
+
+    async def write_image(self, image: ImageRef, source: str) -> None:
+        """Write the control plane's file at ``source`` into the library as ``image.file``, over
+        the driver's connection (libvirt's volume upload), so a host whose library the control
+        plane does not see gets it too. Replaces an earlier copy (one cut off by a crash); a
+        write that fails leaves no file behind."""
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
 

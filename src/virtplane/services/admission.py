@@ -64,6 +64,12 @@ class Admission:
             self.networks.admit_network(obj, None)
         elif isinstance(obj, Image):
             self._library(obj.spec.pool)
+            if obj.spec.upload is not None:  # it lets the file be checked through libvirt alone
+                raise Invalid(
+                    "UploadOnly",
+                    "spec.upload is set by the server for the files it writes itself "
+                    "(PUT /v1/images/NAME/content); leave it out",
+                )
         elif isinstance(obj, StoragePool):
             self._admit_pool(obj)
         elif isinstance(obj, Secret) and not obj.spec.password:

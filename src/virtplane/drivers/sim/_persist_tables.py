@@ -136,7 +136,12 @@ def spec_to_json(spec: DomainSpec) -> str:
 def _image_from_json(data: Any) -> ImageRef | None:
     if not isinstance(data, dict):
         return None  # a path from before images came from the library: not kept
-    return ImageRef(pool=PoolRef(**data["pool"]), file=data["file"], format=data.get("format", "raw"))
+    return ImageRef(
+        pool=PoolRef(**data["pool"]),
+        file=data["file"],
+        format=data.get("format", "raw"),
+        written_bytes=data.get("written_bytes"),
+    )
 
 
 def spec_from_json(text: str) -> DomainSpec:

@@ -17,13 +17,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from virtplane.drivers.base import ImageInfo, ImageRef, PoolRef, VolumeInfo
-from virtplane.drivers.errors import NotFound, PermanentError, TransientError
+from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
 
 from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
 from ._model import URI_SCHEME, SimFaultError
 
 if TYPE_CHECKING:
     from ._precopy import DiskCopy
+
+WRITTEN_IMAGE = "written-image"
+"""The content of a library file written through the driver (an upload): its probed format,
+size and digest (``written-image FORMAT SIZE SHA256``), so it survives a restart of the simulator."""
 
 SHARED = ""
 """The host part of a shared pool's key."""
@@ -184,7 +188,27 @@ class SimStorage:
                 f"image file {image.file} in library pool {image.pool.name} does not exist"
             ) from None
         size = found.size_gib * GIB
-        return ImageInfo(size_bytes=size, virtual_size_bytes=size, format=image.format), found
+        fmt = image.format
+        if found.content.startswith(WRITTEN_IMAGE + " "):
+            _, fmt, written, _digest = found.content.split(" ")
+            size = int(written)
+            what = f"image file {image.file} in library pool {image.pool.name}"
+            if fmt != image.format:  # libvirt's probe reports the file's real format
+                raise ImageRefused(f"{what} is {fmt}, not {image.format}")
+            if image.written_bytes is not None and size != image.written_bytes:
+                raise ImageRefused(f"{what} is not the file virtplane wrote ({image.written_bytes} bytes)")
+        return ImageInfo(size_bytes=size, virtual_size_bytes=size, format=fmt), found
+
+    def write_image(self, host: str, image: ImageRef, fmt: str, size: int, sha256: str) -> None:
+        """A file uploaded into a library: replaces an earlier copy, as libvirt's upload does."""
+        pool = self.pool(host, image.pool)
+        pool.volumes.pop(image.file)
+        size_gib = -(-size // GIB)
+        pool.check_room(size_gib, f"image file {image.file}")
+        content = f"{WRITTEN_IMAGE} {fmt} {size} {sha256}"
+        pool.volumes.put(
+            image.file, SimVolume(image.file, volume_path(image.pool.name, image.file), size_gib, content)
+        )
 
     def create_volume(
         self, host: str, ref: PoolRef, name: str, size_gib: int, source: ImageRef | None
