@@ -102,6 +102,9 @@ class DomainSpec:
     cpu_model: str = ""  # the cluster's CPU model ("": the host's default for its domains)
     cpu_features: tuple[str, ...] = ()  # required on top of cpu_model
     cpu_disabled: tuple[str, ...] = ()  # cpu_model's features the cluster lacks
+    cdrom: ImageRef | None = (
+        None  # an installer ISO from the library: a read-only CD-ROM, booted after the disks
+    )
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,8 @@ class Admission:
             self._image(volume.spec.source.image, ImageKind.DISK, "spec.source.image")
 
     def _admit_boot(self, vm: VirtualMachine) -> None:
+        if vm.spec.cdrom is not None:
+            self._image(vm.spec.cdrom, ImageKind.ISO, "spec.cdrom")
         if vm.spec.boot is not None:
             self._image(vm.spec.boot.kernel, ImageKind.KERNEL, "spec.boot.kernel")
             if vm.spec.boot.initrd:
@@ -189,7 +191,7 @@ class Admission:
             if (current.spec.pool, current.spec.source) != (new.spec.pool, new.spec.source):
                 self._admit_volume(new)
         elif isinstance(current, VirtualMachine) and isinstance(new, VirtualMachine):
-            if current.spec.boot != new.spec.boot:
+            if (current.spec.boot, current.spec.cdrom) != (new.spec.boot, new.spec.cdrom):
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
             admit_hotplug(self.cache, current, new)
@@ -225,7 +227,8 @@ class Admission:
             users = sorted(
                 vm.metadata.name
                 for vm in self.cache.vms()
-                if vm.spec.boot is not None and name in (vm.spec.boot.kernel, vm.spec.boot.initrd)
+                if name == vm.spec.cdrom
+                or (vm.spec.boot is not None and name in (vm.spec.boot.kernel, vm.spec.boot.initrd))
             ) + sorted(
                 v.metadata.name
                 for v in self.cache.volumes()

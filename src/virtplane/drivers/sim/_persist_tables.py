@@ -148,6 +148,7 @@ def spec_from_json(text: str) -> DomainSpec:
     data = json.loads(text)
     disks = tuple(DiskAttachment(**disk) for disk in data.pop("disks", ()))
     kernel, initrd = _image_from_json(data.pop("kernel", None)), _image_from_json(data.pop("initrd", None))
+    data["cdrom"] = _image_from_json(data.pop("cdrom", None))
     nics = tuple(NicAttachment(**nic) for nic in data.pop("nics", ()))
     # JSON has lists: specs compare equal as tuples
     features, disabled = tuple(data.pop("cpu_features", ())), tuple(data.pop("cpu_disabled", ()))
