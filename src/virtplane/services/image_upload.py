@@ -128,19 +128,33 @@ class ImageUploads:
     # ------------------------------------------------------------------ the body
 
     @contextlib.asynccontextmanager
-    async def received(self, plan: UploadPlan, chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
-        """The content in a private file, checked (size, SHA-256, format); removed after."""
+    async def received(
+        self, plan: UploadPlan, chunks: AsyncIterable[bytes], *, convert_vmdk: bool = False
+    ) -> AsyncIterator[tuple[str, UploadPlan]]:
+        """The content in a private file, checked (size, SHA-256, format), and the plan for it;
+        removed after. ``convert_vmdk``: a VMDK for a qcow2 Image is converted (``qemu-img``),
+        and the plan then records the converted file."""
         descriptor, path = tempfile.mkstemp(prefix=".image-upload-", dir=self.spool_dir)
+        converted = path + ".qcow2"
         try:
             with os.fdopen(descriptor, "wb") as spool:
                 digest, size = await _spool(chunks, spool, plan.size_bytes)
-            self._check_content(plan, path, digest, size)
-            yield path
+            found = self._check_content(plan, path, digest, size, convert_vmdk=convert_vmdk)
+            if found == "vmdk":
+                await _convert(path, converted)
+                digest, size = await asyncio.to_thread(_digest_of, converted)
+                yield converted, self._replanned(plan, digest, size)
+            else:
+                yield path, plan
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            for leftover in (path, converted):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
 
-    def _check_content(self, plan: UploadPlan, path: str, digest: str, size: int) -> None:
+    def _check_content(
+        self, plan: UploadPlan, path: str, digest: str, size: int, *, convert_vmdk: bool
+    ) -> str:
+        """The content's format, once it is what the plan says (or a VMDK to convert)."""
         upload = plan.image.spec.upload
         assert upload is not None
         if size != plan.size_bytes:
@@ -153,8 +167,16 @@ class ImageUploads:
         with open(path, "rb") as file:
             found = probe_format(file.read(PROBE_BYTES))
         declared = plan.image.spec.effective_format.value
-        if found != declared:
+        if found != declared and not (convert_vmdk and found == "vmdk" and declared == "qcow2"):
             raise Invalid("WrongFormat", f"the content is {found}, not {declared}: nothing was written")
+        return found
+
+    def _replanned(self, plan: UploadPlan, digest: str, size: int) -> UploadPlan:
+        """The plan for the converted file: its own digest and size, within the quota too."""
+        self._check_quota(plan.pool, size)
+        spec = plan.image.spec.model_copy(update={"upload": ImageUpload(sha256=digest, size_bytes=size)})
+        image = plan.image.model_copy(update={"spec": spec})
+        return UploadPlan(image=image, pool=plan.pool, hosts=plan.hosts, size_bytes=size)
 
     # ------------------------------------------------------------------ the hosts
 
@@ -201,6 +223,31 @@ async def _spool(chunks: AsyncIterable[bytes], spool: BinaryIO, limit: int) -> t
             raise Invalid("IncompleteUpload", f"the body is longer than the {limit} bytes announced")
         digest.update(chunk)
         await asyncio.to_thread(spool.write, chunk)
+    return digest.hexdigest(), size
+
+
+async def _convert(source: str, target: str) -> None:
+    """A VMDK (from an OVA or a VMware export) into qcow2, with QEMU's own converter."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "qemu-img", "convert", "-q", "-f", "vmdk", "-O", "qcow2", source, target,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise Refused("ConversionUnavailable", "qemu-img is not installed on the server") from None
+    _, error = await process.communicate()
+    if process.returncode != 0:
+        why = error.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+        raise Invalid("ConversionFailed", f"the VMDK could not be converted to qcow2: {why[0]}")
+
+
+def _digest_of(path: str) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
     return digest.hexdigest(), size
 
 
