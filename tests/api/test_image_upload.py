@@ -220,3 +220,13 @@ def test_an_upload_is_not_held_to_the_apis_body_limit(libraries: LiveServer) -> 
         answer = upload(admin, "big", big)
         assert answer.status_code == 201, answer.text
         assert answer.json()["spec"]["upload"]["size_bytes"] == len(big)
+
+
+def test_deleting_an_uploaded_image_deletes_its_files(libraries: LiveServer) -> None:
+    with libraries.client("admin") as admin:
+        assert upload(admin, "golden", QCOW2).status_code == 201
+        wait(lambda: phase(admin, "images", "golden") == "Ready")
+        deleted = admin.delete("/v1/images/golden")
+        assert deleted.status_code == 200, deleted.text
+        wait(lambda: admin.get("/v1/images/golden").status_code == 404)
+    assert library_files(libraries) == {}

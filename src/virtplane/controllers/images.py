@@ -27,7 +27,8 @@ from virtplane.domain.resources import (
     Resource,
     StoragePool,
 )
-from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
+from virtplane.domain.resources.image import IMAGE_FILES_FINALIZER
+from virtplane.drivers.errors import DriverError, ImageRefused, NotFound, PermanentError, TransientError
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
 
@@ -48,6 +49,8 @@ class ImageReconciler:
         image = ctx.store.find(Image, req.name)
         if image is None:
             return None
+        if image.metadata.deletion_requested_at is not None:
+            return await self._delete_files(image)
         status, retry = await self._check(image)
         status.observed_generation = image.metadata.generation
         if status != image.status:
@@ -59,6 +62,32 @@ class ImageReconciler:
                 )
             await ctx.write(image)
         return Result(requeue_after=retry)
+
+    async def _delete_files(self, image: Image) -> Result | None:
+        """An uploaded Image's files go from every host of its library (a file virtplane wrote);
+        while a host is away the Image waits, so no copy is left behind on it."""
+        ctx = self.ctx
+        pool = ctx.cache.pool(image.spec.pool) or ctx.store.find(StoragePool, image.spec.pool)
+        if IMAGE_FILES_FINALIZER in image.metadata.finalizers and pool is not None:
+            ref = library_ref(image, pool)
+            for host_name in sorted(pool_hosts(ctx.cache, pool)):
+                host = ctx.cache.host(host_name)
+                if host is None:
+                    continue  # gone from the fleet, and its library with it
+                try:
+                    driver = await ctx.hosts.get(host.spec.uri)
+                    await driver.delete_volume(ref.pool, ref.file)
+                except NotFound:
+                    continue  # the host has no such library: nothing of ours there
+                except DriverError as exc:  # away, or busy: again later
+                    log.info("image %s: files not deleted on %s yet: %s", image.metadata.name, host_name, exc)
+                    return Result(requeue_after=RECHECK_PENDING_S)
+        if IMAGE_FILES_FINALIZER in image.metadata.finalizers:
+            image.metadata.finalizers.remove(IMAGE_FILES_FINALIZER)
+            image = await ctx.write(image)
+        if not image.metadata.finalizers:
+            ctx.delete(Image, image.metadata.name)
+        return None
 
     async def _check(self, image: Image) -> tuple[ImageStatus, float]:
         ctx = self.ctx

@@ -45,6 +45,7 @@ from virtplane.domain.resources import (
     PoolContent,
     StoragePool,
 )
+from virtplane.domain.resources.image import IMAGE_FILES_FINALIZER
 from virtplane.drivers.base import HypervisorDriver, PoolRef
 from virtplane.drivers.errors import DriverError
 
@@ -106,7 +107,7 @@ class ImageUploads:
                 f"host {', '.join(away)} of library pool {pool_name} is not connected; the file "
                 "must reach every host of the pool",
             )
-        image = Image(metadata=Metadata(name=name), spec=spec)
+        image = Image(metadata=Metadata(name=name, finalizers=[IMAGE_FILES_FINALIZER]), spec=spec)
         return UploadPlan(image=image, pool=pool, hosts=tuple(hosts), size_bytes=size)
 
     def _check_quota(self, pool: StoragePool, size: int) -> None:

@@ -26,6 +26,9 @@ class ImageFormat(StrEnum):
 
 SHA256_HEX = r"^[0-9a-f]{64}$"
 
+IMAGE_FILES_FINALIZER = "virtplane.io/image-files"
+"""An uploaded Image's files are deleted from its library's hosts before the Image is."""
+
 
 class ImageUpload(Strict):
     """Set by the server when it wrote the file itself (``PUT /v1/images/NAME/content``), never
