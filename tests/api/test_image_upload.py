@@ -230,3 +230,15 @@ def test_deleting_an_uploaded_image_deletes_its_files(libraries: LiveServer) -> 
         assert deleted.status_code == 200, deleted.text
         wait(lambda: admin.get("/v1/images/golden").status_code == 404)
     assert library_files(libraries) == {}
+
+
+def test_one_upload_per_name_at_a_time(libraries: LiveServer) -> None:
+    """Two uploads of one name would write the same files on the hosts: the second is refused."""
+    with sent_in_part(libraries, f"twice/content?pool=lib&sha256={sha(QCOW2)}", len(QCOW2), QCOW2[:1000]):
+        wait(lambda: spooled(libraries))  # the first is being received
+        with libraries.client("admin") as admin:
+            second = upload(admin, "twice", QCOW2)
+            assert (second.status_code, second.json()["reason"]) == (409, "UploadInProgress"), second.text
+    with libraries.client("admin") as admin:
+        wait(lambda: audited(admin, "twice") == ["UploadInProgress", "UploadCutOff"])
+        assert upload(admin, "twice", QCOW2).status_code == 201  # once the first is over

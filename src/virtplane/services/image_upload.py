@@ -70,6 +70,9 @@ class ImageUploads:
         self._ctx = ctx
         self.spool_dir = spool_dir
         """Where bodies are received before they are checked (None: the system's temporary directory)."""
+        self._in_flight: dict[str, UploadPlan] = {}
+        """Uploads this server is receiving or writing, by Image name: one at a time per name (two
+        would write the same files), and their sizes count against the quota already."""
 
     # ------------------------------------------------------------------ before the body
 
@@ -118,7 +121,7 @@ class ImageUploads:
             image.spec.upload.size_bytes
             for image in self._ctx.store.list_objects(Image)
             if image.spec.pool == pool.metadata.name and image.spec.upload is not None
-        )
+        ) + sum(p.size_bytes for p in self._in_flight.values() if p.pool.metadata.name == pool.metadata.name)
         if held + size > limit_gib * GIB:
             raise TooLarge(
                 "LibraryQuotaExceeded",
@@ -135,6 +138,10 @@ class ImageUploads:
         """The content in a private file, checked (size, SHA-256, format), and the plan for it;
         removed after. ``convert_vmdk``: a VMDK for a qcow2 Image is converted (``qemu-img``),
         and the plan then records the converted file."""
+        name = plan.image.metadata.name
+        if name in self._in_flight:
+            raise Refused("UploadInProgress", f"image {name} is being uploaded already")
+        self._in_flight[name] = plan
         descriptor, path = tempfile.mkstemp(prefix=".image-upload-", dir=self.spool_dir)
         converted = path + ".qcow2"
         try:
@@ -144,10 +151,13 @@ class ImageUploads:
             if found == "vmdk":
                 await _convert(path, converted)
                 digest, size = await asyncio.to_thread(_digest_of, converted)
-                yield converted, self._replanned(plan, digest, size)
+                del self._in_flight[name]  # the converted file counts instead
+                self._in_flight[name] = replanned = self._replanned(plan, digest, size)
+                yield converted, replanned
             else:
                 yield path, plan
         finally:
+            self._in_flight.pop(name, None)
             for leftover in (path, converted):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(leftover)
