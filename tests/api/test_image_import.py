@@ -10,6 +10,7 @@ import hashlib
 import http.server
 import shutil
 import subprocess
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,3 +132,93 @@ def test_an_operator_cannot_import(libraries: LiveServer, files: tuple[Path, str
         answer = operator.post("/v1/images/imported/import", json=body)
     assert (answer.status_code, answer.json()["reason"]) == (403, "Forbidden")
     assert library_files(libraries) == {}
+
+
+OVF = """<?xml version="1.0" encoding="UTF-8"?>
+<Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1" xmlns:ovf="http://schemas.dmtf.org/ovf/envelope/1"
+    xmlns:rasd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_ResourceAllocationSettingData">
+  <References>{files}</References>
+  <DiskSection><Info>disks</Info>{disks}</DiskSection>
+  <VirtualSystem ovf:id="appliance">
+    <VirtualHardwareSection>
+      <Item><rasd:ResourceType>3</rasd:ResourceType><rasd:VirtualQuantity>2</rasd:VirtualQuantity></Item>
+      <Item><rasd:AllocationUnits>byte * 2^20</rasd:AllocationUnits>
+        <rasd:ResourceType>4</rasd:ResourceType><rasd:VirtualQuantity>1024</rasd:VirtualQuantity></Item>
+    </VirtualHardwareSection>
+  </VirtualSystem>
+</Envelope>
+"""
+
+
+def make_ova(directory: Path, name: str, hrefs: list[str]) -> bytes:
+    """An OVA as VirtualBox and VMware export one: the OVF first, then the VMDKs (made by qemu-img)."""
+    files = "".join(f'<File ovf:id="file{i}" ovf:href="{href}"/>' for i, href in enumerate(hrefs))
+    disks = "".join(f'<Disk ovf:diskId="disk{i}" ovf:fileRef="file{i}"/>' for i in range(len(hrefs)))
+    (directory / f"{name}.ovf").write_text(OVF.format(files=files, disks=disks))
+    members = [f"{name}.ovf"]
+    for href in hrefs:
+        if "/" not in href:
+            subprocess.run(
+                ["qemu-img", "create", "-q", "-f", "vmdk", str(directory / href), "16M"], check=True
+            )
+            members.append(href)
+    ova = directory / f"{name}.ova"
+    with tarfile.open(ova, "w", format=tarfile.USTAR_FORMAT) as archive:
+        for member in members:
+            archive.add(directory / member, arcname=member)
+    return ova.read_bytes()
+
+
+def test_an_ovas_disk_is_imported_as_qcow2_with_what_its_ovf_asks_for(
+    libraries: LiveServer,  # noqa: F811
+    files: tuple[Path, str],
+    tmp_path: Path,
+) -> None:
+    if shutil.which("qemu-img") is None:
+        pytest.skip("qemu-img is not installed")
+    served, base = files
+    (served / "appliance.ova").write_bytes(ova := make_ova(tmp_path, "appliance", ["appliance-disk1.vmdk"]))
+    with libraries.client("admin") as admin:
+        body = {"url": f"{base}/appliance.ova", "sha256": sha(ova), "pool": "lib"}
+        answer = admin.post("/v1/images/appliance/import", json=body)
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["spec"]["format"] == "qcow2"
+        wait(lambda: phase(admin, "images", "appliance") == "Ready")
+        events = admin.get("/v1/events", params={"kind": "Image", "name": "appliance"}).json()["items"]
+        uploaded = [e["message"] for e in events if e["reason"] == "Uploaded"]
+        assert uploaded == [
+            "uploaded by test-admin, from an OVA whose OVF asks for 2 vCPU and 1024 MiB (disk appliance-disk1.vmdk)"
+        ]
+    (content,) = library_files(libraries).values()
+    assert content.startswith(f"{WRITTEN_IMAGE} qcow2 ")
+    assert spooled(libraries) == []
+
+
+@pytest.mark.parametrize(
+    ("hrefs", "reason"),
+    [
+        (["a.vmdk", "b.vmdk"], "OvaDisks"),
+        (["../../etc/shadow"], "InvalidOva"),
+        (["missing/disk.vmdk"], "InvalidOva"),
+    ],
+    ids=["two disks", "a path out", "a path in"],
+)
+def test_ovas_it_cannot_take_are_refused_and_leave_nothing(
+    libraries: LiveServer,  # noqa: F811
+    files: tuple[Path, str],
+    tmp_path: Path,
+    hrefs: list[str],
+    reason: str,
+) -> None:
+    if shutil.which("qemu-img") is None:
+        pytest.skip("qemu-img is not installed")
+    served, base = files
+    (served / "bad.ova").write_bytes(ova := make_ova(tmp_path, "bad", hrefs))
+    with libraries.client("admin") as admin:
+        answer = admin.post(
+            "/v1/images/bad/import", json={"url": f"{base}/bad.ova", "sha256": sha(ova), "pool": "lib"}
+        )
+        assert (answer.status_code, answer.json()["reason"]) == (422, reason), answer.text
+        assert admin.get("/v1/images/bad").status_code == 404
+    assert library_files(libraries) == {}
+    assert spooled(libraries) == []

@@ -48,12 +48,15 @@ from virtplane.domain.resources import (
 from virtplane.domain.resources.image import IMAGE_FILES_FINALIZER
 from virtplane.drivers.base import HypervisorDriver, PoolRef
 from virtplane.drivers.errors import DriverError
+from virtplane.services.image_ova import is_ova, read_ova
 
 __all__ = ["ImageUploads", "UploadPlan"]
 
 log = logging.getLogger("virtplane.services.image_upload")
 
 GIB = 1024**3
+CONVERTED = ("vmdk", "ova")
+"""What an import converts to a qcow2 Image: a VMDK, or an OVA's one VMDK disk."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class UploadPlan:
     pool: StoragePool
     hosts: tuple[str, ...]
     size_bytes: int
+    origin: str = ""
+    """Where the file came from when it is not what was sent (an OVA's disk), for the Image's event."""
 
 
 class ImageUploads:
@@ -143,22 +148,26 @@ class ImageUploads:
             raise Refused("UploadInProgress", f"image {name} is being uploaded already")
         self._in_flight[name] = plan
         descriptor, path = tempfile.mkstemp(prefix=".image-upload-", dir=self.spool_dir)
-        converted = path + ".qcow2"
+        converted, extracted = path + ".qcow2", path + ".vmdk"
         try:
             with os.fdopen(descriptor, "wb") as spool:
                 digest, size = await _spool(chunks, spool, plan.size_bytes)
             found = self._check_content(plan, path, digest, size, convert_vmdk=convert_vmdk)
-            if found == "vmdk":
-                await _convert(path, converted)
+            if found in CONVERTED:
+                source, origin = path, ""
+                if found == "ova":  # its one disk, a VMDK, is what the Image gets
+                    appliance = await asyncio.to_thread(read_ova, path, extracted)
+                    source, origin = extracted, appliance.describe()
+                await _convert(source, converted)
                 digest, size = await asyncio.to_thread(_digest_of, converted)
                 del self._in_flight[name]  # the converted file counts instead
-                self._in_flight[name] = replanned = self._replanned(plan, digest, size)
+                self._in_flight[name] = replanned = self._replanned(plan, digest, size, origin)
                 yield converted, replanned
             else:
                 yield path, plan
         finally:
             self._in_flight.pop(name, None)
-            for leftover in (path, converted):
+            for leftover in (path, converted, extracted):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(leftover)
 
@@ -176,18 +185,19 @@ class ImageUploads:
                 f"the content's SHA-256 is {digest}, not {upload.sha256}: nothing was written",
             )
         with open(path, "rb") as file:
-            found = probe_format(file.read(PROBE_BYTES))
+            head = file.read(PROBE_BYTES)
+        found = "ova" if is_ova(head) else probe_format(head)
         declared = plan.image.spec.effective_format.value
-        if found != declared and not (convert_vmdk and found == "vmdk" and declared == "qcow2"):
+        if found != declared and not (convert_vmdk and found in CONVERTED and declared == "qcow2"):
             raise Invalid("WrongFormat", f"the content is {found}, not {declared}: nothing was written")
         return found
 
-    def _replanned(self, plan: UploadPlan, digest: str, size: int) -> UploadPlan:
+    def _replanned(self, plan: UploadPlan, digest: str, size: int, origin: str) -> UploadPlan:
         """The plan for the converted file: its own digest and size, within the quota too."""
         self._check_quota(plan.pool, size)
         spec = plan.image.spec.model_copy(update={"upload": ImageUpload(sha256=digest, size_bytes=size)})
         image = plan.image.model_copy(update={"spec": spec})
-        return UploadPlan(image=image, pool=plan.pool, hosts=plan.hosts, size_bytes=size)
+        return UploadPlan(image=image, pool=plan.pool, hosts=plan.hosts, size_bytes=size, origin=origin)
 
     # ------------------------------------------------------------------ the hosts
 
@@ -209,7 +219,7 @@ class ImageUploads:
             name = plan.image.metadata.name
             created = ctx.store.create(
                 plan.image,
-                events=[(Image.KIND, name, "Uploaded", f"uploaded by {principal}", EventType.NORMAL)],
+                events=[(Image.KIND, name, "Uploaded", _uploaded(principal, plan), EventType.NORMAL)],
             )
         except BaseException as exc:
             await _forget(written, ref.pool, ref.file)
@@ -218,6 +228,10 @@ class ImageUploads:
             raise
         log.info("image %s uploaded to %s", created.metadata.name, ", ".join(plan.hosts))
         return created
+
+
+def _uploaded(principal: str, plan: UploadPlan) -> str:
+    return f"uploaded by {principal}" + (f", {plan.origin}" if plan.origin else "")
 
 
 def _connected(ctx: ControllerContext, name: str) -> bool:
