@@ -94,3 +94,11 @@ async def test_uploads_reach_both_daemons_private_libraries_and_an_iso_becomes_a
     assert cdrom.find("source").get("file") == f"{library}/vp-image-installer.iso"  # type: ignore[union-attr]
     assert cdrom.find("readonly") is not None
     assert (disks["disk"].find("boot").get("order"), cdrom.find("boot").get("order")) == ("1", "2")  # type: ignore[union-attr]
+
+    # an uploaded Image's deletion takes its files from both daemons' libraries
+    async with qplane.api() as api:
+        assert (await api.delete("/v1/images/disk")).status_code == 200
+    await eventually(lambda: qplane.store.find(Image, "disk") is None, timeout=LIMIT_S)
+    for host in ("a", "b"):
+        assert not on_host(host, "vp-image-disk.qcow2").exists()
+        assert on_host(host, "vp-image-installer.iso").exists()  # in use by the VM: kept
