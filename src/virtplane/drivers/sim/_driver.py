@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from virtplane.domain.images import PROBE_BYTES, probe_format
 from virtplane.domain.resources import Accelerator, HostCPU
 from virtplane.drivers.base import (
     AcceleratorOffer,
@@ -33,6 +31,8 @@ from virtplane.drivers.base import (
     VolumeInfo,
 )
 from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
+
+from ._storage import read_upload
 
 if TYPE_CHECKING:
     from ._guest import SimGuests
@@ -96,19 +96,6 @@ def _entry_point(
             return await method(self, *args, **kwargs)
 
     return call
-
-
-def _read_upload(source: str) -> tuple[str, int, str]:
-    """(probed format, size, SHA-256) of a file the control plane writes into a library."""
-    digest = hashlib.sha256()
-    size = 0
-    with open(source, "rb") as file:
-        fmt = probe_format(file.read(PROBE_BYTES))
-        file.seek(0)
-        while chunk := file.read(1024 * 1024):
-            digest.update(chunk)
-            size += len(chunk)
-    return fmt, size, digest.hexdigest()
 
 
 SIM_KVM_ABSENT, SIM_KVM_WORKS, SIM_KVM_BROKEN = "absent", "works", "broken"
@@ -360,7 +347,7 @@ class SimDriver:
 
     async def write_image(self, image: ImageRef, source: str) -> None:
         # the file is read before the world's transaction, which must not suspend
-        fmt, size, digest = await asyncio.to_thread(_read_upload, source)
+        fmt, size, digest = await asyncio.to_thread(read_upload, source)
         await self._record_image(image, fmt, size, digest)
 
     @_entry_point

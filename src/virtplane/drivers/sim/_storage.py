@@ -12,10 +12,12 @@ against the pool's capacity (a pool with capacity 0 is unbounded).
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from virtplane.domain.images import PROBE_BYTES, probe_format
 from virtplane.drivers.base import ImageInfo, ImageRef, PoolRef, VolumeInfo
 from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
 
@@ -111,6 +113,19 @@ class SavedVolume:
     volume: str
     size_gib: int
     content: str
+
+
+def read_upload(source: str) -> tuple[str, int, str]:
+    """(probed format, size, SHA-256) of a file the control plane writes into a library."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(source, "rb") as file:
+        fmt = probe_format(file.read(PROBE_BYTES))
+        file.seek(0)
+        while chunk := file.read(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
+    return fmt, size, digest.hexdigest()
 
 
 def volume_path(pool: str, volume: str) -> str:
