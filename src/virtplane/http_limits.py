@@ -16,6 +16,9 @@ So these limits live in a subclass of uvicorn's httptools protocol, where the by
 - connections in total and per client address: beyond them a new connection gets 503
   (in total) or 429 (per client) and is closed at once.
 
+A streamed body (an image upload, ``streamed_body``) may take as long as it keeps coming:
+its deadline moves ``header_timeout_s`` past each piece that arrives.
+
 Every refusal is JSON ``{"reason", "message"}`` like the application's, with
 ``Connection: close``.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -36,6 +40,15 @@ LINGER_S = 1.0
 """How long a refused connection stays half-closed for its client to read the answer."""
 LINGER_BYTES = 64 * 1024
 """What a refused connection's client may still send meanwhile; beyond it the socket is closed."""
+
+
+_STREAMED_BODY_PATH = re.compile(r"/v1/images/[^/]+/content")
+
+
+def streamed_body(method: str, path: str) -> bool:
+    """A request whose body is a file the route streams to disk (an image upload): not bounded
+    by the API's body size (the route has its quota), nor by time while it keeps coming."""
+    return method == "PUT" and _STREAMED_BODY_PATH.fullmatch(path) is not None
 
 
 @dataclass(frozen=True)
@@ -119,6 +132,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._counted_as: str | None = None
         self._lingering: int | None = None  # once refused: the bytes it may still drop
+        self._streamed = False  # the request's body is streamed: its deadline moves as it comes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -162,6 +176,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self.transport.close()
             return
         if not self._in_head:
+            if self._streamed and self._head_timer is not None:
+                self._disarm_head_timer()
+                self._arm_head_timer()
             super().data_received(data)
             return
         room = self.limits.max_header_bytes - self._head_bytes
@@ -208,6 +225,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.parser.should_upgrade():  # a websocket: its own protocol takes over
             self._disarm_head_timer()
         super().on_headers_complete()
+        self._streamed = streamed_body(self.scope.get("method", ""), self.scope.get("path", ""))
 
     def on_message_complete(self) -> None:
         self._disarm_head_timer()  # the body too had to come within the timeout

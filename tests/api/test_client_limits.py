@@ -8,15 +8,18 @@ timeout fails the test if the server never answers.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.conftest import eventually_sync
 from tests.crash.server import ServerProcess
 
 HEADER_TIMEOUT_S = 1.0
@@ -271,3 +274,29 @@ def test_writes_per_token_are_rate_limited(server: ServerProcess) -> None:
         assert refused.status_code == 429
         assert refused.json()["reason"] == "TooManyWrites"
         assert op.get("/v1/vms").status_code == 200, "reads are not counted"
+
+
+def test_an_upload_body_that_keeps_coming_outlives_the_header_timeout(server: ServerProcess) -> None:
+    """An image upload's body may take longer than the head's timeout while it keeps coming
+    (``http_limits.streamed_body``); other bodies may not (the test above)."""
+    with server.client() as admin:
+        for plural, doc in (
+            ("hosts", {"metadata": {"name": "up-1"}, "spec": {"uri": "sim://up-1", "cluster": "up"}}),
+            ("storagepools", {"metadata": {"name": "up-lib"}, "spec": {"kind": "shared", "cluster": "up", "capacity_gib": 1, "content": "images"}}),
+        ):  # fmt: skip
+            assert admin.post(f"/v1/{plural}", json=doc).status_code == 201
+        eventually_sync(lambda: admin.get("/v1/hosts/up-1").json()["status"]["connection"] == "Up")
+    pieces = [b"QFI\xfb" + bytes(1020)] + [bytes(1024)] * 7
+    body = b"".join(pieces)
+    token = server.token.encode()
+    with connect(server, timeout=HEADER_TIMEOUT_S * 10) as sock:
+        sock.sendall(
+            b"PUT /v1/images/trickled/content?pool=up-lib&sha256=" + hashlib.sha256(body).hexdigest().encode()
+            + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token
+            + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )  # fmt: skip
+        for piece in pieces:  # 8 pieces a quarter of the timeout apart: twice the timeout in all
+            sock.sendall(piece)
+            time.sleep(HEADER_TIMEOUT_S / 4)  # the client's pace is what is tested, not a wait for the server
+        status, answer = read_answer(sock)
+    assert status == 201, answer

@@ -61,7 +61,9 @@ class RecordingTransport(httpx.HTTPTransport):
         self.before_send: Callable[[httpx.Request], None] | None = None
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
+        body = None
+        if request.headers.get("content-type") != "application/octet-stream":  # a file is sent as read
+            body = json.loads(request.content) if request.content else None
         self.sent.append(
             SentRequest(
                 request.method, request.url.path, dict(request.url.params), dict(request.headers), body

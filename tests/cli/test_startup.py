@@ -57,7 +57,9 @@ def loaded(
     return found
 
 
-@pytest.mark.parametrize("args", [["--help"], ["get", "vms"], ["get", "hosts", "-o", "wide"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["get", "vms"], ["get", "hosts", "-o", "wide"], ["image", "upload", "--help"]]
+)
 def test_help_and_get_import_only_what_they_use(server: LiveServer, args: list[str]) -> None:
     env = {"VIRTPLANE_URL": server.url, "VIRTPLANE_TOKEN": server.tokens["viewer"]}
     unwanted = NOT_FOR_HELP if args == ["--help"] else NOT_FOR_HELP_OR_GET

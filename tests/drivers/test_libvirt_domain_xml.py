@@ -192,3 +192,39 @@ def test_small_documents() -> None:
     backup = ET.fromstring(backup_xml([("vda", "/p/x.snap")]))
     disk = backup.find("disks/disk")
     assert disk is not None and (disk.get("name"), disk.find("target").get("file")) == ("vda", "/p/x.snap")  # type: ignore[union-attr]
+
+
+def test_an_installer_iso_is_a_read_only_cd_rom_tried_after_the_disks() -> None:
+    """An empty disk falls through to the installer; once installed, the disk boots first."""
+    installer = ImageRef(LIBRARY, "vp-image-debian.iso", "iso")
+    root = ET.fromstring(
+        build_domain_xml(spec(cdrom=installer), XmlOptions(), cdrom_path="/srv/library/d.iso")
+    )
+    cdroms = [d for d in root.findall("devices/disk") if d.get("device") == "cdrom"]
+    assert len(cdroms) == 1
+    cdrom = cdroms[0]
+    assert cdrom.find("source").get("file") == "/srv/library/d.iso"  # type: ignore[union-attr]
+    assert cdrom.find("readonly") is not None
+    assert cdrom.find("driver").get("type") == "raw"  # type: ignore[union-attr]
+    orders = {
+        disk.find("source").get("file"): disk.find("boot").get("order")  # type: ignore[union-attr]
+        for disk in root.findall("devices/disk")
+    }
+    # the disks in their boot order (root 1, swap 2, then the one without), then the CD-ROM
+    assert orders == {
+        "/pools/a/root.qcow2": "1",
+        "/pools/b/data.qcow2": "3",
+        "/pools/b/swap.raw": "2",
+        "/srv/library/d.iso": "4",
+    }
+    assert root.find("os/boot") is None  # per-device boot order only (libvirt refuses both)
+    assert parse_domain_xml(ET.tostring(root, encoding="unicode")).disks == (
+        ("vda", "/pools/a/root.qcow2"),
+        ("vdb", "/pools/b/data.qcow2"),
+        ("vdc", "/pools/b/swap.raw"),
+    )  # a CD-ROM is no guest disk: never copied by a migration, never hot-plugged
+
+
+def test_a_cd_rom_must_be_resolved_by_the_driver() -> None:
+    with pytest.raises(PermanentError, match="CD-ROM"):
+        build_domain_xml(spec(cdrom=ImageRef(LIBRARY, "x.iso", "iso")), XmlOptions())

@@ -298,6 +298,7 @@ def test_a_domains_definition_and_live_config_come_back_field_for_field(tmp_path
         console_log="/var/log/full.log",
         nics=(NicAttachment(mac="52:54:00:00:00:01", bridge="br0", vlan=7, network="lan"),),
         seed="sim://local/full-seed.iso",
+        cdrom=ImageRef(pool=images, file="vp-image-debian.iso", format="iso", written_bytes=4096),
     )
     defined = DomainSpec(**{**live.__dict__, "cpu": 4, "nics": ()})  # redefined while it runs
 

@@ -26,6 +26,7 @@ from virtplane.api.routes.backup import router as backup_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
+from virtplane.api.routes.images import router as images_router
 from virtplane.api.routes.login import router as login_router
 from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.oidc import router as oidc_router
@@ -36,6 +37,7 @@ from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.tokens import router as tokens_router
 from virtplane.api.routes.vm_create import router as vm_create_router
 from virtplane.api.routes.whoami import router as whoami_router
+from virtplane.http_limits import streamed_body
 from virtplane.web import router as web_router
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -43,10 +45,11 @@ MAX_BODY_BYTES = 1024 * 1024
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def body_refusal(headers: Headers) -> Response | None:
-    """The answer to a request whose body is too large, or of a size not known up front."""
+def body_refusal(headers: Headers, streamed: bool = False) -> Response | None:
+    """The answer to a request whose body is too large, or of a size not known up front.
+    A ``streamed`` body (an image upload) has no size limit here: its route has a quota."""
     length = headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+    if length is not None and (not length.isdigit() or (not streamed and int(length) > MAX_BODY_BYTES)):
         return error_response(413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
     if length is None and "chunked" in headers.get("transfer-encoding", "").lower():
         # a chunked body's size is known only once it is all read: it would slip past the limit
@@ -67,7 +70,7 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            refusal = body_refusal(Headers(scope=scope))
+            refusal = body_refusal(Headers(scope=scope), streamed_body(scope["method"], scope["path"]))
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
@@ -161,6 +164,7 @@ def create_app(
     app.include_router(quarantine_router)
     app.include_router(console_router)
     app.include_router(backup_router)
+    app.include_router(images_router)
     app.include_router(web_router)
     for router in extra_routers or []:
         app.include_router(router)

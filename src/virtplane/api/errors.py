@@ -85,6 +85,7 @@ STATUS_OF: tuple[tuple[type[Exception], int, str | None], ...] = (
     (domain.NotFound, 404, None),
     (domain.Invalid, 422, None),
     (domain.Refused, 409, None),
+    (domain.TooLarge, 413, None),
     (store.NotFound, 404, "NotFound"),
     (store.AlreadyExists, 409, "AlreadyExists"),
     (ClaimTaken, 409, None),  # MacInUse or AddressInUse

@@ -14,12 +14,13 @@ import os
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, BinaryIO
 
 import typer
 
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.errors import CliError
+from virtplane.cli.images import transfer_progress
 
 __all__ = ["register"]
 
@@ -74,7 +75,7 @@ def backup(
 def _download(state: CliState, sink: BinaryIO) -> int:
     with state.client.stream("/v1/backup", READ_TIMEOUT_S) as response:
         expected = int(response.headers.get("content-length", "0"))
-        with _progress(state, expected) as advance:
+        with transfer_progress(state, expected, "backup") as advance:
             for chunk in response.iter_bytes():
                 sink.write(chunk)
                 advance(len(chunk))
@@ -84,20 +85,6 @@ def _download(state: CliState, sink: BinaryIO) -> int:
             "IncompleteBackup", f"the server sent {written} of {expected} bytes; nothing was written"
         )
     return written
-
-
-@contextlib.contextmanager
-def _progress(state: CliState, total: int) -> Any:
-    """``advance(n)``: a progress bar on a terminal's stderr, nothing otherwise."""
-    if not state.err_console.is_terminal:
-        yield lambda _: None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    columns = (TextColumn("backup"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=state.err_console, transient=True) as progress:
-        task = progress.add_task("backup", total=total or None)
-        yield lambda n: progress.advance(task, n)
 
 
 def _verified(path: Path) -> str:

@@ -142,6 +142,19 @@ class ApiClient:
                 raise error_from_response(response)
             yield response
 
+    def upload(
+        self, path: str, content: Iterator[bytes], length: int, params: dict[str, str], read_timeout_s: float
+    ) -> Any:
+        """A PUT of ``length`` bytes from ``content`` (``image upload``), as they are read; the
+        answer may take ``read_timeout_s`` after the last byte (the server writes to its hosts)."""
+        timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=read_timeout_s)
+        headers = {"Content-Length": str(length), "Content-Type": "application/octet-stream"}
+        with self._answered():
+            response = self._http.put(path, params=params, content=content, headers=headers, timeout=timeout)
+        if response.is_error:
+            raise error_from_response(response)
+        return response.json()
+
     @contextlib.contextmanager
     def _answered(self) -> Iterator[None]:
         """httpx's transport errors as the CLI's: a certificate not trusted, or no server."""

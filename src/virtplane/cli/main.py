@@ -15,6 +15,7 @@ from virtplane.cli import (
     console,
     explain,
     hosts,
+    images,
     login,
     resources,
     secrets,
@@ -323,6 +324,7 @@ console.register(app)
 secrets.register(app)
 explain.register(app)
 backup.register(app)
+images.register(app)
 store_restore.register(app)
 tokens.register(app)
 login.register(app)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 
-from virtplane.controllers.context import ControllerContext
+from virtplane.controllers.context import ControllerContext, Removal
 from virtplane.controllers.host import reachability_changed
 from virtplane.controllers.registration import Registration
 from virtplane.controllers.scheduling import pool_hosts
-from virtplane.controllers.storage import pool_ref
+from virtplane.controllers.storage import library_ref
 from virtplane.controllers.watch import Watch, itself, name_of
 from virtplane.domain.resources import (
     Host,
@@ -27,8 +27,8 @@ from virtplane.domain.resources import (
     Resource,
     StoragePool,
 )
-from virtplane.drivers.base import ImageRef
-from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
+from virtplane.domain.resources.image import IMAGE_FILES_FINALIZER
+from virtplane.drivers.errors import DriverError, ImageRefused, NotFound, PermanentError, TransientError
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
 
@@ -49,6 +49,8 @@ class ImageReconciler:
         image = ctx.read(Image, req.name, to_change=True)
         if image is None:
             return None
+        if image.metadata.deletion_requested_at is not None:
+            return await self._delete_files(image)
         status, retry = await self._check(image)
         status.observed_generation = image.metadata.generation
         if status != image.status:
@@ -61,6 +63,32 @@ class ImageReconciler:
             await ctx.write(image)
         return Result(requeue_after=retry)
 
+    async def _delete_files(self, image: Image) -> Result | None:
+        """An uploaded Image's files go from every host of its library (a file virtplane wrote);
+        while a host is away the Image waits, so no copy is left behind on it."""
+        ctx = self.ctx
+        pool = ctx.read(StoragePool, image.spec.pool)
+        if IMAGE_FILES_FINALIZER in image.metadata.finalizers and pool is not None:
+            ref = library_ref(image, pool)
+            for host_name in sorted(pool_hosts(ctx.cache, pool)):
+                host = ctx.cache.host(host_name)
+                if host is None:
+                    continue  # gone from the fleet, and its library with it
+                try:
+                    driver = await ctx.hosts.get(host.spec.uri)
+                    await driver.delete_volume(ref.pool, ref.file)
+                except NotFound:
+                    continue  # the host has no such library: nothing of ours there
+                except DriverError as exc:  # away, or busy: again later
+                    log.info("image %s: files not deleted on %s yet: %s", image.metadata.name, host_name, exc)
+                    return Result(requeue_after=RECHECK_PENDING_S)
+        if IMAGE_FILES_FINALIZER in image.metadata.finalizers:
+            image.metadata.finalizers.remove(IMAGE_FILES_FINALIZER)
+            image = await ctx.write(image)
+        if not image.metadata.finalizers:
+            await ctx.write(Removal(Image, image.metadata.name))
+        return None
+
     async def _check(self, image: Image) -> tuple[ImageStatus, float]:
         ctx = self.ctx
         pool = ctx.read(StoragePool, image.spec.pool)
@@ -72,7 +100,7 @@ class ImageReconciler:
             return _status(
                 ImagePhase.FAILED, f"pool {pool.metadata.name} is not an image library (spec.content: images)"
             ), RECHECK_FAILED_S
-        ref = ImageRef(pool_ref(pool), image.spec.file, image.spec.effective_format.value)
+        ref = library_ref(image, pool)
         found: list[str] = []
         size = virtual = 0
         for host_name in sorted(pool_hosts(ctx.cache, pool)):

@@ -84,6 +84,13 @@ BootImages = tuple[ImageRef | None, ImageRef | None]
 """(kernel, initrd) of a VM's direct kernel boot."""
 
 
+def vm_cdrom(cache: Cache, vm: VirtualMachine) -> tuple[ImageRef | None, str]:
+    """The library file of the VM's installer CD-ROM (none: None), or why it cannot be used."""
+    if vm.spec.cdrom is None:
+        return None, ""
+    return image_ref(cache, vm.spec.cdrom, ImageKind.ISO)
+
+
 def vm_boot(cache: Cache, vm: VirtualMachine) -> tuple[BootImages, str]:
     """The library files of the VM's kernel and initrd, or the reason they cannot be used."""
     boot = vm.spec.boot

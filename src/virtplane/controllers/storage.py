@@ -70,7 +70,13 @@ def image_ref(cache: Cache, name: str, kind: ImageKind) -> tuple[ImageRef | None
     pool = cache.pool(image.spec.pool)
     if pool is None or pool.spec.content is not PoolContent.IMAGES:
         return None, f"image {name}: library pool {image.spec.pool} does not exist"
-    return ImageRef(pool_ref(pool), image.spec.file, image.spec.effective_format.value), ""
+    return library_ref(image, pool), ""
+
+
+def library_ref(image: Image, pool: StoragePool) -> ImageRef:
+    """How drivers find and check ``image``'s file in its library ``pool``."""
+    written = image.spec.upload.size_bytes if image.spec.upload is not None else None
+    return ImageRef(pool_ref(pool), image.spec.file, image.spec.effective_format.value, written)
 
 
 async def pool_driver(

@@ -6,12 +6,13 @@ status in one table (``api/errors.py``), so services and controllers never speak
     DomainError(reason, message)       reason: a machine-readable word, message: for people
     ├── NotFound     what the request names does not exist              (404)
     ├── Invalid      the request refers to something it cannot use       (422)
-    └── Refused      the request conflicts with the state things are in  (409)
+    ├── Refused      the request conflicts with the state things are in  (409)
+    └── TooLarge     what the request would store passes a quota          (413)
 """
 
 from __future__ import annotations
 
-__all__ = ["DomainError", "Invalid", "NotFound", "Refused"]
+__all__ = ["DomainError", "Invalid", "NotFound", "Refused", "TooLarge"]
 
 
 class DomainError(Exception):
@@ -30,4 +31,8 @@ class Invalid(DomainError):
 
 
 class Refused(DomainError):
+    pass
+
+
+class TooLarge(DomainError):
     pass

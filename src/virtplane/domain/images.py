@@ -32,6 +32,32 @@ def check_image_file(value: str) -> str:
     return value
 
 
+UPLOADED_IMAGE_PREFIX = "vp-image-"
+"""Library files virtplane writes itself (uploads and imports): ``vp-image-<Image name>.<format>``."""
+
+_ISO_MAGIC_AT = 0x8001
+PROBE_BYTES = _ISO_MAGIC_AT + 5
+"""How much of a file's start ``probe_format`` reads."""
+
+
+def uploaded_image_file(image_name: str, fmt: str) -> str:
+    """The library file of an uploaded Image: named after it, in virtplane's own namespace, so an
+    admin's file is never overwritten and a retried upload replaces its own earlier copy."""
+    return f"{UPLOADED_IMAGE_PREFIX}{image_name}.{fmt}"
+
+
+def probe_format(head: bytes) -> str:
+    """The format of a file that starts with ``head`` (``PROBE_BYTES`` of it), as libvirt's
+    probe names it: qcow2, vmdk, iso, else raw."""
+    if head.startswith(b"QFI\xfb"):
+        return "qcow2"
+    if head.startswith(b"KDMV"):
+        return "vmdk"
+    if head[_ISO_MAGIC_AT : _ISO_MAGIC_AT + 5] == b"CD001":
+        return "iso"
+    return "raw"
+
+
 def owned_volume_file(volume_uid: str) -> str:
     """The file name of a Volume's disk: derived from its uid, so it is only ever virtplane's own."""
     return f"{OWNED_VOLUME_PREFIX}{volume_uid}"
@@ -47,4 +73,13 @@ def paths_overlap(a: str, b: str) -> bool:
     )
 
 
-__all__ = ["OWNED_VOLUME_PREFIX", "check_image_file", "owned_volume_file", "paths_overlap"]
+__all__ = [
+    "OWNED_VOLUME_PREFIX",
+    "PROBE_BYTES",
+    "UPLOADED_IMAGE_PREFIX",
+    "check_image_file",
+    "owned_volume_file",
+    "paths_overlap",
+    "probe_format",
+    "uploaded_image_file",
+]

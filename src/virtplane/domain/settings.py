@@ -320,6 +320,16 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=100000,
     ),
     SettingDef(
+        "images.library_max_gib",
+        SettingType.INT,
+        0,
+        "The most an image library pool may hold of files uploaded or imported through the API, "
+        "in GiB (each library on its own); an upload that would pass it is refused before "
+        "anything is written. 0: no limit.",
+        minimum=0,
+        maximum=1024 * 1024,
+    ),
+    SettingDef(
         "console.idle_timeout_s",
         SettingType.FLOAT,
         1800.0,

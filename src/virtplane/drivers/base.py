@@ -60,7 +60,10 @@ class ImageRef:
 
     pool: PoolRef
     file: str
-    format: str = "raw"  # what the file must be: qcow2 or raw (kernels and initrds are raw)
+    format: str = "raw"  # what the file must be: qcow2, raw (kernels and initrds) or iso
+    written_bytes: int | None = (
+        None  # virtplane wrote it (an upload): checked by its size, through the driver
+    )
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ class DomainSpec:
     cpu_model: str = ""  # the cluster's CPU model ("": the host's default for its domains)
     cpu_features: tuple[str, ...] = ()  # required on top of cpu_model
     cpu_disabled: tuple[str, ...] = ()  # cpu_model's features the cluster lacks
+    cdrom: ImageRef | None = (
+        None  # an installer ISO from the library: a read-only CD-ROM, booted after the disks
+    )
 
 
 @dataclass(frozen=True)
@@ -363,6 +369,12 @@ class HypervisorDriver(Protocol):
         """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the
         driver so remote hosts get it; written whole each time, so only while no running domain
         uses it."""
+
+    async def write_image(self, image: ImageRef, source: str) -> None:
+        """Write the control plane's file at ``source`` into the library as ``image.file``, over
+        the driver's connection (libvirt's volume upload), so a host whose library the control
+        plane does not see gets it too. Replaces an earlier copy (one cut off by a crash); a
+        write that fails leaves no file behind."""
 
     async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
 

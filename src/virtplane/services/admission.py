@@ -66,6 +66,12 @@ class Admission:
             self.networks.admit_network(obj, None)
         elif isinstance(obj, Image):
             self._library(obj.spec.pool)
+            if obj.spec.upload is not None:  # it lets the file be checked through libvirt alone
+                raise Invalid(
+                    "UploadOnly",
+                    "spec.upload is set by the server for the files it writes itself "
+                    "(PUT /v1/images/NAME/content); leave it out",
+                )
         elif isinstance(obj, StoragePool):
             self._admit_pool(obj)
         elif isinstance(obj, Secret) and not obj.spec.password:
@@ -143,6 +149,8 @@ class Admission:
             raise Invalid("VolumeNotFound", f"spec.source.volume: volume {source.volume} does not exist")
 
     def _admit_boot(self, vm: VirtualMachine) -> None:
+        if vm.spec.cdrom is not None:
+            self._image(vm.spec.cdrom, ImageKind.ISO, "spec.cdrom")
         if vm.spec.boot is not None:
             self._image(vm.spec.boot.kernel, ImageKind.KERNEL, "spec.boot.kernel")
             if vm.spec.boot.initrd:
@@ -208,7 +216,7 @@ class Admission:
                 self._admit_volume(new)
         elif isinstance(current, VirtualMachine) and isinstance(new, VirtualMachine):
             check_template_change(current, new)
-            if current.spec.boot != new.spec.boot:
+            if (current.spec.boot, current.spec.cdrom) != (new.spec.boot, new.spec.cdrom):
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
             admit_hotplug(self.cache, current, new)
@@ -254,7 +262,8 @@ class Admission:
             users = sorted(
                 vm.metadata.name
                 for vm in self.cache.vms()
-                if vm.spec.boot is not None and name in (vm.spec.boot.kernel, vm.spec.boot.initrd)
+                if name == vm.spec.cdrom
+                or (vm.spec.boot is not None and name in (vm.spec.boot.kernel, vm.spec.boot.initrd))
             ) + sorted(
                 v.metadata.name
                 for v in self.cache.volumes()

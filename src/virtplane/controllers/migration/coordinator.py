@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from virtplane.controllers.context import Change, ControllerContext
-from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks
+from virtplane.controllers.lookup import host_driver, vm_boot, vm_cdrom, vm_disks
 from virtplane.controllers.migration.flights import (
     BeginResult,
     FlightState,
@@ -314,7 +314,9 @@ class MigrationCoordinator:
             auto_converge=policy.auto_converge,
             post_copy=policy.post_copy,
             max_downtime_ms=policy.max_downtime_ms or None,
-            spec=build_domain_spec(vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0]),
+            spec=build_domain_spec(
+                vm, disks, boot_images=vm_boot(self.ctx.cache, vm)[0], cdrom=vm_cdrom(self.ctx.cache, vm)[0]
+            ),
         )
 
     def _no_room(self, vm: VirtualMachine, target: str) -> Refused | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from virtplane.controllers.lookup import BootImages
 from virtplane.domain.resources import CpuMode, HostCPU, VirtualMachine
-from virtplane.drivers.base import DiskAttachment, DomainSpec, NicAttachment, domain_name
+from virtplane.drivers.base import DiskAttachment, DomainSpec, ImageRef, NicAttachment, domain_name
 
 
 def build_domain_spec(
@@ -15,6 +15,7 @@ def build_domain_spec(
     nics: tuple[NicAttachment, ...] = (),
     seed: str | None = None,
     cluster_cpu: HostCPU | None = None,
+    cdrom: ImageRef | None = None,
 ) -> DomainSpec:
     """``cluster_cpu``: the CPU model of the host's cluster (its status), for cluster-mode VMs."""
     boot = vm.spec.boot
@@ -38,6 +39,7 @@ def build_domain_spec(
         cpu_model=model.model if model else "",
         cpu_features=tuple(model.features) if model else (),
         cpu_disabled=tuple(model.disabled) if model else (),
+        cdrom=cdrom,
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from virtplane.controllers.context import ControllerContext
-from virtplane.controllers.lookup import host_driver, vm_boot, vm_disks, vm_nics
+from virtplane.controllers.lookup import host_driver, vm_boot, vm_cdrom, vm_disks, vm_nics
 from virtplane.controllers.seed import delete_seeds, place_seed, seed_volume
 from virtplane.controllers.vm.durable import AFTER_WRITE, CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.spec import build_domain_spec
@@ -78,7 +78,8 @@ class VMState:
         if self._disks is None:
             cache = self.ctx.cache
             disks, problem = vm_disks(cache, self.vm)
-            self._disks = (disks, problem or vm_boot(cache, self.vm)[1] or vm_nics(cache, self.vm)[1])
+            problem = problem or vm_boot(cache, self.vm)[1] or vm_cdrom(cache, self.vm)[1]
+            self._disks = (disks, problem or vm_nics(cache, self.vm)[1])
         return self._disks
 
     def spec(self, seed: str | None = None) -> DomainSpec:
@@ -86,7 +87,10 @@ class VMState:
         boot, nics = vm_boot(cache, self.vm)[0], vm_nics(cache, self.vm)[0]
         host = cache.host(self.vm.status.host) if self.vm.status.host else None
         cluster_cpu = host.status.cluster_cpu if host is not None else None
-        return build_domain_spec(self.vm, self.disks()[0], self.console_dir, boot, nics, seed, cluster_cpu)
+        cdrom = vm_cdrom(cache, self.vm)[0]
+        return build_domain_spec(
+            self.vm, self.disks()[0], self.console_dir, boot, nics, seed, cluster_cpu, cdrom
+        )
 
     async def define(self, driver: HypervisorDriver) -> DomainSpec:
         """Define the domain (it is off or missing) with the VM's NoCloud seed placed on the host

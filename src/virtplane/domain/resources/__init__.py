@@ -50,7 +50,15 @@ from virtplane.domain.resources.host_maintenance import (
     MaintenancePlanItem,
     MaintenanceVMProgress,
 )
-from virtplane.domain.resources.image import Image, ImageFormat, ImageKind, ImagePhase, ImageSpec, ImageStatus
+from virtplane.domain.resources.image import (
+    Image,
+    ImageFormat,
+    ImageKind,
+    ImagePhase,
+    ImageSpec,
+    ImageStatus,
+    ImageUpload,
+)
 from virtplane.domain.resources.operation import (
     MigrateSpec,
     OperationPhase,
@@ -146,6 +154,7 @@ __all__ = [
     "ImagePhase",
     "ImageSpec",
     "ImageStatus",
+    "ImageUpload",
     "LiveMigrationPolicy",
     "MaintenancePhase",
     "MaintenancePlanItem",

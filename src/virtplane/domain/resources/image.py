@@ -15,11 +15,28 @@ class ImageKind(StrEnum):
     DISK = "Disk"
     KERNEL = "Kernel"
     INITRD = "Initrd"
+    ISO = "Iso"  # an installer CD: attached read-only as a VM's CD-ROM (spec.cdrom)
 
 
 class ImageFormat(StrEnum):
     QCOW2 = "qcow2"
     RAW = "raw"
+    ISO = "iso"  # an ISO 9660 file, as libvirt's probe names it
+
+
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+IMAGE_FILES_FINALIZER = "virtplane.io/image-files"
+"""An uploaded Image's files are deleted from its library's hosts before the Image is."""
+
+
+class ImageUpload(Strict):
+    """Set by the server when it wrote the file itself (``PUT /v1/images/NAME/content``), never
+    by hand: the hosts' copies are checked by their size, through libvirt alone, so a library
+    a remote host keeps need not be mounted on the control plane."""
+
+    sha256: str = Field(pattern=SHA256_HEX, description="The SHA-256 of the content, checked on receipt.")
+    size_bytes: int = Field(ge=1, description="The file's size in bytes.")
 
 
 class ImageSpec(Strict):
@@ -29,12 +46,21 @@ class ImageSpec(Strict):
     )
     kind: ImageKind
     format: ImageFormat | None = Field(
-        default=None, description="Disk images: qcow2 (the default) or raw. Kernels and initrds are raw."
+        default=None,
+        description="Disk images: qcow2 (the default) or raw. Kernels and initrds are raw; Iso images iso.",
+    )
+    upload: ImageUpload | None = Field(
+        default=None, description="Set by an upload or import through the API (the file is virtplane's)."
     )
 
     @model_validator(mode="after")
     def _check_format(self) -> ImageSpec:
-        if self.kind is not ImageKind.DISK and self.format is ImageFormat.QCOW2:
+        if self.kind is ImageKind.ISO:
+            if self.format not in (None, ImageFormat.ISO):
+                raise ValueError("Iso images are iso files: leave spec.format out or set iso")
+        elif self.format is ImageFormat.ISO:
+            raise ValueError("format iso is for images of kind Iso")
+        elif self.kind is not ImageKind.DISK and self.format is ImageFormat.QCOW2:
             raise ValueError("kernels and initrds are raw files: leave spec.format out or set raw")
         return self
 
@@ -42,7 +68,9 @@ class ImageSpec(Strict):
     def effective_format(self) -> ImageFormat:
         if self.format is not None:
             return self.format
-        return ImageFormat.QCOW2 if self.kind is ImageKind.DISK else ImageFormat.RAW
+        return {ImageKind.DISK: ImageFormat.QCOW2, ImageKind.ISO: ImageFormat.ISO}.get(
+            self.kind, ImageFormat.RAW
+        )
 
 
 class ImagePhase(StrEnum):

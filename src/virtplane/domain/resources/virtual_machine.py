@@ -115,6 +115,12 @@ class VirtualMachineSpec(Strict):
     placement: Placement = Field(default_factory=Placement)
     termination_grace_period_s: int = Field(default=60, ge=0, le=3600)
     boot: Boot | None = None
+    cdrom: Name | None = Field(
+        default=None,
+        description="An Image of kind Iso (an installer), attached read-only as a CD-ROM and tried "
+        "after the disks: an empty disk falls through to it, an installed one boots first. Taken "
+        "out of the spec once the install is done; a change applies at the VM's next start.",
+    )
     recovery_priority: int = Field(
         default=0,
         ge=0,

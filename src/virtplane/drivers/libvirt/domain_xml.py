@@ -20,7 +20,7 @@ import hashlib
 import re
 import uuid
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from virtplane.domain.names import LIBVIRT_DOMAIN_NAME, UNICAST_MAC
 from virtplane.drivers.base import DiskAttachment, DomainSpec, NicAttachment
@@ -47,6 +47,11 @@ start makes room again: the definition then has the spec's devices and 8 ports m
 SEED_TARGET = "sda"
 """The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
 (Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
+
+
+INSTALLER_TARGET = "sdb"
+"""An installer ISO's CD-ROM (``DomainSpec.cdrom``): beside the seed's, on virtio-scsi, which
+SeaBIOS boots from and installers carry drivers for."""
 
 
 def xml_text(value: str) -> str:
@@ -118,7 +123,12 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return element
 
 
-def validate_spec(spec: DomainSpec, kernel_path: str | None = None, initrd_path: str | None = None) -> None:
+def validate_spec(
+    spec: DomainSpec,
+    kernel_path: str | None = None,
+    initrd_path: str | None = None,
+    cdrom_path: str | None = None,
+) -> None:
     if not LIBVIRT_DOMAIN_NAME.matches(spec.name):
         raise PermanentError(f"domain name {spec.name!r} is not a safe libvirt domain name")
     if spec.cpu < 1:
@@ -129,6 +139,8 @@ def validate_spec(spec: DomainSpec, kernel_path: str | None = None, initrd_path:
         raise PermanentError("an initrd or kernel command line needs a kernel")
     if bool(spec.kernel) != bool(kernel_path) or bool(spec.initrd) != bool(initrd_path):
         raise PermanentError("the kernel and initrd images must be resolved by the driver before use")
+    if bool(spec.cdrom) != bool(cdrom_path):
+        raise PermanentError("the CD-ROM's image must be resolved by the driver before use")
     if spec.seed is not None and not spec.seed.startswith("/"):
         raise PermanentError(f"seed path {spec.seed!r} is not absolute")
     for nic in spec.nics:
@@ -169,9 +181,10 @@ def build_domain_xml(
     *,
     kernel_path: str | None = None,
     initrd_path: str | None = None,
+    cdrom_path: str | None = None,
 ) -> str:
-    """The persistent definition of ``spec``'s domain; the boot files' paths come checked from the driver."""
-    validate_spec(spec, kernel_path, initrd_path)
+    """The persistent definition of ``spec``'s domain; the library files' paths come checked from the driver."""
+    validate_spec(spec, kernel_path, initrd_path, cdrom_path)
     domain = ET.Element("domain", {"type": options.domain_type})
     _sub(domain, "name", spec.name)
     _sub(domain, "uuid", domain_uuid(spec.vm_uid))
@@ -218,10 +231,23 @@ def build_domain_xml(
         # (indexes 1..: libvirt numbers the ports its devices take after these)
         for index in range(1, HOTPLUG_PORTS + 1):
             _sub(devices, "controller", type="pci", index=str(index), model="pcie-root-port")
-    for index, disk in enumerate(spec.disks):
+    disks = spec.disks
+    if cdrom_path:  # the disks, in their boot order, then the installer: an empty disk falls through
+        ranked = sorted(range(len(disks)), key=lambda i: (disks[i].boot_order or len(disks) + 64, i))
+        order = {index: rank for rank, index in enumerate(ranked, start=1)}
+        disks = tuple(replace(disk, boot_order=order[i]) for i, disk in enumerate(disks))
+    for index, disk in enumerate(disks):
         devices.append(disk_element(disk, disk_target(index)))
-    if spec.seed is not None:
+    if spec.seed is not None or cdrom_path:
         _sub(devices, "controller", type="scsi", index="0", model="virtio-scsi")
+    if cdrom_path:
+        installer = _sub(devices, "disk", type="file", device="cdrom")
+        _sub(installer, "driver", name="qemu", type="raw")
+        _sub(installer, "source", file=cdrom_path)
+        _sub(installer, "target", dev=INSTALLER_TARGET, bus="scsi")
+        _sub(installer, "readonly")  # so any number of VMs may have the same library file
+        _sub(installer, "boot", order=str(len(disks) + 1))
+    if spec.seed is not None:
         cdrom = _sub(devices, "disk", type="file", device="cdrom")
         _sub(cdrom, "driver", name="qemu", type="raw")
         _sub(cdrom, "source", file=spec.seed)

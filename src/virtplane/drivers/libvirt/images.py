@@ -11,6 +11,11 @@ modification time to the nanosecond). Where it cannot see them, the image is
 refused: an unverifiable file is not used. libvirt's test driver keeps its
 volumes in memory, so there libvirt's view is the whole truth.
 
+A file virtplane wrote itself (``write_image``: an upload through libvirt's stream) is
+made by libvirt as a regular file in the pool, so no link can be planted there short of
+the host's root; it is checked through libvirt alone, by the exact size written
+(``ImageRef.written_bytes``), and its library need not be seen by the control plane.
+
 Messages name the library pool and the file, never where a link leads.
 """
 
@@ -24,7 +29,10 @@ from typing import Any
 
 from virtplane.drivers.base import ImageInfo, ImageRef
 from virtplane.drivers.errors import ImageRefused, NotFound
+from virtplane.drivers.libvirt.domain_xml import volume_xml
 from virtplane.drivers.libvirt.storage import check_name, ensure_pool, lookup_volume, pool_path
+
+_UPLOAD_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -114,10 +122,49 @@ def check_image(conn: Any, image: ImageRef, *, local_view: bool) -> tuple[Any, I
         raise ImageRefused(f"{what} has a backing file; library images must stand alone")
     if facts.format != image.format:
         raise ImageRefused(f"{what} is {facts.format or 'of an unknown format'}, not {image.format}")
-    if local_view:
+    if image.written_bytes is not None:
+        if local_view and facts.physical != image.written_bytes:  # the test driver keeps no contents
+            raise ImageRefused(f"{what} is not the file virtplane wrote ({image.written_bytes} bytes)")
+    elif local_view:
         check_local(str(vol.path()), pool_path(pool), facts, what)
     size = facts.physical if facts.physical is not None else facts.capacity
     return vol, ImageInfo(size_bytes=size, virtual_size_bytes=facts.capacity, format=facts.format)
+
+
+def write_image(conn: Any, image: ImageRef, source: str, *, can_stream: bool) -> None:
+    """Upload the local file ``source`` as ``image.file`` (``virStorageVolUpload``), replacing an
+    earlier copy; a failed write deletes what it made. Blocks; takes an open virConnect.
+    ``can_stream`` False (libvirt's test driver, which keeps no contents): the volume is only made."""
+    check_name("image file", image.file)
+    pool = ensure_pool(conn, image.pool)
+    earlier = lookup_volume(pool, image.file)
+    if earlier is not None:
+        earlier.delete(0)
+    size = os.stat(source).st_size
+    # written as a plain file and probed after; the test driver's volume only records the format
+    vol = pool.createXML(volume_xml(image.file, size, "raw" if can_stream else image.format), 0)
+    try:
+        if can_stream:
+            _send(conn, vol, source, size)
+        pool.refresh(0)  # libvirt probes the written file's format again
+    except BaseException:
+        vol.delete(0)
+        raise
+
+
+def _send(conn: Any, vol: Any, source: str, size: int) -> None:
+    stream = conn.newStream(0)
+    vol.upload(stream, 0, size, 0)
+    try:
+        with open(source, "rb") as file:
+            while chunk := file.read(_UPLOAD_CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[stream.send(bytes(view)) :]
+        stream.finish()
+    except BaseException:
+        stream.abort()
+        raise
 
 
 def image_path(conn: Any, image: ImageRef | None, *, local_view: bool) -> str | None:
@@ -128,4 +175,4 @@ def image_path(conn: Any, image: ImageRef | None, *, local_view: bool) -> str | 
     return str(vol.path())
 
 
-__all__ = ["VolumeFacts", "check_image", "check_local", "image_path", "volume_facts"]
+__all__ = ["VolumeFacts", "check_image", "check_local", "image_path", "volume_facts", "write_image"]

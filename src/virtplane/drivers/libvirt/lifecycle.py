@@ -174,8 +174,14 @@ class DomainLifecycle(LibvirtCalls):
             check_vlans(spec, host_bridges(conn))
         kernel = images.image_path(conn, spec.kernel, local_view=self.flavor.local_view)
         initrd = images.image_path(conn, spec.initrd, local_view=self.flavor.local_view)
+        cdrom = images.image_path(conn, spec.cdrom, local_view=self.flavor.local_view)
         return build_domain_xml(
-            spec, self.flavor.xml, self._console_log(spec), kernel_path=kernel, initrd_path=initrd
+            spec,
+            self.flavor.xml,
+            self._console_log(spec),
+            kernel_path=kernel,
+            initrd_path=initrd,
+            cdrom_path=cdrom,
         )
 
     def _console_log(self, spec: DomainSpec) -> str | None:

@@ -36,6 +36,10 @@ class VolumeOperations(LibvirtCalls):
             lambda conn: storage.upload_volume(conn, pool, name, data, can_stream=streams)
         )
 
+    async def write_image(self, image: ImageRef, source: str) -> None:
+        streams = self.flavor.volume_streams
+        await self._call(lambda conn: images.write_image(conn, image, source, can_stream=streams))
+
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
         await self._call(lambda conn: storage.delete_volume(conn, pool, name))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
@@ -30,6 +31,8 @@ from virtplane.drivers.base import (
     VolumeInfo,
 )
 from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
+
+from ._storage import read_upload
 
 if TYPE_CHECKING:
     from ._guest import SimGuests
@@ -341,6 +344,15 @@ class SimDriver:
     @_entry_point
     async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
         return self._world.storage.upload_volume(self._host().name, pool, name, data)
+
+    async def write_image(self, image: ImageRef, source: str) -> None:
+        # the file is read before the world's transaction, which must not suspend
+        fmt, size, digest = await asyncio.to_thread(read_upload, source)
+        await self._record_image(image, fmt, size, digest)
+
+    @_entry_point
+    async def _record_image(self, image: ImageRef, fmt: str, size: int, digest: str) -> None:
+        self._world.storage.write_image(self._host().name, image, fmt, size, digest)
 
     @_entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:

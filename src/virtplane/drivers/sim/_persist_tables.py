@@ -136,13 +136,19 @@ def spec_to_json(spec: DomainSpec) -> str:
 def _image_from_json(data: Any) -> ImageRef | None:
     if not isinstance(data, dict):
         return None  # a path from before images came from the library: not kept
-    return ImageRef(pool=PoolRef(**data["pool"]), file=data["file"], format=data.get("format", "raw"))
+    return ImageRef(
+        pool=PoolRef(**data["pool"]),
+        file=data["file"],
+        format=data.get("format", "raw"),
+        written_bytes=data.get("written_bytes"),
+    )
 
 
 def spec_from_json(text: str) -> DomainSpec:
     data = json.loads(text)
     disks = tuple(DiskAttachment(**disk) for disk in data.pop("disks", ()))
     kernel, initrd = _image_from_json(data.pop("kernel", None)), _image_from_json(data.pop("initrd", None))
+    data["cdrom"] = _image_from_json(data.pop("cdrom", None))
     nics = tuple(NicAttachment(**nic) for nic in data.pop("nics", ()))
     # JSON has lists: specs compare equal as tuples
     features, disabled = tuple(data.pop("cpu_features", ())), tuple(data.pop("cpu_disabled", ()))

@@ -12,18 +12,24 @@ against the pool's capacity (a pool with capacity 0 is unbounded).
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from virtplane.domain.images import PROBE_BYTES, probe_format
 from virtplane.drivers.base import ImageInfo, ImageRef, PoolRef, VolumeInfo
-from virtplane.drivers.errors import NotFound, PermanentError, TransientError
+from virtplane.drivers.errors import ImageRefused, NotFound, PermanentError, TransientError
 
 from ._changes import ChangeLog, Entity, Persisted, Record, RecordMap
 from ._model import URI_SCHEME, SimFaultError
 
 if TYPE_CHECKING:
     from ._precopy import DiskCopy
+
+WRITTEN_IMAGE = "written-image"
+"""The content of a library file written through the driver (an upload): its probed format,
+size and digest (``written-image FORMAT SIZE SHA256``), so it survives a restart of the simulator."""
 
 SHARED = ""
 """The host part of a shared pool's key."""
@@ -109,6 +115,19 @@ class SavedVolume:
     content: str
 
 
+def read_upload(source: str) -> tuple[str, int, str]:
+    """(probed format, size, SHA-256) of a file the control plane writes into a library."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(source, "rb") as file:
+        fmt = probe_format(file.read(PROBE_BYTES))
+        file.seek(0)
+        while chunk := file.read(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
+    return fmt, size, digest.hexdigest()
+
+
 def volume_path(pool: str, volume: str) -> str:
     return f"{URI_SCHEME}{pool}/{volume}"
 
@@ -184,7 +203,27 @@ class SimStorage:
                 f"image file {image.file} in library pool {image.pool.name} does not exist"
             ) from None
         size = found.size_gib * GIB
-        return ImageInfo(size_bytes=size, virtual_size_bytes=size, format=image.format), found
+        fmt = image.format
+        if found.content.startswith(WRITTEN_IMAGE + " "):
+            _, fmt, written, _digest = found.content.split(" ")
+            size = int(written)
+            what = f"image file {image.file} in library pool {image.pool.name}"
+            if fmt != image.format:  # libvirt's probe reports the file's real format
+                raise ImageRefused(f"{what} is {fmt}, not {image.format}")
+            if image.written_bytes is not None and size != image.written_bytes:
+                raise ImageRefused(f"{what} is not the file virtplane wrote ({image.written_bytes} bytes)")
+        return ImageInfo(size_bytes=size, virtual_size_bytes=size, format=fmt), found
+
+    def write_image(self, host: str, image: ImageRef, fmt: str, size: int, sha256: str) -> None:
+        """A file uploaded into a library: replaces an earlier copy, as libvirt's upload does."""
+        pool = self.pool(host, image.pool)
+        pool.volumes.pop(image.file)
+        size_gib = -(-size // GIB)
+        pool.check_room(size_gib, f"image file {image.file}")
+        content = f"{WRITTEN_IMAGE} {fmt} {size} {sha256}"
+        pool.volumes.put(
+            image.file, SimVolume(image.file, volume_path(image.pool.name, image.file), size_gib, content)
+        )
 
     def create_volume(
         self, host: str, ref: PoolRef, name: str, size_gib: int, source: ImageRef | None
