@@ -192,3 +192,15 @@ def test_small_documents() -> None:
     backup = ET.fromstring(backup_xml([("vda", "/p/x.snap")]))
     disk = backup.find("disks/disk")
     assert disk is not None and (disk.get("name"), disk.find("target").get("file")) == ("vda", "/p/x.snap")  # type: ignore[union-attr]
+
+
+def test_the_screen_is_a_vga_card_whose_vnc_server_listens_nowhere() -> None:
+    root = ET.fromstring(build_domain_xml(spec(), XmlOptions()))
+    graphics = root.findall("devices/graphics")
+    assert [g.get("type") for g in graphics] == ["vnc"]
+    # no port, no address, no password: only virDomainOpenGraphicsFD (through libvirt) reaches it
+    assert {"port", "autoport", "listen", "passwd", "socket"}.isdisjoint(graphics[0].attrib)
+    assert [(listen.attrib) for listen in graphics[0].findall("listen")] == [{"type": "none"}]
+    assert [m.get("type") for m in root.findall("devices/video/model")] == ["vga"]
+    assert root.find("devices/input[@type='tablet']") is not None
+    assert ET.fromstring(build_domain_xml(spec(), TEST_DRIVER_OPTIONS)).find("devices/graphics") is None

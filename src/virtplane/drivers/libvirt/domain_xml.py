@@ -99,10 +99,14 @@ class XmlOptions:
     guest_agent: bool = True
     """A virtio channel for the guest agent (org.qemu.guest_agent.0). A field, so that domains
     defined before it had one get a new digest and are redefined with it at their next start."""
+    screen: bool = True
+    """A VGA card and a VNC server that listens nowhere (``<listen type='none'/>``): only
+    ``virDomainOpenGraphicsFD`` reaches it, through libvirt, so no port and no password. A
+    field for the same reason as ``guest_agent``; the test driver has no graphics to open."""
 
 
 TEST_DRIVER_OPTIONS = XmlOptions(
-    domain_type="test", machine=None, arch=None, cpu_model=None, panic_device=False
+    domain_type="test", machine=None, arch=None, cpu_model=None, panic_device=False, screen=False
 )
 
 
@@ -245,6 +249,12 @@ def build_domain_xml(
         # definition's target says whether the guest's agent has the port open (state=connected)
         channel = _sub(devices, "channel", type="unix")
         _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
+    if options.screen:
+        graphics = _sub(devices, "graphics", type="vnc")
+        _sub(graphics, "listen", type="none")  # never a TCP port, not even on the host's loopback
+        # std VGA: the firmware's and the kernel's text show before any guest driver loads
+        _sub(_sub(devices, "video"), "model", type="vga")
+        _sub(devices, "input", type="tablet", bus="usb")  # absolute pointer: a viewer's mouse lines up
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
         _sub(devices, "panic", model="isa")
