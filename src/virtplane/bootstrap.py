@@ -46,6 +46,7 @@ from virtplane.runtime.leader import LeaderElector
 from virtplane.runtime.retention import Retention
 from virtplane.services.admission import Admission
 from virtplane.services.console import ConsoleService
+from virtplane.services.display import DisplayService
 from virtplane.services.maintenance import MaintenanceService
 from virtplane.services.placement import PlacementService
 from virtplane.store.errors import Conflict
@@ -195,6 +196,7 @@ class ControlPlane:
             maintenance=MaintenanceService(self.ctx),
             placement=PlacementService(self.migrations),
             consoles=ConsoleService(self.ctx),
+            displays=DisplayService(self.ctx),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
             written=self.cache.put,
