@@ -16,7 +16,7 @@ from websockets.typing import Subprotocol
 
 from tests.conftest import LiveServer, seed_console_world, wait_json
 from tests.drivers.test_png import decoded
-from tests.rfb import RfbOverWebSocket, full_screen, handshake
+from tests.rfb import Rfb, full_screen, handshake
 from virtplane.api.routes.console import TOKEN_PREFIX
 from virtplane.api.routes.display import SUBPROTOCOL
 
@@ -58,7 +58,7 @@ def test_the_vms_rfb_passes_through_and_the_screenshot_is_the_same_picture(
 ) -> None:
     with open_screen(live_server) as ws:
         assert ws.subprotocol == SUBPROTOCOL
-        rfb = RfbOverWebSocket(ws)
+        rfb = Rfb.over_websocket(ws)
         screen = full_screen(rfb)
     assert rfb.received[0] == b"RFB 003.008\n", "the VM's first bytes, unchanged and alone"
     assert (screen.width, screen.height, screen.name) == (320, 200, "virtplane simulated guest web-1")
@@ -108,8 +108,8 @@ def test_several_viewers_share_a_screen_and_a_browser_authenticates_by_subprotoc
         open_screen(live_server) as first,
         connect(ws_url(live_server, "web-1"), subprotocols=protocols) as second,
     ):
-        assert handshake(RfbOverWebSocket(first))[:2] == (320, 200)
-        assert handshake(RfbOverWebSocket(second))[:2] == (320, 200)
+        assert handshake(Rfb.over_websocket(first))[:2] == (320, 200)
+        assert handshake(Rfb.over_websocket(second))[:2] == (320, 200)
     viewer = base64.urlsafe_b64encode(live_server.tokens["viewer"].encode()).decode().rstrip("=")
     with connect(
         ws_url(live_server, "web-1"),
@@ -123,7 +123,7 @@ def test_an_idle_session_is_closed_after_the_setting(live_server: LiveServer, wo
     set_idle = world.patch("/v1/settings/console.idle_timeout_s", json={"spec": {"value": 0.5}})
     assert set_idle.status_code == 200, set_idle.text
     with open_screen(live_server) as ws:
-        handshake(RfbOverWebSocket(ws))
+        handshake(Rfb.over_websocket(ws))
         code, reason = closed_with(ws)  # the picture does not change and nothing is sent: idle
     assert (code, reason) == (1000, "no input or output for 0.5 s (console.idle_timeout_s): closed")
     wait_json(
@@ -135,7 +135,7 @@ def test_the_session_ends_with_the_reason_when_the_vm_stops(
     live_server: LiveServer, world: httpx.Client
 ) -> None:
     with open_screen(live_server) as ws:
-        handshake(RfbOverWebSocket(ws))
+        handshake(Rfb.over_websocket(ws))
         stopped = world.patch("/v1/vms/web-1", json={"spec": {"run_policy": "AlwaysOff"}})
         assert stopped.status_code == 200, stopped.text
         code, reason = closed_with(ws)
