@@ -176,6 +176,12 @@ class DomainLifecycle(LibvirtCalls):
 
     async def open_display(self, name: str) -> DisplayStream:
         self._require_screens()
+        if not display.passes_descriptors(self._uri):
+            raise Unsupported(
+                f"libvirt hands over a connection to a VM's screen only on a local UNIX socket "
+                f"(qemu:///system, qemu+unix://), not over {self._uri.partition(':')[0]}; "
+                "its screenshot works"
+            )
         fd = await self._call(lambda conn: display.graphics_fd(LibvirtDomain.lookup(conn, name)))
         try:
             return await display.open_display(fd)
