@@ -254,7 +254,10 @@ def build_domain_xml(
         _sub(graphics, "listen", type="none")  # never a TCP port, not even on the host's loopback
         # std VGA: the firmware's and the kernel's text show before any guest driver loads
         _sub(_sub(devices, "video"), "model", type="vga")
-        _sub(devices, "input", type="tablet", bus="usb")  # absolute pointer: a viewer's mouse lines up
+        # an absolute pointer: a viewer's mouse lines up. Its USB address is written here: libvirt
+        # gives one only at start, and a memory image restored with our definition must match it
+        tablet = _sub(devices, "input", type="tablet", bus="usb")
+        _sub(tablet, "address", type="usb", bus="0", port="1")
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
         _sub(devices, "panic", model="isa")
