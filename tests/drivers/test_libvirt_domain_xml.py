@@ -21,6 +21,7 @@ from virtplane.drivers.libvirt.domain_xml import (
     domain_uuid,
     parse_domain_xml,
     parse_stop_request,
+    spec_digest,
     stop_request_xml,
     volume_xml,
 )
@@ -204,3 +205,8 @@ def test_the_screen_is_a_vga_card_whose_vnc_server_listens_nowhere() -> None:
     assert [m.get("type") for m in root.findall("devices/video/model")] == ["vga"]
     assert root.find("devices/input[@type='tablet']") is not None
     assert ET.fromstring(build_domain_xml(spec(), TEST_DRIVER_OPTIONS)).find("devices/graphics") is None
+
+
+def test_a_domain_defined_before_it_had_a_screen_gets_a_new_digest_so_it_is_redefined_at_its_start() -> None:
+    before = XmlOptions(screen=False)  # what every domain was defined with until issue 34
+    assert spec_digest(spec(), before, None) != spec_digest(spec(), XmlOptions(), None)

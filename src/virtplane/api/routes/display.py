@@ -153,9 +153,7 @@ async def vnc(websocket: WebSocket, name: str) -> None:
         409: {"description": "The VM does not run (NotRunning), or its host shows no screen."},
     },
 )
-async def screenshot(
-    name: str, request: Request, principal: Principal = Depends(require(Role.OPERATOR))
-) -> Response:
+async def screenshot(name: str, request: Request, _: Principal = Depends(require(Role.OPERATOR))) -> Response:
     """The VM's screen now, as PNG (libvirt's screenshot of its first display): for a thumbnail."""
     ctx: ApiContext = request.app.state.ctx
     displays = _displays(ctx)

@@ -24,6 +24,7 @@ VERSION = b"RFB 003.008\n"
 SECURITY_NONE = 1
 # 32 bits per pixel, depth 24, little-endian, true colour, 8 bits a channel, red at bit 16
 NATIVE_FORMAT = struct.pack(">BBBBHHHBBB3x", 32, 24, 0, 1, 255, 255, 255, 16, 8, 0)
+MAX_CUT_TEXT = 1024 * 1024
 # client message type -> its length before any variable part
 _FIXED_LENGTH = {0: 20, 2: 4, 3: 10, 4: 8, 5: 6, 6: 8}
 
@@ -144,7 +145,11 @@ class SimScreenSession:
         if kind == 2:  # SetEncodings: then four bytes per encoding
             length += 4 * struct.unpack(">H", self._input[2:4])[0]
         elif kind == 6:  # ClientCutText: then the text
-            length += struct.unpack(">I", self._input[4:8])[0]
+            text_length = struct.unpack(">I", self._input[4:8])[0]
+            if text_length > MAX_CUT_TEXT:
+                self.hang_up()  # not buffered whole: a clipboard this large is not one
+                return False
+            length += text_length
         message = self._take(length)
         if message is None:
             return False
