@@ -203,7 +203,10 @@ def test_the_screen_is_a_vga_card_whose_vnc_server_listens_nowhere() -> None:
     assert {"port", "autoport", "listen", "passwd", "socket"}.isdisjoint(graphics[0].attrib)
     assert [(listen.attrib) for listen in graphics[0].findall("listen")] == [{"type": "none"}]
     assert [m.get("type") for m in root.findall("devices/video/model")] == ["vga"]
-    assert root.find("devices/input[@type='tablet']") is not None
+    assert root.find("devices/input[@type='tablet']/address[@type='usb']") is not None  # restores match
+    # its USB controller sits on the root bus: it takes none of the root ports kept for hot-plug
+    usb = root.find("devices/controller[@type='usb']/address")
+    assert usb is not None and (usb.get("type"), usb.get("bus")) == ("pci", "0x00")
     assert ET.fromstring(build_domain_xml(spec(), TEST_DRIVER_OPTIONS)).find("devices/graphics") is None
 
 

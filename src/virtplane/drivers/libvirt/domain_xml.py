@@ -44,6 +44,9 @@ _DISK_FORMATS = frozenset({"qcow2", "raw"})
 HOTPLUG_PORTS = 8
 """Free PCIe root ports of a q35 domain: the disks and NICs it can take while it runs (a stop and
 start makes room again: the definition then has the spec's devices and 8 ports more)."""
+XHCI_SLOT = "0x1d"
+"""Where the USB controller sits on a q35 domain's root bus (ICH9 put its USB there; libvirt
+places the VGA at 0x01 and SATA at 0x1f)."""
 SEED_TARGET = "sda"
 """The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
 (Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
@@ -254,6 +257,11 @@ def build_domain_xml(
         _sub(graphics, "listen", type="none")  # never a TCP port, not even on the host's loopback
         # std VGA: the firmware's and the kernel's text show before any guest driver loads
         _sub(_sub(devices, "video"), "model", type="vga")
+        if options.machine == "q35":
+            # the tablet's USB controller on the root bus itself (an integrated device, as the
+            # VGA): left to libvirt it takes one of the root ports kept free for hot-plug
+            usb = _sub(devices, "controller", type="usb", index="0", model="qemu-xhci")
+            _sub(usb, "address", type="pci", domain="0x0000", bus="0x00", slot=XHCI_SLOT, function="0x0")
         # an absolute pointer: a viewer's mouse lines up. Its USB address is written here: libvirt
         # gives one only at start, and a memory image restored with our definition must match it
         tablet = _sub(devices, "input", type="tablet", bus="usb")
