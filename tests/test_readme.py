@@ -28,6 +28,7 @@ NOT_RUN = {
     "./bin/test": "set-up: the whole test suite",
     "./bin/virtplane events --follow": "follows the event log until interrupted",
     "./bin/virtplane console web-1": "attaches the terminal until Ctrl-] (tests/cli/test_console.py: a pty)",
+    "./bin/virtplane vnc web-2": "forwards a port until Ctrl-C (tests/cli/test_vnc.py: a viewer on it)",
     "sudo apt-get install libvirt-clients libvirt-dev pkg-config gcc python3-dev": "installs system packages",
     '.venv/bin/pip install "libvirt-python==$(pkg-config --modversion libvirt)"': "changes the environment under test",
     "./bin/virtplane apply -f kvm-1.yaml": "adds a real hypervisor, reached over SSH",

@@ -46,6 +46,7 @@ from virtplane.runtime.leader import LeaderElector
 from virtplane.runtime.retention import Retention
 from virtplane.services.admission import Admission
 from virtplane.services.console import ConsoleService
+from virtplane.services.display import DisplayService
 from virtplane.services.image_upload import ImageUploads
 from virtplane.services.maintenance import MaintenanceService
 from virtplane.services.placement import PlacementService
@@ -197,6 +198,7 @@ class ControlPlane:
             placement=PlacementService(self.migrations),
             consoles=ConsoleService(self.ctx),
             images=ImageUploads(self.ctx),
+            displays=DisplayService(self.ctx),
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
             written=self.cache.put,

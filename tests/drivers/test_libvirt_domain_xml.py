@@ -21,6 +21,7 @@ from virtplane.drivers.libvirt.domain_xml import (
     domain_uuid,
     parse_domain_xml,
     parse_stop_request,
+    spec_digest,
     stop_request_xml,
     volume_xml,
 )
@@ -228,3 +229,23 @@ def test_an_installer_iso_is_a_read_only_cd_rom_tried_after_the_disks() -> None:
 def test_a_cd_rom_must_be_resolved_by_the_driver() -> None:
     with pytest.raises(PermanentError, match="CD-ROM"):
         build_domain_xml(spec(cdrom=ImageRef(LIBRARY, "x.iso", "iso")), XmlOptions())
+
+
+def test_the_screen_is_a_vga_card_whose_vnc_server_listens_nowhere() -> None:
+    root = ET.fromstring(build_domain_xml(spec(), XmlOptions()))
+    graphics = root.findall("devices/graphics")
+    assert [g.get("type") for g in graphics] == ["vnc"]
+    # no port, no address, no password: only virDomainOpenGraphicsFD (through libvirt) reaches it
+    assert {"port", "autoport", "listen", "passwd", "socket"}.isdisjoint(graphics[0].attrib)
+    assert [(listen.attrib) for listen in graphics[0].findall("listen")] == [{"type": "none"}]
+    assert [m.get("type") for m in root.findall("devices/video/model")] == ["vga"]
+    assert root.find("devices/input[@type='tablet']/address[@type='usb']") is not None  # restores match
+    # its USB controller sits on the root bus: it takes none of the root ports kept for hot-plug
+    usb = root.find("devices/controller[@type='usb']/address")
+    assert usb is not None and (usb.get("type"), usb.get("bus")) == ("pci", "0x00")
+    assert ET.fromstring(build_domain_xml(spec(), TEST_DRIVER_OPTIONS)).find("devices/graphics") is None
+
+
+def test_a_domain_defined_before_it_had_a_screen_gets_a_new_digest_so_it_is_redefined_at_its_start() -> None:
+    before = XmlOptions(screen=False)  # what every domain was defined with until issue 34
+    assert spec_digest(spec(), before, None) != spec_digest(spec(), XmlOptions(), None)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+import uvicorn
 
 from virtplane.drivers.base import DiskAttachment, DomainSpec, ImageRef, PoolRef, domain_name
 from virtplane.store.store import Store
@@ -298,3 +299,21 @@ async def qplane(store: Store, rig: Rig, drivers: dict[str, Any]) -> AsyncIterat
     finally:
         await plane.stop()
         await result.cleanup()
+
+
+@pytest.fixture
+async def server(qplane: QemuPlane) -> AsyncIterator[str]:
+    """The plane's app under uvicorn on a free loopback port, in this loop: the API and the
+    drivers share one loop, as in ``virtplane serve`` (lifespan off: ``qplane`` started the plane)."""
+    config = uvicorn.Config(qplane.plane.app(), host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    served = uvicorn.Server(config)
+    task = asyncio.create_task(served.serve())
+    while not served.started:
+        assert not task.done(), "the server did not start"
+        await asyncio.sleep(0.01)
+    port = served.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        await asyncio.wait_for(task, 30)

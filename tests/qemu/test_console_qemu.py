@@ -22,12 +22,10 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -41,23 +39,6 @@ pytestmark = [pytest.mark.qemu, pytest.mark.slow]
 CLI = str(Path(sys.executable).parent / "virtplane")
 SHELL_BOOT = "console=ttyS0 panic=-1 quiet rdinit=/bin/busybox -- sh"
 ANSWER_MS = 5000  # how long a line typed into a ready shell may take to be answered, under TCG
-
-
-@pytest.fixture
-async def server(qplane: QemuPlane) -> AsyncIterator[str]:
-    """The plane's app under uvicorn on a free loopback port, in this loop."""
-    config = uvicorn.Config(qplane.plane.app(), host="127.0.0.1", port=0, lifespan="off", log_level="warning")
-    served = uvicorn.Server(config)
-    task = asyncio.create_task(served.serve())
-    while not served.started:
-        assert not task.done(), "the server did not start"
-        await asyncio.sleep(0.01)
-    port = served.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        served.should_exit = True
-        await asyncio.wait_for(task, 30)
 
 
 async def read_until(fd: int, text: bytes, seen: bytes = b"", limit_s: float = LIMIT_S) -> bytes:

@@ -134,3 +134,26 @@ async def test_a_refused_certificate_or_key_says_why_on_the_host(
             response = await api.get(f"/v1/hosts/{name}")
             assert response.status_code == 200, response.text
             assert reason in response.json()["status"]["message"]
+
+
+async def test_a_screen_over_ssh_or_tls_is_refused_with_the_reason_and_its_screenshot_works(
+    qplane: QemuPlane,
+) -> None:
+    """libvirt passes a connection to a VM's VNC server (virDomainOpenGraphicsFD) only over a
+    local UNIX socket: over ssh the screen service (the API's) refuses it with the reason
+    (ScreenUnsupported, a 409), while the screenshot, a stream on the connection, works."""
+    from tests.drivers.test_png import decoded
+    from virtplane.domain.errors import Refused
+
+    displays = qplane.plane.api_context.displays
+    assert displays is not None
+    await qplane.add_host("a")
+    await qplane.add_volume("scr-root")
+    qplane.add_vm("scr", RunPolicy.ALWAYS_ON, "scr-root")
+    await qplane.wait_settled("scr", VMPhase.RUNNING)
+    with pytest.raises(Refused) as refused:
+        await displays.open("scr")
+    assert refused.value.reason == "ScreenUnsupported"
+    assert "only on a local UNIX socket" in str(refused.value), refused.value
+    width, height, _ = decoded(await displays.screenshot("scr"))
+    assert width > 0 and height > 0

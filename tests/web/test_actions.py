@@ -71,7 +71,7 @@ def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: DemoServe
     else:
         web = vm_row(page, "web-1").locator("button[data-action]")
         expect(web).to_have_text(
-            ["Stop…", "Restart", "Migrate…", "Snapshot…", "Restore…", "Delete…", "Console"]
+            ["Stop…", "Restart", "Migrate…", "Snapshot…", "Restore…", "Delete…", "Console", "Screen"]
         )
         expect(vm_row(page, "archive-1").locator("button[data-action]")).to_have_text(
             ["Start", "Snapshot…", "Restore…", "Delete…"]

@@ -78,3 +78,26 @@ def test_every_module_the_page_imports_is_served(live_server: LiveServer) -> Non
             response = client.get(f"/ui/static/{name}")
             assert response.status_code == 200, name
             assert response.headers["content-type"].startswith("text/javascript"), name
+
+
+def test_novnc_is_served_module_by_module_and_nothing_outside_its_tree(live_server: LiveServer) -> None:
+    """noVNC's ES modules import each other by relative paths within its tree (vendor/novnc)."""
+    tree = STATIC_DIR / "vendor" / "novnc"
+    modules = sorted(path.relative_to(tree).as_posix() for path in tree.rglob("*.js"))
+    assert {"core/rfb.js", "core/decoders/raw.js", "vendor/pako/lib/zlib/inflate.js"} <= set(modules)
+    with httpx.Client(base_url=live_server.url) as client:
+        for module in modules:
+            response = client.get(f"/ui/static/vendor/novnc/{module}")
+            assert response.status_code == 200, module
+            assert response.headers["content-type"].startswith("text/javascript"), module
+            assert "default-src 'none'" in response.headers["content-security-policy"], module
+        for path in (
+            "/ui/static/vendor/novnc/%2E%2E/xterm.js",
+            "/ui/static/vendor/novnc/core/%2E%2E/%2E%2E/%2E%2E/app.js",
+            "/ui/static/vendor/novnc/core/..%2F..%2F..%2Fapp.js",
+            "/ui/static/vendor/novnc/.git/config.js",
+            "/ui/static/vendor/novnc//core/rfb.js",
+            "/ui/static/vendor/novnc/LICENSE.txt",  # shipped for its licence, not served
+        ):
+            response = client.get(path)
+            assert response.status_code == 404, path

@@ -24,6 +24,7 @@ from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.audit import router as audit_router
 from virtplane.api.routes.backup import router as backup_router
 from virtplane.api.routes.console import router as console_router
+from virtplane.api.routes.display import router as display_router
 from virtplane.api.routes.events import router as events_router
 from virtplane.api.routes.faults import router as faults_router
 from virtplane.api.routes.images import router as images_router
@@ -163,6 +164,7 @@ def create_app(
     app.include_router(placement_router)
     app.include_router(quarantine_router)
     app.include_router(console_router)
+    app.include_router(display_router)
     app.include_router(backup_router)
     app.include_router(images_router)
     app.include_router(web_router)

@@ -15,6 +15,7 @@ from virtplane.store.store import Store
 if TYPE_CHECKING:  # the composition root hands them in; the API never builds one
     from virtplane.drivers.sim import SimCloud
     from virtplane.services.console import ConsoleService
+    from virtplane.services.display import DisplayService
     from virtplane.services.image_upload import ImageUploads
     from virtplane.services.maintenance import MaintenanceService
     from virtplane.services.placement import PlacementService
@@ -67,6 +68,8 @@ class ApiContext:
     consoles: ConsoleService | None = None
     images: ImageUploads | None = None
     """Uploads into image libraries, written to the hosts through their drivers."""
+    displays: DisplayService | None = None
+    """The VMs' screens (VNC and screenshots), when wired."""
     controllers: Callable[[], ControllersRole] = field(default=lambda: ControllersRole(role="none"))
     """Whether this process runs the controllers: role single, leader or follower (and who leads)."""
     catch_up: Callable[[], Awaitable[None]] | None = None

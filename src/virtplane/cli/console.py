@@ -37,12 +37,17 @@ ESCAPE = b"\x1d"  # Ctrl-]
 ENTER = b"\r"
 
 
-def console_url(base_url: str, vm: str) -> str:
+def vm_websocket_url(base_url: str, vm: str, leaf: str) -> str:
+    """The ws:// or wss:// URL of ``/v1/vms/{vm}/{leaf}`` on the server at ``base_url``."""
     scheme, sep, rest = base_url.rstrip("/").partition("://")
     ws_scheme = {"http": "ws", "https": "wss"}.get(scheme.lower())
     if not sep or ws_scheme is None:
         raise CliError("InvalidURL", f"the server URL {base_url} is not http:// or https://")
-    return f"{ws_scheme}://{rest}/v1/vms/{quote(vm, safe='')}/console"
+    return f"{ws_scheme}://{rest}/v1/vms/{quote(vm, safe='')}/{leaf}"
+
+
+def console_url(base_url: str, vm: str) -> str:
+    return vm_websocket_url(base_url, vm, "console")
 
 
 def _refusal(exc: InvalidStatus) -> ApiError:
@@ -55,7 +60,10 @@ def _refusal(exc: InvalidStatus) -> ApiError:
     return ApiError(response.status_code, f"HTTP{response.status_code}", response.reason_phrase)
 
 
-def _open(url: str, base_url: str, token: str | None, tls: ssl.SSLContext | None) -> ClientConnection:
+def open_websocket(
+    url: str, base_url: str, token: str | None, tls: ssl.SSLContext | None, subprotocol: str = SUBPROTOCOL
+) -> ClientConnection:
+    """A WebSocket to the server with the token in the header; its refusal as an ``ApiError``."""
     from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
     from websockets.sync.client import connect
     from websockets.typing import Subprotocol
@@ -65,7 +73,7 @@ def _open(url: str, base_url: str, token: str | None, tls: ssl.SSLContext | None
         return connect(
             url,
             additional_headers=headers,
-            subprotocols=[Subprotocol(SUBPROTOCOL)],
+            subprotocols=[Subprotocol(subprotocol)],
             open_timeout=15,
             ssl=tls if url.startswith("wss:") else None,
         )
@@ -206,7 +214,7 @@ def console(
     import tty
 
     url = console_url(state.url, name) + ("?takeover=true" if takeover else "")
-    ws = _open(url, state.url, state.token, state.tls())
+    ws = open_websocket(url, state.url, state.token, state.tls())
     stdin = sys.stdin.buffer
     interactive = stdin.isatty()
     if interactive:
@@ -243,4 +251,4 @@ def register(app: typer.Typer) -> None:
     app.command(epilog=EPILOG)(console)
 
 
-__all__ = ["console_url", "register"]
+__all__ = ["console_url", "open_websocket", "register", "vm_websocket_url"]

@@ -24,6 +24,7 @@ from virtplane.cli import (
     store_restore,
     tokens,
     vms,
+    vnc,
 )
 from virtplane.cli.config import config_section, load_config
 from virtplane.cli.context import CliOverrides, CliState, SystemClock, checked_url
@@ -321,6 +322,7 @@ vms.register(app)
 hosts.register(app)
 settings.register(app)
 console.register(app)
+vnc.register(app)
 secrets.register(app)
 explain.register(app)
 backup.register(app)

@@ -334,7 +334,7 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         SettingType.FLOAT,
         1800.0,
         "A serial-console session with no byte either way for this long is detached (it holds "
-        "the VM's only console); 0 never detaches.",
+        "the VM's only console), and a screen (VNC) session closed; 0 never detaches.",
         minimum=0,
         maximum=604800,
     ),

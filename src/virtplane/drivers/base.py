@@ -248,6 +248,13 @@ class ConsoleStream(Protocol):
         """End the session (idempotent); the console is free for the next one."""
 
 
+class DisplayStream(ConsoleStream, Protocol):
+    """A connection to a domain's VNC server (RFB, as the server speaks it, from its first
+    byte), made on the host by the hypervisor for the control plane alone: no port listens,
+    and the server has let the client in (no VNC password). Any number may be open at a time;
+    ``read`` returns b"" once the guest's instance ends here."""
+
+
 @runtime_checkable
 class HypervisorDriver(Protocol):
     """One connection to one hypervisor host. All methods are coroutines but ``uri``/``capabilities``."""
@@ -309,6 +316,13 @@ class HypervisorDriver(Protocol):
     async def open_console(self, name: str) -> ConsoleStream:
         """Attach to the serial console of a live domain: ``NotFound`` (no such domain here),
         ``NotRunning`` (it has no live instance), ``ConsoleBusy``, ``Unsupported``."""
+
+    async def open_display(self, name: str) -> DisplayStream:
+        """Connect to the VNC server of a live domain's screen: ``NotFound``, ``NotRunning``,
+        ``Unsupported`` (the host has no screens, or cannot hand this connection one)."""
+
+    async def screenshot(self, name: str) -> bytes:
+        """The live domain's screen now, as PNG; the same refusals as ``open_display``."""
 
     # -- the guest agent (QEMU's qemu-ga on the domain's org.qemu.guest_agent.0 channel). It
     # answers only while the guest runs an agent; every call but ``agent_connected`` raises
@@ -426,6 +440,7 @@ __all__ = [
     "Capability",
     "ConsoleStream",
     "DiskAttachment",
+    "DisplayStream",
     "DomainEvent",
     "DomainEventType",
     "DomainInfo",

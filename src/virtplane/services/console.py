@@ -27,7 +27,7 @@ from virtplane.domain.phases import ACTIVE_STATES, LIVE_PHASES
 from virtplane.drivers import errors as driver_errors
 from virtplane.drivers.base import ConsoleStream, HypervisorDriver, domain_name
 
-__all__ = ["ConsoleService", "ConsoleSession"]
+__all__ = ["ConsoleService", "ConsoleSession", "live_domain"]
 
 
 TAKEOVER_WAIT_S = 10.0
@@ -46,6 +46,22 @@ class ConsoleSession:
     released: asyncio.Event = field(default_factory=asyncio.Event)
     last_activity: float = 0.0
     """The loop's clock when a byte last went either way (the idle timeout counts from it)."""
+
+
+async def live_domain(ctx: ControllerContext, vm_name: str, what: str) -> tuple[str, HypervisorDriver, str]:
+    """The host ``vm_name`` runs on, its driver and the VM's domain there (from the cache: the
+    caller catches it up first); refused when the VM does not run or its host is away. ``what``
+    the caller wants of it, for the message ("a console")."""
+    vm = ctx.cache.vm(vm_name)
+    if vm is None:
+        raise NotFound("NotFound", f"VirtualMachine {vm_name} does not exist")
+    phase, host_name = vm.status.phase, vm.status.host
+    if phase not in LIVE_PHASES or not host_name:
+        raise Refused("NotRunning", f"VM {vm_name} is {phase.value}: it has {what} only while it runs")
+    _host, driver, problem = await host_driver(ctx, host_name)
+    if driver is None:
+        raise Refused("HostUnreachable", problem or f"host {host_name} cannot be reached")
+    return host_name, driver, domain_name(vm.metadata.uid)
 
 
 class ConsoleService:
@@ -80,16 +96,7 @@ class ConsoleService:
         return session
 
     async def _open(self, vm_name: str) -> ConsoleSession:
-        vm = self._ctx.cache.vm(vm_name)
-        if vm is None:
-            raise NotFound("NotFound", f"VirtualMachine {vm_name} does not exist")
-        phase, host_name = vm.status.phase, vm.status.host
-        if phase not in LIVE_PHASES or not host_name:
-            raise Refused("NotRunning", f"VM {vm_name} is {phase.value}: it has a console only while it runs")
-        _host, driver, problem = await host_driver(self._ctx, host_name)
-        if driver is None:
-            raise Refused("HostUnreachable", problem or f"host {host_name} cannot be reached")
-        domain = domain_name(vm.metadata.uid)
+        host_name, driver, domain = await live_domain(self._ctx, vm_name, "a console")
         try:
             stream = await driver.open_console(domain)
         except driver_errors.ConsoleBusy as exc:

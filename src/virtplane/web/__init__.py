@@ -8,7 +8,8 @@ Routes: ``/`` and ``/ui`` redirect to ``/ui/``, which is ``index.html``;
 ``/ui/static/{file}`` serves the files next to it but one, ``vocabulary.js``: the lists the page
 offers (run policies, maintenance strategies), written from the domain's enums when it loads, so
 that the page has no copy of them. ``/ui/static/vendor/{file}`` serves the
-third-party files shipped with them (xterm.js for the console, Swagger UI for ``/docs``).
+third-party files shipped with them (xterm.js for the console, Swagger UI for ``/docs``), and
+``/ui/static/vendor/novnc/{path}`` noVNC's ES modules (the screen), the one vendored tree.
 ``/docs`` is the API reference (Swagger UI over ``/openapi.json``), under the same policy:
 FastAPI's own page loads Swagger UI from a CDN and starts it with an inline script.
 """
@@ -28,6 +29,7 @@ from virtplane.domain.vocabulary import MaintenanceStrategy, RunPolicy, strategy
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 VENDOR_DIR = STATIC_DIR / "vendor"
+NOVNC_DIR = VENDOR_DIR / "novnc"
 
 _MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -105,6 +107,16 @@ def static_file(file_name: str) -> Response:
 @router.get("/ui/static/vendor/{file_name}")
 def vendor_file(file_name: str) -> Response:
     return _file(file_name, VENDOR_DIR)
+
+
+@router.get("/ui/static/vendor/novnc/{file_path:path}")
+def novnc_file(file_path: str) -> Response:
+    """A module of noVNC's tree (its modules import each other by relative paths): each part a
+    plain name, so nothing outside the tree and no dot-file is reachable."""
+    *folders, file_name = file_path.split("/")
+    if not all(WEB_ASSET.matches(folder) for folder in folders):
+        raise HTTPException(404, f"no such file: {file_path}")
+    return _file(file_name, NOVNC_DIR.joinpath(*folders))
 
 
 def _file(file_name: str, directory: Path = STATIC_DIR) -> Response:

@@ -24,6 +24,7 @@ import base64
 import binascii
 import contextlib
 import logging
+from typing import Protocol
 
 from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
@@ -48,7 +49,7 @@ MAX_CLOSE_REASON_BYTES = 123  # what a WebSocket close frame can carry
 TAKEN_OVER_CODE = REFUSAL_CODE_BASE + 409
 
 
-def _protocol_token(offered: list[str]) -> str:
+def protocol_token(offered: list[str]) -> str:
     for protocol in offered:
         if protocol.startswith(TOKEN_PREFIX):
             encoded = protocol.removeprefix(TOKEN_PREFIX)
@@ -62,7 +63,9 @@ def close_reason(text: str) -> str:
     return text.encode()[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
 
 
-async def _refuse(websocket: WebSocket, error: ApiError, *, browser: bool, subprotocol: str | None) -> None:
+async def refuse_handshake(
+    websocket: WebSocket, error: ApiError, *, browser: bool, subprotocol: str | None
+) -> None:
     if not browser and "websocket.http.response" in websocket.scope.get("extensions", {}):
         await websocket.send_denial_response(error_response(error.status, error.reason, error.message))
         return
@@ -70,7 +73,7 @@ async def _refuse(websocket: WebSocket, error: ApiError, *, browser: bool, subpr
     await websocket.close(REFUSAL_CODE_BASE + error.status, close_reason(f"{error.reason}: {error.message}"))
 
 
-async def _record(ctx: ApiContext, vm: str, reason: str, message: str) -> None:
+async def record_event(ctx: ApiContext, vm: str, reason: str, message: str) -> None:
     record = (VirtualMachine.KIND, vm, reason, message, EventType.NORMAL)
     await run_in_threadpool(ctx.store.record_events, [record])
 
@@ -94,7 +97,11 @@ async def _from_guest(websocket: WebSocket, session: ConsoleSession) -> None:
         await websocket.send_bytes(data)
 
 
-async def _idle(session: ConsoleSession, timeout_s: float) -> None:
+class Activity(Protocol):
+    last_activity: float
+
+
+async def idle_for(session: Activity, timeout_s: float) -> None:
     """Returns once no byte went either way for ``timeout_s`` (never with 0)."""
     loop = asyncio.get_running_loop()
     if timeout_s <= 0:
@@ -112,7 +119,7 @@ async def _relay(
     session.last_activity = asyncio.get_running_loop().time()
     to_guest = asyncio.create_task(_to_guest(websocket, session))
     from_guest = asyncio.create_task(_from_guest(websocket, session))
-    idle = asyncio.create_task(_idle(session, idle_timeout_s))
+    idle = asyncio.create_task(idle_for(session, idle_timeout_s))
     taken_over = asyncio.create_task(session.taken_over.wait())
     tasks = (to_guest, from_guest, idle, taken_over)
     try:
@@ -128,21 +135,21 @@ async def _relay(
         why = f"admin {session.taken_over_by} took over the serial console"
         with contextlib.suppress(Exception):
             await websocket.close(TAKEN_OVER_CODE, close_reason(f"ConsoleTakenOver: {why}"))
-        await _record(ctx, session.vm, "ConsoleTakenOver", why)
+        await record_event(ctx, session.vm, "ConsoleTakenOver", why)
         return "ConsoleTakenOver"
     if idle in done:
         why = f"no input or output for {idle_timeout_s:g} s (console.idle_timeout_s): detached"
         with contextlib.suppress(Exception):
             await websocket.close(1000, close_reason(why))
-        await _record(ctx, session.vm, "ConsoleIdle", why)
+        await record_event(ctx, session.vm, "ConsoleIdle", why)
         return "ConsoleIdle"
     if from_guest in done and from_guest.exception() is None:
         why = await consoles.why_ended(session)
         with contextlib.suppress(Exception):  # the client may be gone already
             await websocket.close(1000, close_reason(why))
-        await _record(ctx, session.vm, "ConsoleClosed", why)
+        await record_event(ctx, session.vm, "ConsoleClosed", why)
         return "ConsoleClosed"
-    await _record(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
+    await record_event(ctx, session.vm, "ConsoleDetached", "the client detached from the serial console")
     return "ConsoleDetached"
 
 
@@ -159,7 +166,7 @@ async def console(websocket: WebSocket, name: str) -> None:
     try:
         principal = authorize(
             websocket.app.state.tokens,
-            header_token or _protocol_token(offered),
+            header_token or protocol_token(offered),
             Role.ADMIN if takeover else Role.OPERATOR,  # ending another's session: admins only
         )
         if ctx.consoles is None:
@@ -168,12 +175,12 @@ async def console(websocket: WebSocket, name: str) -> None:
             await ctx.catch_up()
         session = await ctx.consoles.open(name, takeover_by=principal.name if takeover else None)
     except ApiError as error:
-        await _refuse(websocket, error, browser=browser, subprotocol=subprotocol)
+        await refuse_handshake(websocket, error, browser=browser, subprotocol=subprotocol)
         return
     except DomainError as exc:
         refusal = mapped_error(exc)
         assert refusal is not None  # every DomainError is in the table
-        await _refuse(websocket, refusal, browser=browser, subprotocol=subprotocol)
+        await refuse_handshake(websocket, refusal, browser=browser, subprotocol=subprotocol)
         return
     try:
         await websocket.accept(subprotocol=subprotocol)
@@ -182,7 +189,7 @@ async def console(websocket: WebSocket, name: str) -> None:
         ctx.consoles.release(session)
         raise
     log.info("console of VM %s on host %s: attached by %s", name, session.host, principal.name)
-    await _record(
+    await record_event(
         ctx,
         name,
         "ConsoleAttached",
@@ -224,6 +231,11 @@ __all__ = [
     "SUBPROTOCOL",
     "TAKEN_OVER_CODE",
     "TOKEN_PREFIX",
+    "Activity",
     "close_reason",
+    "idle_for",
+    "protocol_token",
+    "record_event",
+    "refuse_handshake",
     "router",
 ]

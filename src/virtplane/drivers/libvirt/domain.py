@@ -113,6 +113,14 @@ class LibvirtDomain:
         """Connect ``stream`` to the domain's first console (serial port 0), without FORCE."""
         self._dom.openConsole(None, stream, 0)
 
+    def open_graphics_fd(self, flags: int) -> int:
+        """A file descriptor connected to the domain's first graphics (VNC) server."""
+        return int(self._dom.openGraphicsFD(0, flags))
+
+    def screenshot(self, stream: Any) -> str:
+        """Stream the first screen's picture into ``stream``; returns its MIME type."""
+        return str(self._dom.screenshot(stream, 0, 0))
+
     def shutdown(self, *, power_button: bool) -> None:
         """Ask the guest to power off: by the ACPI power button, or the hypervisor's default way."""
         if power_button:

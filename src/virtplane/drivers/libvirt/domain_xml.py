@@ -44,6 +44,9 @@ _DISK_FORMATS = frozenset({"qcow2", "raw"})
 HOTPLUG_PORTS = 8
 """Free PCIe root ports of a q35 domain: the disks and NICs it can take while it runs (a stop and
 start makes room again: the definition then has the spec's devices and 8 ports more)."""
+XHCI_SLOT = "0x1d"
+"""Where the USB controller sits on a q35 domain's root bus (ICH9 put its USB there; libvirt
+places the VGA at 0x01 and SATA at 0x1f)."""
 SEED_TARGET = "sda"
 """The seed CD-ROM's device: on virtio-scsi, apart from the virtio disks. Not SATA: cloud kernels
 (Debian's linux-image-cloud-amd64) have virtio-scsi but no AHCI driver, so their guests would not see it."""
@@ -104,10 +107,14 @@ class XmlOptions:
     guest_agent: bool = True
     """A virtio channel for the guest agent (org.qemu.guest_agent.0). A field, so that domains
     defined before it had one get a new digest and are redefined with it at their next start."""
+    screen: bool = True
+    """A VGA card and a VNC server that listens nowhere (``<listen type='none'/>``): only
+    ``virDomainOpenGraphicsFD`` reaches it, through libvirt, so no port and no password. A
+    field for the same reason as ``guest_agent``; the test driver has no graphics to open."""
 
 
 TEST_DRIVER_OPTIONS = XmlOptions(
-    domain_type="test", machine=None, arch=None, cpu_model=None, panic_device=False
+    domain_type="test", machine=None, arch=None, cpu_model=None, panic_device=False, screen=False
 )
 
 
@@ -271,6 +278,20 @@ def build_domain_xml(
         # definition's target says whether the guest's agent has the port open (state=connected)
         channel = _sub(devices, "channel", type="unix")
         _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
+    if options.screen:
+        graphics = _sub(devices, "graphics", type="vnc")
+        _sub(graphics, "listen", type="none")  # never a TCP port, not even on the host's loopback
+        # std VGA: the firmware's and the kernel's text show before any guest driver loads
+        _sub(_sub(devices, "video"), "model", type="vga")
+        if options.machine == "q35":
+            # the tablet's USB controller on the root bus itself (an integrated device, as the
+            # VGA): left to libvirt it takes one of the root ports kept free for hot-plug
+            usb = _sub(devices, "controller", type="usb", index="0", model="qemu-xhci")
+            _sub(usb, "address", type="pci", domain="0x0000", bus="0x00", slot=XHCI_SLOT, function="0x0")
+        # an absolute pointer: a viewer's mouse lines up. Its USB address is written here: libvirt
+        # gives one only at start, and a memory image restored with our definition must match it
+        tablet = _sub(devices, "input", type="tablet", bus="usb")
+        _sub(tablet, "address", type="usb", bus="0", port="1")
     _sub(devices, "memballoon", model="none")
     if options.panic_device:
         _sub(devices, "panic", model="isa")

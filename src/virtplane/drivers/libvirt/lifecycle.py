@@ -1,4 +1,5 @@
-"""The domain operations of the libvirt driver: define, start, stop, pause, look, and the console."""
+"""The domain operations of the libvirt driver: define, start, stop, pause, look, the console and
+the screen."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import asyncio
 import os
 from typing import Any
 
-from virtplane.drivers.base import Capability, ConsoleStream, DomainInfo, DomainSpec
-from virtplane.drivers.errors import PermanentError
-from virtplane.drivers.libvirt import _libvirt, console, images, stop_requests
+from virtplane.drivers.base import Capability, ConsoleStream, DisplayStream, DomainInfo, DomainSpec
+from virtplane.drivers.errors import PermanentError, Unsupported
+from virtplane.drivers.libvirt import _libvirt, console, display, images, stop_requests
 from virtplane.drivers.libvirt.bridges import check_vlans, host_bridges
 from virtplane.drivers.libvirt.calls import LibvirtCalls
 from virtplane.drivers.libvirt.domain import LibvirtDomain
@@ -168,6 +169,29 @@ class DomainLifecycle(LibvirtCalls):
                 conn, LibvirtDomain.lookup(conn, name), loop, self._calls.executor
             )
         )
+
+    def _require_screens(self) -> None:
+        if not self.flavor.xml.screen:
+            raise Unsupported(f"{self._uri} gives its domains no screen")
+
+    async def open_display(self, name: str) -> DisplayStream:
+        self._require_screens()
+        if not display.passes_descriptors(self._uri):
+            raise Unsupported(
+                f"libvirt hands over a connection to a VM's screen only on a local UNIX socket "
+                f"(qemu:///system, qemu+unix://), not over {self._uri.partition(':')[0]}; "
+                "its screenshot works"
+            )
+        fd = await self._call(lambda conn: display.graphics_fd(LibvirtDomain.lookup(conn, name)))
+        try:
+            return await display.open_display(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    async def screenshot(self, name: str) -> bytes:
+        self._require_screens()
+        return await self._call(lambda conn: display.screenshot_png(conn, LibvirtDomain.lookup(conn, name)))
 
     def _domain_xml(self, conn: Any, spec: DomainSpec) -> str:
         if any(nic.vlan is not None for nic in spec.nics):

@@ -1,4 +1,5 @@
-"""The simulated guests' serial consoles: a line console per live domain.
+"""The simulated guests' serial consoles: a line console per live domain (and their screens'
+sessions, ``_display``, which end with the domain's instance the same way).
 
 A console exists only while its domain has a live instance on the host: the host hangs
 it up when the domain stops, crashes, dies with the host or leaves by migration, and the
@@ -15,6 +16,8 @@ import asyncio
 from collections.abc import Callable
 
 from virtplane.drivers.errors import ConsoleBusy
+
+from ._display import SimScreenSession
 
 BACKSPACES = frozenset(b"\x7f\x08")
 INTERRUPT = 0x03  # Ctrl-C: drops the line, as a shell does
@@ -106,10 +109,12 @@ class SimConsoleSession:
 
 
 class SimConsoles:
-    """The open console sessions of one host, by domain name."""
+    """The open console sessions of one host, by domain name: serial (one each) and screens
+    (``_display``: any number each, as VNC shares a screen)."""
 
     def __init__(self) -> None:
         self._open: dict[str, SimConsoleSession] = {}
+        self._screens: dict[str, set[SimScreenSession]] = {}
 
     def open(self, domain: str, vm_name: str) -> SimConsoleSession:
         if domain in self._open:
@@ -122,13 +127,23 @@ class SimConsoles:
         session = self._open[domain] = SimConsoleSession(vm_name, release)
         return session
 
+    def open_screen(self, domain: str, vm_name: str) -> SimScreenSession:
+        def release(session: SimScreenSession) -> None:
+            self._screens.get(domain, set()).discard(session)
+
+        session = SimScreenSession(vm_name, release)
+        self._screens.setdefault(domain, set()).add(session)
+        return session
+
     def hang_up(self, domain: str) -> None:
         session = self._open.get(domain)
         if session is not None:
             session.hang_up()
+        for screen in list(self._screens.pop(domain, ())):
+            screen.hang_up()
 
     def hang_up_all(self) -> None:
-        for domain in list(self._open):
+        for domain in list(self._open) + list(self._screens):
             self.hang_up(domain)
 
 

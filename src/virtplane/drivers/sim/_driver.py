@@ -15,6 +15,7 @@ from virtplane.drivers.base import (
     Capability,
     ConsoleStream,
     DiskAttachment,
+    DisplayStream,
     DomainInfo,
     DomainSpec,
     DomainState,
@@ -31,7 +32,9 @@ from virtplane.drivers.base import (
     VolumeInfo,
 )
 from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
+from virtplane.drivers.png import png_from_ppm
 
+from ._display import screen_ppm
 from ._storage import read_upload
 
 if TYPE_CHECKING:
@@ -271,6 +274,20 @@ class SimDriver:
         if not domain.active:
             raise NotRunning(f"domain {name} is {domain.state}: a console needs a live guest")
         return host.consoles.open(name, (domain.live or domain.spec).vm_name)
+
+    def _live_vm_name(self, name: str) -> str:
+        domain = self._host().get(name)
+        if not domain.active:
+            raise NotRunning(f"domain {name} is {domain.state}: a screen needs a live guest")
+        return (domain.live or domain.spec).vm_name
+
+    @_entry_point
+    async def open_display(self, name: str) -> DisplayStream:
+        return self._host().consoles.open_screen(name, self._live_vm_name(name))
+
+    @_entry_point
+    async def screenshot(self, name: str) -> bytes:
+        return png_from_ppm(screen_ppm(self._live_vm_name(name)))
 
     # ------------------------------------------------------------------ the guest agent
 

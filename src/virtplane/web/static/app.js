@@ -5,7 +5,7 @@
 //
 // The modules: dom (building nodes: never HTML from strings), api (requests and streams),
 // state, render (the tables), registry (row actions), dialogs, and the actions: vm-actions,
-// create-vm, maintenance, console. A module that adds row buttons registers them and is imported here.
+// create-vm, maintenance, console, screen. A module that adds row buttons registers them and is imported here.
 
 import { $, formatTime } from "./dom.js";
 import { api, AuthError, ExpiredError, listAll, pause, readStream, session, UnreachableError } from "./api.js";
@@ -16,6 +16,7 @@ import { MAINTENANCE_HOST_STATES, renderMaintenance } from "./maintenance.js";
 import { showCreateButton } from "./create-vm.js";
 import "./vm-actions.js";
 import "./console.js";
+import "./screen.js";
 
 const TOKEN_KEY = "virtplane.token";
 const RETRY_MS = 2000; // after a failed request or stream

@@ -7,7 +7,8 @@ import { can } from "./state.js";
 
 const actions = { vm: [], host: [] };
 
-// action: { name, label, role ("operator" or "admin"), when(obj) -> bool, run(obj), title? }
+// action: { name, label, role ("operator" or "admin"), when(obj) -> bool, run(obj), title?,
+//          icon(obj) -> Node? (drawn in the button before its label, e.g. a screen's thumbnail) }
 export function addRowAction(kind, action) {
   if (!actions[kind]) actions[kind] = [];
   actions[kind].push(action);
@@ -19,6 +20,7 @@ export function actionsCell(kind, obj) {
     .map((action) => {
       const node = el("button", { cls: "button small", text: action.label, title: action.title, data: { action: action.name } });
       node.type = "button";
+      if (action.icon) node.prepend(action.icon(obj));
       node.addEventListener("click", () => action.run(obj));
       return node;
     });
