@@ -20,6 +20,9 @@ import virtplane
 from tests.conftest import LiveServer
 from virtplane.cli import hosts, tokens, vms
 from virtplane.domain import vocabulary
+from virtplane.domain.operations import APPLICABLE
+from virtplane.domain.phases import LIVE_PHASES
+from virtplane.domain.resources import HostResourceState, OperationPhase, OperationType, VMPhase
 from virtplane.domain.settings import REGISTRY
 from virtplane.domain.vocabulary import (
     HOST_FAULTS,
@@ -94,6 +97,10 @@ def test_the_dashboard_gets_its_lists_from_the_enums(live_server: LiveServer) ->
     assert exported["RUN_POLICIES"] == values(RunPolicy)
     assert exported["DEFAULT_RUN_POLICY"] == RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY
     assert [value for value, _ in exported["STRATEGIES"]] == values(MaintenanceStrategy)
+    assert exported["OPERATION_PHASES"]["Stop"] == sorted(
+        p.value for p in APPLICABLE[OperationType.STOP].phases
+    )
+    assert exported["CONSOLE_PHASES"] == sorted(p.value for p in LIVE_PHASES)
     assert exported == _exported(VOCABULARY_JS)
 
 
@@ -110,11 +117,11 @@ def test_the_openapi_document_lists_the_members(live_server: LiveServer) -> None
 # --------------------------------------------------------------------------- nobody else spells them
 
 
-def _members_of(strings: list[str]) -> type[StrEnum] | None:
-    """The vocabulary enum that two or more ``strings`` are all members of, if any."""
+def _members_of(strings: list[str], enums: list[type[StrEnum]] | None = None) -> type[StrEnum] | None:
+    """The vocabulary enum (or one of ``enums``) that two or more ``strings`` are all members of."""
     if len(strings) < 2:
         return None
-    return next((e for e in VOCABULARY if set(strings) <= set(values(e))), None)
+    return next((e for e in enums or VOCABULARY if set(strings) <= set(values(e))), None)
 
 
 def copies_in_python(source: str) -> list[str]:
@@ -140,11 +147,16 @@ def copies_in_python(source: str) -> list[str]:
     return found
 
 
+STATES: list[type[StrEnum]] = [VMPhase, HostResourceState, OperationPhase]
+"""Whose sets the dashboard's rules take from the server's tables (vocabulary.js), never spells."""
+
+
 def copies_in_javascript(source: str) -> list[str]:
-    """Array literals (no nested brackets) whose strings are two or more members' values."""
+    """Array literals (no nested brackets) whose strings are two or more members' values, of the
+    vocabulary or of the phases and host states."""
     found = []
     for array in re.findall(r"\[[^\[\]]*\]", source):
-        enum = _members_of(re.findall(r'"([^"\\]*)"', array))
+        enum = _members_of(re.findall(r'"([^"\\]*)"', array), [*VOCABULARY, *STATES])
         if enum is not None:
             found.append(f"{enum.__name__} {array}")
     return found
@@ -166,6 +178,7 @@ def test_the_scan_finds_a_copy() -> None:
     assert copies_in_python('allowed = ("Error", "Migration")\n')
     assert copies_in_python('class Strategy(StrEnum):\n    ERROR = "Error"\n    STOP = "Stop"\n')
     assert copies_in_javascript('const POLICIES = ["AlwaysOn", "Manual"];')
+    assert copies_in_javascript('const STOPPABLE = new Set(["Running", "Degraded"]);')
     assert not copies_in_python('x = ("Error", "elsewhere")\n')
 
 

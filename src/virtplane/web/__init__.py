@@ -23,8 +23,11 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
+from virtplane.domain.host_states import MAINTENANCE_STATES
 from virtplane.domain.names import WEB_ASSET
-from virtplane.domain.resources import VirtualMachineSpec
+from virtplane.domain.operations import APPLICABLE
+from virtplane.domain.phases import LIVE_PHASES
+from virtplane.domain.resources import HostResourceState, OperationPhase, VirtualMachineSpec, VMPhase
 from virtplane.domain.vocabulary import MaintenanceStrategy, RunPolicy, strategy_meaning
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -62,10 +65,39 @@ def vocabulary_module() -> str:
         "RUN_POLICIES": [policy.value for policy in RunPolicy],
         "DEFAULT_RUN_POLICY": VirtualMachineSpec.model_fields["run_policy"].default.value,
         "STRATEGIES": [[s.value, strategy_meaning(s)] for s in MaintenanceStrategy],
+        # the phases where the server takes each operation, and opens a console or a screen
+        "OPERATION_PHASES": {
+            op.value: sorted(p.value for p in rule.phases) for op, rule in APPLICABLE.items()
+        },
+        "CONSOLE_PHASES": sorted(p.value for p in LIVE_PHASES),
+        "MAINTENANCE_HOST_STATES": sorted(s.value for s in MAINTENANCE_STATES),
+        "OPERATION_STATES": [p.value for p in OperationPhase if p is not OperationPhase.SUPERSEDED],
+        "FINISHED_OPERATION_STATES": [p.value for p in OperationPhase if p.finished],
+        # the host states and VM phases whose counts show even at zero, in this order
+        "HOST_STATES": [
+            s.value
+            for s in (
+                HostResourceState.ENABLED,
+                HostResourceState.DISABLED,
+                HostResourceState.PREPARE_FOR_MAINTENANCE,
+                HostResourceState.MAINTENANCE,
+            )
+        ],
+        "VM_PHASES": [
+            p.value
+            for p in (
+                VMPhase.RUNNING,
+                VMPhase.STARTING,
+                VMPhase.STOPPING,
+                VMPhase.MIGRATING,
+                VMPhase.PENDING,
+                VMPhase.STOPPED,
+            )
+        ],
     }
     lines = [f"export const {name} = {json.dumps(value)};" for name, value in lists.items()]
     return (
-        "// Written by virtplane.web from virtplane.domain.vocabulary: edit the enums, not this.\n"
+        "// Written by virtplane.web from the domain's enums and tables: edit those, not this.\n"
         + "\n".join(lines)
         + "\n"
     )

@@ -9,10 +9,11 @@
 import { $ } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
+import { CONSOLE_PHASES } from "./vocabulary.js";
 
 const PROTOCOL = "virtplane.console.v1";
 const TOKEN_PREFIX = "virtplane.bearer.";
-const CONSOLE_PHASES = new Set(["Running", "Paused", "Degraded", "Migrating"]);
+const CONSOLE = new Set(CONSOLE_PHASES);
 const encoder = new TextEncoder();
 
 const session = { ws: null, term: null, vm: null };
@@ -78,7 +79,7 @@ const phaseOf = (vm) => (vm.status && vm.status.phase) || "Unknown";
 
 addRowAction("vm", {
   name: "console", label: "Console", role: "operator", title: "The VM's serial console",
-  when: (vm) => CONSOLE_PHASES.has(phaseOf(vm)), run: (vm) => open(vm.metadata.name),
+  when: (vm) => CONSOLE.has(phaseOf(vm)), run: (vm) => open(vm.metadata.name),
 });
 
 $("console-detach").addEventListener("click", detach);

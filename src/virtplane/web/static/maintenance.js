@@ -7,12 +7,10 @@ import { path, send } from "./api.js";
 import { formValues, notify, notifyError, openDialog } from "./dialogs.js";
 import { addRowAction } from "./registry.js";
 import { can, state } from "./state.js";
-import { STRATEGIES } from "./vocabulary.js";
+import { MAINTENANCE_HOST_STATES as VOCABULARY_HOST_STATES, STRATEGIES } from "./vocabulary.js";
 
 const ACTIVE_MAINTENANCE = new Set(["Draining", "Cancelling"]);
-export const MAINTENANCE_HOST_STATES = new Set([
-  "PrepareForMaintenance", "ErrorInPrepareForMaintenance", "Maintenance", "ErrorInMaintenance",
-]);
+export const MAINTENANCE_HOST_STATES = new Set(VOCABULARY_HOST_STATES);
 const STRATEGY_CHOICES = [
   ["", "Default", "the setting host.maintenance.local.storage.strategy decides"],
   ...STRATEGIES.map(([value, meaning]) => [value, value, meaning]),

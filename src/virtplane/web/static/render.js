@@ -3,14 +3,14 @@
 import { $, badge, bar, byName, cell, countBy, el, fillBody, formatTime, ago, gib, text, toneOf } from "./dom.js";
 import { actionsCell } from "./registry.js";
 import { state } from "./state.js";
+import { FINISHED_OPERATION_STATES, HOST_STATES, OPERATION_STATES, VM_PHASES } from "./vocabulary.js";
 
 const FINISHED_OPS_SHOWN = 10;
 const EVENTS_KEPT = 1000;
 // Counts always shown (zero or not), in this order; any other value is added when present.
-const VM_PHASES = ["Running", "Starting", "Stopping", "Migrating", "Pending", "Stopped"];
-const HOST_STATES = ["Enabled", "Disabled", "PrepareForMaintenance", "Maintenance"];
-const OP_PHASES = ["Pending", "InProgress", "Completed", "Failed"];
-export const FINISHED_OPS = new Set(["Completed", "Failed", "Superseded"]);
+
+const OP_PHASES = OPERATION_STATES;
+export const FINISHED_OPS = new Set(FINISHED_OPERATION_STATES);
 // Conditions where True is the notable state, not the healthy one. (Migration is not one: it
 // is Unknown while a migration runs, False after one failed, and gone once the VM arrived.)
 const NEGATIVE_CONDITIONS = new Set(["StartFailed", "RestartRequired", "Maintenance"]);

@@ -13,10 +13,11 @@ import RFB from "./vendor/novnc/core/rfb.js";
 import { $, el } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
+import { CONSOLE_PHASES } from "./vocabulary.js";
 
 const PROTOCOL = "virtplane.vnc.v1";
 const TOKEN_PREFIX = "virtplane.bearer.";
-const SCREEN_PHASES = new Set(["Running", "Paused", "Degraded", "Migrating"]);
+const SCREEN_PHASES = new Set(CONSOLE_PHASES);  // the serial console's: while the domain is live
 const THUMB_EVERY_MS = 30000;
 const THUMBS_AT_ONCE = 2; // a large fleet's list asks its hosts for a few screenshots at a time
 const encoder = new TextEncoder();

@@ -9,9 +9,13 @@ import { formValues, notify, notifyError, openDialog } from "./dialogs.js";
 import { addRowAction } from "./registry.js";
 import { state, waitFor } from "./state.js";
 import { FINISHED_OPS } from "./render.js";
+import { OPERATION_PHASES } from "./vocabulary.js";
 
-const STOPPABLE = new Set(["Running", "Starting", "Paused", "Pending", "Degraded"]);
-const RESTARTABLE = new Set(["Running", "Degraded"]);
+const takes = (type) => new Set(OPERATION_PHASES[type]);  // as the server admits the operation
+const STARTABLE = takes("Start");
+const STOPPABLE = takes("Stop");
+const RESTARTABLE = takes("Restart");
+const MIGRATABLE = takes("Migrate");
 const SUFFIX = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 function suffix() {
@@ -211,10 +215,10 @@ function deleteDialog(vm) {
   } }]);
 }
 
-addRowAction("vm", { name: "start", label: "Start", role: "operator", when: (vm) => phaseOf(vm) === "Stopped", run: (vm) => direct(vm, "Start") });
+addRowAction("vm", { name: "start", label: "Start", role: "operator", when: (vm) => STARTABLE.has(phaseOf(vm)), run: (vm) => direct(vm, "Start") });
 addRowAction("vm", { name: "stop", label: "Stop…", role: "operator", when: (vm) => STOPPABLE.has(phaseOf(vm)), run: stopDialog });
 addRowAction("vm", { name: "restart", label: "Restart", role: "operator", when: (vm) => RESTARTABLE.has(phaseOf(vm)), run: (vm) => direct(vm, "Restart") });
-addRowAction("vm", { name: "migrate", label: "Migrate…", role: "operator", when: (vm) => phaseOf(vm) === "Running", run: migrateDialog });
+addRowAction("vm", { name: "migrate", label: "Migrate…", role: "operator", when: (vm) => MIGRATABLE.has(phaseOf(vm)), run: migrateDialog });
 addRowAction("vm", { name: "snapshot", label: "Snapshot…", role: "operator", run: snapshotDialog });
 addRowAction("vm", { name: "restore", label: "Restore…", role: "operator", run: restoreDialog });
 addRowAction("vm", { name: "delete", label: "Delete…", role: "operator", run: deleteDialog });
