@@ -2,10 +2,12 @@
 
 ``ReconcileLog`` wraps every reconciler of a control plane (through
 ``ControlPlaneOptions.wrap_reconciler``) and numbers each reconcile as it starts.
-``await reconciled(plane, name)`` enqueues the key and returns once a reconcile of
-it that *started after the call* has finished. That reconcile read the store and
-asked the drivers after everything the test did before the call, so a check made
-after it sees the controller's answer to the change, however slow the machine is.
+``await reconciled(plane, name)`` brings the controllers' cache up to the store (what the
+test wrote straight to the store included: controllers read the cache), enqueues the key
+and returns once a reconcile of it that *started after the call* has finished. That
+reconcile read what the test wrote and asked the drivers after everything the test did
+before the call, so a check made after it sees the controller's answer to the change,
+however slow the machine is.
 A fixed sleep only hopes for that.
 """
 
@@ -50,6 +52,7 @@ class ReconcileLog:
 
     async def seen(self, plane: ControlPlane, kind: str, name: str, timeout: float = 10.0) -> Outcome:
         """Reconcile ``kind/name`` once more; the outcome of the first reconcile started after this call."""
+        await plane.feed.catch_up()  # the cache the reconcile reads holds what the test wrote
         after = self.started
         plane.enqueue(kind, name)
 

@@ -41,6 +41,7 @@ ADMIN_ONLY = frozenset(
 # credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is
 # the whole store (issue 30); who holds which token and the audit log, who did what (issue 31)
 ADMIN_READS = frozenset({"secrets", "quarantine", "backup", "tokens", "audit"})
+OPERATOR_READS = frozenset({"screenshot"})  # a VM's screen shows what its console would (issue 34)
 ANY_ROLE_WRITES = frozenset({"logout"})  # a login's own session (409 for these service tokens)
 PUBLIC = {
     ("GET", "/healthz"): (200,),
@@ -51,6 +52,7 @@ PUBLIC = {
     ("GET", "/ui/static/{file_name}"): (200,),
     ("GET", "/ui/static/vocabulary.js"): (200,),  # the page's lists, written from the enums
     ("GET", "/ui/static/vendor/{file_name}"): (404,),  # PARAMS' file_name is not a vendored file
+    ("GET", "/ui/static/vendor/novnc/{file_path:path}"): (200,),  # noVNC's modules (the screen)
     ("GET", "/docs"): (200,),
 }
 HIDDEN_WITH_A_TOKEN = {("GET", "/metrics"): "viewer"}
@@ -59,6 +61,7 @@ PARAMS = {
     "name": "authz-nothing",
     "key": "migration.max_per_cluster",
     "file_name": "app.js",
+    "file_path": "core/rfb.js",
     "kind": "Secret",
 }
 BAD_TOKENS: dict[str, dict[str, str]] = {
@@ -95,13 +98,15 @@ def _openapi_routes(server: LiveServer) -> list[tuple[str, str]]:
 
 
 def _fill(path: str) -> str:
-    return re.sub(r"\{(\w+)\}", lambda m: PARAMS[m.group(1)], path)
+    return re.sub(r"\{(\w+)(:path)?\}", lambda m: PARAMS[m.group(1)], path)
 
 
 def _needs(method: str, path: str) -> str:
     """The lowest role that may call ``method path``."""
     parts = path.strip("/").split("/")
     if method not in WRITE_METHODS:
+        if parts[-1] in OPERATOR_READS:
+            return "operator"
         return "admin" if len(parts) > 1 and parts[1] in ADMIN_READS else "viewer"
     resource = parts[-1] if parts[-1] in ADMIN_ONLY else parts[1]
     if resource in ANY_ROLE_WRITES or (method.lower(), path) in TOKEN_FREE:

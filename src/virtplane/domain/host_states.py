@@ -36,6 +36,7 @@ from types import MappingProxyType
 from virtplane.domain.resources import HostResourceState
 
 __all__ = [
+    "COUNTED_HOST_STATES",
     "MAINTENANCE_STATES",
     "TRANSITIONS",
     "HostEvent",
@@ -150,3 +151,12 @@ def accepts_vms(state: HostResourceState) -> bool:
 def in_maintenance(state: HostResourceState) -> bool:
     """Whether the host is in any of the four maintenance states."""
     return state in MAINTENANCE_STATES
+
+
+COUNTED_HOST_STATES = (
+    HostResourceState.ENABLED,
+    HostResourceState.DISABLED,
+    HostResourceState.PREPARE_FOR_MAINTENANCE,
+    HostResourceState.MAINTENANCE,
+)
+"""The host states the dashboard counts even at zero, in this order (the others when present)."""

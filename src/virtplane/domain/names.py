@@ -25,12 +25,14 @@ __all__ = [
     "DRIVER_POOL",
     "HOST_PATH",
     "IMAGE_FILE",
+    "IMPORT_URL",
     "LABEL_KEY",
     "LIBVIRT_DOMAIN_NAME",
     "LIBVIRT_VOLUME_NAME",
     "MAC",
     "MIGRATION_ADDRESS",
     "SETTING_KEY",
+    "SHA256",
     "UNICAST_MAC",
     "WEB_ASSET",
     "NamePattern",
@@ -90,6 +92,8 @@ LIBVIRT_VOLUME_NAME = NamePattern("a volume file name", r"[A-Za-z0-9][A-Za-z0-9.
 LIBVIRT_DOMAIN_NAME = NamePattern("a libvirt domain name", r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", "vp-web-1")
 WEB_ASSET = NamePattern("a dashboard file name", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", "app.js")
 KIND = NamePattern("a kind", r"[A-Za-z][A-Za-z0-9]{0,63}", "VirtualMachine")
+SHA256 = NamePattern("a SHA-256 in lowercase hex", r"[0-9a-f]{64}", "0" * 64)
+IMPORT_URL = NamePattern("an http(s) URL", r"https?://[^\s]+", "https://mirror.example/debian-12.qcow2")
 
 ALL_PATTERNS = (
     DNS_LABEL,
@@ -108,6 +112,8 @@ ALL_PATTERNS = (
     LIBVIRT_DOMAIN_NAME,
     WEB_ASSET,
     KIND,
+    SHA256,
+    IMPORT_URL,
 )
 
 BATCH_LABEL = "virtplane.io/batch"

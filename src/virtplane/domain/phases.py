@@ -22,6 +22,7 @@ from virtplane.domain.resources import VMPhase
 __all__ = [
     "ACTIVE_STATES",
     "ALLOCATED_PHASES",
+    "COUNTED_PHASES",
     "IN_FLIGHT_STATES",
     "LIVE_PHASES",
     "LIVE_STATES",
@@ -122,3 +123,13 @@ RECOVERY_END_PHASES = frozenset({VMPhase.RUNNING, VMPhase.STOPPED})
 """A VM released from a fenced host ends its recovery, and frees its recovery slot, when its
 power decision rests in one of these with nothing left to do: it runs elsewhere, or it is no
 longer meant to run. Starting still holds the slot (the boot is what the slot limits)."""
+
+COUNTED_PHASES = (
+    VMPhase.RUNNING,
+    VMPhase.STARTING,
+    VMPhase.STOPPING,
+    VMPhase.MIGRATING,
+    VMPhase.PENDING,
+    VMPhase.STOPPED,
+)
+"""The phases the dashboard counts even at zero, in this order (the others when present)."""

@@ -23,11 +23,11 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from virtplane.domain.host_states import MAINTENANCE_STATES
+from virtplane.domain.host_states import COUNTED_HOST_STATES, MAINTENANCE_STATES
 from virtplane.domain.names import WEB_ASSET
 from virtplane.domain.operations import APPLICABLE
-from virtplane.domain.phases import LIVE_PHASES
-from virtplane.domain.resources import HostResourceState, OperationPhase, VirtualMachineSpec, VMPhase
+from virtplane.domain.phases import COUNTED_PHASES, LIVE_PHASES
+from virtplane.domain.resources import OperationPhase, VirtualMachineSpec
 from virtplane.domain.vocabulary import MaintenanceStrategy, RunPolicy, strategy_meaning
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -74,26 +74,8 @@ def vocabulary_module() -> str:
         "OPERATION_STATES": [p.value for p in OperationPhase if p is not OperationPhase.SUPERSEDED],
         "FINISHED_OPERATION_STATES": [p.value for p in OperationPhase if p.finished],
         # the host states and VM phases whose counts show even at zero, in this order
-        "HOST_STATES": [
-            s.value
-            for s in (
-                HostResourceState.ENABLED,
-                HostResourceState.DISABLED,
-                HostResourceState.PREPARE_FOR_MAINTENANCE,
-                HostResourceState.MAINTENANCE,
-            )
-        ],
-        "VM_PHASES": [
-            p.value
-            for p in (
-                VMPhase.RUNNING,
-                VMPhase.STARTING,
-                VMPhase.STOPPING,
-                VMPhase.MIGRATING,
-                VMPhase.PENDING,
-                VMPhase.STOPPED,
-            )
-        ],
+        "HOST_STATES": [s.value for s in COUNTED_HOST_STATES],
+        "VM_PHASES": [p.value for p in COUNTED_PHASES],
     }
     lines = [f"export const {name} = {json.dumps(value)};" for name, value in lists.items()]
     return (

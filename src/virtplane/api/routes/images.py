@@ -20,6 +20,7 @@ from virtplane.api.errors import ApiError
 from virtplane.api.openapi_errors import ErrorBody
 from virtplane.api.shown import public_doc
 from virtplane.domain.base import Name
+from virtplane.domain.names import IMPORT_URL
 from virtplane.domain.resources import ImageFormat, ImageKind
 from virtplane.domain.resources.image import SHA256_HEX
 from virtplane.services.image_import import fetched
@@ -87,7 +88,7 @@ class ImageImport(BaseModel):
     """Where the server fetches an Image's file from, and what the file must be."""
 
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(pattern=r"^https?://[^\s]+$", max_length=4096, description="An http(s) URL.")
+    url: str = Field(pattern=IMPORT_URL.anchored, max_length=4096, description="An http(s) URL.")
     sha256: str = Field(pattern=SHA256_HEX, description="The file's SHA-256 as published (lowercase hex).")
     pool: Name = Field(description="The image library (a StoragePool with content: images).")
     kind: ImageKind = ImageKind.DISK

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from virtplane.domain.base import Name, Resource, Strict
 from virtplane.domain.images import check_image_file
+from virtplane.domain.names import SHA256
 
 
 class ImageKind(StrEnum):
@@ -24,7 +25,7 @@ class ImageFormat(StrEnum):
     ISO = "iso"  # an ISO 9660 file, as libvirt's probe names it
 
 
-SHA256_HEX = r"^[0-9a-f]{64}$"
+SHA256_HEX = SHA256.anchored
 
 IMAGE_FILES_FINALIZER = "virtplane.io/image-files"
 """An uploaded Image's files are deleted from its library's hosts before the Image is."""
