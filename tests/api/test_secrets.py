@@ -4,12 +4,15 @@ log line or an event), and the hosts' spec.fencing.redfish that refers to them."
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, serving
 from virtplane.domain.resources import Secret
+from virtplane.store.database import sqlite_url
+from virtplane.store.store import Store
 
 PASSWORD = "s3cret-Pa55-never-shown"
 SECRET = {
@@ -127,3 +130,17 @@ def test_a_secret_in_use_cannot_be_deleted(live_server: LiveServer) -> None:
         assert refused.status_code == 409 and refused.json()["reason"] == "SecretInUse", refused.text
         assert admin.patch("/v1/hosts/h1", json={"spec": {"fencing": None}}).status_code == 200
         assert admin.delete("/v1/secrets/bmc-h1").status_code == 200
+
+
+def test_a_server_whose_store_has_no_secrets_key_refuses_a_password_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    """A store opened without its key (an embedding, a test) cannot seal a password: a 409 that
+    says so, not a 500 (the fuzzer found it)."""
+    store = Store(sqlite_url(tmp_path / "keyless.db"))
+    store.migrate()
+    with serving(store, name="keyless") as server, server.client("admin") as admin:
+        answer = admin.post("/v1/secrets", json=SECRET)
+    store.close()
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["reason"] == "SecretsKeyMissing"

@@ -21,6 +21,7 @@ from virtplane.domain.resources import KIND_BY_NAME
 from virtplane.domain.settings import SettingError
 from virtplane.store import errors as store
 from virtplane.store.claims import ClaimTaken
+from virtplane.store.sealing import SecretsKeyError
 
 log = logging.getLogger("virtplane.api")
 
@@ -90,6 +91,8 @@ STATUS_OF: tuple[tuple[type[Exception], int, str | None], ...] = (
     (store.AlreadyExists, 409, "AlreadyExists"),
     (ClaimTaken, 409, None),  # MacInUse or AddressInUse
     (store.Conflict, 409, "Conflict"),
+    # a store opened without its key cannot seal a password: the server's state, not the input
+    (SecretsKeyError, 409, "SecretsKeyMissing"),
 )
 
 
