@@ -283,22 +283,12 @@ def _volumes_in_pool(cache: Cache, old: Resource | None, new: Resource | None) -
 
 def _volumes_copying(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """Clones still to be copied from the volume (it may be Ready now)."""
-    volume = name_of(old, new)
-    return [
-        Request(Volume.KIND, v.metadata.name)
-        for v in cache.volumes()
-        if v.spec.source and v.spec.source.volume == volume and v.status.phase is not VolumePhase.READY
-    ]
+    return [Request(Volume.KIND, name) for name in cache.copies_of_volume(name_of(old, new))]
 
 
 def _volumes_from_snapshot(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
     """Copies still to be made from the snapshot (it may be Ready now)."""
-    snapshot = name_of(old, new)
-    return [
-        Request(Volume.KIND, v.metadata.name)
-        for v in cache.volumes()
-        if v.spec.source and v.spec.source.snapshot == snapshot and v.status.phase is not VolumePhase.READY
-    ]
+    return [Request(Volume.KIND, name) for name in cache.copies_of_snapshot(name_of(old, new))]
 
 
 def _volumes_from_image(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:

@@ -27,6 +27,7 @@ from virtplane.domain.resources import (
     VirtualMachineOperation,
     VirtualMachineSnapshot,
     Volume,
+    VolumePhase,
 )
 from virtplane.store.changes import Change
 from virtplane.store.store import Store
@@ -102,6 +103,9 @@ class Cache:
         self._vms_by_volume: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_pool: dict[str, set[str]] = defaultdict(set)
         self._volumes_by_holder: dict[str, set[str]] = defaultdict(set)  # status.attached_vm
+        # clones not copied yet, by the volume and the snapshot they copy (spec.source)
+        self._copies_of_volume: dict[str, set[str]] = defaultdict(set)
+        self._copies_of_snapshot: dict[str, set[str]] = defaultdict(set)
         self._pool_used_gib: dict[str, int] = defaultdict(int)  # the sizes of each pool's volumes
         self._unscheduled: set[str] = set()  # VMs waiting for a host
         self._migrating: set[str] = set()  # VMs that carry a migration intent
@@ -210,6 +214,12 @@ class Cache:
             if obj.status.attached_vm:
                 self._volumes_by_holder[obj.status.attached_vm].add(name)
             self._pool_used_gib[obj.spec.pool] += obj.spec.size_gib
+            source = obj.spec.source
+            if source is not None and obj.status.phase is not VolumePhase.READY:
+                if source.volume:
+                    self._copies_of_volume[source.volume].add(name)
+                if source.snapshot:
+                    self._copies_of_snapshot[source.snapshot].add(name)
 
     def _drop(self, kind: str, name: str) -> None:
         self._unindex(kind, name)
@@ -236,6 +246,9 @@ class Cache:
             if old.status.attached_vm:
                 self._volumes_by_holder[old.status.attached_vm].discard(name)
             self._pool_used_gib[old.spec.pool] -= old.spec.size_gib
+            if old.spec.source is not None:
+                self._copies_of_volume[old.spec.source.volume or ""].discard(name)
+                self._copies_of_snapshot[old.spec.source.snapshot or ""].discard(name)
 
     def put(self, obj: Resource) -> None:
         """Take a freshly written object in before the feed delivers it (read-your-writes)."""
@@ -343,6 +356,14 @@ class Cache:
 
     def volumes_in_pool(self, pool: str) -> list[str]:
         return sorted(self._volumes_by_pool.get(pool, ()))
+
+    def copies_of_volume(self, volume: str) -> list[str]:
+        """The volumes not Ready yet whose ``spec.source.volume`` is ``volume`` (clones to copy)."""
+        return sorted(self._copies_of_volume.get(volume, ()))
+
+    def copies_of_snapshot(self, snapshot: str) -> list[str]:
+        """The volumes not Ready yet whose ``spec.source.snapshot`` is ``snapshot``."""
+        return sorted(self._copies_of_snapshot.get(snapshot, ()))
 
     def unscheduled_vms(self) -> list[str]:
         """VMs that want a host and have none (Pending without a host)."""
