@@ -36,6 +36,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError, error_response, mapped_error
 from virtplane.domain.errors import DomainError
 from virtplane.domain.resources import EventType, VirtualMachine
+from virtplane.drivers.base import ConsoleStream
 from virtplane.services.console import ConsoleService, ConsoleSession
 
 log = logging.getLogger("virtplane.api.console")
@@ -78,7 +79,16 @@ async def record_event(ctx: ApiContext, vm: str, reason: str, message: str) -> N
     await run_in_threadpool(ctx.store.record_events, [record])
 
 
-async def _to_guest(websocket: WebSocket, session: ConsoleSession) -> None:
+class Relayed(Protocol):
+    """A console or screen session: the guest's byte stream, and when a byte last went by."""
+
+    last_activity: float
+
+    @property
+    def stream(self) -> ConsoleStream: ...
+
+
+async def pump_to_guest(websocket: WebSocket, session: Relayed) -> None:
     loop = asyncio.get_running_loop()
     while True:
         message = await websocket.receive()
@@ -90,7 +100,7 @@ async def _to_guest(websocket: WebSocket, session: ConsoleSession) -> None:
             await session.stream.write(data)
 
 
-async def _from_guest(websocket: WebSocket, session: ConsoleSession) -> None:
+async def pump_from_guest(websocket: WebSocket, session: Relayed) -> None:
     loop = asyncio.get_running_loop()
     while data := await session.stream.read():
         session.last_activity = loop.time()
@@ -117,8 +127,8 @@ async def _relay(
     it over; then the rest is ended too. Returns which one ended it, as the event's reason."""
     idle_timeout_s = ctx.settings.get_float("console.idle_timeout_s")
     session.last_activity = asyncio.get_running_loop().time()
-    to_guest = asyncio.create_task(_to_guest(websocket, session))
-    from_guest = asyncio.create_task(_from_guest(websocket, session))
+    to_guest = asyncio.create_task(pump_to_guest(websocket, session))
+    from_guest = asyncio.create_task(pump_from_guest(websocket, session))
     idle = asyncio.create_task(idle_for(session, idle_timeout_s))
     taken_over = asyncio.create_task(session.taken_over.wait())
     tasks = (to_guest, from_guest, idle, taken_over)

@@ -29,6 +29,8 @@ from virtplane.api.routes.console import (
     close_reason,
     idle_for,
     protocol_token,
+    pump_from_guest,
+    pump_to_guest,
     record_event,
     refuse_handshake,
 )
@@ -49,32 +51,13 @@ def _displays(ctx: ApiContext) -> DisplayService:
     return ctx.displays
 
 
-async def _to_vm(websocket: WebSocket, session: DisplaySession) -> None:
-    loop = asyncio.get_running_loop()
-    while True:
-        message = await websocket.receive()
-        if message["type"] == "websocket.disconnect":
-            return
-        data = message.get("bytes") or (message.get("text") or "").encode()
-        if data:
-            session.last_activity = loop.time()
-            await session.stream.write(data)
-
-
-async def _from_vm(websocket: WebSocket, session: DisplaySession) -> None:
-    loop = asyncio.get_running_loop()
-    while data := await session.stream.read():
-        session.last_activity = loop.time()
-        await websocket.send_bytes(data)
-
-
 async def _relay(websocket: WebSocket, ctx: ApiContext, session: DisplaySession) -> str:
     """Bytes both ways until one side ends or the session is idle too long; returns which one
     ended it (the event's reason)."""
     idle_timeout_s = ctx.settings.get_float("console.idle_timeout_s")
     session.last_activity = asyncio.get_running_loop().time()
-    to_vm = asyncio.create_task(_to_vm(websocket, session))
-    from_vm = asyncio.create_task(_from_vm(websocket, session))
+    to_vm = asyncio.create_task(pump_to_guest(websocket, session))
+    from_vm = asyncio.create_task(pump_from_guest(websocket, session))
     idled = asyncio.create_task(idle_for(session, idle_timeout_s))
     tasks = (to_vm, from_vm, idled)
     try:
