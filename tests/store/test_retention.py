@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,21 @@ def test_pruning_everything_keeps_the_newest_change_and_event_so_that_numbers_go
     assert store.create(secret("b")).metadata.resource_version == top + 1  # not 1 again
     store.record_event("Secret", "b", "After")
     assert [e.id for e in store.list_events()] == [newest_event, newest_event + 1]
+
+
+def test_tokens_dead_longer_than_the_retention_go_and_live_ones_stay(store: Store) -> None:
+    """Every login makes a token that expires: without pruning the table grows a row a login."""
+    clock = WallClock()
+    store.clock = clock
+    now = clock()
+    store.create_token("forever", "viewer")
+    store.create_token("expired-long-ago", "viewer", expires_at=now - timedelta(seconds=2 * HOUR))
+    store.create_token("expired-just-now", "viewer", expires_at=now - timedelta(seconds=60))
+    store.create_token("valid", "viewer", expires_at=now + timedelta(seconds=HOUR))
+    store.create_token("revoked", "viewer")
+    store.revoke_token("revoked", by="admin")  # revoked at the wall clock's now
+    assert prune(store, Limits(HOUR, 1000, HOUR, 1000, tokens_dead_for_s=HOUR)).tokens == 1
+    assert {t.name for t in store.tokens()} == {"forever", "expired-just-now", "valid", "revoked"}
+    clock.advance(2 * HOUR)
+    assert store.prune_tokens(dead_for_s=HOUR) == 2  # the revoked one and the one just expired
+    assert {t.name for t in store.tokens()} == {"forever", "valid"}

@@ -372,6 +372,15 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=1_000_000_000,
     ),
     SettingDef(
+        "tokens.dead_retention_s",
+        SettingType.INT,
+        30 * 86400,
+        "How long a token stays listed after it expired or was revoked (logins make one each); "
+        "until then its use is refused with the reason, after it as an unknown token.",
+        minimum=3600,
+        maximum=3660 * 86400,
+    ),
+    SettingDef(
         "audit.retention_days",
         SettingType.INT,
         90,

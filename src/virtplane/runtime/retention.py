@@ -1,4 +1,5 @@
-"""Retention: the change feed and the events are pruned by age and by count, and SQLite hands
+"""Retention: the change feed and the events are pruned by age and by count, dead tokens (expired
+or revoked, as every login's token ends) by age, and SQLite hands
 the emptied pages back to the file system, so that the database stops growing.
 
 The process that reconciles (the only one on SQLite, the leader on PostgreSQL) prunes every
@@ -33,6 +34,7 @@ class Limits:
     changes_max_rows: int
     events_max_age_s: float
     events_max_rows: int
+    tokens_dead_for_s: float = 30 * 86400
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -41,6 +43,7 @@ class Limits:
             settings.get_int("store.changes.max_rows"),
             settings.get_int("events.retention_s"),
             settings.get_int("events.max_rows"),
+            settings.get_int("tokens.dead_retention_s"),
         )
 
 
@@ -50,6 +53,7 @@ class Pruned:
     events: int
     pages: int
     """Pages SQLite handed back to the file system."""
+    tokens: int = 0
 
 
 def prune(store: Store, limits: Limits, keep_after: int | None = None) -> Pruned:
@@ -58,7 +62,8 @@ def prune(store: Store, limits: Limits, keep_after: int | None = None) -> Pruned
         max_age_s=limits.changes_max_age_s, max_rows=limits.changes_max_rows, keep_after=keep_after
     )
     events = store.prune_events(max_age_s=limits.events_max_age_s, max_rows=limits.events_max_rows)
-    return Pruned(changes, events, store.reclaim_space() if changes or events else 0)
+    tokens = store.prune_tokens(dead_for_s=limits.tokens_dead_for_s)
+    return Pruned(changes, events, store.reclaim_space() if changes or events or tokens else 0, tokens)
 
 
 class Retention:
@@ -81,11 +86,12 @@ class Retention:
         """One pass, with ``limits`` or the settings' (any thread)."""
         keep_after = self._keep_after() if self._keep_after is not None else None
         pruned = prune(self.store, limits or Limits.of(self.settings), keep_after)
-        if pruned.changes or pruned.events:
+        if pruned.changes or pruned.events or pruned.tokens:
             log.debug(
-                "retention: dropped %d changes and %d events, %d pages freed",
+                "retention: dropped %d changes, %d events and %d dead tokens, %d pages freed",
                 pruned.changes,
                 pruned.events,
+                pruned.tokens,
                 pruned.pages,
             )
         return pruned

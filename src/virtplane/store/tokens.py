@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from virtplane.store import schema, statements
-from virtplane.store.database import Database, aware, utcnow
+from virtplane.store.database import Database, aware
 from virtplane.store.errors import AlreadyExists, NotFound
 
 USER_OWNER_PREFIXES = ("ldap:", "oidc:")
@@ -119,7 +119,7 @@ class Tokens(Database):
                         token_sha256=token_hash(token),
                         name=name,
                         role=role,
-                        created_at=utcnow(),
+                        created_at=self.clock(),
                         owner=owner or name,
                         description=description,
                         expires_at=expires_at,
@@ -138,7 +138,7 @@ class Tokens(Database):
     def token_role(self, token: str) -> tuple[str, str] | None:
         """(name, role) of a token that may be used now, or None (unknown, revoked or expired)."""
         info = self.token_info(token)
-        if info is None or info.refusal(utcnow()) is not None:
+        if info is None or info.refusal(self.clock()) is not None:
             return None
         return info.name, info.role
 
@@ -162,9 +162,22 @@ class Tokens(Database):
             connection.execute(
                 update(table)
                 .where(table.c.name == name, table.c.revoked_at.is_(None))
-                .values(revoked_at=utcnow(), revoked_by=by)
+                .values(revoked_at=self.clock(), revoked_by=by)
             )
         return self.token_named(name)
+
+    def prune_tokens(self, *, dead_for_s: float) -> int:
+        """Delete the tokens that expired or were revoked more than ``dead_for_s`` ago; how many
+        went. Each login makes a token, so without this the table grows by one a login for ever;
+        until then a dead token's use is refused with its reason, after it as an unknown token
+        (the audit keeps its name as text)."""
+        cutoff = self.clock() - timedelta(seconds=dead_for_s)
+        table = schema.tokens
+        with self._write() as connection:
+            result = connection.execute(
+                delete(table).where(or_(table.c.expires_at < cutoff, table.c.revoked_at < cutoff))
+            )
+        return int(result.rowcount or 0)
 
     def token_used(self, name: str, at: datetime) -> None:
         """Record the token's last use (callers write it at most once a minute per token)."""
