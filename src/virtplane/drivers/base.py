@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
 from virtplane.domain.resources import Accelerator, Capability, ExitReason, HostCPU
+from virtplane.drivers.backups import BackupOperations
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -256,7 +257,7 @@ class DisplayStream(ConsoleStream, Protocol):
 
 
 @runtime_checkable
-class HypervisorDriver(Protocol):
+class HypervisorDriver(BackupOperations, Protocol):
     """One connection to one hypervisor host. All methods are coroutines but ``uri``/``capabilities``."""
 
     @property

@@ -43,6 +43,8 @@ class Capability(StrEnum):
     SERIAL_CONSOLE = "serial-console"
     HOTPLUG = "hotplug"
     """Disks and NICs attached to and detached from running domains (libvirt's test driver cannot)."""
+    BACKUP = "backup"
+    """Backups of running domains with checkpoints, full then incremental (QEMU's dirty bitmaps)."""
 
 
 class Accelerator(StrEnum):

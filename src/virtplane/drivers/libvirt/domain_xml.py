@@ -381,6 +381,10 @@ def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2") -> str:
     _sub(volume, "capacity", str(capacity_bytes), unit="bytes")
     target = _sub(volume, "target")
     _sub(target, "format", type=fmt)
+    if fmt == "qcow2":
+        # v3: libvirt 9.0 makes v2 (0.10) files by default, and those cannot keep the dirty
+        # bitmaps an incremental backup's checkpoint needs ("Cannot store dirty bitmaps in qcow2 v2")
+        _sub(target, "compat", "1.1")
     return ET.tostring(volume, encoding="unicode")
 
 

@@ -5,7 +5,8 @@ the translation of libvirt's errors), ``lifecycle`` (domains), ``volumes`` (pool
 volumes), ``snapshots`` (disk snapshots, memory images); this module wires them and holds
 the connection, the host's facts and migration. What libvirt's test driver lacks is one
 ``HypervisorFlavor`` (``flavor``), chosen from the URI; who stopped a domain is told by
-``stop_requests``; memory snapshots are ``memory``'s save images; the guest agent is ``agent``.
+``stop_requests``; memory snapshots are ``memory``'s save images; the guest agent is ``agent``;
+backup jobs with checkpoints are ``backups``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import DriverError, PermanentError
 from virtplane.drivers.libvirt import _libvirt, accelerator
 from virtplane.drivers.libvirt.agent import GuestAgentOperations
+from virtplane.drivers.libvirt.backups import BackupJobs
 from virtplane.drivers.libvirt.bridges import host_bridges
 from virtplane.drivers.libvirt.call_pool import CallPool
 from virtplane.drivers.libvirt.connection import LibvirtConnection, Opener
@@ -41,7 +43,7 @@ from virtplane.drivers.libvirt.stop_requests import StopRequests
 from virtplane.drivers.libvirt.volumes import VolumeOperations
 
 
-class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations, DeviceHotplug):
+class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations, DeviceHotplug, BackupJobs):
     """One connection to one libvirt host (``qemu:///system``, ``qemu+ssh://h/system``, ``test:///...``).
 
     ``domain_type`` is the ``<domain type=...>`` for QEMU hosts ("qemu" is TCG;

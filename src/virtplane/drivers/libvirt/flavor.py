@@ -56,6 +56,7 @@ QEMU = HypervisorFlavor(
             Capability.VOLUME_RESIZE,
             Capability.SERIAL_CONSOLE,
             Capability.HOTPLUG,
+            Capability.BACKUP,
         }
     ),
     xml=XmlOptions(),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from virtplane.domain.resources import Accelerator, HostCPU
+from virtplane.drivers.backups import NoBackups
 from virtplane.drivers.base import (
     AcceleratorOffer,
     Capability,
@@ -125,7 +126,7 @@ def cpu_in(uri: str) -> HostCPU | None:
     return HostCPU(model=query["cpu"][0], features=sorted(features))
 
 
-class SimDriver:
+class SimDriver(NoBackups):  # backups are simulated with their controllers (issue 36)
     """Every call checks the connection first: closed, host unknown, down or disconnected
     → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
 
