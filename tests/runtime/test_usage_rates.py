@@ -80,3 +80,20 @@ def test_host_cpu_is_busy_over_all_time_and_io_is_the_sum_of_its_vms() -> None:
     assert write == 2000.0 and read == 0.0 and rx == 0.0
     assert math.isnan(host_rates(new, None, [])[0])
     assert math.isnan(host_rates(old, new, [])[0])  # the host rebooted: its counters went back
+
+
+def test_a_vm_seen_on_another_host_has_no_rate_for_that_round() -> None:
+    """Its counters there belong to another process, even when they are higher than before."""
+    from virtplane.drivers.stats import UsageSample
+    from virtplane.runtime.usage import UsageHistory
+
+    history = UsageHistory()
+    host = HostUsage(4, cpu_busy_ns=0, cpu_total_ns=0, memory_total_mib=1, memory_used_mib=1)
+    names = {"u1": "web"}.get
+    history.record(100.0, {"h1": UsageSample(host, (usage(100.0),))}, names)
+    history.record(110.0, {"h1": UsageSample(host, (usage(110.0),))}, names)
+    assert history.vms["u1"].rates.of("cpu_pct") == 50.0
+    history.record(120.0, {"h2": UsageSample(host, (usage(300.0),))}, names)
+    assert history.vms["u1"].host == "h2" and math.isnan(history.vms["u1"].rates.of("cpu_pct"))
+    history.record(130.0, {"h2": UsageSample(host, (usage(310.0),))}, names)
+    assert history.vm_columns("u1", since=0.0).columns["cpu_pct"] == [None, 50.0, None, 50.0]

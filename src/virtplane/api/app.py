@@ -36,6 +36,7 @@ from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.tokens import router as tokens_router
+from virtplane.api.routes.usage import router as usage_router
 from virtplane.api.routes.vm_create import router as vm_create_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.http_limits import streamed_body
@@ -162,6 +163,7 @@ def create_app(
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
+    app.include_router(usage_router)
     app.include_router(quarantine_router)
     app.include_router(console_router)
     app.include_router(display_router)

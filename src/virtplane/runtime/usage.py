@@ -41,6 +41,7 @@ class VMNow:
     vm: str
     host: str
     at: float
+    tick: int
     rates: VMRates
 
 
@@ -48,6 +49,7 @@ class VMNow:
 class HostNow:
     host: str
     at: float
+    tick: int
     values: tuple[float, ...]  # HOST_METRICS' order
 
     def of(self, metric: str) -> float:
@@ -68,6 +70,7 @@ class UsageHistory:
         self.interval_s = interval_s
         self.resolution = resolution or Resolution()
         self.timeline = Timeline(self.resolution)
+        self.collecting = False  # a collector runs into it (on the leader)
         self.vms: dict[str, VMNow] = {}  # by uid
         self.hosts: dict[str, HostNow] = {}  # by name
         self._vm_series: dict[str, Series] = {}
@@ -86,7 +89,7 @@ class UsageHistory:
             before = self._last_host.get(host)
             values = host_rates(sample.host, before[1] if before else None, known)
             self._last_host[host] = (at, sample.host)
-            self.hosts[host] = HostNow(host, at, values)
+            self.hosts[host] = HostNow(host, at, tick, values)
             self._series(self._host_series, host, len(HOST_METRICS)).write(tick, values, self.resolution)
         return tick
 
@@ -100,7 +103,7 @@ class UsageHistory:
         same_process = last is not None and last.host == host
         rates = vm_rates(usage, last.usage if last and same_process else None, at - last.at if last else 0.0)
         self._last_vm[usage.vm_uid] = _Last(host, at, usage)
-        self.vms[usage.vm_uid] = VMNow(name, host, at, rates)
+        self.vms[usage.vm_uid] = VMNow(name, host, at, tick, rates)
         series = self._series(self._vm_series, usage.vm_uid, len(VM_METRICS))
         if series.last < tick:  # a VM seen on two hosts in one round (mid-migration): the first
             series.write(tick, rates.values, self.resolution)
@@ -119,17 +122,27 @@ class UsageHistory:
         for host_table in (self._host_series, self._last_host, self.hosts):
             _keep_only(host_table, hosts)
 
-    def stale(self, now: float) -> float:
-        """How old a figure may be and still be "now": two rounds."""
-        return now - 2.5 * self.interval_s
+    def fresh(self, tick: int) -> bool:
+        """Whether a figure of ``tick`` is "now": from the last round or the one before (a host
+        that missed one round is not dropped; a stopped VM or a silent host is after two)."""
+        return tick >= self.timeline.tick - 1
 
-    def current_vms(self, now: float) -> list[VMNow]:
-        oldest = self.stale(now)
-        return [vm for vm in self.vms.values() if vm.at >= oldest]
+    def current_vms(self) -> list[VMNow]:
+        return [vm for vm in self.vms.values() if self.fresh(vm.tick)]
 
-    def current_hosts(self, now: float) -> list[HostNow]:
-        oldest = self.stale(now)
-        return [host for host in self.hosts.values() if host.at >= oldest]
+    def current_hosts(self) -> list[HostNow]:
+        return [host for host in self.hosts.values() if self.fresh(host.tick)]
+
+    def counters_now(self) -> list[tuple[VMNow, DomainUsage]]:
+        """The fresh VMs' latest figures with the counters they came from (for /metrics)."""
+        return [
+            (vm, last.usage)
+            for uid, vm in self.vms.items()
+            if self.fresh(vm.tick) and (last := self._last_vm.get(uid)) is not None
+        ]
+
+    def host_counters_now(self) -> list[tuple[str, HostUsage]]:
+        return [(host, self._last_host[host][1]) for host, now in self.hosts.items() if self.fresh(now.tick)]
 
     def vm_columns(self, uid: str, since: float) -> Columns:
         return read(self._vm_series.get(uid), self.timeline, VM_METRICS, since)
@@ -186,13 +199,18 @@ class UsageCollector:
         return tick
 
     async def run(self) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                await self.collect_once()
-            except Exception:
-                log.warning("usage: a collection round failed", exc_info=True)
-            await asyncio.sleep(max(0.0, self.history.interval_s - (time.monotonic() - started)))
+        """Collect every interval until cancelled (the replica stepped down, or stops)."""
+        self.history.collecting = True
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    await self.collect_once()
+                except Exception:
+                    log.warning("usage: a collection round failed", exc_info=True)
+                await asyncio.sleep(max(0.0, self.history.interval_s - (time.monotonic() - started)))
+        finally:
+            self.history.collecting = False
 
 
 __all__ = ["INTERVAL_S", "HostNow", "UsageCollector", "UsageHistory", "VMNow"]
