@@ -137,3 +137,64 @@ async def host_usage(
     fresh = now is not None and history.fresh(now.tick)
     answer["current"] = _figures(now.values, HOST_METRICS) if now is not None and fresh else None
     return answer
+
+
+SORTS = {
+    "cpu": ("cpu_pct",),
+    "memory": ("memory_used_mib",),
+    "disk": ("disk_read_bps", "disk_write_bps"),
+    "net": ("net_rx_bps", "net_tx_bps"),
+}
+
+
+def _sort_key(figures: dict[str, Any], sort: str) -> float:
+    return float(sum(figures.get(metric) or 0.0 for metric in SORTS[sort]))
+
+
+def _checked_sort(sort: str) -> str:
+    if sort not in SORTS:
+        raise ApiError(422, "Invalid", f"sort={sort!r}: one of {', '.join(SORTS)}")
+    return sort
+
+
+@router.get(
+    "/v1/usage/vms",
+    operation_id="list_vm_usage",
+    summary="The running VMs' use now, busiest first (virtplane top vms)",
+    tags=["VirtualMachine"],
+)
+async def top_vms(
+    request: Request,
+    sort: str = Query("cpu", description="cpu, memory, disk or net"),
+    limit: int = Query(20, ge=1, le=10000),
+    _: Principal = Depends(require(Role.VIEWER)),
+) -> dict[str, Any]:
+    ctx: ApiContext = request.app.state.ctx
+    _checked_sort(sort)
+    history = _history(ctx)
+    rows = [
+        {"name": vm.vm, "host": vm.host, **_figures(vm.rates.values, VM_METRICS)}
+        for vm in history.current_vms()
+    ]
+    rows.sort(key=lambda row: (-_sort_key(row, sort), row["name"]))
+    return {"interval_s": history.interval_s, "sort": sort, "total": len(rows), "items": rows[:limit]}
+
+
+@router.get(
+    "/v1/usage/hosts",
+    operation_id="list_host_usage",
+    summary="The hosts' use now, busiest first (virtplane top hosts)",
+    tags=["Host"],
+)
+async def top_hosts(
+    request: Request,
+    sort: str = Query("cpu", description="cpu, memory, disk or net"),
+    limit: int = Query(20, ge=1, le=10000),
+    _: Principal = Depends(require(Role.VIEWER)),
+) -> dict[str, Any]:
+    ctx: ApiContext = request.app.state.ctx
+    _checked_sort(sort)
+    history = _history(ctx)
+    rows = [{"name": host.host, **_figures(host.values, HOST_METRICS)} for host in history.current_hosts()]
+    rows.sort(key=lambda row: (-_sort_key(row, sort), row["name"]))
+    return {"interval_s": history.interval_s, "sort": sort, "total": len(rows), "items": rows[:limit]}

@@ -1,0 +1,55 @@
+"""``virtplane top vms|hosts`` against the live server, after collection rounds of the leader's
+collector (run on the server's loop, where the simulator lives)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.cli.conftest import Invoke
+from tests.conftest import LiveServer, seed_console_world, wait_json
+from virtplane.drivers.base import domain_name
+from virtplane.drivers.sim import SimLoad
+
+
+def _busy_world(server: LiveServer) -> None:
+    with server.client() as admin:
+        seed_console_world(admin)
+        body = {
+            "metadata": {"name": "db-1"},
+            "spec": {"run_policy": "AlwaysOn", "cpu": 2, "memory_mib": 1024},
+        }
+        assert admin.post("/v1/vms", json=body).status_code == 201
+        wait_json(admin, "/v1/vms/db-1", lambda vm: vm["status"]["phase"] == "Running")
+        uids = {name: admin.get(f"/v1/vms/{name}").json()["metadata"]["uid"] for name in ("web-1", "db-1")}
+    sim = server.plane.sim
+    assert sim is not None
+    server.in_loop(sim.set_load, domain_name(uids["web-1"]), SimLoad(cpu=0.2, memory=1.0))
+    server.in_loop(sim.set_load, domain_name(uids["db-1"]), SimLoad(cpu=0.9, memory=0.1))
+    for _ in range(2):
+        asyncio.run_coroutine_threadsafe(server.plane.usage_collector.collect_once(), server.loop).result(10)
+
+
+def test_top_vms_sorts_by_what_is_asked(server: LiveServer, invoke: Invoke) -> None:
+    _busy_world(server)
+    by_cpu = invoke("top", "vms", role="viewer")
+    assert by_cpu.exit_code == 0, by_cpu.output
+    assert by_cpu.output.index("db-1") < by_cpu.output.index("web-1")
+    assert "by cpu" in by_cpu.output and "host-1" in by_cpu.output
+    by_memory = invoke("top", "vms", "--sort", "memory", "--limit", "1", "-o", "json", role="viewer")
+    answer = json.loads(by_memory.output)
+    assert [row["name"] for row in answer["items"]] == ["web-1"] and answer["total"] == 2
+    assert answer["items"][0]["memory_used_mib"] == 512.0
+
+
+def test_top_hosts(server: LiveServer, invoke: Invoke) -> None:
+    _busy_world(server)
+    hosts = invoke("top", "hosts", "--sort", "memory", role="viewer")
+    assert hosts.exit_code == 0, hosts.output
+    assert "host-1" in hosts.output and "LOAD" in hosts.output
+    assert "2.00" in hosts.output  # load: 0.2 x 1 vCPU + 0.9 x 2
+
+
+def test_a_bad_sort_is_refused_before_asking(server: LiveServer, invoke: Invoke) -> None:
+    refused = invoke("top", "vms", "--sort", "fast", role="viewer")
+    assert refused.exit_code != 0 and "fast" in refused.output
