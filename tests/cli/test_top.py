@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from tests.cli.conftest import Invoke
 from tests.conftest import LiveServer, seed_console_world, wait_json
 from virtplane.drivers.base import domain_name
@@ -53,3 +55,19 @@ def test_top_hosts(server: LiveServer, invoke: Invoke) -> None:
 def test_a_bad_sort_is_refused_before_asking(server: LiveServer, invoke: Invoke) -> None:
     refused = invoke("top", "vms", "--sort", "fast", role="viewer")
     assert refused.exit_code != 0 and "fast" in refused.output
+
+
+def test_sim_load_sets_the_guests_use(server: LiveServer, invoke: Invoke) -> None:
+    with server.client() as admin:
+        seed_console_world(admin)
+    assert invoke("sim", "load", "web-1", "--cpu", "60", role="operator").exit_code != 0  # admin's, as faults
+    done = invoke("sim", "load", "web-1", "--cpu", "60", "--memory", "50")
+    assert done.exit_code == 0, done.output
+    for _ in range(2):
+        asyncio.run_coroutine_threadsafe(server.plane.usage_collector.collect_once(), server.loop).result(10)
+    answer = json.loads(invoke("top", "vms", "-o", "json", role="viewer").output)
+    # rounds milliseconds apart: the sim reads its clock before the call returns, the collector after
+    assert answer["items"][0]["cpu_pct"] == pytest.approx(60.0, rel=0.25)
+    assert answer["items"][0]["memory_used_mib"] == 256.0
+    missing = invoke("sim", "load", "nope", "--cpu", "1")
+    assert missing.exit_code != 0 and "nope" in missing.output

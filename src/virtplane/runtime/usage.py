@@ -79,11 +79,18 @@ class UsageHistory:
         self._last_host: dict[str, tuple[float, HostUsage]] = {}
 
     def record(
-        self, at: float, samples: dict[str, UsageSample], vm_names: Callable[[str], str | None]
+        self,
+        at: float,
+        samples: dict[str, UsageSample],
+        vm_names: Callable[[str], str | None],
+        answered: dict[str, float] | None = None,
     ) -> int:
-        """One round: ``samples`` by host name (the hosts that answered). Returns the tick."""
+        """One round at ``at``: ``samples`` by host name (the hosts that answered), and when each
+        answered (``answered``; default ``at``): rates divide by the time between two answers
+        of the same host, so a slow host in the round does not skew the others. Returns the tick."""
         tick = self.timeline.advance(at)
         for host, sample in samples.items():
+            at = answered.get(host, at) if answered else at
             rates = [self._record_vm(tick, at, host, usage, vm_names) for usage in sample.domains]
             known = [r for r in rates if r is not None]
             before = self._last_host.get(host)
@@ -177,12 +184,13 @@ class UsageCollector:
         self.history = history
         self.wall_clock = wall_clock
 
-    async def _sample(self, uri: str) -> UsageSample | None:
+    async def _sample(self, uri: str) -> tuple[float, UsageSample] | None:
         driver = self.hosts.cached(uri)
         if driver is None:
             return None
         try:
-            return await driver.usage()
+            sample = await driver.usage()
+            return self.wall_clock(), sample
         except DriverError as exc:  # the host controller hears of it on its own call
             log.debug("usage of %s: %s", uri, exc)
             return None
@@ -190,8 +198,13 @@ class UsageCollector:
     async def collect_once(self) -> int:
         hosts = [h for h in self.cache.hosts() if h.status.connection is HostConnection.UP]
         answers = await asyncio.gather(*(self._sample(h.spec.uri) for h in hosts))
-        samples = {h.metadata.name: s for h, s in zip(hosts, answers, strict=True) if s is not None}
-        tick = self.history.record(self.wall_clock(), samples, self.cache.vm_by_uid)
+        answered = {h.metadata.name: a for h, a in zip(hosts, answers, strict=True) if a is not None}
+        tick = self.history.record(
+            self.wall_clock(),
+            {host: sample for host, (_, sample) in answered.items()},
+            self.cache.vm_by_uid,
+            {host: at for host, (at, _) in answered.items()},
+        )
         if tick % 6 == 0:  # deleted VMs and hosts: every minute is soon enough
             self.history.forget(
                 {vm.metadata.uid for vm in self.cache.vms()}, {h.metadata.name for h in self.cache.hosts()}
