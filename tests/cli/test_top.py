@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -12,6 +13,26 @@ from tests.cli.conftest import Invoke
 from tests.conftest import LiveServer, seed_console_world, wait_json
 from virtplane.drivers.base import domain_name
 from virtplane.drivers.sim import SimLoad
+
+
+class Clock:
+    """The simulator's counters and the collector's rounds on one clock, 10 s a round."""
+
+    def __init__(self, server: LiveServer) -> None:
+        self.now = time.time() + 1000  # after the rounds the server ran on its own
+        self.server = server
+        assert server.plane.sim is not None
+        server.plane.sim.meters.clock = self
+        server.plane.usage_collector.wall_clock = self
+
+    def __call__(self) -> float:
+        return self.now
+
+    def rounds(self, count: int) -> None:
+        for _ in range(count):
+            self.now += 10
+            collect = self.server.plane.usage_collector.collect_once()
+            asyncio.run_coroutine_threadsafe(collect, self.server.loop).result(10)
 
 
 def _busy_world(server: LiveServer) -> None:
@@ -28,8 +49,7 @@ def _busy_world(server: LiveServer) -> None:
     assert sim is not None
     server.in_loop(sim.set_load, domain_name(uids["web-1"]), SimLoad(cpu=0.2, memory=1.0))
     server.in_loop(sim.set_load, domain_name(uids["db-1"]), SimLoad(cpu=0.9, memory=0.1))
-    for _ in range(2):
-        asyncio.run_coroutine_threadsafe(server.plane.usage_collector.collect_once(), server.loop).result(10)
+    Clock(server).rounds(2)
 
 
 def test_top_vms_sorts_by_what_is_asked(server: LiveServer, invoke: Invoke) -> None:
@@ -63,11 +83,9 @@ def test_sim_load_sets_the_guests_use(server: LiveServer, invoke: Invoke) -> Non
     assert invoke("sim", "load", "web-1", "--cpu", "60", role="operator").exit_code != 0  # admin's, as faults
     done = invoke("sim", "load", "web-1", "--cpu", "60", "--memory", "50")
     assert done.exit_code == 0, done.output
-    for _ in range(2):
-        asyncio.run_coroutine_threadsafe(server.plane.usage_collector.collect_once(), server.loop).result(10)
+    Clock(server).rounds(2)
     answer = json.loads(invoke("top", "vms", "-o", "json", role="viewer").output)
-    # rounds milliseconds apart: the sim reads its clock before the call returns, the collector after
-    assert answer["items"][0]["cpu_pct"] == pytest.approx(60.0, rel=0.25)
+    assert answer["items"][0]["cpu_pct"] == pytest.approx(60.0)
     assert answer["items"][0]["memory_used_mib"] == 256.0
     missing = invoke("sim", "load", "nope", "--cpu", "1")
     assert missing.exit_code != 0 and "nope" in missing.output
