@@ -7,9 +7,12 @@ moved 10 s per round; each round is ``collect_once`` (the leader's loop would do
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -186,3 +189,27 @@ async def test_a_stopped_vm_drops_out_of_now_but_keeps_its_history(cluster: Clus
     answer = (await get(cluster, "/v1/vms/web/usage")).json()
     assert answer["current"] is None
     assert answer["memory_used_mib"][-5:] == [409.6, 409.6, None, None, None]
+
+
+GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "virtplane-usage.json"
+
+
+def _queried(dashboard: dict[str, Any]) -> set[str]:
+    """The metric names in every panel's and variable's query."""
+    texts = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    texts += [v.get("query", "") for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return set(re.findall(r"\bvirtplane_[a-z0-9_]+", " ".join(texts)))
+
+
+async def test_every_metric_the_grafana_dashboard_queries_is_served(cluster: Cluster, clock: Clock) -> None:
+    await cluster.add_host("h1")
+    await cluster.add_vm("web")
+    await rounds(cluster, clock, 2)
+    text = (await get(cluster, "/metrics")).text
+    served_samples = {
+        line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")
+    }
+    queried = _queried(json.loads(GRAFANA.read_text()))
+    assert len(queried) >= 15
+    missing = sorted(name for name in queried if name not in served_samples)
+    assert not missing, f"the dashboard queries metrics /metrics does not serve: {missing}"
