@@ -85,14 +85,31 @@ def _disk_rates(new: DiskCounters, old: DiskCounters | None, elapsed: float) -> 
     )
 
 
+_UNKNOWN_IO = (NAN,) * (len(VM_METRICS) - 2)
+
+
+def _sums(rows: Sequence[tuple[float, ...]], width: int) -> tuple[float, ...]:
+    """Column sums of the known figures; NaN for a column with none; 0 when there are no rows
+    (a VM with no disk, or no NIC, moves no bytes: 0, not "unknown")."""
+    if not rows:
+        return (0.0,) * width
+    sums = [0.0] * width
+    known = [False] * width
+    for row in rows:
+        for i, value in enumerate(row):
+            if value == value:  # not NaN
+                sums[i] += value
+                known[i] = True
+    return tuple(total if seen else NAN for total, seen in zip(sums, known, strict=True))
+
+
 def vm_rates(new: DomainUsage, old: DomainUsage | None, elapsed: float) -> VMRates:
     """``old``: the same process's sample ``elapsed`` s before, None when there is none (the
     first sample, or the one before was on another host)."""
     memory = new.memory_used_mib
-    if old is None or new.cpu_time_ns < old.cpu_time_ns:
-        return VMRates((NAN, memory, *([NAN] * (len(VM_METRICS) - 2))))
-    cpu_ns = per_second(new.cpu_time_ns, old.cpu_time_ns, elapsed)
-    cpu_pct = cpu_ns / 1e9 / max(new.vcpus, 1) * 100.0
+    if old is None or new.cpu_time_ns < old.cpu_time_ns or elapsed <= 0:
+        return VMRates((NAN, memory, *_UNKNOWN_IO))
+    cpu_pct = (new.cpu_time_ns - old.cpu_time_ns) / elapsed / 1e7 / max(new.vcpus, 1)
     old_disks = {disk.name: disk for disk in old.disks}
     disks = tuple(_disk_rates(disk, old_disks.get(disk.name), elapsed) for disk in new.disks)
     old_nics = {nic.name: nic for nic in old.nics}
@@ -103,24 +120,12 @@ def vm_rates(new: DomainUsage, old: DomainUsage | None, elapsed: float) -> VMRat
             per_second(nic.rx_packets, before.rx_packets, elapsed),
             per_second(nic.tx_packets, before.tx_packets, elapsed),
         )
-        for nic in new.nics
         if (before := old_nics.get(nic.name)) is not None
+        else (NAN, NAN, NAN, NAN)
+        for nic in new.nics
     ]
-    values = (
-        cpu_pct,
-        memory,
-        nansum(d.read_bps for d in disks),
-        nansum(d.write_bps for d in disks),
-        nansum(d.read_iops for d in disks),
-        nansum(d.write_iops for d in disks),
-        *(nansum(rates[i] for rates in nic_rates) for i in range(4)),
-    )
-    # a VM with no disk or NIC moves no bytes: 0, not "unknown"
-    values = tuple(
-        0.0 if math.isnan(v) and i >= 2 and not (new.disks if i < 6 else new.nics) else v
-        for i, v in enumerate(values)
-    )
-    return VMRates(values, disks)
+    disk_sums = _sums([(d.read_bps, d.write_bps, d.read_iops, d.write_iops) for d in disks], 4)
+    return VMRates((cpu_pct, memory, *disk_sums, *_sums(nic_rates, 4)), disks)
 
 
 def host_rates(new: HostUsage, old: HostUsage | None, vms: Sequence[VMRates]) -> tuple[float, ...]:

@@ -24,6 +24,7 @@ DISK_OP_BYTES = 64 * 1024  # a guest's typical request: ops/s follow the bytes/s
 PACKET_BYTES = 1500
 HOST_OWN_MIB = 512  # the host's own processes and page cache, beyond its guests
 RUNNING = (DomainState.RUNNING, DomainState.MIGRATING)
+_DISK_NAMES = tuple(f"vd{chr(ord('a') + i)}" for i in range(26))
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class SimMeters:
 
     clock: Callable[[], float]
     loads: dict[str, SimLoad] = field(default_factory=dict)
-    _domains: dict[tuple[str, str], _Counters] = field(default_factory=dict)
+    _domains: dict[str, dict[str, _Counters]] = field(default_factory=dict)  # host -> domain -> counters
     _hosts: dict[str, _HostCounters] = field(default_factory=dict)
 
     def load_of(self, domain: str) -> SimLoad:
@@ -89,10 +90,10 @@ class SimMeters:
     def sample(self, host: str, vcpus: int, memory_mib: int, domains: list[SimDomain]) -> UsageSample:
         now = self.clock()
         running = [d for d in domains if d.state in RUNNING and d.live is not None]
-        seen = {(host, d.name) for d in running}
-        for key in [key for key in self._domains if key[0] == host and key not in seen]:
-            del self._domains[key]  # its process ended: a new one counts from zero
-        usages = [self._domain(host, d, now) for d in running]
+        before = self._domains.get(host, {})
+        # a domain not running now is forgotten: its next process counts from zero
+        counters = self._domains[host] = {d.name: before[d.name] for d in running if d.name in before}
+        usages = [self._domain(counters, d, now) for d in running]
         own = self._hosts.setdefault(host, _HostCounters(at=now))
         elapsed = max(0.0, now - own.at)
         own.at = now
@@ -110,35 +111,25 @@ class SimMeters:
         )
         return UsageSample(usage, tuple(usages))
 
-    def _domain(self, host: str, domain: SimDomain, now: float) -> DomainUsage:
-        counters = self._domains.get((host, domain.name))
+    def _domain(self, on_host: dict[str, _Counters], domain: SimDomain, now: float) -> DomainUsage:
+        counters = on_host.get(domain.name)
         if counters is None or counters.boots != domain.boots:
-            counters = self._domains[host, domain.name] = _Counters(boots=domain.boots, at=now)
+            counters = on_host[domain.name] = _Counters(boots=domain.boots, at=now)
         load = self.load_of(domain.name)
         live = domain.live
         assert live is not None
         counters.advance(load, live.cpu, now)
-        disks = tuple(
-            DiskCounters(
-                f"vd{chr(ord('a') + i)}",
-                # the first disk takes the guest's I/O: one figure per disk is enough for a sim
-                read_bytes=int(counters.read_bytes) if i == 0 else 0,
-                write_bytes=int(counters.write_bytes) if i == 0 else 0,
-                read_ops=int(counters.read_bytes / DISK_OP_BYTES) if i == 0 else 0,
-                write_ops=int(counters.write_bytes / DISK_OP_BYTES) if i == 0 else 0,
-            )
-            for i in range(len(live.disks))
-        )
-        nics = tuple(
-            NicCounters(
-                nic.mac,
-                rx_bytes=int(counters.rx_bytes) if i == 0 else 0,
-                tx_bytes=int(counters.tx_bytes) if i == 0 else 0,
-                rx_packets=int(counters.rx_bytes / PACKET_BYTES) if i == 0 else 0,
-                tx_packets=int(counters.tx_bytes / PACKET_BYTES) if i == 0 else 0,
-            )
-            for i, nic in enumerate(live.nics)
-        )
+        # the first disk and NIC take the guest's I/O: one busy device is enough for a sim
+        disks: tuple[DiskCounters, ...] = ()
+        if live.disks:
+            read, write = int(counters.read_bytes), int(counters.write_bytes)
+            busy = DiskCounters("vda", read, write, read // DISK_OP_BYTES, write // DISK_OP_BYTES)
+            disks = (busy, *(DiskCounters(_DISK_NAMES[i]) for i in range(1, len(live.disks))))
+        nics: tuple[NicCounters, ...] = ()
+        if live.nics:
+            rx, tx = int(counters.rx_bytes), int(counters.tx_bytes)
+            first = NicCounters(live.nics[0].mac, rx, tx, rx // PACKET_BYTES, tx // PACKET_BYTES)
+            nics = (first, *(NicCounters(nic.mac) for nic in live.nics[1:]))
         return DomainUsage(
             vm_uid=live.vm_uid,
             vcpus=live.cpu,
