@@ -89,3 +89,21 @@ def test_sim_load_sets_the_guests_use(server: LiveServer, invoke: Invoke) -> Non
     assert answer["items"][0]["memory_used_mib"] == 256.0
     missing = invoke("sim", "load", "nope", "--cpu", "1")
     assert missing.exit_code != 0 and "nope" in missing.output
+
+
+def test_get_hosts_wide_and_describe_host_show_real_use_beside_allocation(
+    server: LiveServer, invoke: Invoke
+) -> None:
+    _busy_world(server)
+    wide = invoke("get", "hosts", "-o", "wide", role="viewer")
+    assert wide.exit_code == 0, wide.output
+    header, row = wide.output.splitlines()[:2]
+    assert "CPU USE" in header and "MEM USE" in header
+    assert "26%" in row  # 2.0 busy vCPUs of 8, and the host's own 1 %
+    assert "1.1Gi/8Gi" in row, row  # 512 MiB its own, 102 + 512 its guests
+    plain = invoke("get", "hosts", role="viewer")
+    assert "CPU USE" not in plain.output  # the default table keeps its columns
+    described = invoke("describe", "host", "host-1", role="viewer")
+    assert described.exit_code == 0, described.output
+    assert "Use now:" in described.output and "Load (1 min):" in described.output
+    assert "2.00" in described.output

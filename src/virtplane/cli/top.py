@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from virtplane.cli.context import state_of
-from virtplane.cli.output import OutputFormat, print_structured
+from virtplane.cli.output import OutputFormat, format_rate, print_structured
 
 
 class Kind(StrEnum):
@@ -28,17 +28,6 @@ class Sort(StrEnum):
     MEMORY = "memory"
     DISK = "disk"
     NET = "net"
-
-
-def _rate(value: float | None) -> str:
-    """Bytes per second, in the unit that fits."""
-    if value is None:
-        return "-"
-    for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
-        if abs(value) < 1024 or unit == "GiB/s":
-            return f"{value:.0f} {unit}" if unit == "B/s" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "-"  # pragma: no cover (the loop returns)
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -62,10 +51,10 @@ def table(kind: Kind, answer: dict[str, Any]) -> Table:
                 row["host"],
                 _num(row["cpu_pct"], ".1f"),
                 _num(row["memory_used_mib"], ".0f"),
-                _rate(row["disk_read_bps"]),
-                _rate(row["disk_write_bps"]),
-                _rate(row["net_rx_bps"]),
-                _rate(row["net_tx_bps"]),
+                format_rate(row["disk_read_bps"]),
+                format_rate(row["disk_write_bps"]),
+                format_rate(row["net_rx_bps"]),
+                format_rate(row["net_tx_bps"]),
             )
         return grid
     for column in ("NAME", "CPU %", "LOAD", "MEM USED", "MEM TOTAL", "DISK R+W", "NET RX+TX"):
@@ -77,8 +66,8 @@ def table(kind: Kind, answer: dict[str, Any]) -> Table:
             _num(row["load1"], ".2f"),
             _num(row["memory_used_mib"], ".0f"),
             _num(row["memory_total_mib"], ".0f"),
-            _rate(_sum(row, "disk_read_bps", "disk_write_bps")),
-            _rate(_sum(row, "net_rx_bps", "net_tx_bps")),
+            format_rate(_sum(row, "disk_read_bps", "disk_write_bps")),
+            format_rate(_sum(row, "net_rx_bps", "net_tx_bps")),
         )
     return grid
 
