@@ -210,6 +210,7 @@ class ControlPlane:
             usage=self.usage,
         )
         self.usage_collector = UsageCollector(self.cache, self.hosts, self.usage)
+        self.ctx.real_use = self._real_use
         self._tasks: list[asyncio.Task[None]] = []
         self._lead_tasks: list[asyncio.Task[None]] = []
         elect = self.options.leader_election
@@ -244,6 +245,14 @@ class ControlPlane:
         self.controllers = {
             kind: Controller(kind, reconciler, workers=workers, metrics=self._metrics, timeout_s=120.0)
             for kind, (reconciler, workers) in self._reconcilers.items()
+        }
+
+    def _real_use(self) -> dict[str, float]:
+        """Each host's measured CPU use (0 to 1) for placement, when ``placement.real_use`` is on."""
+        if not self.settings.get_bool("placement.real_use"):
+            return {}
+        return {
+            now.host: now.of("cpu_pct") / 100 for now in self.usage.current_hosts() if now.of("cpu_pct") >= 0
         }
 
     def controllers_status(self) -> ControllersRole:

@@ -213,3 +213,17 @@ async def test_every_metric_the_grafana_dashboard_queries_is_served(cluster: Clu
     assert len(queried) >= 15
     missing = sorted(name for name in queried if name not in served_samples)
     assert not missing, f"the dashboard queries metrics /metrics does not serve: {missing}"
+
+
+async def test_placement_weighs_the_hosts_measured_use_when_the_setting_asks(
+    cluster: Cluster, clock: Clock
+) -> None:
+    await cluster.add_host("roomy", vcpus=16, memory_mib=32768)
+    await cluster.add_host("small", vcpus=16, memory_mib=16384)
+    busy = await cluster.add_vm("busy", cpu=8)
+    assert busy.status.host == "roomy"  # the most free memory
+    cluster.sim.set_load(domain_name(busy.metadata.uid), SimLoad(cpu=1.0))
+    await rounds(cluster, clock, 2)
+    assert (await cluster.add_vm("by-allocation")).status.host == "roomy"  # the setting is off
+    cluster.plane.settings.set("placement.real_use", True)
+    assert (await cluster.add_vm("by-use")).status.host == "small"  # roomy is 50 % busy

@@ -11,7 +11,6 @@ names it.
 from __future__ import annotations
 
 import math
-import re
 import time
 from datetime import datetime
 from typing import Any
@@ -21,6 +20,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.errors import ApiError
+from virtplane.domain.names import RELATIVE_SINCE
 from virtplane.domain.resources import Host, VirtualMachine
 from virtplane.runtime.usage import UsageHistory
 from virtplane.runtime.usage_rates import HOST_METRICS, VM_METRICS
@@ -29,14 +29,13 @@ from virtplane.runtime.usage_rings import Columns
 router = APIRouter()
 
 DAY_S = 86400
-_RELATIVE = re.compile(r"^(\d{1,6})(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 SINCE_HELP = "How far back: 15m, 1h, 24h (s, m, h, d), or an RFC 3339 time; at most a day ago."
 
 
 def since_time(since: str, now: float) -> float:
     """The wall time ``since`` names; ApiError 422 with the reason when it names none we hold."""
-    relative = _RELATIVE.match(since.strip())
+    relative = RELATIVE_SINCE.regex.fullmatch(since.strip())
     if relative:
         seconds = int(relative.group(1)) * _UNIT_S[relative.group(2)]
         if not 0 < seconds <= DAY_S:
