@@ -6,15 +6,16 @@ rates; a counter that went back (a domain restarted, or came back by a migration
 process) is a reset, not a negative rate. Memory is a level (what the guest uses now).
 
 Only running domains are in a sample: a stopped domain has no process and reports nothing.
+Named tuples, not frozen dataclasses: 10,000 domains a round are built and read in Python,
+and a tuple is made in a third of the time (bench row 17).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class DiskCounters:
+class DiskCounters(NamedTuple):
     name: str  # the guest's device (vda, vdb)
     read_bytes: int = 0
     write_bytes: int = 0
@@ -22,8 +23,7 @@ class DiskCounters:
     write_ops: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class NicCounters:
+class NicCounters(NamedTuple):
     name: str  # the host side's device (vnet3), or the MAC where there is none
     rx_bytes: int = 0
     tx_bytes: int = 0
@@ -31,8 +31,7 @@ class NicCounters:
     tx_packets: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class DomainUsage:
+class DomainUsage(NamedTuple):
     vm_uid: str
     vcpus: int
     cpu_time_ns: int  # all its vCPUs' time together
@@ -42,8 +41,7 @@ class DomainUsage:
     nics: tuple[NicCounters, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class HostUsage:
+class HostUsage(NamedTuple):
     cpus: int
     cpu_busy_ns: int  # user + kernel time, all CPUs together
     cpu_total_ns: int  # busy + idle + iowait: the host's CPU time that passed
@@ -52,8 +50,7 @@ class HostUsage:
     load1: float | None = None  # None where the hypervisor does not say (a remote libvirt host)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageSample:
+class UsageSample(NamedTuple):
     """One host's use and its running domains', taken together (one call per host)."""
 
     host: HostUsage
