@@ -6,7 +6,8 @@ Row 17 runs in this process, on the simulator's drivers: ``sizes.fleet_hosts`` h
 then the rates and rings, as the leader's ``UsageCollector.collect_once`` does (its cache
 lookup of a uid is a dict's here). The figure is the CPU time of a round over the interval,
 as a share of one core: what collection adds beside row 7's idle figure. With it, the memory
-the history holds once full (an hour and a day of every VM and host).
+the history holds once full (an hour and a day of every VM and host), and what generating the
+usage part of /metrics takes (the fastest of three).
 
 Row 18 asks ``GET /v1/vms/NAME/usage?since=1h`` of the real app (ASGI, in process, a store
 on SQLite) for one VM whose hour is full (360 rounds), one request at a time.
@@ -32,6 +33,7 @@ from virtplane.drivers.sim._driver import SimDriver
 from virtplane.drivers.stats import DiskCounters, DomainUsage, HostUsage, UsageSample
 from virtplane.runtime.usage import INTERVAL_S, UsageHistory
 from virtplane.store.store import Store, sqlite_url
+from virtplane.usage_metrics import UsageMetrics
 
 ROWS = frozenset({17, 18})
 ROUNDS = 30  # row 17: measured rounds, after one to warm up (every series exists)
@@ -97,6 +99,12 @@ async def collection(sizes: Sizes) -> Row:
         await _round(history, drivers, names)
         cpu.append(time.process_time() - started)
     per_round = sum(cpu) / len(cpu)
+    metrics = UsageMetrics(history)
+    scrapes = []
+    for _ in range(3):
+        started = time.perf_counter()
+        exposition = metrics.text()
+        scrapes.append(time.perf_counter() - started)
     percent = 100 * per_round / INTERVAL_S
     # the rings are allocated whole on a series' first write: this is what a full day holds
     history_mib = history.nbytes / 2**20
@@ -113,6 +121,8 @@ async def collection(sizes: Sizes) -> Row:
             "rounds": ROUNDS,
             "history_mib": round(history_mib, 1),
             "history_kib_per_vm": round(history.nbytes / 1024 / max(1, len(names)), 1),
+            "metrics_scrape_ms": round(1000 * min(scrapes), 1),  # /metrics' usage part, generated
+            "metrics_scrape_kib": round(len(exposition) / 1024),
         },
         note="in process, the simulator's drivers; the history's rings (an hour at 10 s and a day "
         f"in 5-min means, float32) hold {history_mib:.0f} MiB",

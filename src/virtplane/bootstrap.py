@@ -228,7 +228,7 @@ class ControlPlane:
             else None
         )
         self.registry.register(FleetCollector(self.cache, self.elector))
-        self.registry.register(UsageMetrics(self.usage))
+        self.usage_metrics = UsageMetrics(self.usage)
         self.started = False
 
     def _add(
@@ -388,6 +388,7 @@ class ControlPlane:
             lifespan=lifespan,
             registry=self.registry,
             extra_routers=self.options.extra_routers,
+            more_metrics=self.usage_metrics.text,
         )
         if self._tokens_collector is not None:  # an app built again: its cache is the one shown
             self.registry.unregister(self._tokens_collector)

@@ -3,7 +3,7 @@
 Counters where the hypervisor counts (CPU seconds, bytes, requests, packets: Prometheus'
 ``rate()`` handles their resets, when a domain restarts or moves), gauges for levels
 (memory, load). Labels are bounded: ``vm`` and ``host`` only; disks and NICs are summed per
-VM (the API has them per disk). Yielded from the history at each scrape, never kept in
+VM (the API has them per disk). Written from the history at each scrape, never kept in
 labelled metric objects, so 10,000 VMs cost one pass over a dict per scrape and a deleted
 VM's series ends with its history. Only figures from the last two rounds are shown: a VM
 that stopped, or a host no longer answering, drops out rather than showing a frozen value.
@@ -11,10 +11,7 @@ that stopped, or a host no longer answering, drops out rather than showing a fro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable
 
 from virtplane.drivers.stats import DomainUsage, HostUsage
 from virtplane.runtime.usage import UsageHistory
@@ -109,36 +106,48 @@ VM_METRIC_NAMES = tuple(f"{name}_total" for name, _, _ in _VM_COUNTERS) + tuple(
 HOST_METRIC_NAMES = tuple(f"{n}_total" if counter else n for n, _, counter, _ in _HOST_METRICS)
 
 
-class UsageMetrics(Collector):
-    """Yields the history's latest round at each scrape (on the event loop that fills it)."""
+def _label(value: str) -> str:
+    """A label value as the text format wants it (names are DNS labels: this seldom changes one)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _family(name: str, help_text: str, kind: str, lines: list[str]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines]
+
+
+class UsageMetrics:
+    """The usage part of /metrics, written as Prometheus' text format from the history's latest
+    round at each scrape (on the event loop that fills it).
+
+    Not a prometheus_client collector: its exposition costs about 15 µs a sample, 2 s for the
+    120,000 samples of 10,000 VMs; writing the lines here, each VM's labels once for its twelve
+    families, is about 20 times less (bench row 17's ``metrics_scrape_ms``)."""
 
     def __init__(self, history: UsageHistory) -> None:
         self._history = history
 
-    def collect(self) -> Iterator[Metric]:
-        vms = self._history.counters_now()
+    def text(self) -> str:
+        vms = [
+            (f'{{vm="{_label(vm.vm)}",host="{_label(vm.host)}"}} ', usage)
+            for vm, usage in self._history.counters_now()
+        ]
+        out: list[str] = []
         for name, help_text, figure in _VM_COUNTERS:
-            counter = CounterMetricFamily(name, help_text, labels=["vm", "host"])
-            for vm, usage in vms:
-                counter.add_metric([vm.vm, vm.host], figure(usage))
-            yield counter
-        for name, help_text, figure in _VM_GAUGES:
-            gauge = GaugeMetricFamily(name, help_text, labels=["vm", "host"])
-            for vm, usage in vms:
-                gauge.add_metric([vm.vm, vm.host], figure(usage))
-            yield gauge
-        hosts = self._history.host_counters_now()
-        for name, help_text, is_counter, host_figure in _HOST_METRICS:
-            family: Metric = (
-                CounterMetricFamily(name, help_text, labels=["host"])
-                if is_counter
-                else GaugeMetricFamily(name, help_text, labels=["host"])
+            family = f"{name}_total"
+            out += _family(
+                family, help_text, "counter", [f"{family}{labels}{float(figure(u))!r}" for labels, u in vms]
             )
-            for host, host_usage in hosts:
-                value = host_figure(host_usage)
-                if value is not None:
-                    family.add_metric([host], value)  # type: ignore[attr-defined]
-            yield family
+        for name, help_text, figure in _VM_GAUGES:
+            out += _family(
+                name, help_text, "gauge", [f"{name}{labels}{float(figure(u))!r}" for labels, u in vms]
+            )
+        hosts = [(f'{{host="{_label(host)}"}} ', usage) for host, usage in self._history.host_counters_now()]
+        for name, help_text, is_counter, host_figure in _HOST_METRICS:
+            family = f"{name}_total" if is_counter else name
+            values = [(labels, host_figure(u)) for labels, u in hosts]
+            lines = [f"{family}{labels}{float(v)!r}" for labels, v in values if v is not None]
+            out += _family(family, help_text, "counter" if is_counter else "gauge", lines)
+        return "\n".join(out) + "\n"
 
 
 __all__ = ["HOST_METRIC_NAMES", "VM_METRIC_NAMES", "UsageMetrics"]

@@ -107,6 +107,7 @@ def create_app(
     lifespan: Lifespan | None = None,
     registry: CollectorRegistry | None = None,
     extra_routers: list[APIRouter] | None = None,
+    more_metrics: Callable[[], str] | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="virtplane",
@@ -148,7 +149,10 @@ def create_app(
         async def metrics(  # on the event loop: collectors read the cache it updates
             _: Principal = Depends(require(Role.VIEWER)),  # it names every VM and host: a token
         ) -> Response:
-            return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+            body = generate_latest(metrics_registry)
+            if more_metrics is not None:  # families written as text (the usage: usage_metrics.py)
+                body += more_metrics().encode()
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(whoami_router)
     app.include_router(actions_router)
