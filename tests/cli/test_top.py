@@ -107,3 +107,45 @@ def test_get_hosts_wide_and_describe_host_show_real_use_beside_allocation(
     assert described.exit_code == 0, described.output
     assert "Use now:" in described.output and "Load (1 min):" in described.output
     assert "2.00" in described.output
+
+
+def test_watch_redraws_each_interval_until_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--watch``: a fresh answer at each interval, drawn in place, until Ctrl-C (no real waits:
+    the interval's sleep is recorded, and the second one is the user's Ctrl-C)."""
+    import io
+
+    from rich.console import Console
+
+    from virtplane.cli import top
+
+    answers = [
+        {"sort": "cpu", "total": 1, "interval_s": 10.0, "items": [{"name": f"h{i}", **HOST_ROW}]}
+        for i in range(3)
+    ]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(top.time, "sleep", sleep)
+    out = io.StringIO()
+    top._watch(
+        Console(file=out, width=120, force_terminal=True), lambda: answers.pop(0), top.Kind.HOSTS, 10.0
+    )
+    assert slept == [10.0, 10.0]
+    assert len(answers) == 1  # the first draw, then one redraw: the Ctrl-C came in the second wait
+    assert "h0" in out.getvalue() and "h1" in out.getvalue()
+
+
+HOST_ROW = {
+    "cpu_pct": 12.5,
+    "memory_used_mib": 1024.0,
+    "memory_total_mib": 8192.0,
+    "load1": None,
+    "disk_read_bps": 0.0,
+    "disk_write_bps": 2048.0,
+    "net_rx_bps": None,
+    "net_tx_bps": None,
+}
