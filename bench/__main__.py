@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, cli_start, drain, fleet, real, report, soak
+from bench import against, api, ceiling, cli_start, drain, fleet, real, report, soak, usage
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -33,8 +33,9 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({9}), soak.run),
     (frozenset({10}), cli_start.run),
     (real.ROWS, real.run),
+    (usage.ROWS, usage.run),
 )
-ALL_ROWS = frozenset(range(1, 17))
+ALL_ROWS = frozenset(range(1, 19))
 SHORT_ROWS = ALL_ROWS - real.ROWS
 """What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows (CI's budget)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import make_plane, serving, wait_json
-from virtplane.demo import USER_NETWORK, seed, stock_library
+from virtplane.demo import USER_NETWORK, guest_loads, seed, stock_library
 from virtplane.domain.resources import VirtualMachine
 from virtplane.drivers.base import NicAttachment, domain_name
 from virtplane.drivers.sim import SimCloud
@@ -61,3 +61,14 @@ def test_the_demo_vms_run_with_their_nic(tmp_path: Path) -> None:
             NicAttachment(mac=nic["mac"], bridge=None, vlan=None, network=USER_NETWORK),
         )
     store.close()
+
+
+def test_the_demo_guests_are_given_work_each_its_own(store: Store) -> None:
+    """So that the usage graphs and ``virtplane top`` show something in the demo."""
+    seed(store)
+    sim = SimCloud()
+    guest_loads(sim, store)
+    vms = store.list_objects(VirtualMachine)
+    loads = {vm.metadata.name: sim.meters.load_of(domain_name(vm.metadata.uid)) for vm in vms}
+    assert len(loads) >= 3 and all(load.cpu > 0.02 or load.disk_write_bps > 0 for load in loads.values())
+    assert len({load.cpu for load in loads.values()}) > 1

@@ -44,6 +44,8 @@ from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
 from virtplane.runtime.retention import Retention
+from virtplane.runtime.usage import INTERVAL_S as USAGE_INTERVAL_S
+from virtplane.runtime.usage import UsageCollector, UsageHistory
 from virtplane.services.admission import Admission
 from virtplane.services.console import ConsoleService
 from virtplane.services.display import DisplayService
@@ -54,6 +56,7 @@ from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
 from virtplane.store.store import Store
+from virtplane.usage_metrics import UsageMetrics
 
 if TYPE_CHECKING:
     from virtplane.drivers.sim import SimCloud
@@ -81,6 +84,7 @@ class ControlPlaneOptions:
     feed_poll_s: float = 1.0  # how often the change feed looks for other replicas' writes
     # Wraps every reconciler (kind, reconciler) -> reconciler; tests record reconciles with it.
     wrap_reconciler: Callable[[str, Reconciler], Reconciler] | None = None
+    usage_interval_s: float = USAGE_INTERVAL_S  # how often the leader collects usage (runtime/usage)
 
 
 def default_driver_factory(sim: SimCloud | None) -> Callable[[str], HypervisorDriver]:
@@ -154,6 +158,7 @@ class ControlPlane:
         self.cache = Cache(store)
         self.feed = ChangeFeed(store, poll_interval_s=self.options.feed_poll_s, resync=self.cache.resync)
         self.retention = Retention(store, self.settings, keep_after=lambda: self.feed.revision)
+        self.usage = UsageHistory(self.options.usage_interval_s)
         self.registry = CollectorRegistry()
         self._tokens_collector: TokenCacheCollector | None = None
         self.hosts = HostConnections(driver_factory or default_driver_factory(sim), self._on_driver_event)
@@ -202,7 +207,10 @@ class ControlPlane:
             controllers=self.controllers_status,
             catch_up=self.feed.catch_up,
             written=self.cache.put,
+            usage=self.usage,
         )
+        self.usage_collector = UsageCollector(self.cache, self.hosts, self.usage)
+        self.ctx.real_use = self._real_use
         self._tasks: list[asyncio.Task[None]] = []
         self._lead_tasks: list[asyncio.Task[None]] = []
         elect = self.options.leader_election
@@ -220,6 +228,7 @@ class ControlPlane:
             else None
         )
         self.registry.register(FleetCollector(self.cache, self.elector))
+        self.usage_metrics = UsageMetrics(self.usage)
         self.started = False
 
     def _add(
@@ -236,6 +245,14 @@ class ControlPlane:
         self.controllers = {
             kind: Controller(kind, reconciler, workers=workers, metrics=self._metrics, timeout_s=120.0)
             for kind, (reconciler, workers) in self._reconcilers.items()
+        }
+
+    def _real_use(self) -> dict[str, float]:
+        """Each host's measured CPU use (0 to 1) for placement, when ``placement.real_use`` is on."""
+        if not self.settings.get_bool("placement.real_use"):
+            return {}
+        return {
+            now.host: now.of("cpu_pct") / 100 for now in self.usage.current_hosts() if now.of("cpu_pct") >= 0
         }
 
     def controllers_status(self) -> ControllersRole:
@@ -316,6 +333,7 @@ class ControlPlane:
                 )
             )
         self._lead_tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
+        self._lead_tasks.append(asyncio.create_task(self.usage_collector.run(), name="usage"))
         # Level-triggered start: every object is looked at once, in dependency order, after
         # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for registered in CONTROLLERS:
@@ -370,6 +388,7 @@ class ControlPlane:
             lifespan=lifespan,
             registry=self.registry,
             extra_routers=self.options.extra_routers,
+            more_metrics=self.usage_metrics.text,
         )
         if self._tokens_collector is not None:  # an app built again: its cache is the one shown
             self.registry.unregister(self._tokens_collector)

@@ -168,3 +168,29 @@ def stock_library(sim: SimCloud) -> None:
     """Put the demo library's files on the simulated hosts' shared library pool."""
     for file, _, content, size_gib in LIBRARY_FILES.values():
         sim.put_image_file(LIBRARY, file, content, size_gib=size_gib)
+
+
+def guest_loads(sim: SimCloud, store: Store) -> None:
+    """Give the demo VMs' simulated guests some work, so that their graphs and ``virtplane top``
+    show something: each its own, steady (``virtplane sim load`` changes one)."""
+    from virtplane.drivers.base import domain_name
+    from virtplane.drivers.sim import SimLoad
+
+    for obj in demo_objects():
+        if not isinstance(obj, VirtualMachine):
+            continue
+        found = store.find(VirtualMachine, obj.metadata.name)
+        if found is None:
+            continue
+        weight = (sum(map(ord, obj.metadata.name)) % 10) / 10  # 0.0-0.9, fixed per name
+        sim.set_load(
+            domain_name(found.metadata.uid),
+            SimLoad(
+                cpu=0.05 + 0.6 * weight,
+                memory=0.3 + 0.5 * weight,
+                disk_read_bps=weight * 2e6,
+                disk_write_bps=(1 - weight) * 1e6,
+                net_rx_bps=weight * 5e5,
+                net_tx_bps=weight * 2e5,
+            ),
+        )

@@ -198,9 +198,10 @@ def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
     )
     bridges = options.sim_bridges or ()
     if options.demo:
-        from virtplane.demo import BRIDGES, stock_library
+        from virtplane.demo import BRIDGES, guest_loads, stock_library
 
         stock_library(sim)
+        guest_loads(sim, store)
         bridges = BRIDGES if options.sim_bridges is None else bridges
     plane: ControlPlane
     console_dir = options.data_dir / "consoles"

@@ -344,3 +344,14 @@ def test_chosen_host_always_fits_and_every_other_host_has_a_reason(
     assert choice.host in fitting
     # Spread: no other fitting host has more free memory.
     assert all(chosen.free_memory_mib >= h.free_memory_mib for h in hosts if h.name in fitting)
+
+
+def test_measured_cpu_use_ranks_hosts_before_free_memory_when_given() -> None:
+    roomy, busy_small = host("roomy", memory_mib=65536), host("small")
+    assert choose_host(vm(), [roomy, busy_small]).host == "roomy"  # allocation only: more free memory
+    used = {"roomy": 0.71, "small": 0.12}
+    assert choose_host(vm(), [roomy, busy_small], real_use=used).host == "small"
+    # within a tenth: the same, and free memory decides again
+    assert choose_host(vm(), [roomy, busy_small], real_use={"roomy": 0.14, "small": 0.11}).host == "roomy"
+    # migrations in flight (load) still come first
+    assert choose_host(vm(), [roomy, busy_small], real_use=used, load={"small": 1.0}).host == "roomy"

@@ -33,6 +33,7 @@ ADMIN_ONLY = frozenset(
         "settings",
         "tokens",
         "faults",
+        "load",  # a simulated guest's load: like a fault (issue 35)
         "maintenance",
         "secrets",
         "quarantine",

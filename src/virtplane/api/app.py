@@ -36,6 +36,7 @@ from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.tokens import router as tokens_router
+from virtplane.api.routes.usage import router as usage_router
 from virtplane.api.routes.vm_create import router as vm_create_router
 from virtplane.api.routes.whoami import router as whoami_router
 from virtplane.http_limits import streamed_body
@@ -106,6 +107,7 @@ def create_app(
     lifespan: Lifespan | None = None,
     registry: CollectorRegistry | None = None,
     extra_routers: list[APIRouter] | None = None,
+    more_metrics: Callable[[], str] | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="virtplane",
@@ -147,7 +149,10 @@ def create_app(
         async def metrics(  # on the event loop: collectors read the cache it updates
             _: Principal = Depends(require(Role.VIEWER)),  # it names every VM and host: a token
         ) -> Response:
-            return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+            body = generate_latest(metrics_registry)
+            if more_metrics is not None:  # families written as text (the usage: usage_metrics.py)
+                body += more_metrics().encode()
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(whoami_router)
     app.include_router(actions_router)
@@ -162,6 +167,7 @@ def create_app(
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
+    app.include_router(usage_router)
     app.include_router(quarantine_router)
     app.include_router(console_router)
     app.include_router(display_router)

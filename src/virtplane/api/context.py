@@ -14,6 +14,7 @@ from virtplane.store.store import Store
 
 if TYPE_CHECKING:  # the composition root hands them in; the API never builds one
     from virtplane.drivers.sim import SimCloud
+    from virtplane.runtime.usage import UsageHistory
     from virtplane.services.console import ConsoleService
     from virtplane.services.display import DisplayService
     from virtplane.services.image_upload import ImageUploads
@@ -81,3 +82,5 @@ class ApiContext:
     streams: Streams = field(default_factory=Streams)
     """Open watch streams; the server ends them before it shuts down."""
     watch: WatchOptions = field(default_factory=WatchOptions)
+    usage: UsageHistory | None = None
+    """The VMs' and hosts' collected use (in memory; filled where the collector runs)."""

@@ -18,6 +18,7 @@ from rich.text import Text
 from virtplane.cli.completion import complete_name
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.errors import ApiError, JsonObject
+from virtplane.cli.host_use import print_use
 from virtplane.cli.kinds import KindInfo, complete_kind, resolve_kind
 from virtplane.cli.maintenance_view import print_maintenance
 from virtplane.cli.output import age, cell_text, dig, format_mib, new_table, print_table, styled
@@ -63,6 +64,7 @@ def describe(
             state, "VMs", lambda: state.client.list_items("vms", {"fieldSelector": f"status.host={name}"})
         )
         _section(console, "VMs", vms, _print_vms)
+        print_use(console, state, name)
         if dig(resource, "status.resource_state", "Enabled") not in ("Enabled", "Disabled"):
             maintenance = _optional(
                 state, "maintenance", lambda: state.client.get_path(f"/v1/hosts/{name}/maintenance")

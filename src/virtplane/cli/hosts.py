@@ -195,6 +195,30 @@ def fault(
     state.console.print(Text(f"fault {kind.value}{times} injected into host/{where}{on_vm}{note}"))
 
 
+def load(
+    ctx: typer.Context,
+    vm: Annotated[str, typer.Argument(help="The VM whose simulated guest is loaded.", show_default=False)],
+    cpu: Annotated[float, typer.Option("--cpu", min=0, max=100, help="% of its vCPUs kept busy.")] = 2.0,
+    memory: Annotated[float, typer.Option("--memory", min=0, max=100, help="% of its memory in use.")] = 40.0,
+    disk_read: Annotated[float, typer.Option("--disk-read", min=0, help="Bytes read per second.")] = 0.0,
+    disk_write: Annotated[float, typer.Option("--disk-write", min=0, help="Bytes written per second.")] = 0.0,
+    net_rx: Annotated[float, typer.Option("--net-rx", min=0, help="Bytes received per second.")] = 0.0,
+    net_tx: Annotated[float, typer.Option("--net-tx", min=0, help="Bytes sent per second.")] = 0.0,
+) -> None:
+    """Set how busy a VM's simulated guest is (admin): its usage follows (virtplane top)."""
+    state = state_of(ctx)
+    body = {
+        "cpu_pct": cpu,
+        "memory_pct": memory,
+        "disk_read_bps": disk_read,
+        "disk_write_bps": disk_write,
+        "net_rx_bps": net_rx,
+        "net_tx_bps": net_tx,
+    }
+    state.client.request("PUT", f"/v1/vms/{vm}/load", body=body)
+    state.console.print(Text(f"vm/{vm}: guest load set (cpu {cpu:g}%, memory {memory:g}%)"))
+
+
 _HOST_EPILOG = (
     "Examples:\n"
     "  virtplane host maintenance enable node-1 --dry-run\n"
@@ -207,7 +231,8 @@ _SIM_EPILOG = (
     "Examples:\n"
     "  virtplane sim fault crash --vm web-1                      # on whichever host runs web-1\n"
     "  virtplane sim fault sim-1 fail-start --vm web-1 --count 3  # its next 3 starts on sim-1 fail\n"
-    "  virtplane sim fault sim-2 host-down"
+    "  virtplane sim fault sim-2 host-down\n"
+    "  virtplane sim load web-1 --cpu 80 --disk-write 5000000  # its guest's usage (virtplane top)"
 )
 
 
@@ -228,4 +253,5 @@ def register(app: typer.Typer) -> None:
         help="The simulated hypervisor (demo and tests).", epilog=_SIM_EPILOG, no_args_is_help=True
     )
     sim_app.command(epilog=_SIM_EPILOG)(fault)
+    sim_app.command(epilog=_SIM_EPILOG)(load)
     app.add_typer(sim_app, name="sim")

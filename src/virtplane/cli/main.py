@@ -23,6 +23,7 @@ from virtplane.cli import (
     settings,
     store_restore,
     tokens,
+    top,
     vms,
     vnc,
 )
@@ -330,6 +331,7 @@ images.register(app)
 store_restore.register(app)
 tokens.register(app)
 login.register(app)
+top.register(app)
 
 
 def main() -> None:

@@ -91,6 +91,18 @@ def age(timestamp: Any, now: datetime | None = None) -> str:
     return f"{seconds // 86400}d"
 
 
+def format_rate(bytes_per_s: float | None) -> str:
+    """Bytes per second in the unit that fits ("-" for no figure)."""
+    if bytes_per_s is None:
+        return "-"
+    value = bytes_per_s
+    for unit in ("B/s", "KiB/s", "MiB/s"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B/s" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB/s"
+
+
 def format_mib(mib: Any) -> str:
     if not isinstance(mib, int | float):
         return "-"

@@ -18,6 +18,7 @@ from virtplane.cli.describing import describe
 from virtplane.cli.errors import ApiError, CliError, JsonObject, ServerUnreachable
 from virtplane.cli.exit_codes import ExitCode, common_exit_code
 from virtplane.cli.formats import GetOutput, parse_get_output, print_get
+from virtplane.cli.host_use import with_use
 from virtplane.cli.kinds import EVENTS, KindInfo, complete_kind, resolve_kind
 from virtplane.cli.manifests import Manifest, apply_manifest, load_manifests
 from virtplane.cli.output import OutputFormat, print_error, print_structured, styled
@@ -180,15 +181,17 @@ def get(
         raise typer.BadParameter("a selector cannot be combined with a NAME", param_hint="--selector")
     if info.kind == "Setting" and (selector or field_selector or watch):
         raise typer.BadParameter("settings take no selectors and cannot be watched", param_hint="--watch")
+    use = info.kind == "Host" and output.basic is OutputFormat.WIDE  # real use beside allocation
     if name is not None and not watch:
-        show([state.client.get(info.plural, name)], output, single=True)
+        found = [state.client.get(info.plural, name)]
+        show(with_use(state, found) if use else found, output, single=True)
         return
     params = selector_params(
         info, selector or [], [f"metadata.name={name}"] if name else field_selector or []
     )
     items, revision = state.client.list_all(info.plural, params)
     if not watch:
-        show(items, output)
+        show(with_use(state, items) if use else items, output)
         return
     basic = output.basic or OutputFormat.TABLE
     if basic not in (OutputFormat.JSON, OutputFormat.YAML):

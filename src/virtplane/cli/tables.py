@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from virtplane.cli.errors import JsonObject
+from virtplane.cli.host_use import cpu_use, memory_use
 from virtplane.cli.kinds import KindInfo
 from virtplane.cli.output import (
     OutputFormat,
@@ -93,6 +94,8 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("ENABLED", lambda h: dig(h, "spec.enabled", True), wide_only=True),
         Column("AGE", _age, wide_only=True),
         Column("RATIOS", _host_ratios, wide_only=True),
+        Column("CPU USE", cpu_use, wide_only=True),  # real use beside allocation (cli/host_use)
+        Column("MEM USE", memory_use, wide_only=True),
         Column("MESSAGE", lambda h: dig(h, "status.message"), wide_only=True),
     ],
     "StoragePool": [

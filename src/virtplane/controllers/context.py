@@ -14,7 +14,7 @@ written then; a reconcile that lost a write race drops them (``events_scope``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +54,9 @@ class ControllerContext:
     metrics: PlaneMetrics = field(default_factory=PlaneMetrics)
     """Counters of what ends inside a reconcile; bootstrap registers them for /metrics."""
     promised: Promises = field(default_factory=Promises)
+    real_use: Callable[[], Mapping[str, float]] = field(default=lambda: {})
+    """Each host's measured CPU use now (0 to 1), for placement when ``scheduler.real_use``
+    asks for it (wired by bootstrap to the usage collector's figures)."""
     """Room placements took before their writes landed (``controllers.scheduling``)."""
     started_at: datetime = field(default_factory=utcnow)
     """When this process began to reconcile: a VM created before it, never placed, may still have

@@ -31,6 +31,7 @@ __all__ = [
     "LIBVIRT_VOLUME_NAME",
     "MAC",
     "MIGRATION_ADDRESS",
+    "RELATIVE_SINCE",
     "SETTING_KEY",
     "SHA256",
     "UNICAST_MAC",
@@ -92,6 +93,7 @@ LIBVIRT_VOLUME_NAME = NamePattern("a volume file name", r"[A-Za-z0-9][A-Za-z0-9.
 LIBVIRT_DOMAIN_NAME = NamePattern("a libvirt domain name", r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", "vp-web-1")
 WEB_ASSET = NamePattern("a dashboard file name", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", "app.js")
 KIND = NamePattern("a kind", r"[A-Za-z][A-Za-z0-9]{0,63}", "VirtualMachine")
+RELATIVE_SINCE = NamePattern("a duration back (15m, 1h, 24h)", r"(\d{1,6})(s|m|h|d)", "15m")
 SHA256 = NamePattern("a SHA-256 in lowercase hex", r"[0-9a-f]{64}", "0" * 64)
 IMPORT_URL = NamePattern("an http(s) URL", r"https?://[^\s]+", "https://mirror.example/debian-12.qcow2")
 
@@ -114,6 +116,7 @@ ALL_PATTERNS = (
     KIND,
     SHA256,
     IMPORT_URL,
+    RELATIVE_SINCE,
 )
 
 BATCH_LABEL = "virtplane.io/batch"

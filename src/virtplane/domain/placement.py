@@ -49,6 +49,10 @@ __all__ = [
 ]
 
 
+REAL_USE_STEP = 0.1
+"""Real CPU use within a tenth of each other is the same for placement."""
+
+
 def allocatable(physical: int, ratio: float) -> int:
     """What a host may allocate of ``physical`` units at allocation ``ratio`` (rounded down)."""
     return int(physical * ratio + 1e-9)  # 3 x 1.1 is 3.3000000000000003 in floats, still 3
@@ -245,13 +249,16 @@ def choose_host(
     copy_local_disks: bool = False,
     migration: bool = False,
     load: Mapping[str, float] | None = None,
+    real_use: Mapping[str, float] | None = None,
 ) -> Choice:
     """The best host for ``vm`` among ``hosts``, and the reason each other host was rejected.
 
     Only Enabled, connected hosts are candidates; the VM's current host and the
     ``exclude``d ones never are. Among the rest, the least ``load`` wins (hosts
-    missing from it have none), then the most free memory after placement, then
-    the lowest name. With ``migration`` the VM moves live from
+    missing from it have none), then the least ``real_use`` (a host's measured CPU use,
+    0 to 1, in steps of ``REAL_USE_STEP`` so that noise does not reorder hosts; given only
+    when the setting asks for it: hosts missing from it count as idle), then the most free
+    memory after placement, then the lowest name. With ``migration`` the VM moves live from
     its current host, which is then the source rather than a rejected candidate: when
     it (if among ``hosts``) cannot let the VM go, no host is considered and
     ``Choice.blocked`` says why.
@@ -272,9 +279,15 @@ def choose_host(
         else:
             reasons[host.name] = reason
     load = load or {}
+    used = real_use or {}
     best = min(
         candidates,
-        key=lambda h: (load.get(h.name, 0.0), -(h.free_memory_mib - vm.memory_mib), h.name),
+        key=lambda h: (
+            load.get(h.name, 0.0),
+            round(used.get(h.name, 0.0) / REAL_USE_STEP),
+            -(h.free_memory_mib - vm.memory_mib),
+            h.name,
+        ),
         default=None,
     )
     return Choice(host=None if best is None else best.name, reasons=MappingProxyType(reasons))

@@ -42,6 +42,14 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         allowed=tuple(s.value for s in MaintenanceStrategy),
     ),
     SettingDef(
+        "placement.real_use",
+        SettingType.BOOL,
+        False,
+        "Placement (a start, a migration without a target) prefers, among hosts equally loaded by "
+        "migrations, the one whose measured CPU use is lower (by tenths) before the one with more free "
+        "memory. Off: allocation only. The use is what the leader collected in the last two rounds.",
+    ),
+    SettingDef(
         "host.maintenance.return_vms",
         SettingType.BOOL,
         False,

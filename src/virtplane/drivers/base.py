@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
 from virtplane.domain.resources import Accelerator, Capability, ExitReason, HostCPU
 from virtplane.drivers.backups import BackupOperations
+from virtplane.drivers.stats import UsageSample
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -274,6 +275,9 @@ class HypervisorDriver(BackupOperations, Protocol):
     def set_event_sink(self, sink: EventSink | None) -> None: ...
 
     async def host_facts(self) -> HostFacts: ...
+
+    async def usage(self) -> UsageSample:
+        """The host's own use and its running domains' counters, in one call (``drivers.stats``)."""
 
     # -- accelerator (domain.accelerators decides; the host controller asks and records)
     async def accelerator_offer(self) -> AcceleratorOffer: ...

@@ -17,7 +17,7 @@ from virtplane.api.errors import ApiError
 from virtplane.domain.resources import Host, Name, VirtualMachine
 from virtplane.domain.vocabulary import DOMAIN_FAULTS, HOST_FAULTS, FaultKind
 from virtplane.drivers.base import domain_name
-from virtplane.drivers.sim import SimFaultError
+from virtplane.drivers.sim import SimFaultError, SimLoad
 
 router = APIRouter(tags=["Host"])
 
@@ -100,3 +100,42 @@ async def inject_vm_fault(
     if not vm.status.host:
         raise ApiError(409, "NotPlaced", f"VM {name} is on no host yet; there is nothing to hit")
     return _inject(ctx, ctx.store.get(Host, vm.status.host), body.kind, vm, body.count, principal)
+
+
+class GuestLoad(BaseModel):
+    """What a simulated guest keeps busy (its usage follows: ``virtplane top``, the graphs)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu_pct: float = Field(default=2.0, ge=0, le=100, description="Share of its vCPUs kept busy.")
+    memory_pct: float = Field(default=40.0, ge=0, le=100, description="Share of its memory in use.")
+    disk_read_bps: float = Field(default=0.0, ge=0, le=1e11)
+    disk_write_bps: float = Field(default=0.0, ge=0, le=1e11)
+    net_rx_bps: float = Field(default=0.0, ge=0, le=1e11)
+    net_tx_bps: float = Field(default=0.0, ge=0, le=1e11)
+
+
+@router.put(
+    "/v1/vms/{name}/load",
+    operation_id="set_vm_load",
+    summary="Set the load of a VM's simulated guest (CPU, memory, disk and network)",
+    tags=["VirtualMachine"],
+)
+async def set_vm_load(
+    name: str, body: GuestLoad, request: Request, principal: Principal = Depends(require(Role.ADMIN))
+) -> dict[str, Any]:
+    """Like a fault, for demos and tests: the guest follows the VM across hosts and restarts."""
+    ctx: ApiContext = request.app.state.ctx
+    vm = ctx.store.get(VirtualMachine, name)
+    if ctx.sim is None:
+        raise ApiError(422, "NotSimulated", "no simulator runs here; a real guest's load is its own")
+    load = SimLoad(
+        cpu=body.cpu_pct / 100,
+        memory=body.memory_pct / 100,
+        disk_read_bps=body.disk_read_bps,
+        disk_write_bps=body.disk_write_bps,
+        net_rx_bps=body.net_rx_bps,
+        net_tx_bps=body.net_tx_bps,
+    )
+    ctx.sim.set_load(domain_name(vm.metadata.uid), load)
+    ctx.store.record_event("VirtualMachine", name, "LoadSet", f"guest load set by {principal.name}")
+    return {"vm": name, **body.model_dump()}

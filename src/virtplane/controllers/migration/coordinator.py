@@ -139,7 +139,14 @@ class MigrationCoordinator:
             if not any(h.name == only for h in hosts):
                 return Choice(host=None, reasons={only: "no such host"})
             hosts = [h for h in hosts if h.name in (only, vm.status.host)]  # the source's driver counts too
-        return choose_host(view, hosts, exclude=exclude, copy_local_disks=copy, migration=True)
+        return choose_host(
+            view,
+            hosts,
+            exclude=exclude,
+            copy_local_disks=copy,
+            migration=True,
+            real_use=self.ctx.real_use(),
+        )
 
     def waiting_for_slot(self, source: str | None, target: str) -> str:
         """Why a migration from ``source`` to ``target`` would wait for a slot, as the cache sees

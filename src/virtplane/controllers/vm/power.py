@@ -204,7 +204,9 @@ def _place(state: VMState) -> tuple[str | None, str]:
     if pinned is not None:
         affinity = pinned if not view.host_affinity else pinned & view.host_affinity
         view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
-    choice = choose_host(replace(view, host=None), host_views(cache, state.ctx.promised))
+    choice = choose_host(
+        replace(view, host=None), host_views(cache, state.ctx.promised), real_use=state.ctx.real_use()
+    )
     if choice.host is not None:  # held until the write naming the host lands (the reconcile's end)
         state.ctx.promised.take(choice.host, view)
     return choice.host, explain(choice)

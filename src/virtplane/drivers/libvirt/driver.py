@@ -26,7 +26,7 @@ from virtplane.drivers.base import (
     MigrationRequest,
 )
 from virtplane.drivers.errors import DriverError, PermanentError
-from virtplane.drivers.libvirt import _libvirt, accelerator
+from virtplane.drivers.libvirt import _libvirt, accelerator, usage
 from virtplane.drivers.libvirt.agent import GuestAgentOperations
 from virtplane.drivers.libvirt.backups import BackupJobs
 from virtplane.drivers.libvirt.bridges import host_bridges
@@ -41,6 +41,7 @@ from virtplane.drivers.libvirt.migration import MigrationTracker
 from virtplane.drivers.libvirt.snapshots import SnapshotOperations
 from virtplane.drivers.libvirt.stop_requests import StopRequests
 from virtplane.drivers.libvirt.volumes import VolumeOperations
+from virtplane.drivers.stats import UsageSample
 
 
 class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations, DeviceHotplug, BackupJobs):
@@ -114,6 +115,9 @@ class LibvirtDriver(SnapshotOperations, GuestAgentOperations, VolumeOperations, 
             return HostFacts(conn.getHostname(), vcpus=int(info[2]), memory_mib=int(info[1]), bridges=bridges)
 
         return await self._call(facts)
+
+    async def usage(self) -> UsageSample:
+        return await self._call(lambda conn: usage.sample(conn, self._uri))
 
     # ------------------------------------------------------------------ accelerator
 

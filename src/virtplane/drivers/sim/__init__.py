@@ -144,6 +144,7 @@ from ._driver import SIM_CAPABILITIES, SimDriver
 from ._guest import SimGuest
 from ._model import FaultKind, FaultRecord, MigrationTransition, SimFaultError, SimHostState, SimState
 from ._precopy import CONVERGENCE_MIB
+from ._usage import SimLoad
 
 __all__ = [
     "CONVERGENCE_MIB",
@@ -156,5 +157,6 @@ __all__ = [
     "SimFaultError",
     "SimGuest",
     "SimHostState",
+    "SimLoad",
     "SimState",
 ]

@@ -33,6 +33,7 @@ from ._model import (
 )
 from ._persist import SimJournal
 from ._storage import SHARED, SimStorage
+from ._usage import SimLoad, SimMeters
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class SimCloud:
         self._saved_memory: RecordMap[str, tuple[DomainSpec, str]] = RecordMap(self.changes, Entity.MEMORY)
         self._drivers: dict[str, SimDriver] = {}
         self.guests = SimGuests()
+        self.meters = SimMeters(clock=self.timing.clock)
         self.storage = SimStorage(self.changes, disk_user=self.live_user_of)
         self.migrations = MigrationEngine(
             self.changes,
@@ -282,6 +284,10 @@ class SimCloud:
 
     def dirty_rate(self, domain: str) -> float:
         return self._dirty_rates.get(domain, 0.0)
+
+    def set_load(self, domain: str, load: SimLoad) -> None:
+        """How busy ``domain``'s guest keeps its CPUs, memory, disks and network (``_usage``)."""
+        self.meters.loads[domain] = load
 
     def set_guest(self, domain: str, guest: SimGuest) -> None:
         """What runs in ``domain`` (see ``_guest``); an agent started in a running guest connects now."""

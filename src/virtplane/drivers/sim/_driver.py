@@ -34,6 +34,7 @@ from virtplane.drivers.base import (
 )
 from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
 from virtplane.drivers.png import png_from_ppm
+from virtplane.drivers.stats import UsageSample
 
 from ._display import screen_ppm
 from ._storage import read_upload
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ._host import SimHost
     from ._migration import MigrationEngine
     from ._storage import SimStorage
+    from ._usage import SimMeters
 
 SIM_CAPABILITIES = frozenset(
     {
@@ -85,6 +87,9 @@ class SimWorld(Protocol):
 
     @property
     def guests(self) -> SimGuests: ...
+
+    @property
+    def meters(self) -> SimMeters: ...
 
 
 def _entry_point(
@@ -182,6 +187,11 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
     @_entry_point
     async def host_facts(self) -> HostFacts:
         return self._host().facts()
+
+    @_entry_point
+    async def usage(self) -> UsageSample:
+        host = self._host()
+        return self._world.meters.sample(host.name, host.vcpus, host.memory_mib, list(host.domains.values()))
 
     @_entry_point
     async def accelerator_offer(self) -> AcceleratorOffer:
