@@ -7,10 +7,16 @@
 // state, render (the tables), registry (row actions), dialogs, and the actions: vm-actions,
 // create-vm, maintenance, console, screen. A module that adds row buttons registers them and is imported here.
 
-import { $, formatTime } from "./dom.js";
+import { $, formatTime, tickTimes } from "./dom.js";
 import { api, AuthError, ExpiredError, listAll, pause, readStream, session, UnreachableError } from "./api.js";
 import { hideNotice } from "./dialogs.js";
-import { appendEvents, prependEvent, render } from "./render.js";
+import { appendEvents, filterEvents, hostList, opList, prependEvent, render, vmList } from "./render.js";
+import { refresh, startRouter } from "./router.js";
+import { setupBulk } from "./bulk.js";
+import { setupShortcuts } from "./shortcuts.js";
+import "./vm-page.js";
+import "./host-page.js";
+import "./views.js";
 import { notifyWaiters, state } from "./state.js";
 import { MAINTENANCE_HOST_STATES, renderMaintenance } from "./maintenance.js";
 import { showCreateButton } from "./create-vm.js";
@@ -25,6 +31,7 @@ const RENDER_MS = 100; // changes that arrive together are drawn once
 const MAINTENANCE_MS = 500;
 const EVENT_PAGE = 50;
 const KINDS = ["hosts", "vms", "operations"]; // followed by watches, besides the events
+const TICK_MS = 10000; // relative times ("3m ago") are written again this often
 const REFUSED = (err) => `The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`;
 
 function revisionOf(obj, fallback) {
@@ -63,7 +70,11 @@ async function follow(run, name, load, watchPath, onEvent, signal) {
 
 function followKind(run, plural, signal) {
   return follow(run, plural, async () => {
-    const listed = await listAll(plural, signal);
+    const listed = await listAll(plural, signal, "", (sofar) => {
+      if (run !== state.run) return;
+      state.objects[plural] = new Map(sofar);
+      changed(plural);
+    });
     if (run === state.run) {
       state.objects[plural] = listed.items;
       changed(plural);
@@ -176,6 +187,7 @@ function renderAll() {
     ops: [...state.objects.operations.values()],
   };
   render(state.lastData);
+  refresh();
   if (state.failing.size === 0 && state.streams.size === KINDS.length + 1) {
     setStatus("live", `live · updated ${formatTime(new Date().toISOString())}`);
   }
@@ -221,6 +233,7 @@ async function learnRole(run, signal) {
       showCreateButton();
       if (state.lastData) renderAll();
       if (state.maintenance.length) renderMaintenance(state.maintenance);
+      refresh();
       return;
     } catch (err) {
       if (signal.aborted || run !== state.run) return;
@@ -324,6 +337,13 @@ function init() {
   });
   $("events-older").addEventListener("click", loadOlderEvents);
   $("notice-close").addEventListener("click", hideNotice);
+  $("vms-list").append(vmList.root);
+  $("hosts-list").append(hostList.root);
+  $("operations-list").append(opList.root);
+  $("events-search").addEventListener("input", () => filterEvents($("events-search").value));
+  setupBulk();
+  setupShortcuts();
+  window.setInterval(tickTimes, TICK_MS);
   // an OpenID Connect login comes back as /ui/#session=TOKEN: keep it, and take it out of the address
   const fromLogin = new URLSearchParams(window.location.hash.slice(1)).get("session");
   if (fromLogin) {
@@ -333,6 +353,7 @@ function init() {
   fetch("/auth/oidc").then((r) => (r.ok ? r.json() : null)).then((offered) => {
     $("oidc-login").hidden = !(offered && offered.enabled);
   }).catch(() => {});
+  startRouter();
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) start(saved);
   else signOut(null);

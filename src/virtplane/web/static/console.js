@@ -9,6 +9,7 @@
 import { $ } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
+import { go } from "./router.js";
 import { CONSOLE_PHASES } from "./vocabulary.js";
 
 const PROTOCOL = "virtplane.console.v1";
@@ -79,8 +80,11 @@ const phaseOf = (vm) => (vm.status && vm.status.phase) || "Unknown";
 
 addRowAction("vm", {
   name: "console", label: "Console", role: "operator", title: "The VM's serial console",
-  when: (vm) => CONSOLE.has(phaseOf(vm)), run: (vm) => open(vm.metadata.name),
+  when: (vm) => CONSOLE.has(phaseOf(vm)), run: (vm) => go("vms", vm.metadata.name, "console"),
 });
 
 $("console-detach").addEventListener("click", detach);
 $("signout").addEventListener("click", detach);
+
+// The VM page's tab opens it (and closes it when left).
+export { open as openConsole, detach as detachConsole };

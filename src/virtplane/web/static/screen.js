@@ -13,6 +13,7 @@ import RFB from "./vendor/novnc/core/rfb.js";
 import { $, el } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
+import { go } from "./router.js";
 import { CONSOLE_PHASES } from "./vocabulary.js";
 
 const PROTOCOL = "virtplane.vnc.v1";
@@ -130,7 +131,7 @@ const phaseOf = (vm) => (vm.status && vm.status.phase) || "Unknown";
 
 addRowAction("vm", {
   name: "screen", label: "Screen", role: "operator", title: "The VM's screen (VNC)",
-  when: (vm) => SCREEN_PHASES.has(phaseOf(vm)), icon: thumbnail, run: (vm) => open(vm.metadata.name),
+  when: (vm) => SCREEN_PHASES.has(phaseOf(vm)), icon: thumbnail, run: (vm) => go("vms", vm.metadata.name, "screen"),
 });
 
 $("screen-close").addEventListener("click", close);
@@ -139,3 +140,6 @@ $("signout").addEventListener("click", () => {
   close();
   thumbs.clear();
 });
+
+// The VM page's tab opens it (and closes it when left).
+export { open as openScreen, close as closeScreen };
