@@ -72,7 +72,7 @@ export function actionsCell(kind, obj, onClose) {
     openMenu = { menu, toggle, onClose: () => table && table.dispatchEvent(new CustomEvent("menuclosed")) };
     place(menu, toggle);
     const first = menu.querySelector("button");
-    if (first) first.focus();
+    if (first) first.focus({ preventScroll: true });
   });
   return el("td", { cls: "actions" }, [toggle, menu]);
 }
@@ -87,5 +87,7 @@ document.addEventListener("keydown", (ev) => {
     toggle.focus();
   }
 });
-window.addEventListener("resize", closeMenu);
-window.addEventListener("scroll", closeMenu, true);
+// a scroll (the window's or the table's) moves the menu with its button
+const follow = () => { if (openMenu) place(openMenu.menu, openMenu.toggle); };
+window.addEventListener("resize", follow);
+window.addEventListener("scroll", follow, true);
