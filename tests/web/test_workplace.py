@@ -113,7 +113,9 @@ def test_a_bulk_restart_of_the_selected_vms(page: Page, demo: DemoServer) -> Non
 
 
 @pytest.mark.parametrize("width", [1024, 390])
-def test_the_actions_menu_opens_inside_a_narrow_window(page: Page, demo: DemoServer, width: int) -> None:
+def test_the_actions_menu_opens_inside_a_narrow_window(
+    page: Page, demo: DemoServer, screenshots: Path, width: int
+) -> None:
     page.set_viewport_size({"width": width, "height": 800})
     at(page, demo, "operator", "#/vms")
     row = page.locator('#vms tr[data-name="web-1"]')
@@ -127,14 +129,17 @@ def test_the_actions_menu_opens_inside_a_narrow_window(page: Page, demo: DemoSer
     expect(menu).to_be_visible()
     shown = menu.bounding_box()
     assert shown is not None and shown["x"] >= 0 and shown["x"] + shown["width"] <= width, shown
-    page.screenshot(path=f"/tmp/virtplane-menu-{width}.png")
+    page.screenshot(path=screenshots / f"vm-list-{width}.png")
     page.keyboard.press("Escape")
     expect(menu).to_be_hidden()
 
 
-def test_the_vm_page_tabs_and_the_yaml_applied_or_refused(page: Page, demo: DemoServer) -> None:
+def test_the_vm_page_tabs_and_the_yaml_applied_or_refused(
+    page: Page, demo: DemoServer, screenshots: Path
+) -> None:
     at(page, demo, "operator", f"#/vms/{NET_VM}")
     expect(page.locator("#vm-usage")).to_have_text("usage graphs: not collected yet")
+    page.screenshot(path=screenshots / "vm-page.png")
     expect(page.locator('#vm-page .action-buttons button[data-action="start"]')).to_be_visible()
     page.click('#vm-page .tabs a[data-tab="nics"]')
     nic = vm(demo, NET_VM)["status"]["nics"][0]
@@ -149,6 +154,7 @@ def test_the_vm_page_tabs_and_the_yaml_applied_or_refused(page: Page, demo: Demo
     editor.fill(editor.input_value().replace("app: net", "app: net\n    tier: edge"))
     page.click('[data-act="apply"]')
     expect(page.locator("#notice")).to_contain_text(f"VM {NET_VM} configured")
+    page.screenshot(path=screenshots / "vm-yaml.png")
     assert vm(demo, NET_VM)["metadata"]["labels"] == {"app": "net", "tier": "edge"}
     editor.fill(re.sub(r"cpu: \d+", "cpu: 0", editor.input_value()))
     page.click('[data-act="apply"]')
@@ -180,7 +186,9 @@ def test_snapshots_are_a_tree_on_the_vm_page_and_restore_from_it(page: Page, dem
     expect(page.locator('#snapshots tr[data-name="app-1-second"] td.phase')).to_have_text("Ready")
 
 
-def test_the_host_page_shows_allocation_vms_and_history(page: Page, demo: DemoServer) -> None:
+def test_the_host_page_shows_allocation_vms_and_history(
+    page: Page, demo: DemoServer, screenshots: Path
+) -> None:
     with demo.client("admin") as admin:  # an event of the host's own (the demo's are seeded quietly)
         patched = admin.patch("/v1/hosts/host-1", json={"metadata": {"labels": {"rack": "r1", "row": "a"}}})
         assert patched.status_code == 200, patched.text
@@ -201,9 +209,12 @@ def test_the_host_page_shows_allocation_vms_and_history(page: Page, demo: DemoSe
     expect(page.locator("#host-vms tbody tr td.name")).to_have_text(on_host)
     expect(page.locator('#host-events tr[data-reason="Updated"] td.message')).to_contain_text("web-admin")
     expect(page.locator('#host-page .action-buttons button[data-action="maintenance"]')).to_be_visible()
+    page.screenshot(path=screenshots / "host-page.png", full_page=True)
 
 
-def test_the_storage_image_and_network_views_show_what_the_api_lists(page: Page, demo: DemoServer) -> None:
+def test_the_storage_image_and_network_views_show_what_the_api_lists(
+    page: Page, demo: DemoServer, screenshots: Path
+) -> None:
     at(page, demo, "viewer", "#/storage")
     with demo.client("viewer") as client:
         pools = [p["metadata"]["name"] for p in client.get("/v1/storagepools").json()["items"]]
@@ -212,6 +223,7 @@ def test_the_storage_image_and_network_views_show_what_the_api_lists(page: Page,
     expect(page.locator("#pools tbody tr")).to_have_count(len(pools))
     expect(page.locator("#volumes tbody tr")).to_have_count(len(volumes))
     expect(page.locator('#volumes tr[data-name="web-1-root"] td.vm')).to_have_text("web-1")
+    page.screenshot(path=screenshots / "storage.png", full_page=True)
     show(page, "images")
     expect(page.locator('#images tr[data-name="debian-12"] td.phase')).to_have_text("Ready")
     expect(page.locator("#images tbody tr")).to_have_count(len(images))
@@ -219,6 +231,7 @@ def test_the_storage_image_and_network_views_show_what_the_api_lists(page: Page,
     address = vm(demo, NET_VM)["status"]["nics"][0]["ip"]
     expect(page.locator('#networks tr[data-name="lan"] td.subnet')).to_have_text("10.42.0.0/24")
     expect(page.locator("#allocations tbody tr", has_text=address).locator("td.vm")).to_have_text(NET_VM)
+    page.screenshot(path=screenshots / "networks.png", full_page=True)
 
 
 def test_a_viewer_gets_no_mutating_control_and_the_api_refuses_one(page: Page, demo: DemoServer) -> None:
