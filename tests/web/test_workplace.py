@@ -7,6 +7,8 @@ the keyboard shortcuts. One demo server for the module; each check is compared w
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,3 +272,34 @@ def test_dark_mode_and_keyboard_shortcuts(page: Page, demo: DemoServer, screensh
     page.locator("body").click()
     page.keyboard.press("?")
     expect(page.locator('dialog[data-dialog="help"]')).to_contain_text("go to vms")
+
+
+def test_an_image_upload_is_hashed_in_the_browser_and_streamed_with_progress(
+    page: Page, demo: DemoServer, tmp_path: Path
+) -> None:
+    content = os.urandom(9 * 1024 * 1024 + 123)  # three of the page's 4 MiB chunks, the last one short
+    upload = tmp_path / "tiny-disk.img"
+    upload.write_bytes(content)
+    at(page, demo, "admin", "#/images")
+    expect(page.locator("#upload-pool")).to_have_value("images")
+    page.set_input_files("#upload-file", str(upload))
+    expect(page.locator("#upload-name")).to_have_value("tiny-disk")
+    page.select_option('#upload-form select[name="format"]', "qcow2")  # not what the bytes are
+    page.click('[data-act="upload"]')
+    expect(page.locator("#upload-error")).to_contain_text("WrongFormat")
+    expect(page.locator("#upload-error")).to_contain_text("HTTP 422")
+
+    page.select_option('#upload-form select[name="format"]', "raw")
+    page.click('[data-act="upload"]')
+    expect(page.locator("#notice")).to_contain_text("Image tiny-disk uploaded into images.")
+    expect(page.locator("#upload-progress")).to_have_js_property("value", 1)
+    with demo.client("viewer") as client:
+        image = client.get("/v1/images/tiny-disk").json()
+    assert image["spec"]["upload"]["sha256"] == hashlib.sha256(content).hexdigest()
+    expect(page.locator('#images tr[data-name="tiny-disk"]')).to_have_count(1)
+
+
+def test_only_an_admin_gets_the_upload_form(page: Page, demo: DemoServer) -> None:
+    at(page, demo, "operator", "#/images")
+    expect(page.locator('#images tr[data-name="debian-12"]')).to_have_count(1)
+    expect(page.locator("#upload-form")).to_be_hidden()

@@ -6,7 +6,8 @@ import { badge, el, link, text, timeNode } from "./dom.js";
 import { listAll } from "./api.js";
 import { createList } from "./list.js";
 import { href, onView } from "./router.js";
-import { state } from "./state.js";
+import { can, state } from "./state.js";
+import { uploadForm } from "./image-upload.js";
 
 const st = (obj) => (obj && obj.status) || {};
 const sp = (obj) => (obj && obj.spec) || {};
@@ -70,7 +71,22 @@ const VIEWS = {
   snapshots: [["snapshots-list", "snapshots", "snapshots"]],
 };
 
+const upload = uploadForm(() => [], () => load("images"));
+
+async function libraries() {
+  const found = await listAll("storagepools", state.abort.signal);
+  upload.setPools([...found.items.values()].filter((p) => sp(p).content === "images").map((p) => p.metadata.name));
+}
+
 async function load(view) {
+  if (view === "images") {
+    const holder = document.getElementById("image-upload");
+    holder.hidden = !can("admin");
+    if (can("admin")) {
+      if (!holder.contains(upload.root)) holder.replaceChildren(upload.root);
+      libraries().catch(() => {});
+    }
+  }
   for (const [container, plural, key] of VIEWS[view]) {
     const list = lists[key];
     const holder = document.getElementById(container);
@@ -101,7 +117,7 @@ for (const view of Object.keys(VIEWS)) {
   onView(view, (route) => {
     // drawn when the view is entered (not on every change the watches bring)
     if (!route) { shown = null; return; }
-    if (shown === view || !state.abort) return;
+    if ((shown === view && (view !== "images" || document.getElementById("image-upload").hidden === !can("admin"))) || !state.abort) return;
     shown = view;
     load(view);
   });
