@@ -149,7 +149,10 @@ async function fetchMaintenance(hosts, signal) {
 
 function changed(plural) {
   notifyWaiters();
-  if (state.renderTimer === null) {
+  if (!state.drawn.has(plural)) {
+    state.drawn.add(plural);
+    renderAll(); // a kind's first data: drawn at once (a large fleet's first screen)
+  } else if (state.renderTimer === null) {
     state.renderTimer = window.setTimeout(() => {
       state.renderTimer = null;
       renderAll();
@@ -259,6 +262,8 @@ function start(token) {
   state.run += 1;
   state.abort = new AbortController();
   state.objects = { hosts: new Map(), vms: new Map(), operations: new Map() };
+  state.lastData = null;
+  state.drawn = new Set();
   state.streams = new Set();
   state.failing = new Set();
   state.maintenance = [];

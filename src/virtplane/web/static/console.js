@@ -39,8 +39,26 @@ function detach() {
   $("console-panel").hidden = true;
 }
 
-function open(vm) {
+// xterm.js (a classic script defining window.Terminal) is loaded when a console is first opened.
+let xterm = null;
+function loadXterm() {
+  if (!xterm) {
+    xterm = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "static/vendor/xterm.js";
+      script.onload = resolve;
+      script.onerror = () => { xterm = null; reject(new Error("xterm.js did not load")); };
+      document.head.append(script);
+    });
+  }
+  return xterm;
+}
+
+async function open(vm) {
   detach();
+  session.vm = vm;
+  await loadXterm();
+  if (session.vm !== vm) return; // detached, or another opened, meanwhile
   const token = apiSession.token;
   if (!token || !window.Terminal) return;
   session.vm = vm;

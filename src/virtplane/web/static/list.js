@@ -11,6 +11,7 @@ import { el, text } from "./dom.js";
 import { actionsCell } from "./registry.js";
 
 const PAGE = 100;
+const IDLE_MS = 300;
 
 function compare(a, b) {
   if (a === b) return 0;
@@ -150,11 +151,23 @@ export function createList(opts) {
     if (list.onSelect) list.onSelect([...list.selected]);
   }
 
+  // A list out of sight is drawn when the page is idle: the one shown comes first.
+  let idle = null;
+  function later() {
+    if (idle !== null) return;
+    idle = window.requestIdleCallback(() => { idle = null; draw(); }, { timeout: IDLE_MS });
+  }
+
   return {
     root,
     table,
     search,
-    update(items) { list.items = items; draw(); },
+    update(items) {
+      list.items = items;
+      const view = root.closest("section.view");
+      if (view && view.hidden) later();
+      else draw();
+    },
     redraw() { if (list.dirty) draw(); },
     setFilter(name, value) {
       list.chosen.set(name, value || "");

@@ -8,8 +8,8 @@
 // WebSocket is made here and handed to noVNC, so that the panel can say why it closed.
 // Thumbnails are GET /v1/vms/{name}/screenshot (PNG), at most one per VM every THUMB_EVERY_MS,
 // shown as data: URLs (the page's policy allows images from itself and data: only).
+// noVNC's modules are loaded when a screen is first opened, not with the page.
 
-import RFB from "./vendor/novnc/core/rfb.js";
 import { $, el } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
@@ -47,12 +47,15 @@ function close() {
   $("screen-panel").hidden = true;
 }
 
-function open(vm) {
+async function open(vm) {
   close();
   const token = apiSession.token;
   if (!token) return;
   screen.vm = vm;
   $("screen-title").textContent = `Screen: ${vm}`;
+  setStatus("loading noVNC…");
+  const { default: RFB } = await import("./vendor/novnc/core/rfb.js");
+  if (screen.vm !== vm) return; // closed, or another opened, meanwhile
   $("screen-panel").hidden = false;
   setStatus("connecting…");
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";

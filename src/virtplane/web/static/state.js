@@ -17,6 +17,7 @@ export const state = {
   maintenanceTimer: null,
   vmPhaseFilter: null,
   lastData: null,
+  drawn: new Set(), // the kinds drawn once (the first data of each is drawn at once)
 };
 
 const RANK = { viewer: 0, operator: 1, admin: 2 };

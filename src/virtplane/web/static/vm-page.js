@@ -14,8 +14,9 @@ import { restoreDialog } from "./vm-actions.js";
 import { detachConsole, openConsole } from "./console.js";
 import { closeScreen, openScreen } from "./screen.js";
 import { mountUsage } from "./usage-charts.js";
-import { dump, load } from "./vendor/js-yaml.js";
 
+let jsYaml = null; // js-yaml, loaded with the first YAML tab
+const yamlModule = () => { if (!jsYaml) jsYaml = import("./vendor/js-yaml.js"); return jsYaml; };
 const TABS = [["summary", "Summary"], ["console", "Console"], ["screen", "Screen"], ["disks", "Disks"],
   ["nics", "NICs"], ["snapshots", "Snapshots"], ["events", "Events"], ["yaml", "YAML"]];
 const EVENTS_SHOWN = 100;
@@ -136,7 +137,8 @@ function applied(vm) {
   return { apiVersion: vm.apiVersion || "virtplane.io/v1", kind: "VirtualMachine", metadata: meta, spec: vm.spec };
 }
 
-function yaml(vm, body) {
+async function yaml(vm, body) {
+  const { dump, load } = await yamlModule();
   const editor = el("textarea", { cls: "yaml-editor", attrs: { id: "yaml-editor", spellcheck: "false", "aria-label": "YAML", readonly: !can("operator") } });
   editor.value = dump(applied(vm), { noRefs: true, lineWidth: 120 });
   page.version = vm.metadata.resource_version;
@@ -184,7 +186,7 @@ async function draw(route) {
     // the graphs keep running: only the facts are drawn again
     if (page.tab === "summary") $("vm-facts").replaceWith(facts(vm));
     if (page.tab === "nics") { const body = $("vm-tab"); body.replaceChildren(); nics(vm, body); }
-    if (page.tab === "yaml" && !page.editing) { const body = $("vm-tab"); body.replaceChildren(); yaml(vm, body); }
+    if (page.tab === "yaml" && !page.editing) { const body = $("vm-tab"); body.replaceChildren(); await yaml(vm, body); }
     return;
   }
   leave();
@@ -207,7 +209,7 @@ async function draw(route) {
     else if (page.tab === "nics") nics(vm, body);
     else if (page.tab === "snapshots") await snapshots(vm, body);
     else if (page.tab === "events") await events(body);
-    else if (page.tab === "yaml") yaml(vm, body);
+    else if (page.tab === "yaml") await yaml(vm, body);
   } catch (err) {
     body.append(el("p", { cls: "dialog-error", text: `${err.reason || "Error"}: ${err.message}` }));
   }
