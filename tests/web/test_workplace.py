@@ -303,3 +303,39 @@ def test_only_an_admin_gets_the_upload_form(page: Page, demo: DemoServer) -> Non
     at(page, demo, "operator", "#/images")
     expect(page.locator('#images tr[data-name="debian-12"]')).to_have_count(1)
     expect(page.locator("#upload-form")).to_be_hidden()
+
+
+def test_an_operation_page_shows_its_progress_and_task_log_live(page: Page, demo: DemoServer) -> None:
+    at(page, demo, "viewer", "#/operations")
+    with demo.client("operator") as client:
+        made = client.post(
+            "/v1/operations",
+            json={
+                "kind": "VirtualMachineOperation",
+                "metadata": {"name": "restart-app-1-live"},
+                "spec": {"vm": "app-1", "type": "Restart"},
+            },
+        )
+        assert made.status_code == 201, made.text
+    page.click('#operations tr[data-name="restart-app-1-live"] td.name a')
+    assert page.url.endswith("#/operations/restart-app-1-live")
+    expect(page.locator("#op-summary dd.phase")).to_have_text("Completed")
+    with demo.client("viewer") as client:
+        events = client.get(
+            "/v1/events", params={"kind": "VirtualMachineOperation", "name": "restart-app-1-live"}
+        ).json()["items"]
+    reasons = [e["reason"] for e in reversed(events)]  # newest first, as the log shows them
+    expect(page.locator("#op-log tbody tr td.reason")).to_have_text(reasons)
+
+
+def test_the_vm_page_events_follow_new_events(page: Page, demo: DemoServer) -> None:
+    at(page, demo, "operator", f"#/vms/{NET_VM}/events")
+    expect(page.locator("#vm-tab .vm-events tbody tr").first).to_be_visible()
+    with demo.client("operator") as client:
+        patched = client.patch(
+            f"/v1/vms/{NET_VM}", json={"metadata": {"labels": {"app": "net", "seen": "now"}}}
+        )
+        assert patched.status_code == 200, patched.text
+    newest = page.locator("#vm-tab .vm-events tbody tr").first
+    expect(newest.locator("td.reason")).to_have_text("Updated")
+    expect(newest.locator("td.message")).to_contain_text("web-operator")

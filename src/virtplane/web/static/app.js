@@ -17,7 +17,8 @@ import { setupShortcuts } from "./shortcuts.js";
 import "./vm-page.js";
 import "./host-page.js";
 import "./views.js";
-import { notifyWaiters, state } from "./state.js";
+import "./op-page.js";
+import { eventListeners, notifyWaiters, state } from "./state.js";
 import { MAINTENANCE_HOST_STATES, renderMaintenance } from "./maintenance.js";
 import { showCreateButton } from "./create-vm.js";
 import "./vm-actions.js";
@@ -104,6 +105,7 @@ function followEvents(run, signal) {
   }, (revision) => `/v1/events?watch=1&resource_version=${revision}`, (event) => {
     // once the oldest rows are cut, no page continues the rows below any more
     if (event.object && !prependEvent(event.object)) setOlderEvents(null);
+    if (event.object) for (const listener of eventListeners) listener(event.object);
   }, signal);
 }
 

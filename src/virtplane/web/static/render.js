@@ -173,7 +173,7 @@ function showVmFilter() {
   for (const chip of document.querySelectorAll("#vm-counts button.count")) chip.setAttribute("aria-pressed", String(chip.dataset.value === filter));
 }
 
-function progressCell(progress) {
+export function progressCell(progress) {
   const entries = Object.entries(progress || {}).filter(([, v]) => v !== null && v !== "" && !(typeof v === "object" && Object.keys(v).length === 0));
   const parts = [];
   const pctEntry = entries.find(([k, v]) => /^(percent|pct|progress_pct|progress)$/.test(k) && Number.isFinite(Number(v)));
@@ -195,7 +195,7 @@ export const opList = createList({
   sortDir: -1,
   rowData: (op) => ({ phase: text(st(op).phase, "Pending") }),
   columns: [
-    { key: "name", label: "Name", value: (op) => op.metadata.name },
+    { key: "name", label: "Name", value: (op) => op.metadata.name, cell: (op) => link(href("operations", op.metadata.name), op.metadata.name) },
     { key: "vm", label: "VM", value: (op) => op.spec && op.spec.vm, cell: (op) => (op.spec && op.spec.vm ? link(href("vms", op.spec.vm), op.spec.vm) : null), search: true },
     { key: "type", label: "Type", value: (op) => op.spec && op.spec.type, search: true },
     { key: "phase", label: "Phase", value: (op) => st(op).phase, cell: (op) => badge(st(op).phase), search: true },

@@ -5,7 +5,7 @@
 // handler, called whenever its view is shown (with the route) and with null when it is left.
 
 export const LISTS = ["vms", "hosts", "storage", "images", "networks", "snapshots", "operations", "events"];
-const PAGES = { vms: "vm", hosts: "host" }; // the lists whose items have a page of their own
+const PAGES = { vms: "vm", hosts: "host", operations: "operation" }; // the lists whose items have a page of their own
 const DEFAULT = "vms";
 
 const handlers = new Map(); // view -> [handler(route | null)]

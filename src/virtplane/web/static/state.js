@@ -58,3 +58,6 @@ export function waitFor(check, timeoutMs = 60000) {
     look();
   });
 }
+
+// Called with each new event the event log's watch brings (a page's own log follows it).
+export const eventListeners = new Set();

@@ -9,7 +9,7 @@ import { notify } from "./dialogs.js";
 import { actionButtons } from "./registry.js";
 import { addressOf, eventRowOf } from "./render.js";
 import { href, onView } from "./router.js";
-import { can, state } from "./state.js";
+import { can, eventListeners, state } from "./state.js";
 import { restoreDialog } from "./vm-actions.js";
 import { detachConsole, openConsole } from "./console.js";
 import { closeScreen, openScreen } from "./screen.js";
@@ -214,6 +214,13 @@ async function draw(route) {
     body.append(el("p", { cls: "dialog-error", text: `${err.reason || "Error"}: ${err.message}` }));
   }
 }
+
+// the events tab follows the event log's watch: the newest event of the VM is on top
+eventListeners.add((event) => {
+  const shown = document.querySelector("#vm-tab .vm-events tbody");
+  if (!shown || page.tab !== "events" || event.kind !== "VirtualMachine" || event.name !== page.name) return;
+  shown.prepend(eventRowOf(event, true));
+});
 
 onView("vm", (route) => {
   if (!route) {
