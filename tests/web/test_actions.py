@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.web.demo_server import DemoServer, completed, operations_of, serve_demo, vm
-from tests.web.test_dashboard import signed_in, wait_for
+from tests.web.test_dashboard import show, signed_in, wait_for
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
@@ -54,6 +54,12 @@ def host_row(page: Page, name: str) -> Locator:
     return page.locator(f'#hosts tr[data-name="{name}"]')
 
 
+def act(row: Locator, action: str) -> None:
+    """Open the row's actions menu and click ``action`` in it."""
+    row.locator("button.menu-toggle").click()
+    row.locator(f'button[data-action="{action}"]').click()
+
+
 def dialog(page: Page, name: str) -> Locator:
     return page.locator(f'dialog[data-dialog="{name}"]')
 
@@ -77,6 +83,7 @@ def test_each_role_sees_only_the_actions_it_may_take(page: Page, demo: DemoServe
             ["Start", "Snapshot…", "Restore…", "Delete…"]
         )
         expect(page.locator("#create-vm")).to_be_visible()
+    show(page, "hosts")
     if role == "admin":
         expect(host_row(page, "host-2").locator("button[data-action]")).to_have_text(
             ["Maintenance…", "Disable"]
@@ -95,25 +102,25 @@ def test_start_restart_stop_and_a_forced_stop_after_a_confirmation(page: Page, d
     batch = vm_row(page, "batch-1")  # Manual: stopped until started
     expect(batch.locator("td.phase")).to_have_text("Stopped")
 
-    batch.locator('button[data-action="start"]').click()
+    act(batch, "start")
     expect(page.locator("#notice")).to_contain_text("Start of batch-1: operation batch-1-start-")
     expect(batch.locator("td.phase")).to_have_text("Running")
     assert vm(demo, "batch-1")["status"]["phase"] == "Running"
 
-    batch.locator('button[data-action="restart"]').click()
+    act(batch, "restart")
     wait_for(lambda: completed(demo, "batch-1", "Restart", 1), "the Restart Completed in the API")
     expect(page.locator('#operations tr[data-name^="batch-1-restart-"] td.phase')).to_have_text("Completed")
 
-    batch.locator('button[data-action="stop"]').click()
+    act(batch, "stop")
     dialog(page, "stop").locator('[data-act="graceful"]').click()
     expect(dialog(page, "stop")).to_have_count(0)
     expect(batch.locator("td.phase")).to_have_text("Stopped")
     (graceful,) = operations_of(demo, "batch-1", "Stop")
     assert graceful["spec"]["force"] is False
 
-    batch.locator('button[data-action="start"]').click()
+    act(batch, "start")
     expect(batch.locator("td.phase")).to_have_text("Running")
-    batch.locator('button[data-action="stop"]').click()
+    act(batch, "stop")
     stop = dialog(page, "stop")
     stop.locator('[data-act="force"]').click()
     expect(stop.locator(".warning")).to_contain_text("Power off batch-1 now?")
@@ -131,7 +138,7 @@ def test_migrate_to_a_host_picked_from_the_placement_verdicts(
     source = vm(demo, "app-1")["status"]["host"]
     with demo.client("viewer") as client:
         verdicts = client.get("/v1/vms/app-1/placement").json()
-    vm_row(page, "app-1").locator('button[data-action="migrate"]').click()
+    act(vm_row(page, "app-1"), "migrate")
     picker = dialog(page, "migrate")
     for verdict in verdicts["hosts"]:
         row = picker.locator(f'tr[data-host="{verdict["host"]}"]')
@@ -164,7 +171,7 @@ def test_a_failed_migration_shows_on_the_vm_until_one_arrives(page: Page, demo: 
     chip = row.locator("td.conditions .chip", has_text="Migration")
     expect(chip).to_have_count(0)
 
-    row.locator('button[data-action="migrate"]').click()
+    act(row, "migrate")
     dialog(page, "migrate").locator('[data-act="confirm"]').click()  # Automatic
     expect(chip).to_have_text("✗ Migration (MigrationFailed)")
     expect(chip).to_have_class(re.compile(r"\btone-warn\b"))
@@ -176,7 +183,7 @@ def test_a_failed_migration_shows_on_the_vm_until_one_arrives(page: Page, demo: 
         "the Migrate Failed in the API",
     )
 
-    row.locator('button[data-action="migrate"]').click()
+    act(row, "migrate")
     dialog(page, "migrate").locator('[data-act="confirm"]').click()
     (done,) = wait_for(lambda: completed(demo, "web-1", "Migrate", 1), "the second Migrate Completed")
     expect(chip).to_have_count(0)
@@ -191,7 +198,7 @@ def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(
     console(page, demo, "operator")
     web = vm_row(page, "web-2")
     for name, memory in (("web-2-mem", True), ("web-2-before", False)):
-        web.locator('button[data-action="snapshot"]').click()
+        act(web, "snapshot")
         form = dialog(page, "snapshot")
         form.locator('input[name="name"]').fill(name)
         form.locator('input[name="with_memory"]').set_checked(memory)
@@ -210,7 +217,7 @@ def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(
         changed = client.patch("/v1/vms/web-2", json={"metadata": {"labels": {"app": "web", "tier": "edge"}}})
         assert changed.status_code == 200, changed.text
 
-    web.locator('button[data-action="restore"]').click()
+    act(web, "restore")
     restore = dialog(page, "restore")
     restore.locator('select[name="snapshot"]').select_option("web-2-before")
     expect(restore.locator('input[value="DryRun"]')).to_be_checked()
@@ -244,7 +251,7 @@ def test_delete_a_vm_after_a_confirmation(page: Page, demo: DemoServer) -> None:
         }
         assert client.post("/v1/vms", json=body).status_code == 201
     console(page, demo, "operator")
-    vm_row(page, "doomed-1").locator('button[data-action="delete"]').click()
+    act(vm_row(page, "doomed-1"), "delete")
     confirm = dialog(page, "delete")
     expect(confirm.locator(".warning")).to_contain_text("Delete doomed-1?")
     confirm.locator('[data-act="confirm"]').click()
@@ -290,7 +297,7 @@ def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: DemoSe
         "size_gib": 5,
         "source": {"image": "debian-12", "snapshot": None, "volume": None},
     }
-    made.locator('button[data-action="start"]').click()  # it boots from its new disk
+    act(made, "start")  # it boots from its new disk
     expect(made.locator("td.phase")).to_have_text("Running")
 
 
@@ -341,7 +348,7 @@ def test_three_vms_from_a_template_made_in_the_dialog(page: Page, demo: DemoServ
 def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Page, demo: DemoServer) -> None:
     console(page, demo, "operator")
     # a refusal of an action: AlwaysOff is never started
-    vm_row(page, "archive-1").locator('button[data-action="start"]').click()
+    act(vm_row(page, "archive-1"), "start")
     with demo.client("operator") as client:
         body = {
             "kind": "VirtualMachineOperation",
@@ -374,14 +381,15 @@ def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Pag
 
 def test_disable_and_enable_a_host(page: Page, demo: DemoServer) -> None:
     console(page, demo, "admin")
+    show(page, "hosts")
     row = host_row(page, "host-3")
-    row.locator('button[data-action="disable"]').click()
+    act(row, "disable")
     expect(row.locator("td.state")).to_have_text("Disabled")
     expect(row.locator("button[data-action]")).to_have_text(["Enable"])
     with demo.client("viewer") as client:
         host = client.get("/v1/hosts/host-3").json()
         assert (host["spec"]["enabled"], host["status"]["resource_state"]) == (False, "Disabled")
-    row.locator('button[data-action="enable"]').click()
+    act(row, "enable")
     expect(row.locator("td.state")).to_have_text("Enabled")
     with demo.client("viewer") as client:
         assert client.get("/v1/hosts/host-3").json()["spec"]["enabled"] is True
@@ -403,7 +411,8 @@ def test_maintenance_preview_then_drain_then_cancel(
         planned = client.post(
             "/v1/hosts/host-1/maintenance", json={"strategy": "Migration", "dry_run": True}
         ).json()
-    host_row(page, "host-1").locator('button[data-action="maintenance"]').click()
+    show(page, "hosts")
+    act(host_row(page, "host-1"), "maintenance")
     plan = dialog(page, "maintenance")
 
     # the default strategy (Error) leaves db-1 blocked; Migration moves it with its disk
@@ -440,7 +449,7 @@ def test_maintenance_preview_then_drain_then_cancel(
     if return_vms:
         page.screenshot(path=screenshots / "maintenance-progress.png", full_page=True)
 
-    host_row(page, "host-1").locator('button[data-action="cancel-maintenance"]').click()
+    act(host_row(page, "host-1"), "cancel-maintenance")
     cancel = dialog(page, "cancel-maintenance")
     cancel.locator('input[name="return_vms"]').set_checked(return_vms)
     cancel.locator('[data-act="confirm"]').click()
@@ -462,5 +471,10 @@ def test_maintenance_preview_then_drain_then_cancel(
 def test_the_main_view(page: Page, demo: DemoServer, screenshots: Path) -> None:
     console(page, demo, "admin")
     expect(vm_row(page, "web-1").locator("td.phase")).to_have_text("Running")
-    expect(page.locator("#ops-panel tbody tr").first).to_be_visible()
     page.screenshot(path=screenshots / "dashboard.png", full_page=True)
+    show(page, "hosts")
+    expect(host_row(page, "host-1").locator("td.connection")).to_have_text("Up")
+    page.screenshot(path=screenshots / "hosts.png", full_page=True)
+    show(page, "operations")
+    expect(page.locator("#ops-panel tbody tr").first).to_be_visible()
+    page.screenshot(path=screenshots / "operations.png", full_page=True)

@@ -44,7 +44,9 @@ def test_the_console_of_a_running_vm_types_a_line_and_shows_the_answer(page: Pag
     signed_in_as(page, demo, "operator")
     web = page.locator('#vms tr[data-name="web-1"]')
     expect(web.locator("td.phase")).to_have_text("Running")
+    web.locator("button.menu-toggle").click()
     web.locator('button[data-action="console"]').click()
+    assert page.url.endswith("#/vms/web-1/console"), page.url  # the VM page's console tab
     expect(page.locator("#console-title")).to_have_text("Console: web-1")
     expect(page.locator("#console-status")).to_have_text("attached")
     rows = page.locator("#console-terminal .xterm-rows")

@@ -111,6 +111,13 @@ def signed_in(page: Page, live_server: LiveServer | DemoServer, role: str = "adm
     expect(page.locator("#status-text")).to_contain_text("live")
 
 
+def show(page: Page, view: str) -> None:
+    """The view of the navigation's link ``view`` (vms, hosts, storage, ..., events)."""
+    page.click(f'#nav a[data-list="{view}"]')
+    expect(page.locator(f'section.view[data-view="{view}"]')).to_be_visible()
+    assert page.url.endswith(f"#/{view}")
+
+
 def test_hosts_vms_and_operations_show_what_the_api_reports(page: Page, live_server: LiveServer) -> None:
     demo_world(live_server)
     signed_in(page, live_server, "viewer")
@@ -309,6 +316,7 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
         f"{live_server.url}/v1/hosts/host-1/maintenance", lambda route: route.fulfill(json=maintenance)
     )
     signed_in(page, live_server)
+    show(page, "hosts")
 
     block = page.locator('#maintenance .maintenance[data-host="host-1"]')
     expect(page.locator("#maintenance-panel")).to_be_visible()
@@ -339,6 +347,7 @@ def test_host_maintenance_progress_is_shown_while_there_is_one(page: Page, live_
 def test_a_real_host_maintenance_shows_its_phase_and_progress(page: Page, live_server: LiveServer) -> None:
     demo_world(live_server)
     signed_in(page, live_server)
+    show(page, "hosts")
     with live_server.client("admin") as client:
         drained = vm_status(client, "web-1")["host"]  # a host with a running VM to move
         asked = client.post(f"/v1/hosts/{drained}/maintenance", json={"strategy": "Migration"})
@@ -382,6 +391,7 @@ def test_the_event_log_loads_older_pages_on_request(page: Page, live_server: Liv
     for i in range(120):
         live_server.store.record_event("VirtualMachine", f"vm-{i}", f"Step{i}")
     signed_in(page, live_server, "viewer")
+    show(page, "events")
     rows = page.locator("#events tbody tr")
     expect(rows).to_have_count(50)
     expect(rows.first.locator("td.reason")).to_have_text("Step119")  # newest first

@@ -55,7 +55,9 @@ def test_the_screen_of_a_running_vm_is_drawn_by_novnc_and_its_thumbnail_shown(
     expect(web.locator("td.phase")).to_have_text("Running")
     thumbnail = web.locator('button[data-action="screen"] img.screen-thumb')
     expect(thumbnail).to_have_attribute("src", re.compile(r"^data:image/png;base64,"))
+    web.locator("button.menu-toggle").click()
     web.locator('button[data-action="screen"]').click()
+    assert page.url.endswith("#/vms/web-1/screen"), page.url  # the VM page's screen tab
     expect(page.locator("#screen-title")).to_have_text("Screen: web-1")
     expect(page.locator("#screen-status")).to_have_text("connected")
     canvas = page.locator("#screen-view canvas")

@@ -71,8 +71,9 @@ export async function send(method, path, body) {
   return response.status === 204 ? null : json(response);
 }
 
-// Every object of a kind, a page at a time; and the revision to watch from.
-export async function listAll(plural, signal, query = "") {
+// Every object of a kind, a page at a time; and the revision to watch from. ``onPage(items)``
+// sees what has come so far after each page (a large fleet's first screen need not wait).
+export async function listAll(plural, signal, query = "", onPage = null) {
   const items = new Map();
   let revision = null;
   let token = null;
@@ -83,6 +84,7 @@ export async function listAll(plural, signal, query = "") {
     const meta = page.metadata || {};
     if (revision === null) revision = meta.resource_version || 0;
     token = meta.continue || null;
+    if (onPage && token) onPage(items);
   } while (token);
   return { items, revision };
 }

@@ -7,11 +7,18 @@
 // state, render (the tables), registry (row actions), dialogs, and the actions: vm-actions,
 // create-vm, maintenance, console, screen. A module that adds row buttons registers them and is imported here.
 
-import { $, formatTime } from "./dom.js";
+import { $, formatTime, tickTimes } from "./dom.js";
 import { api, AuthError, ExpiredError, listAll, pause, readStream, session, UnreachableError } from "./api.js";
 import { hideNotice } from "./dialogs.js";
-import { appendEvents, prependEvent, render } from "./render.js";
-import { notifyWaiters, state } from "./state.js";
+import { appendEvents, filterEvents, hostList, opList, prependEvent, render, vmList } from "./render.js";
+import { refresh, startRouter } from "./router.js";
+import { setupBulk } from "./bulk.js";
+import { setupShortcuts } from "./shortcuts.js";
+import "./vm-page.js";
+import "./host-page.js";
+import "./views.js";
+import "./op-page.js";
+import { eventListeners, notifyWaiters, state } from "./state.js";
 import { MAINTENANCE_HOST_STATES, renderMaintenance } from "./maintenance.js";
 import { showCreateButton } from "./create-vm.js";
 import "./vm-actions.js";
@@ -25,6 +32,7 @@ const RENDER_MS = 100; // changes that arrive together are drawn once
 const MAINTENANCE_MS = 500;
 const EVENT_PAGE = 50;
 const KINDS = ["hosts", "vms", "operations"]; // followed by watches, besides the events
+const TICK_MS = 10000; // relative times ("3m ago") are written again this often
 const REFUSED = (err) => `The API refused the token (401 Unauthorized): ${err.message}. Enter a valid token.`;
 
 function revisionOf(obj, fallback) {
@@ -63,7 +71,11 @@ async function follow(run, name, load, watchPath, onEvent, signal) {
 
 function followKind(run, plural, signal) {
   return follow(run, plural, async () => {
-    const listed = await listAll(plural, signal);
+    const listed = await listAll(plural, signal, "", (sofar) => {
+      if (run !== state.run) return;
+      state.objects[plural] = new Map(sofar);
+      changed(plural);
+    });
     if (run === state.run) {
       state.objects[plural] = listed.items;
       changed(plural);
@@ -93,6 +105,7 @@ function followEvents(run, signal) {
   }, (revision) => `/v1/events?watch=1&resource_version=${revision}`, (event) => {
     // once the oldest rows are cut, no page continues the rows below any more
     if (event.object && !prependEvent(event.object)) setOlderEvents(null);
+    if (event.object) for (const listener of eventListeners) listener(event.object);
   }, signal);
 }
 
@@ -138,7 +151,10 @@ async function fetchMaintenance(hosts, signal) {
 
 function changed(plural) {
   notifyWaiters();
-  if (state.renderTimer === null) {
+  if (!state.drawn.has(plural)) {
+    state.drawn.add(plural);
+    renderAll(); // a kind's first data: drawn at once (a large fleet's first screen)
+  } else if (state.renderTimer === null) {
     state.renderTimer = window.setTimeout(() => {
       state.renderTimer = null;
       renderAll();
@@ -176,6 +192,7 @@ function renderAll() {
     ops: [...state.objects.operations.values()],
   };
   render(state.lastData);
+  refresh();
   if (state.failing.size === 0 && state.streams.size === KINDS.length + 1) {
     setStatus("live", `live · updated ${formatTime(new Date().toISOString())}`);
   }
@@ -221,6 +238,7 @@ async function learnRole(run, signal) {
       showCreateButton();
       if (state.lastData) renderAll();
       if (state.maintenance.length) renderMaintenance(state.maintenance);
+      refresh();
       return;
     } catch (err) {
       if (signal.aborted || run !== state.run) return;
@@ -246,6 +264,8 @@ function start(token) {
   state.run += 1;
   state.abort = new AbortController();
   state.objects = { hosts: new Map(), vms: new Map(), operations: new Map() };
+  state.lastData = null;
+  state.drawn = new Set();
   state.streams = new Set();
   state.failing = new Set();
   state.maintenance = [];
@@ -324,6 +344,13 @@ function init() {
   });
   $("events-older").addEventListener("click", loadOlderEvents);
   $("notice-close").addEventListener("click", hideNotice);
+  $("vms-list").append(vmList.root);
+  $("hosts-list").append(hostList.root);
+  $("operations-list").append(opList.root);
+  $("events-search").addEventListener("input", () => filterEvents($("events-search").value));
+  setupBulk();
+  setupShortcuts();
+  window.setInterval(tickTimes, TICK_MS);
   // an OpenID Connect login comes back as /ui/#session=TOKEN: keep it, and take it out of the address
   const fromLogin = new URLSearchParams(window.location.hash.slice(1)).get("session");
   if (fromLogin) {
@@ -333,6 +360,7 @@ function init() {
   fetch("/auth/oidc").then((r) => (r.ok ? r.json() : null)).then((offered) => {
     $("oidc-login").hidden = !(offered && offered.enabled);
   }).catch(() => {});
+  startRouter();
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) start(saved);
   else signOut(null);

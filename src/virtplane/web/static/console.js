@@ -9,6 +9,7 @@
 import { $ } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
+import { go } from "./router.js";
 import { CONSOLE_PHASES } from "./vocabulary.js";
 
 const PROTOCOL = "virtplane.console.v1";
@@ -38,8 +39,26 @@ function detach() {
   $("console-panel").hidden = true;
 }
 
-function open(vm) {
+// xterm.js (a classic script defining window.Terminal) is loaded when a console is first opened.
+let xterm = null;
+function loadXterm() {
+  if (!xterm) {
+    xterm = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "static/vendor/xterm.js";
+      script.onload = resolve;
+      script.onerror = () => { xterm = null; reject(new Error("xterm.js did not load")); };
+      document.head.append(script);
+    });
+  }
+  return xterm;
+}
+
+async function open(vm) {
   detach();
+  session.vm = vm;
+  await loadXterm();
+  if (session.vm !== vm) return; // detached, or another opened, meanwhile
   const token = apiSession.token;
   if (!token || !window.Terminal) return;
   session.vm = vm;
@@ -79,8 +98,11 @@ const phaseOf = (vm) => (vm.status && vm.status.phase) || "Unknown";
 
 addRowAction("vm", {
   name: "console", label: "Console", role: "operator", title: "The VM's serial console",
-  when: (vm) => CONSOLE.has(phaseOf(vm)), run: (vm) => open(vm.metadata.name),
+  when: (vm) => CONSOLE.has(phaseOf(vm)), run: (vm) => go("vms", vm.metadata.name, "console"),
 });
 
 $("console-detach").addEventListener("click", detach);
 $("signout").addEventListener("click", detach);
+
+// The VM page's tab opens it (and closes it when left).
+export { open as openConsole, detach as detachConsole };

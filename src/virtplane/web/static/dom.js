@@ -107,6 +107,19 @@ export function formatTime(iso) {
   return date.toLocaleTimeString([], { hour12: false });
 }
 
+// A time shown relative ("3m ago"), the absolute one on hover; kept current by tickTimes().
+export function timeNode(iso) {
+  if (!iso) return el("span", { text: "–" });
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return el("span", { text: String(iso) });
+  const node = el("time", { cls: "rel", text: ago(iso), title: date.toLocaleString([], { hour12: false }), attrs: { datetime: iso } });
+  return node;
+}
+
+export function tickTimes() {
+  for (const node of document.querySelectorAll("time.rel")) node.textContent = ago(node.getAttribute("datetime"));
+}
+
 export function ago(iso) {
   if (!iso) return "never";
   const then = new Date(iso).getTime();
@@ -114,7 +127,8 @@ export function ago(iso) {
   const seconds = Math.max(0, Math.round((Date.now() - then) / 1000));
   if (seconds < 60) return `${seconds}s ago`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
-  return `${Math.floor(seconds / 3600)}h ago`;
+  if (seconds < 172800) return `${Math.floor(seconds / 3600)}h ago`;
+  return `${Math.floor(seconds / 86400)}d ago`;
 }
 
 export function gib(mib) {
@@ -137,6 +151,10 @@ export function pick(obj, ...paths) {
     if (value !== undefined && value !== null) return value;
   }
   return undefined;
+}
+
+export function link(hash, label, cls) {
+  return el("a", { cls, text: label, attrs: { href: hash } });
 }
 
 export function byName(a, b) {

@@ -1,11 +1,11 @@
 // The tables and counts, drawn from what the watches keep in state.
 
-import { $, badge, bar, byName, cell, countBy, el, fillBody, formatTime, ago, gib, text, toneOf } from "./dom.js";
-import { actionsCell } from "./registry.js";
+import { $, badge, bar, cell, countBy, el, ago, gib, link, text, timeNode, toneOf } from "./dom.js";
+import { createList } from "./list.js";
+import { go, href } from "./router.js";
 import { state } from "./state.js";
 import { FINISHED_OPERATION_STATES, HOST_STATES, OPERATION_STATES, VM_PHASES } from "./vocabulary.js";
 
-const FINISHED_OPS_SHOWN = 10;
 const EVENTS_KEPT = 1000;
 // Counts always shown (zero or not), in this order; any other value is added when present.
 
@@ -19,9 +19,10 @@ export function render(data) {
   renderCounts("host-counts", "host-total", data.hosts, (h) => h.status && h.status.resource_state, HOST_STATES);
   renderCounts("vm-counts", "vm-total", data.vms, (v) => v.status && v.status.phase, VM_PHASES, true);
   renderCounts("op-counts", "op-total", data.ops, (o) => o.status && o.status.phase, OP_PHASES);
-  renderHosts(data.hosts);
-  renderVms(data.vms);
-  renderOperations(data.ops);
+  hostList.update(data.hosts);
+  vmList.update(data.vms);
+  opList.update(data.ops);
+  showVmFilter();
 }
 
 function renderCounts(containerId, totalId, items, key, known, filterable = false) {
@@ -38,13 +39,12 @@ function renderCounts(containerId, totalId, items, key, known, filterable = fals
     }, [el("span", { cls: "count-n", text: count }), el("span", { cls: "count-label", text: value })]);
     if (filterable) {
       chip.type = "button";
-      chip.setAttribute("aria-pressed", String(state.vmPhaseFilter === value));
+      chip.setAttribute("aria-pressed", String(vmList.filterOf("phase") === value));
       chip.addEventListener("click", () => {
-        state.vmPhaseFilter = state.vmPhaseFilter === value ? null : value;
-        if (state.lastData) {
-          renderCounts(containerId, totalId, state.lastData.vms, key, known, true);
-          renderVms(state.lastData.vms);
-        }
+        vmList.setFilter("phase", vmList.filterOf("phase") === value ? "" : value);
+        go("vms");
+        if (state.lastData) renderCounts(containerId, totalId, state.lastData.vms, key, known, true);
+        showVmFilter();
       });
     }
     chips.push(chip);
@@ -74,33 +74,45 @@ function liveness(status) {
   return el("span", { text: ago(status.last_heartbeat), title: text(recorded.slice(2), "no heartbeat yet") });
 }
 
-function renderHosts(hosts) {
-  const rows = [...hosts].sort(byName).map((host) => {
-    const status = host.status || {};
-    const allocated = status.allocated || {};
-    const capacity = capacityOf(host);
-    const cpu = capacity
-      ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / allocatable", true)
-      : text(allocated.vcpus, "0");
-    const memory = capacity
-      ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / allocatable", true)
-      : gib(allocated.memory_mib);
-    const heartbeat = liveness(status);
-    return el("tr", { data: { name: host.metadata.name } }, [
-      cell(host.metadata.name, "name"),
-      cell(host.spec && host.spec.cluster),
-      cell(badge(status.resource_state), "state"),
-      cell(badge(status.connection), "connection"),
-      cell(cpu, "cpu"),
-      cell(memory, "memory"),
-      cell(allocated.vms || 0, "num vms"),
-      cell(heartbeat, "heartbeat"),
-      cell(status.message, "message"),
-      actionsCell("host", host),
-    ]);
-  });
-  fillBody($("hosts"), rows, "hosts-empty");
+export function hostMeters(host) {
+  const status = host.status || {};
+  const allocated = status.allocated || {};
+  const capacity = capacityOf(host);
+  const cpu = capacity
+    ? bar(allocated.vcpus / capacity.vcpus, `${allocated.vcpus || 0} / ${capacity.vcpus}`, "vCPUs allocated / allocatable", true)
+    : text(allocated.vcpus, "0");
+  const memory = capacity
+    ? bar(allocated.memory_mib / capacity.memory_mib, `${gib(allocated.memory_mib)} / ${gib(capacity.memory_mib)}`, "memory allocated / allocatable", true)
+    : gib(allocated.memory_mib);
+  return { cpu, memory };
 }
+
+const st = (obj) => obj.status || {};
+const capacityShare = (host, key) => {
+  const capacity = capacityOf(host);
+  return capacity && capacity[key] ? (st(host).allocated || {})[key] / capacity[key] : null;
+};
+
+export const hostList = createList({
+  id: "hosts",
+  kind: "host",
+  emptyText: "No hosts yet.",
+  columns: [
+    { key: "name", label: "Name", value: (h) => h.metadata.name, cell: (h) => link(href("hosts", h.metadata.name), h.metadata.name) },
+    { key: "cluster", label: "Cluster", value: (h) => h.spec && h.spec.cluster, search: true },
+    { key: "state", label: "State", value: (h) => st(h).resource_state, cell: (h) => badge(st(h).resource_state), search: true },
+    { key: "connection", label: "Connection", value: (h) => st(h).connection, cell: (h) => badge(st(h).connection) },
+    { key: "cpu", label: "vCPUs", value: (h) => capacityShare(h, "vcpus"), cell: (h) => hostMeters(h).cpu },
+    { key: "memory", label: "Memory", value: (h) => capacityShare(h, "memory_mib"), cell: (h) => hostMeters(h).memory },
+    { key: "vms", label: "VMs", num: true, value: (h) => (st(h).allocated || {}).vms || 0 },
+    { key: "heartbeat", label: "Liveness", value: (h) => st(h).silent_since || "", cell: (h) => liveness(st(h)) },
+    { key: "message", label: "Message", value: (h) => st(h).message, search: true },
+  ],
+  filters: [
+    { name: "state", label: "State", values: (items) => items.map((h) => st(h).resource_state), match: (h, v) => st(h).resource_state === v },
+    { name: "cluster", label: "Cluster", values: (items) => items.map((h) => h.spec && h.spec.cluster), match: (h, v) => (h.spec && h.spec.cluster) === v },
+  ],
+});
 
 function conditionChip(condition, phase) {
   const negative = NEGATIVE_CONDITIONS.has(condition.type);
@@ -115,38 +127,53 @@ function conditionChip(condition, phase) {
   return el("span", { cls: `chip tone-${tone}`, text: `${mark} ${condition.type}${reason}`, title: title || condition.status });
 }
 
-function renderVms(vms) {
-  const filter = state.vmPhaseFilter;
+function labelsOf(obj) {
+  return Object.entries(obj.metadata.labels || {}).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`);
+}
+
+// The VM's first address: what its guest reports, else what its NIC was given.
+export function addressOf(vm) {
+  const status = st(vm);
+  for (const iface of status.guest_addresses || []) if (iface.addresses && iface.addresses.length) return iface.addresses[0].split("/")[0];
+  const nic = (status.nics || []).find((n) => n.ip);
+  return nic ? nic.ip : null;
+}
+
+export const vmList = createList({
+  id: "vms",
+  kind: "vm",
+  selectable: true,
+  emptyText: "No virtual machines yet.",
+  columns: [
+    { key: "name", label: "Name", value: (vm) => vm.metadata.name, cell: (vm) => link(href("vms", vm.metadata.name), vm.metadata.name) },
+    { key: "phase", label: "Phase", value: (vm) => text(st(vm).phase, "Unknown"), cell: (vm) => badge(st(vm).phase), search: true },
+    { key: "policy", label: "Run policy", value: (vm) => vm.spec && vm.spec.run_policy, search: true },
+    { key: "host", label: "Host", value: (vm) => st(vm).host, cell: (vm) => (st(vm).host ? link(href("hosts", st(vm).host), st(vm).host) : null), search: true },
+    { key: "size", label: "vCPU / memory", num: true, value: (vm) => ((vm.spec && vm.spec.cpu) || 0) * 1e7 + ((vm.spec && vm.spec.memory_mib) || 0),
+      cell: (vm) => `${text(vm.spec && vm.spec.cpu, "?")} / ${gib(vm.spec && vm.spec.memory_mib)}` },
+    { key: "address", label: "Address", value: addressOf, search: true },
+    { key: "age", label: "Age", value: (vm) => vm.metadata.created_at, cell: (vm) => timeNode(vm.metadata.created_at) },
+    { key: "conditions", label: "Conditions", value: (vm) => (st(vm).conditions || []).map((c) => c.type).join(" "),
+      cell: (vm) => el("span", { cls: "chips" }, (st(vm).conditions || []).map((c) => conditionChip(c, st(vm).phase))) },
+    { key: "labels", label: "Labels", value: (vm) => labelsOf(vm).join(" "), search: true,
+      cell: (vm) => el("span", { cls: "chips" }, labelsOf(vm).map((l) => el("span", { cls: "chip label", text: l }))) },
+  ],
+  filters: [
+    { name: "phase", label: "Phase", values: (items) => items.map((vm) => text(st(vm).phase, "Unknown")), match: (vm, v) => text(st(vm).phase, "Unknown") === v },
+    { name: "host", label: "Host", values: (items) => items.map((vm) => st(vm).host), match: (vm, v) => st(vm).host === v },
+    { name: "label", label: "Label", values: (items) => items.flatMap(labelsOf), match: (vm, v) => labelsOf(vm).includes(v) },
+  ],
+});
+
+function showVmFilter() {
+  const filter = vmList.filterOf("phase");
   const indicator = $("vm-filter");
   indicator.hidden = !filter;
   indicator.textContent = filter ? `phase ${filter} (click the count again to show all)` : "";
-  const rows = [...vms]
-    .filter((vm) => !filter || text(vm.status && vm.status.phase, "Unknown") === filter)
-    .sort(byName)
-    .map((vm) => {
-      const status = vm.status || {};
-      const spec = vm.spec || {};
-      const labels = Object.entries(vm.metadata.labels || {}).sort(([a], [b]) => a.localeCompare(b))
-        .map(([k, v]) => el("span", { cls: "chip label", text: `${k}=${v}` }));
-      const conditions = (status.conditions || []).map((c) => conditionChip(c, status.phase));
-      return el("tr", { data: { name: vm.metadata.name } }, [
-        cell(vm.metadata.name, "name"),
-        cell(badge(status.phase), "phase"),
-        cell(status.host, "host"),
-        cell(spec.run_policy, "policy"),
-        cell(spec.cpu, "num"),
-        cell(spec.memory_mib === undefined ? null : `${spec.memory_mib} MiB`, "num"),
-        cell(el("span", { cls: "chips" }, conditions), "conditions"),
-        cell(status.last_exit, "last-exit"),
-        cell(el("span", { cls: "chips" }, labels), "labels"),
-        cell(status.message, "message"),
-        actionsCell("vm", vm),
-      ]);
-    });
-  fillBody($("vms"), rows, "vms-empty");
+  for (const chip of document.querySelectorAll("#vm-counts button.count")) chip.setAttribute("aria-pressed", String(chip.dataset.value === filter));
 }
 
-function progressCell(progress) {
+export function progressCell(progress) {
   const entries = Object.entries(progress || {}).filter(([, v]) => v !== null && v !== "" && !(typeof v === "object" && Object.keys(v).length === 0));
   const parts = [];
   const pctEntry = entries.find(([k, v]) => /^(percent|pct|progress_pct|progress)$/.test(k) && Number.isFinite(Number(v)));
@@ -159,34 +186,49 @@ function progressCell(progress) {
   return parts.length ? el("span", { cls: "chips" }, parts) : "–";
 }
 
-function renderOperations(ops) {
-  const started = (op) => (op.status && (op.status.started_at || op.status.finished_at)) || op.metadata.created_at || "";
-  const newestFirst = (a, b) => String(started(b)).localeCompare(String(started(a)));
-  const running = ops.filter((op) => !FINISHED_OPS.has(op.status && op.status.phase)).sort(newestFirst);
-  const finished = ops.filter((op) => FINISHED_OPS.has(op.status && op.status.phase))
-    .sort((a, b) => String((b.status.finished_at || "")).localeCompare(String(a.status.finished_at || "")))
-    .slice(0, FINISHED_OPS_SHOWN);
-  const rows = [...running, ...finished].map((op) => {
-    const status = op.status || {};
-    const spec = op.spec || {};
-    const done = FINISHED_OPS.has(status.phase);
-    return el("tr", { cls: done ? "finished" : "active", data: { name: op.metadata.name } }, [
-      cell(op.metadata.name, "name"),
-      cell(spec.vm),
-      cell(spec.type),
-      cell(badge(status.phase), "phase"),
-      cell(status.step, "step"),
-      cell(progressCell(status.progress), "progress"),
-      cell(status.message, "message"),
-      cell(el("span", { text: formatTime(status.started_at || op.metadata.created_at), title: text(status.started_at, "") })),
-    ]);
-  });
-  fillBody($("operations"), rows, "operations-empty");
+const startedAt = (op) => st(op).started_at || st(op).finished_at || op.metadata.created_at || "";
+
+export const opList = createList({
+  id: "operations",
+  emptyText: "No operations.",
+  sortKey: "started",
+  sortDir: -1,
+  rowData: (op) => ({ phase: text(st(op).phase, "Pending") }),
+  columns: [
+    { key: "name", label: "Name", value: (op) => op.metadata.name, cell: (op) => link(href("operations", op.metadata.name), op.metadata.name) },
+    { key: "vm", label: "VM", value: (op) => op.spec && op.spec.vm, cell: (op) => (op.spec && op.spec.vm ? link(href("vms", op.spec.vm), op.spec.vm) : null), search: true },
+    { key: "type", label: "Type", value: (op) => op.spec && op.spec.type, search: true },
+    { key: "phase", label: "Phase", value: (op) => st(op).phase, cell: (op) => badge(st(op).phase), search: true },
+    { key: "step", label: "Step", value: (op) => st(op).step },
+    { key: "progress", label: "Progress", value: (op) => JSON.stringify(st(op).progress || {}), cell: (op) => progressCell(st(op).progress) },
+    { key: "message", label: "Message", value: (op) => st(op).message, search: true },
+    // running first (newest first), then the finished ones, newest first
+    { key: "started", label: "Started", value: (op) => `${FINISHED_OPS.has(st(op).phase) ? 0 : 1}${startedAt(op)}`, cell: (op) => timeNode(startedAt(op)) },
+  ],
+  filters: [
+    { name: "phase", label: "Phase", values: (items) => items.map((op) => st(op).phase), match: (op, v) => st(op).phase === v },
+    { name: "type", label: "Type", values: (items) => items.map((op) => op.spec && op.spec.type), match: (op, v) => (op.spec && op.spec.type) === v },
+  ],
+});
+
+let eventQuery = "";
+
+// The event log's search: rows that do not contain it are hidden (the log stays one table,
+// followed by its watch and paged by its own continue tokens).
+export function filterEvents(query) {
+  eventQuery = query.trim().toLowerCase();
+  for (const row of $("events").tBodies[0].rows) row.hidden = Boolean(eventQuery) && !row.textContent.toLowerCase().includes(eventQuery);
 }
 
 function eventRow(event, fresh) {
+  const row = eventRowOf(event, fresh);
+  row.hidden = Boolean(eventQuery) && !row.textContent.toLowerCase().includes(eventQuery);
+  return row;
+}
+
+export function eventRowOf(event, fresh) {
   return el("tr", { cls: fresh ? "fresh" : "", data: { id: event.id, reason: event.reason } }, [
-    cell(el("span", { text: formatTime(event.time), title: text(event.time, "") }), "time"),
+    cell(timeNode(event.time), "time"),
     cell(badge(event.type || "Normal"), "type"),
     cell(`${text(event.kind, "?")}/${text(event.name, "?")}`, "object"),
     cell(event.reason, "reason"),

@@ -8,11 +8,12 @@
 // WebSocket is made here and handed to noVNC, so that the panel can say why it closed.
 // Thumbnails are GET /v1/vms/{name}/screenshot (PNG), at most one per VM every THUMB_EVERY_MS,
 // shown as data: URLs (the page's policy allows images from itself and data: only).
+// noVNC's modules are loaded when a screen is first opened, not with the page.
 
-import RFB from "./vendor/novnc/core/rfb.js";
 import { $, el } from "./dom.js";
 import { session as apiSession } from "./api.js";
 import { addRowAction } from "./registry.js";
+import { go } from "./router.js";
 import { CONSOLE_PHASES } from "./vocabulary.js";
 
 const PROTOCOL = "virtplane.vnc.v1";
@@ -46,12 +47,15 @@ function close() {
   $("screen-panel").hidden = true;
 }
 
-function open(vm) {
+async function open(vm) {
   close();
   const token = apiSession.token;
   if (!token) return;
   screen.vm = vm;
   $("screen-title").textContent = `Screen: ${vm}`;
+  setStatus("loading noVNC…");
+  const { default: RFB } = await import("./vendor/novnc/core/rfb.js");
+  if (screen.vm !== vm) return; // closed, or another opened, meanwhile
   $("screen-panel").hidden = false;
   setStatus("connecting…");
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
@@ -130,7 +134,7 @@ const phaseOf = (vm) => (vm.status && vm.status.phase) || "Unknown";
 
 addRowAction("vm", {
   name: "screen", label: "Screen", role: "operator", title: "The VM's screen (VNC)",
-  when: (vm) => SCREEN_PHASES.has(phaseOf(vm)), icon: thumbnail, run: (vm) => open(vm.metadata.name),
+  when: (vm) => SCREEN_PHASES.has(phaseOf(vm)), icon: thumbnail, run: (vm) => go("vms", vm.metadata.name, "screen"),
 });
 
 $("screen-close").addEventListener("click", close);
@@ -139,3 +143,6 @@ $("signout").addEventListener("click", () => {
   close();
   thumbs.clear();
 });
+
+// The VM page's tab opens it (and closes it when left).
+export { open as openScreen, close as closeScreen };

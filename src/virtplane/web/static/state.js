@@ -17,6 +17,7 @@ export const state = {
   maintenanceTimer: null,
   vmPhaseFilter: null,
   lastData: null,
+  drawn: new Set(), // the kinds drawn once (the first data of each is drawn at once)
 };
 
 const RANK = { viewer: 0, operator: 1, admin: 2 };
@@ -57,3 +58,6 @@ export function waitFor(check, timeoutMs = 60000) {
     look();
   });
 }
+
+// Called with each new event the event log's watch brings (a page's own log follows it).
+export const eventListeners = new Set();

@@ -141,7 +141,7 @@ function reportTable(progress) {
   ]);
 }
 
-async function restoreDialog(vm) {
+export async function restoreDialog(vm, preferred = null) {
   const name = nameOf(vm);
   const dialog = openDialog({ name: "restore", title: `Restore VM ${name}`, body: [el("p", { cls: "hint", text: "Loading its snapshots…" })] });
   dialog.setActions([]);
@@ -161,6 +161,7 @@ async function restoreDialog(vm) {
     const option = el("option", { text: `${s.metadata.name} (${phase}${s.status && s.status.power_state ? `, ${s.status.power_state}` : ""})` });
     option.value = s.metadata.name;
     option.disabled = phase !== "Ready";
+    option.selected = s.metadata.name === preferred;
     return option;
   }));
   const modes = el("fieldset", { cls: "choices" }, [el("legend", { text: "Mode" }), ...[
