@@ -140,7 +140,7 @@ def test_the_vm_page_tabs_and_the_yaml_applied_or_refused(
     page: Page, demo: DemoServer, screenshots: Path
 ) -> None:
     at(page, demo, "operator", f"#/vms/{NET_VM}")
-    expect(page.locator("#vm-usage")).to_have_text("usage graphs: not collected yet")
+    expect(page.locator("#vm-usage")).to_contain_text("CPU (of its vCPUs)")  # usage-charts.js mounted
     page.screenshot(path=screenshots / "vm-page.png")
     expect(page.locator('#vm-page .action-buttons button[data-action="start"]')).to_be_visible()
     page.click('#vm-page .tabs a[data-tab="nics"]')
@@ -207,7 +207,7 @@ def test_the_host_page_shows_allocation_vms_and_history(
     expect(page.locator("#host-allocation dd.cpu")).to_contain_text(
         f"{allocated['vcpus']} / {host['status']['allocatable']['vcpus']}"
     )
-    expect(page.locator("#host-usage")).to_have_text("usage graphs: not collected yet")
+    expect(page.locator("#host-usage")).to_contain_text("CPU (of its CPUs)")  # usage-charts.js mounted
     expect(page.locator("#host-vms tbody tr td.name")).to_have_text(on_host)
     expect(page.locator('#host-events tr[data-reason="Updated"] td.message')).to_contain_text("web-admin")
     expect(page.locator('#host-page .action-buttons button[data-action="maintenance"]')).to_be_visible()

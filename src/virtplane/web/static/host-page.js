@@ -97,7 +97,7 @@ function draw(route) {
     el("div", { cls: "panel" }, [el("h2", { text: "Usage" }), usage]),
     el("div", { cls: "panel" }, [el("h2", { text: "VMs on this host" }), hostVms.root]),
     el("div", { cls: "panel" }, [el("h2", {}, ["Maintenance history ", el("span", { cls: "note", text: "its current maintenance and events, newest first" })]), historyBody]));
-  page.stopUsage = mountUsage(usage, "host", page.name);
+  page.stopUsage = mountUsage(usage, "host", page.name).stop;
   hostVms.update(vms);
   history(historyBody).catch((err) => historyBody.replaceChildren(el("p", { cls: "dialog-error", text: err.message })));
 }

@@ -76,7 +76,7 @@ function facts(vm) {
 function summary(vm, body) {
   const usage = el("div", { cls: "usage", attrs: { id: "vm-usage" } });
   body.append(facts(vm), el("div", { cls: "panel" }, [el("h2", { text: "Usage" }), usage]));
-  page.stopUsage = mountUsage(usage, "vm", page.name);
+  page.stopUsage = mountUsage(usage, "vm", page.name).stop;
 }
 
 async function disks(vm, body) {
