@@ -135,7 +135,7 @@ def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
     return planned
 
 
-async def _create_vms(ctx: ApiContext, body: CreateVMs, dry_run: bool, principal: Principal) -> CreatedVMs:
+async def create_vms_as(ctx: ApiContext, body: CreateVMs, dry_run: bool, principal: Principal) -> CreatedVMs:
     batch = uuid.uuid4().hex[:12]
     planned = await admit_on_loop(ctx, _plan, ctx, body, batch)
     items: list[dict[str, Any]] = []
@@ -159,7 +159,7 @@ async def create_vms(
     principal: Principal = Depends(require(Role.OPERATOR)),
 ) -> CreatedVMs:
     ctx: ApiContext = request.app.state.ctx
-    return await _create_vms(ctx, body, dry_run, principal)
+    return await create_vms_as(ctx, body, dry_run, principal)
 
 
-__all__ = ["router"]
+__all__ = ["CreateVMs", "VolumeBlueprint", "create_vms_as", "router"]
