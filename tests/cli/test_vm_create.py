@@ -172,7 +172,12 @@ def test_a_vm_from_a_snapshot(invoke: Invoke, world: LiveServer) -> None:
 
     assert result.exit_code == ExitCode.OK, result.output
     volume, vm = yaml.safe_load_all(result.stdout)
-    assert volume["spec"]["source"] == {"image": None, "snapshot": "src-snap", "volume": "src-root"}
+    assert volume["spec"]["source"] == {
+        "image": None,
+        "snapshot": "src-snap",
+        "volume": "src-root",
+        "linked": False,
+    }
     assert (
         vm["spec"]["memory_mib"] == 768 and vm["metadata"]["labels"]["virtplane.io/cloned-from"] == "src-snap"
     )

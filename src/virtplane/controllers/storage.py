@@ -189,7 +189,10 @@ class VolumeReconciler:
             elif handle is not None:
                 info = await driver.copy_volume_snapshot(pool_ref(pool), file, volume.spec.size_gib, handle)
             else:
-                info = await driver.create_volume(pool_ref(pool), file, volume.spec.size_gib, source)
+                linked = bool(volume.spec.source and volume.spec.source.linked)
+                info = await driver.create_volume(
+                    pool_ref(pool), file, volume.spec.size_gib, source, linked=linked
+                )
         except PermanentError as exc:
             return await self._fail(volume, VolumePhase.FAILED, str(exc), 60.0)
         except DriverError as exc:

@@ -374,10 +374,11 @@ class HypervisorDriver(Protocol):
         with messages that name nothing outside the library."""
 
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
     ) -> VolumeInfo:
         """A new volume, or the one of that name from an earlier, interrupted call; ``source`` is
-        checked again (as ``inspect_image``) right before it is copied."""
+        checked again (as ``inspect_image``) right before it is copied. ``linked``: not a copy
+        but a qcow2 overlay whose backing file is ``source`` (a volume of the same pool)."""
 
     async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
         """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the

@@ -375,12 +375,17 @@ def parse_stop_request(xml: str) -> bool:
     return ET.fromstring(xml).get("requested") == "yes"
 
 
-def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2") -> str:
+def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2", *, backing: str = "") -> str:
+    """``backing``: the path of a qcow2 file the new volume is an overlay on (a linked clone)."""
     volume = ET.Element("volume")
     _sub(volume, "name", name)
     _sub(volume, "capacity", str(capacity_bytes), unit="bytes")
     target = _sub(volume, "target")
     _sub(target, "format", type=fmt)
+    if backing:
+        store = _sub(volume, "backingStore")
+        _sub(store, "path", backing)
+        _sub(store, "format", type="qcow2")
     return ET.tostring(volume, encoding="unicode")
 
 

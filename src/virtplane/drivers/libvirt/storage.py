@@ -144,8 +144,10 @@ def create_volume(
     source_capacity: int = 0,
     *,
     can_resize: bool,
+    linked: bool = False,
 ) -> VolumeInfo:
-    """``source``: a library volume the caller has just checked (``images.check_image``)."""
+    """``source``: a library volume the caller has just checked (``images.check_image``);
+    ``linked``: a qcow2 overlay on it (its backing file) instead of a copy."""
     check_name("volume name", name)
     if size_gib < 1:
         raise PermanentError(f"volume size must be at least 1 GiB, got {size_gib}")
@@ -156,6 +158,8 @@ def create_volume(
     if source is None:
         return volume_info(pool.createXML(volume_xml(name, size_gib * GIB), 0))
     capacity = max(size_gib * GIB, source_capacity)
+    if linked:
+        return volume_info(pool.createXML(volume_xml(name, capacity, backing=str(source.path())), 0))
     return volume_info(_clone(pool, name, source, capacity, can_resize=can_resize))
 
 

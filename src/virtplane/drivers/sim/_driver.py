@@ -354,8 +354,8 @@ class SimDriver:
 
     @_entry_point
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
-    ) -> VolumeInfo:
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
+    ) -> VolumeInfo:  # a linked clone reads as its backing volume does, as a copy would
         return self._world.storage.create_volume(self._host().name, pool, name, size_gib, source)
 
     @_entry_point
