@@ -111,6 +111,10 @@ class XmlOptions:
     """A VGA card and a VNC server that listens nowhere (``<listen type='none'/>``): only
     ``virDomainOpenGraphicsFD`` reaches it, through libvirt, so no port and no password. A
     field for the same reason as ``guest_agent``; the test driver has no graphics to open."""
+    screen_socket: bool = False
+    """The VNC server listens on a UNIX socket libvirt places in the domain's private directory
+    (``<listen type='socket'/>``) instead of nowhere: a host reached over ssh, where the screen
+    is reached through that socket over ssh (``display_ssh``). Never a TCP port."""
 
 
 TEST_DRIVER_OPTIONS = XmlOptions(
@@ -280,7 +284,8 @@ def build_domain_xml(
         _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
     if options.screen:
         graphics = _sub(devices, "graphics", type="vnc")
-        _sub(graphics, "listen", type="none")  # never a TCP port, not even on the host's loopback
+        # never a TCP port, not even on the host's loopback
+        _sub(graphics, "listen", type="socket" if options.screen_socket else "none")
         # std VGA: the firmware's and the kernel's text show before any guest driver loads
         _sub(_sub(devices, "video"), "model", type="vga")
         if options.machine == "q35":
