@@ -31,7 +31,7 @@ OVF = """<?xml version="1.0" encoding="UTF-8"?>{prolog}
     <VirtualHardwareSection>
       <Item><rasd:ResourceType>3</rasd:ResourceType><rasd:VirtualQuantity>2</rasd:VirtualQuantity></Item>
       <Item><rasd:AllocationUnits>byte * 2^20</rasd:AllocationUnits>
-        <rasd:ResourceType>4</rasd:ResourceType><rasd:VirtualQuantity>768</rasd:VirtualQuantity></Item>
+        <rasd:ResourceType>4</rasd:ResourceType><rasd:VirtualQuantity>{memory}</rasd:VirtualQuantity></Item>
       {nics}
     </VirtualHardwareSection>
   </VirtualSystem>
@@ -53,6 +53,7 @@ def make_ova(
     prolog: str = "",
     nic_text: str = "nic",
     capacity: str = "",
+    memory: int = 768,
     tarred: list[str] | None = None,
 ) -> bytes:
     """An OVA as VirtualBox and VMware export one: the OVF first, then the VMDKs (made by
@@ -62,7 +63,7 @@ def make_ova(
         f'<Disk ovf:diskId="disk{i}" ovf:fileRef="file{i}"{capacity}/>' for i in range(len(hrefs))
     )
     nic_items = "".join(NIC.format(what=nic_text) for _ in range(nics))
-    ovf = OVF.format(prolog=prolog, files=references, disks=disks, name=name, nics=nic_items)
+    ovf = OVF.format(prolog=prolog, files=references, disks=disks, name=name, nics=nic_items, memory=memory)
     (directory / "vm.ovf").write_text(ovf)
     members = ["vm.ovf"]
     for index, href in enumerate(hrefs):
@@ -161,6 +162,8 @@ BAD_OVAS = [
     ("a network per NIC, one short", {"hrefs": ["a.vmdk"], "nics": 3}, {"network": ["lan", "lan"]}, 422, "NetworkMismatch"),
     ("a network that does not exist", {"hrefs": ["a.vmdk"]}, {"network": "wan"}, 422, "NetworkNotFound"),
     ("a pool that does not exist", {"hrefs": ["a.vmdk"]}, {"pool": "nowhere"}, 422, "PoolNotFound"),
+    ("an absurd memory", {"hrefs": ["a.vmdk"], "memory": 99_999_999_999}, {}, 422, "Invalid"),
+    ("a name that is no DNS label", {"hrefs": ["a.vmdk"]}, {"name": "Not_A_Name"}, 422, "Invalid"),
     ("a corrupted OVA", {"hrefs": ["a.vmdk"]}, {"sha256": "0" * 64}, 422, "ChecksumMismatch"),
 ]  # fmt: skip
 
