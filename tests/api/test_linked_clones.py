@@ -118,3 +118,25 @@ def test_the_backing_volume_is_a_disk_of_no_vm_but_a_template(world: LiveServer)
         assert (answer.status_code, answer.json()["reason"]) == (409, "VolumeBacksLinkedClones"), answer.text
         vm["spec"] |= {"template": True, "run_policy": "AlwaysOff"}
         assert operator.post("/v1/vms", json=vm).status_code == 201
+
+
+def test_a_linked_clone_of_a_snapshot_keeps_the_snapshot(world: LiveServer) -> None:  # noqa: F811
+    with world.client("operator") as operator:
+        _template(operator)
+        snapshot = {"metadata": {"name": "tmpl-snap"}, "spec": {"vm": "tmpl"}}
+        assert operator.post("/v1/snapshots", json=snapshot).status_code == 201
+        wait_json(operator, "/v1/snapshots/tmpl-snap", lambda s: s["status"]["phase"] == "Ready")
+        made = create(operator, names=["s-1"], snapshot="tmpl-snap", linked=True, run_policy="AlwaysOn")
+        assert made.status_code == 201, made.text
+        source = operator.get("/v1/volumes/s-1-root").json()["spec"]["source"]
+        assert (source["snapshot"], source["volume"], source["linked"]) == ("tmpl-snap", "tmpl-root", True)
+        wait_json(operator, "/v1/vms/s-1", lambda v: v["status"]["phase"] == "Running")
+
+        deleted = operator.delete("/v1/snapshots/tmpl-snap")
+        assert (deleted.status_code, deleted.json()["reason"]) == (409, "SnapshotInUse"), deleted.text
+        assert "linked clones s-1-root" in deleted.json()["message"]
+        assert operator.delete("/v1/vms/s-1").status_code == 200
+        wait(lambda: operator.get("/v1/vms/s-1").status_code == 404)
+        assert operator.delete("/v1/volumes/s-1-root").status_code == 200
+        wait(lambda: operator.get("/v1/volumes/s-1-root").status_code == 404)
+        assert operator.delete("/v1/snapshots/tmpl-snap").status_code == 200

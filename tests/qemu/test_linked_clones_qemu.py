@@ -1,7 +1,7 @@
 """Issue 34's linked clones on a real libvirt daemon: a template whose disk holds a marker,
-cloned with ``linked``. The clone's volume is a qcow2 overlay whose backing file is the
-template's volume (``qemu-img info`` says so), and the clone boots from it (its console shows
-the template's marker)."""
+cloned with ``linked``, and a snapshot of it as well. Each clone's volume is a qcow2 overlay
+whose backing file is the template's volume or the disk the snapshot saved (``qemu-img info``
+says so), and each clone boots from it (its console shows the template's marker)."""
 
 from __future__ import annotations
 
@@ -24,20 +24,30 @@ async def test_a_linked_clone_is_an_overlay_on_the_template_and_boots(qplane: Qe
     write_marker(gold.status.path, ord("L"))  # no VM runs on it
     qplane.add_vm("gold", RunPolicy.ALWAYS_OFF, "gold-root", template=True)
     await qplane.wait_settled("gold", VMPhase.STOPPED)
+    snapshot = await qplane.snapshot("gold")
+    (saved,) = snapshot.status.disk_snapshots
     async with qplane.api() as api:
-        answer = await api.post(
-            "/v1/vms/actions/create",
-            json={"names": ["thin"], "template": "gold", "linked": True, "run_policy": "AlwaysOn"},
-        )
-        assert answer.status_code == 201, answer.text
+        for name, source in (
+            ("thin", {"template": "gold"}),
+            ("thin-snap", {"snapshot": snapshot.metadata.name}),
+        ):
+            answer = await api.post(
+                "/v1/vms/actions/create",
+                json={"names": [name], "linked": True, "run_policy": "AlwaysOn", **source},
+            )
+            assert answer.status_code == 201, answer.text
 
-    await qplane.wait_settled("thin", VMPhase.RUNNING)
-    await console_shows(qplane.rig, qplane.domain("thin"), disk0(ord("L")), limit_s=LIMIT_S)
-    overlay = qplane.store.get(Volume, "thin-root").status.path
-    info = json.loads(
-        subprocess.run(
-            ["qemu-img", "info", "-U", "--output=json", overlay], check=True, capture_output=True, text=True
-        ).stdout
-    )
-    assert (info["format"], info["backing-filename"]) == ("qcow2", gold.status.path)
-    assert info.get("backing-filename-format") == "qcow2"
+    for name, backing in (("thin", gold.status.path), ("thin-snap", saved.handle)):
+        await qplane.wait_settled(name, VMPhase.RUNNING)
+        await console_shows(qplane.rig, qplane.domain(name), disk0(ord("L")), limit_s=LIMIT_S)
+        overlay = qplane.store.get(Volume, f"{name}-root").status.path
+        info = json.loads(
+            subprocess.run(
+                ["qemu-img", "info", "-U", "--output=json", overlay],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        assert (info["format"], info["backing-filename"]) == ("qcow2", backing), name
+        assert info.get("backing-filename-format") == "qcow2"

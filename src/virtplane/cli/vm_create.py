@@ -120,7 +120,7 @@ LinkedOption = Annotated[
     bool,
     typer.Option(
         "--linked",
-        help="Each disk a linked clone of the template's (a qcow2 overlay on it, in its shared pool) "
+        help="Each disk a linked clone of the template's or snapshot's (a qcow2 overlay on it, in its shared pool) "
         "instead of a full copy; refused, saying why, where that cannot be made.",
     ),
 ]

@@ -187,7 +187,10 @@ class VolumeReconciler:
             if volume.status.phase is VolumePhase.READY:
                 info = await driver.resize_volume(pool_ref(pool), file, volume.spec.size_gib)
             elif handle is not None:
-                info = await driver.copy_volume_snapshot(pool_ref(pool), file, volume.spec.size_gib, handle)
+                linked = bool(volume.spec.source and volume.spec.source.linked)
+                info = await driver.copy_volume_snapshot(
+                    pool_ref(pool), file, volume.spec.size_gib, handle, linked=linked
+                )
             else:
                 linked = bool(volume.spec.source and volume.spec.source.linked)
                 info = await driver.create_volume(

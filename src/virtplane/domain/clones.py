@@ -142,7 +142,7 @@ def template_volumes(
 
 
 def snapshot_volumes(
-    snapshot: VirtualMachineSnapshot, volumes: Mapping[str, Volume | None]
+    snapshot: VirtualMachineSnapshot, volumes: Mapping[str, Volume | None], *, linked: bool = False
 ) -> tuple[CopySource, list[NewVolume]]:
     """A snapshot as a template: the spec it captured, and a copy of each disk as it saved it
     (a Volume with ``source: {snapshot, volume}``) in the pool of the volume it saved."""
@@ -167,7 +167,7 @@ def snapshot_volumes(
         spec = VolumeSpec(
             pool=original.spec.pool,
             size_gib=max(saved[disk.volume].size_gib, 1),
-            source=VolumeSource(snapshot=name, volume=disk.volume),
+            source=VolumeSource(snapshot=name, volume=disk.volume, linked=linked),
         )
         copies.append(NewVolume(suffix, spec, disk.boot_order))
     return CopySource(name, captured), copies

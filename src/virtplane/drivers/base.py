@@ -401,9 +401,12 @@ class HypervisorDriver(Protocol):
 
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None: ...
 
-    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+    async def copy_volume_snapshot(
+        self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
+    ) -> VolumeInfo:
         """A new volume in ``pool`` holding what ``handle`` saved (a clone of a snapshot's disk), at
-        least as large; or the one of that name from an earlier, interrupted call."""
+        least as large; or the one of that name from an earlier, interrupted call. ``linked``: a
+        qcow2 overlay whose backing file is the saved disk, not a copy."""
 
     async def delete_volume_snapshot(self, handle: str) -> None: ...
 

@@ -13,7 +13,7 @@ from virtplane.domain.clones import check_template_change
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.intents import read_intents
 from virtplane.domain.ipam import Claim
-from virtplane.domain.linked import backing_refusal, linked_refusal
+from virtplane.domain.linked import backing_refusal, linked_refusal, saved_disk_refusal
 from virtplane.domain.networks import Network, nic_claims
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
@@ -165,7 +165,15 @@ class Admission:
     def _admit_linked(self, volume: Volume) -> None:
         source = volume.spec.source
         assert source is not None
-        backing = self.store.find(Volume, source.volume) if source.volume and not source.snapshot else None
+        if source.snapshot and source.volume:  # the saved disk is beside the volume, in its pool
+            saved = self.store.find(Volume, source.volume)
+            pool_name = saved.spec.pool if saved is not None else ""
+            pool = self.store.find(StoragePool, pool_name) if saved is not None else None
+            refusal = saved_disk_refusal(source.snapshot, source.volume, pool, pool_name, volume.spec.pool)
+            if refusal is not None:
+                raise refusal
+            return
+        backing = self.store.find(Volume, source.volume) if source.volume else None
         if backing is None:
             raise Invalid(
                 "LinkedNeedsVolume", "spec.source.linked: a linked clone is an overlay on a volume; name it"
@@ -344,6 +352,9 @@ class Admission:
             )
             if copies:
                 raise Refused("SnapshotInUse", f"snapshot {name} is being copied to {', '.join(copies)}")
+            linked_to = backing_refusal(name, self.cache.linked_to_snapshot(name), kind="snapshot")
+            if linked_to is not None:
+                raise linked_to
         elif (
             isinstance(current, VirtualMachineOperation)
             and current.status.phase is OperationPhase.IN_PROGRESS

@@ -31,7 +31,7 @@ from virtplane.domain.clones import (
     template_volumes,
 )
 from virtplane.domain.errors import DomainError, Invalid
-from virtplane.domain.linked import linked_refusal
+from virtplane.domain.linked import linked_refusal, saved_disk_refusal
 from virtplane.domain.names import BATCH_LABEL
 from virtplane.domain.resources import (
     RunPolicy,
@@ -65,9 +65,9 @@ class CreateVMs(Strict):
     )
     linked: bool = Field(
         default=False,
-        description="With a template: each disk a linked clone (a qcow2 overlay whose backing file is the "
-        "template's disk, in its shared pool) instead of a full copy; refused (422, saying why) where "
-        "that cannot be made.",
+        description="With a template or a snapshot: each disk a linked clone (a qcow2 overlay whose backing "
+        "file is the template's disk or the snapshot's saved one, in its shared pool) instead of a full "
+        "copy; refused (422, saying why) where that cannot be made.",
     )
     snapshot: Name | None = Field(
         default=None,
@@ -119,12 +119,20 @@ def _template_of(ctx: ApiContext, name: str, linked: bool) -> tuple[CopySource, 
     return CopySource(name, template.spec), template_volumes(template, volumes, linked=linked)
 
 
-def _snapshot_of(ctx: ApiContext, name: str) -> tuple[CopySource, list[NewVolume]]:
+def _snapshot_of(ctx: ApiContext, name: str, linked: bool) -> tuple[CopySource, list[NewVolume]]:
     snapshot = ctx.store.find(VirtualMachineSnapshot, name)
     if snapshot is None:
         raise Invalid("SnapshotNotFound", f"snapshot: snapshot {name} does not exist")
     captured = snapshot.status.captured.spec.disks if snapshot.status.captured else []
-    return snapshot_volumes(snapshot, {d.volume: ctx.store.find(Volume, d.volume) for d in captured})
+    volumes = {d.volume: ctx.store.find(Volume, d.volume) for d in captured}
+    source, copies = snapshot_volumes(snapshot, volumes, linked=linked)
+    for copy in copies if linked else ():
+        saved = copy.spec.source.volume if copy.spec.source else ""
+        pool = ctx.store.find(StoragePool, copy.spec.pool)
+        refusal = saved_disk_refusal(name, saved or "", pool, copy.spec.pool, copy.spec.pool)
+        if refusal is not None:
+            raise refusal
+    return source, copies
 
 
 def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
@@ -134,16 +142,15 @@ def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
         raise Invalid("Invalid", "give a template or a snapshot, not both")
     source: CopySource | None = None
     copies: list[NewVolume] = []
-    if body.linked and not body.template:
+    if body.linked and not (body.template or body.snapshot):
         raise Invalid(
             "LinkedNeedsTemplate",
-            "linked: a linked clone is an overlay on a template's disks; give a template (a snapshot's "
-            "disks are copied whole)",
+            "linked: a linked clone is an overlay on a template's or a snapshot's disks",
         )
     if body.template:
         source, copies = _template_of(ctx, body.template, body.linked)
     elif body.snapshot:
-        source, copies = _snapshot_of(ctx, body.snapshot)
+        source, copies = _snapshot_of(ctx, body.snapshot, body.linked)
     blueprints = [*copies, *(NewVolume(v.suffix, v.spec, v.boot_order) for v in body.volumes)]
     # a copy never takes the template's AlwaysOff: the request's policy, its spec's, else Manual
     policy = body.run_policy or (

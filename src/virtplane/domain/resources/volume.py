@@ -26,9 +26,9 @@ class VolumeSource(Strict):
     )
     linked: bool = Field(
         default=False,
-        description="With ``volume`` alone: a linked clone, a qcow2 overlay whose backing file is that "
-        "volume (a template's disk, in the same shared pool) instead of a full copy. The volume "
-        "cannot be deleted while a linked clone uses it.",
+        description="A linked clone: a qcow2 overlay whose backing file is ``volume`` (a template's disk) "
+        "or, with ``snapshot``, the disk it saved, in the same shared pool, instead of a full copy. "
+        "That volume or snapshot cannot be deleted while a linked clone uses it.",
     )
 
 

@@ -292,9 +292,10 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
 
 
 def copy_snapshot(
-    conn: Any, ref: PoolRef, name: str, size_gib: int, handle: str, *, can_resize: bool
+    conn: Any, ref: PoolRef, name: str, size_gib: int, handle: str, *, can_resize: bool, linked: bool = False
 ) -> VolumeInfo:
-    """A new volume ``name`` in ``ref`` cloned from the disk snapshot ``handle`` (its path)."""
+    """A new volume ``name`` in ``ref`` cloned from the disk snapshot ``handle`` (its path), or
+    ``linked``: a qcow2 overlay on it."""
     check_name("volume name", name)
     snapshot = volume_by_path(conn, handle)
     if snapshot is None:
@@ -304,6 +305,8 @@ def copy_snapshot(
     if existing is not None:
         return volume_info(existing)  # idempotent: made by an earlier, interrupted call
     capacity = max(size_gib * GIB, int(snapshot.info()[1]))
+    if linked:
+        return volume_info(pool.createXML(volume_xml(name, capacity, backing=str(snapshot.path())), 0))
     return volume_info(_clone(pool, name, snapshot, capacity, can_resize=can_resize))
 
 

@@ -384,7 +384,9 @@ class SimDriver:
         return self._world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 
     @_entry_point
-    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+    async def copy_volume_snapshot(
+        self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
+    ) -> VolumeInfo:  # linked: read as the saved disk, as a copy
         return self._world.storage.copy_snapshot(self._host().name, pool, name, size_gib, handle)
 
     @_entry_point
