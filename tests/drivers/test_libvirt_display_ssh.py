@@ -54,3 +54,17 @@ def test_the_vnc_server_listens_on_a_socket_or_nowhere_never_a_port() -> None:
         (graphics,) = root.findall("devices/graphics")
         assert [element.get("type") for element in graphics.findall("listen")] == [listen]
         assert graphics.get("port") is None and graphics.get("autoport") is None
+
+
+def test_a_domain_without_a_vnc_socket_says_its_screen_shows_after_its_next_start() -> None:
+    libvirt = pytest.importorskip("libvirt")
+    from virtplane.drivers.errors import Unsupported
+    from virtplane.drivers.libvirt.display_ssh import vnc_socket
+    from virtplane.drivers.libvirt.domain import LibvirtDomain
+
+    conn = libvirt.open("test:///default")  # its running domain "test" has no graphics
+    try:
+        with pytest.raises(Unsupported, match="after its next start"):
+            vnc_socket(LibvirtDomain.lookup(conn, "test"))
+    finally:
+        conn.close()

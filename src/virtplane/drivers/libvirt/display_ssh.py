@@ -18,7 +18,7 @@ import shlex
 import xml.etree.ElementTree as ET
 from urllib.parse import parse_qs, urlsplit
 
-from virtplane.drivers.errors import HostUnreachable, NotRunning, PermanentError
+from virtplane.drivers.errors import HostUnreachable, NotRunning, Unsupported
 from virtplane.drivers.libvirt.domain import LibvirtDomain
 
 __all__ = ["SshDisplay", "is_ssh", "open_over_ssh", "ssh_argv", "vnc_socket"]
@@ -58,7 +58,7 @@ def vnc_socket(dom: LibvirtDomain) -> str:
     listen = ET.fromstring(dom.xml()).find("devices/graphics[@type='vnc']/listen[@type='socket']")
     path = listen.get("socket", "") if listen is not None else ""
     if not path:
-        raise PermanentError(
+        raise Unsupported(
             f"domain {dom.name} has no VNC socket (it was started before its host was reached over "
             "ssh, or elsewhere): its screen shows after its next start"
         )
