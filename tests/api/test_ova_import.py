@@ -205,3 +205,22 @@ def test_an_operator_cannot_import_an_ova(lan: LiveServer, tmp_path: Path) -> No
     with lan.client("operator") as operator:
         answer = put_ova(operator, ova)
     assert (answer.status_code, answer.json()["reason"]) == (403, "Forbidden")
+
+
+async def test_a_vmdk_that_names_other_files_is_not_converted(tmp_path: Path) -> None:
+    """A VMDK's descriptor names its extents by path: one naming any file but itself would have
+    the server read that file (``/etc/shadow``), so it is refused before qemu-img converts it."""
+    from virtplane.domain.errors import Invalid
+    from virtplane.services.image_upload import convert_to_qcow2
+
+    split = tmp_path / "split.vmdk"  # a text descriptor and its extent files beside it
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "vmdk", "-o", "subformat=twoGbMaxExtentSparse", str(split), "16M"],
+        check=True,
+    )
+    with pytest.raises(Invalid, match="refers to other files"):
+        await convert_to_qcow2(str(split), str(tmp_path / "out.qcow2"))
+    assert not (tmp_path / "out.qcow2").exists()
+    whole = tmp_path / "whole.vmdk"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", str(whole), "16M"], check=True)
+    assert await convert_to_qcow2(str(whole), str(tmp_path / "whole.qcow2")) == 16 * 1024 * 1024
