@@ -42,11 +42,11 @@ LINGER_BYTES = 64 * 1024
 """What a refused connection's client may still send meanwhile; beyond it the socket is closed."""
 
 
-_STREAMED_BODY_PATH = re.compile(r"/v1/images/[^/]+/content")
+_STREAMED_BODY_PATH = re.compile(r"/v1/images/[^/]+/content|/v1/vms/actions/import-ova")
 
 
 def streamed_body(method: str, path: str) -> bool:
-    """A request whose body is a file the route streams to disk (an image upload): not bounded
+    """A request whose body is a file the route streams to disk (an image upload, an OVA): not bounded
     by the API's body size (the route has its quota), nor by time while it keeps coming."""
     return method == "PUT" and _STREAMED_BODY_PATH.fullmatch(path) is not None
 

@@ -233,7 +233,12 @@ def test_a_snapshot_as_a_template_gives_its_disks_as_it_saved_them(world: LiveSe
     for vm, volume in zip(vms, volumes, strict=True):
         assert vm["metadata"]["labels"]["virtplane.io/cloned-from"] == "tmpl-snap"
         assert vm["spec"]["memory_mib"] == 1024 and vm["spec"]["template"] is False
-        assert volume["spec"]["source"] == {"image": None, "snapshot": "tmpl-snap", "volume": "tmpl-root"}
+        assert volume["spec"]["source"] == {
+            "image": None,
+            "snapshot": "tmpl-snap",
+            "volume": "tmpl-root",
+            "linked": False,
+        }
         assert world.in_loop(sim.read_volume, volume["status"]["path"]) == "golden", (
             "the disk as the snapshot saved it"
         )

@@ -105,6 +105,8 @@ def test_a_template_and_its_clones_from_the_cli(invoke: Invoke, world: LiveServe
     templated = invoke("vm", "template", "golden")
     from_template = invoke("vm", "create", "app", "--template", "golden", "--count", "2", "--memory", "1Gi")
     cloned = invoke("vm", "clone", "golden", "app-3")
+    linked = invoke("vm", "clone", "golden", "thin-1", "--linked")
+    linked_too = invoke("vm", "create", "thin-2", "--template", "golden", "--linked")
     mixed = invoke("vm", "create", "x", "--template", "golden", "--image", "debian-12")
     bad_memory = invoke("vm", "create", "x", "--memory", "4Xi")
 
@@ -116,6 +118,12 @@ def test_a_template_and_its_clones_from_the_cli(invoke: Invoke, world: LiveServe
         assert vm.metadata.labels["virtplane.io/cloned-from"] == "golden"
         assert world.store.get(Volume, f"{name}-root").spec.source.volume == "golden-root"  # type: ignore[union-attr]
     assert world.store.get(VirtualMachine, "app-1").spec.memory_mib == 1024
+    assert linked.exit_code == ExitCode.OK and linked_too.exit_code == ExitCode.OK, (
+        linked.output + linked_too.output
+    )
+    for name in ("thin-1", "thin-2"):
+        assert world.store.get(Volume, f"{name}-root").spec.source.linked  # type: ignore[union-attr]
+    assert not world.store.get(Volume, "app-3-root").spec.source.linked  # type: ignore[union-attr]
     assert mixed.exit_code == ExitCode.USAGE and "copied as they are" in mixed.output
     assert bad_memory.exit_code == ExitCode.USAGE and "unknown unit 'Xi'" in bad_memory.output
 
@@ -172,7 +180,12 @@ def test_a_vm_from_a_snapshot(invoke: Invoke, world: LiveServer) -> None:
 
     assert result.exit_code == ExitCode.OK, result.output
     volume, vm = yaml.safe_load_all(result.stdout)
-    assert volume["spec"]["source"] == {"image": None, "snapshot": "src-snap", "volume": "src-root"}
+    assert volume["spec"]["source"] == {
+        "image": None,
+        "snapshot": "src-snap",
+        "volume": "src-root",
+        "linked": False,
+    }
     assert (
         vm["spec"]["memory_mib"] == 768 and vm["metadata"]["labels"]["virtplane.io/cloned-from"] == "src-snap"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from virtplane.drivers.libvirt.backups import checkpoint_xml, job_xml, overlay_volume_xml
+from virtplane.drivers.libvirt.backups import checkpoint_xml, job_xml
 from virtplane.drivers.libvirt.domain_xml import volume_xml
 
 
@@ -26,6 +26,6 @@ def test_qcow2_volumes_are_v3_so_they_can_keep_dirty_bitmaps() -> None:
     dirty bitmaps in qcow2 v2 files", seen on the rig)."""
     assert ET.fromstring(volume_xml("d.qcow2", 1024)).findtext("target/compat") == "1.1"
     assert ET.fromstring(volume_xml("d.raw", 1024, "raw")).findtext("target/compat") is None
-    overlay = ET.fromstring(overlay_volume_xml("b2.qcow2", 1024, "/t/b1.qcow2"))
+    overlay = ET.fromstring(volume_xml("b2.qcow2", 1024, backing="/t/b1.qcow2"))
     assert overlay.findtext("target/compat") == "1.1"
     assert overlay.findtext("backingStore/path") == "/t/b1.qcow2"

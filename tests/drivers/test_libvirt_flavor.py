@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from virtplane.drivers.libvirt.flavor import QEMU, TEST_DRIVER, HypervisorFlavor, flavor_for
+
+OVER_SSH = replace(QEMU, xml=replace(QEMU.xml, screen_socket=True))
+"""A host reached over ssh: its screens are reached through a VNC socket over ssh (display_ssh)."""
 
 
 @pytest.mark.parametrize(
@@ -13,9 +18,9 @@ from virtplane.drivers.libvirt.flavor import QEMU, TEST_DRIVER, HypervisorFlavor
         ("test:///default", TEST_DRIVER),
         ("test:///tmp/node.xml", TEST_DRIVER),
         ("qemu:///system", QEMU),
-        ("qemu+ssh://host-1/system", QEMU),
+        ("qemu+ssh://host-1/system", OVER_SSH),
         ("qemu+tls://host-1/system", QEMU),
-        ("testbed+ssh://host-1/system", QEMU),  # only the scheme "test" is libvirt's test driver
+        ("testbed+ssh://host-1/system", OVER_SSH),  # only the scheme "test" is libvirt's test driver
     ],
 )
 def test_the_flavor_follows_the_uri_scheme(uri: str, flavor: HypervisorFlavor) -> None:

@@ -37,6 +37,7 @@ ADMIN_ONLY = frozenset(
         "maintenance",
         "secrets",
         "quarantine",
+        "import-ova",  # a VM from an OVA writes its disks into an image library (issue 34)
     }
 )
 # credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is
@@ -229,6 +230,8 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("POST", "/v1/vms/actions/stop") == "operator"  # many VMs at once (issue 13)
     assert _needs("POST", "/v1/vms/actions/start") == "operator"
     assert _needs("POST", "/v1/vms/actions/restart") == "operator"
+    assert _needs("PUT", "/v1/vms/actions/import-ova") == "admin"
+    assert _needs("POST", "/v1/vms/actions/import-ova") == "admin"
     assert _needs("GET", "/v1/vms") == "viewer"  # lists and watches alike
     assert _needs("GET", "/v1/backup") == "admin"  # a copy of the whole store (issue 30)
     assert _needs("POST", "/v1/login") == "viewer"  # no token at all (issue 31)

@@ -11,6 +11,8 @@ with libvirt's reason in its status message, within seconds (no hang, no 500).
 
 from __future__ import annotations
 
+import asyncio
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from virtplane.domain.resources import (
     RunPolicy,
     VMPhase,
 )
+from virtplane.drivers.base import DisplayStream
 
 from .conftest import QemuHost, Rig, console_shows, require_prerequisites, running_rig
 from .plane import QemuPlane
@@ -54,24 +57,32 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+def rig_and_sshd(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Rig, Sshd]]:
+    """This module's daemons: a reached over qemu+ssh, through an sshd in a's mount namespace (it
+    sees a's files, as a host's own sshd does), b over qemu+tls."""
+    require_prerequisites()
     require_tool("/usr/sbin/sshd")
     require_tool("nc")
-    with running_sshd(tmp_path_factory.mktemp("ssh")) as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def rig(pki: Pki, sshd: Sshd) -> Iterator[Rig]:
-    """This module's daemons: a reached over qemu+ssh, b over qemu+tls."""
-    require_prerequisites()
+    require_tool("nsenter")
     port = free_port()
     tls = {"VP_TLS_PORT": str(port), "VP_TLS_DIR": str(pki.server_dir)}
     with running_rig(host_env={"b": tls}) as started:
-        unix_socket = started.hosts["a"].uri.split("socket=", 1)[1]
-        started.hosts["a"] = QemuHost("a", sshd.uri(unix_socket))
-        started.hosts["b"] = QemuHost("b", tls_uri(port, pki.client_dir))
-        yield started
+        daemon_a = int((started.base / "hosts" / "a" / "libvirtd.pid").read_text())
+        with running_sshd(tmp_path_factory.mktemp("ssh"), mounts_of=daemon_a) as sshd:
+            unix_socket = started.hosts["a"].uri.split("socket=", 1)[1]
+            started.hosts["a"] = QemuHost("a", sshd.uri(unix_socket))
+            started.hosts["b"] = QemuHost("b", tls_uri(port, pki.client_dir))
+            yield started, sshd
+
+
+@pytest.fixture(scope="module")
+def rig(rig_and_sshd: tuple[Rig, Sshd]) -> Rig:
+    return rig_and_sshd[0]
+
+
+@pytest.fixture(scope="module")
+def sshd(rig_and_sshd: tuple[Rig, Sshd]) -> Sshd:
+    return rig_and_sshd[1]
 
 
 async def test_hosts_over_ssh_and_tls_run_guests_and_migrate_live(qplane: QemuPlane) -> None:
@@ -136,24 +147,65 @@ async def test_a_refused_certificate_or_key_says_why_on_the_host(
             assert reason in response.json()["status"]["message"]
 
 
-async def test_a_screen_over_ssh_or_tls_is_refused_with_the_reason_and_its_screenshot_works(
+async def test_a_screen_over_ssh_is_its_vnc_socket_through_ssh_and_over_tls_is_refused(
     qplane: QemuPlane,
 ) -> None:
     """libvirt passes a connection to a VM's VNC server (virDomainOpenGraphicsFD) only over a
-    local UNIX socket: over ssh the screen service (the API's) refuses it with the reason
-    (ScreenUnsupported, a 409), while the screenshot, a stream on the connection, works."""
+    local UNIX socket. Over ssh the VM's VNC server listens on a UNIX socket on the host, which
+    the screen service reaches through ssh with the URI's own key and known_hosts: a VNC viewer's
+    handshake goes through. Over tls the screen is refused with what to do (ScreenUnsupported,
+    a 409); the screenshot, a stream on the connection, works on both."""
     from tests.drivers.test_png import decoded
     from virtplane.domain.errors import Refused
 
     displays = qplane.plane.api_context.displays
     assert displays is not None
-    await qplane.add_host("a")
+    await qplane.add_host("a")  # scr starts on a
     await qplane.add_volume("scr-root")
     qplane.add_vm("scr", RunPolicy.ALWAYS_ON, "scr-root")
-    await qplane.wait_settled("scr", VMPhase.RUNNING)
+    vm = await qplane.wait_settled("scr", VMPhase.RUNNING)
+    assert vm.status.host == "a"
+    session = await displays.open("scr")
+    try:
+        width, height, name = await asyncio.wait_for(rfb_handshake(session.stream), 60.0)
+    finally:
+        await session.stream.close()
+    assert width > 0 and height > 0 and name, (width, height, name)
+    width, height, _ = decoded(await displays.screenshot("scr"))
+    assert width > 0 and height > 0
+
+    await qplane.add_host("b", migration_address="127.0.0.1")
+    await qplane.operate("scr", OperationType.MIGRATE, migrate=MigrateSpec(target_host="b"))
+    assert (await qplane.wait_settled("scr", VMPhase.RUNNING)).status.host == "b"
     with pytest.raises(Refused) as refused:
         await displays.open("scr")
     assert refused.value.reason == "ScreenUnsupported"
-    assert "only on a local UNIX socket" in str(refused.value), refused.value
+    assert "reach this host as qemu+ssh://" in str(refused.value), refused.value
     width, height, _ = decoded(await displays.screenshot("scr"))
     assert width > 0 and height > 0
+
+
+async def rfb_handshake(stream: DisplayStream) -> tuple[int, int, str]:
+    """A VNC viewer's handshake (RFB 3.8, security None): the screen's width, height and name."""
+    buffer = b""
+
+    async def take(count: int) -> bytes:
+        nonlocal buffer
+        while len(buffer) < count:
+            chunk = await stream.read()
+            assert chunk, f"the screen closed after {buffer!r}"
+            buffer += chunk
+        data, buffer = buffer[:count], buffer[count:]
+        return data
+
+    assert (await take(12)).startswith(b"RFB 003.")
+    await stream.write(b"RFB 003.008\n")
+    (count,) = struct.unpack(">B", await take(1))
+    assert 1 in await take(count), "security type None"
+    await stream.write(b"\x01")
+    assert await take(4) == b"\0\0\0\0"
+    await stream.write(b"\x01")  # shared
+    width, height = struct.unpack(">HH", await take(4))
+    await take(16)  # the pixel format
+    (length,) = struct.unpack(">I", await take(4))
+    return width, height, (await take(length)).decode()

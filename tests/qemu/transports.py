@@ -156,8 +156,10 @@ def keygen(path: Path, comment: str) -> None:
 
 
 @contextmanager
-def running_sshd(directory: Path) -> Iterator[Sshd]:
-    """An sshd on a free loopback port, with its own host key and one authorized client key."""
+def running_sshd(directory: Path, mounts_of: int | None = None) -> Iterator[Sshd]:
+    """An sshd on a free loopback port, with its own host key and one authorized client key;
+    ``mounts_of``: the pid of a rig daemon whose mount namespace it runs in, so that it sees the
+    files that daemon sees (its domains' sockets), as a real host's sshd does."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     host_key, client_key = directory / "host_key", directory / "client_key"
@@ -175,8 +177,9 @@ def running_sshd(directory: Path) -> Iterator[Sshd]:
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     log = (directory / "sshd.log").open("w")
+    inside = ["nsenter", f"--mount=/proc/{mounts_of}/ns/mnt", "--"] if mounts_of is not None else []
     process = subprocess.Popen(
-        [str(SSHD), "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT
+        [*inside, str(SSHD), "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT
     )
     try:
         _wait_listening(port, process)

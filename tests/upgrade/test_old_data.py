@@ -209,3 +209,28 @@ def test_an_old_secret_is_sealed_by_the_upgrade(release: str, tmp_path: Path) ->
     files = b"".join(p.read_bytes() for p in data.glob("virtplane.db*"))
     assert BMC_PASSWORD.encode() not in files, "nor in the database's free space or WAL"
     assert stat.S_IMODE(os.stat(data / "secrets.key").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_old_volumes_are_full_copies_and_an_old_vm_becomes_a_template_of_linked_clones(
+    release: str, tmp_path: Path
+) -> None:
+    """``spec.source.linked`` (issue 34) is new: an old Volume's source reads as a full copy, and a
+    VM the old release made becomes a template whose disk backs a linked clone."""
+    with upgraded(release, tmp_path) as (server, _), server.client("operator") as operator:
+        sources = [
+            v["spec"]["source"] for v in operator.get("/v1/volumes").json()["items"] if v["spec"]["source"]
+        ]
+        assert sources and all(source["linked"] is False for source in sources), sources
+        settled(operator, "app-1", "Stopped")
+        made_template = operator.patch(
+            "/v1/vms/app-1", json={"spec": {"template": True, "run_policy": "AlwaysOff"}}
+        )
+        assert made_template.status_code == 200, made_template.text
+        body = {"names": ["app-2"], "template": "app-1", "linked": True, "run_policy": "AlwaysOn"}
+        made = operator.post("/v1/vms/actions/create", json=body)
+        assert made.status_code == 201, made.text
+        settled(operator, "app-2")
+        refused = operator.delete("/v1/volumes/app-1-root")
+        assert (refused.status_code, refused.json()["reason"]) == (409, "VolumeInUse"), refused.text
+        assert "linked clones app-2-root" in refused.json()["message"]

@@ -295,7 +295,7 @@ def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: DemoSe
     assert volume["spec"] == {
         "pool": "shared",
         "size_gib": 5,
-        "source": {"image": "debian-12", "snapshot": None, "volume": None},
+        "source": {"image": "debian-12", "snapshot": None, "volume": None, "linked": False},
     }
     act(made, "start")  # it boots from its new disk
     expect(made.locator("td.phase")).to_have_text("Running")

@@ -31,6 +31,7 @@ from virtplane.api.routes.images import router as images_router
 from virtplane.api.routes.login import router as login_router
 from virtplane.api.routes.maintenance import router as maintenance_router
 from virtplane.api.routes.oidc import router as oidc_router
+from virtplane.api.routes.ova_import import router as ova_import_router
 from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.quarantine import router as quarantine_router
 from virtplane.api.routes.resources import add_resource_routes
@@ -157,6 +158,7 @@ def create_app(
     app.include_router(whoami_router)
     app.include_router(actions_router)
     app.include_router(vm_create_router)
+    app.include_router(ova_import_router)
     add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)

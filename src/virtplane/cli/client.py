@@ -16,7 +16,7 @@ import contextlib
 import json
 import ssl
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -117,10 +117,16 @@ class ApiClient:
         *,
         body: Any = None,
         params: dict[str, str | int] | None = None,
+        read_timeout_s: float | None = None,
     ) -> Any:
-        """Send one request; return the decoded JSON body (None when empty) or raise."""
+        """Send one request; return the decoded JSON body (None when empty) or raise.
+        ``read_timeout_s``: how long the answer may take (a server that fetches a file first)."""
         with self._answered():
-            response = self._http.request(method, path, json=body, params=params)
+            if read_timeout_s is None:
+                response = self._http.request(method, path, json=body, params=params)
+            else:
+                timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=read_timeout_s)
+                response = self._http.request(method, path, json=body, params=params, timeout=timeout)
         if response.is_error:
             raise error_from_response(response)
         if not response.content:
@@ -143,7 +149,12 @@ class ApiClient:
             yield response
 
     def upload(
-        self, path: str, content: Iterator[bytes], length: int, params: dict[str, str], read_timeout_s: float
+        self,
+        path: str,
+        content: Iterator[bytes],
+        length: int,
+        params: Mapping[str, str | list[str]],
+        read_timeout_s: float,
     ) -> Any:
         """A PUT of ``length`` bytes from ``content`` (``image upload``), as they are read; the
         answer may take ``read_timeout_s`` after the last byte (the server writes to its hosts)."""

@@ -19,7 +19,7 @@ import typer
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.errors import CliError
 
-__all__ = ["register", "transfer_progress"]
+__all__ = ["chunks_of", "digest_of", "register", "transfer_progress"]
 
 CHUNK_BYTES = 1024 * 1024
 ANSWER_TIMEOUT_S = 900.0
@@ -55,13 +55,13 @@ def upload(
     size = file.stat().st_size
     if size == 0:
         raise CliError("EmptyUpload", f"{file} is empty")
-    digest = (sha256 or _digest(state, file, size)).lower()
+    digest = (sha256 or digest_of(state, file, size)).lower()
     params = {"pool": pool, "sha256": digest, "kind": kind}
     if image_format:
         params["format"] = image_format
     with transfer_progress(state, size, "upload") as advance:
         image = state.client.upload(
-            f"/v1/images/{name}/content", _chunks(file, advance), size, params, ANSWER_TIMEOUT_S
+            f"/v1/images/{name}/content", chunks_of(file, advance), size, params, ANSWER_TIMEOUT_S
         )
     spec = image.get("spec", {})
     state.console.print(
@@ -70,15 +70,15 @@ def upload(
     )
 
 
-def _digest(state: CliState, file: Path, size: int) -> str:
+def digest_of(state: CliState, file: Path, size: int) -> str:
     digest = hashlib.sha256()
     with transfer_progress(state, size, "sha256") as advance:
-        for chunk in _chunks(file, advance):
+        for chunk in chunks_of(file, advance):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def _chunks(file: Path, advance: Callable[[int], None]) -> Iterator[bytes]:
+def chunks_of(file: Path, advance: Callable[[int], None]) -> Iterator[bytes]:
     with file.open("rb") as source:
         while chunk := source.read(CHUNK_BYTES):
             advance(len(chunk))

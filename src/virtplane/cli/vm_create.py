@@ -116,6 +116,14 @@ NameArgument = Annotated[
 CountOption = Annotated[
     int, typer.Option("--count", min=1, max=100, help="Make N VMs at once: NAME-1 ... NAME-N.")
 ]
+LinkedOption = Annotated[
+    bool,
+    typer.Option(
+        "--linked",
+        help="Each disk a linked clone of the template's or snapshot's (a qcow2 overlay on it, in its shared pool) "
+        "instead of a full copy; refused, saying why, where that cannot be made.",
+    ),
+]
 StartOption = Annotated[
     bool,
     typer.Option(
@@ -210,6 +218,7 @@ def create(
     ] = None,
     count: CountOption = 1,
     start: StartOption = False,
+    linked: LinkedOption = False,
     dry_run: DryRunOption = False,
     output: OutputFormatOption = OutputFormat.TABLE,
 ) -> None:
@@ -259,6 +268,8 @@ def create(
     }
     if template is not None:
         body["template"] = template
+    if linked:
+        body["linked"] = True
     if snapshot is not None:
         body["snapshot"] = snapshot
     _send(state, body, dry_run, output)
@@ -275,15 +286,18 @@ def clone(
     name: NameArgument,
     count: CountOption = 1,
     start: StartOption = False,
+    linked: LinkedOption = False,
     dry_run: DryRunOption = False,
     output: OutputFormatOption = OutputFormat.TABLE,
 ) -> None:
-    """Copy a template or a stopped VM: full copies of its disks, new MACs, addresses and cloud-init instance id."""
+    """Copy a template or a stopped VM: copies of its disks (full, or --linked), new MACs, addresses and cloud-init instance id."""
     body: JsonObject = {
         "names": _names(name, count),
         "template": source,
         "run_policy": "AlwaysOnUnlessStoppedManually" if start else "Manual",
     }
+    if linked:
+        body["linked"] = True
     _send(state_of(ctx), body, dry_run, output)
 
 
@@ -305,6 +319,7 @@ EPILOG = (
     "  virtplane vm template golden\n"
     "  virtplane vm create app --template golden --count 10 --start\n"
     "  virtplane vm clone golden web-4\n"
+    "  virtplane vm create app --template golden --count 10 --linked   # overlays on golden's disks\n"
     "  virtplane vm create web-5 --snapshot web-1-before-upgrade --start"
 )
 

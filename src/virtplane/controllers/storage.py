@@ -187,9 +187,15 @@ class VolumeReconciler:
             if volume.status.phase is VolumePhase.READY:
                 info = await driver.resize_volume(pool_ref(pool), file, volume.spec.size_gib)
             elif handle is not None:
-                info = await driver.copy_volume_snapshot(pool_ref(pool), file, volume.spec.size_gib, handle)
+                linked = bool(volume.spec.source and volume.spec.source.linked)
+                info = await driver.copy_volume_snapshot(
+                    pool_ref(pool), file, volume.spec.size_gib, handle, linked=linked
+                )
             else:
-                info = await driver.create_volume(pool_ref(pool), file, volume.spec.size_gib, source)
+                linked = bool(volume.spec.source and volume.spec.source.linked)
+                info = await driver.create_volume(
+                    pool_ref(pool), file, volume.spec.size_gib, source, linked=linked
+                )
         except PermanentError as exc:
             return await self._fail(volume, VolumePhase.FAILED, str(exc), 60.0)
         except DriverError as exc:

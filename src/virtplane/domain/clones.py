@@ -108,11 +108,20 @@ def clone_source_refusal(template: VirtualMachine, volumes: Mapping[str, Volume 
             return Refused(
                 "VolumeNotReady", f"volume {disk.volume} of VM {name} is {volume.status.phase.value}"
             )
+        if volume.spec.source is not None and volume.spec.source.linked:
+            return Refused(
+                "LinkedSource",
+                f"volume {disk.volume} of VM {name} is a linked clone: it is not copied (it needs its "
+                f"backing file {volume.spec.source.volume}); copy the template it came from",
+            )
     return None
 
 
-def template_volumes(template: VirtualMachine, volumes: Mapping[str, Volume | None]) -> list[NewVolume]:
-    """A full copy of each disk of ``template``: same pool, same size, same boot order."""
+def template_volumes(
+    template: VirtualMachine, volumes: Mapping[str, Volume | None], *, linked: bool = False
+) -> list[NewVolume]:
+    """A copy of each disk of ``template``: same pool, same size, same boot order; full, or
+    ``linked`` (an overlay on the template's disk, ``domain.linked``)."""
     name = template.metadata.name
     copies = []
     for index, disk in enumerate(template.spec.disks):
@@ -126,14 +135,14 @@ def template_volumes(template: VirtualMachine, volumes: Mapping[str, Volume | No
         spec = VolumeSpec(
             pool=source.spec.pool,
             size_gib=max(source.spec.size_gib, source.status.size_gib),
-            source=VolumeSource(volume=disk.volume),
+            source=VolumeSource(volume=disk.volume, linked=linked),
         )
         copies.append(NewVolume(suffix, spec, disk.boot_order))
     return copies
 
 
 def snapshot_volumes(
-    snapshot: VirtualMachineSnapshot, volumes: Mapping[str, Volume | None]
+    snapshot: VirtualMachineSnapshot, volumes: Mapping[str, Volume | None], *, linked: bool = False
 ) -> tuple[CopySource, list[NewVolume]]:
     """A snapshot as a template: the spec it captured, and a copy of each disk as it saved it
     (a Volume with ``source: {snapshot, volume}``) in the pool of the volume it saved."""
@@ -158,7 +167,7 @@ def snapshot_volumes(
         spec = VolumeSpec(
             pool=original.spec.pool,
             size_gib=max(saved[disk.volume].size_gib, 1),
-            source=VolumeSource(snapshot=name, volume=disk.volume),
+            source=VolumeSource(snapshot=name, volume=disk.volume, linked=linked),
         )
         copies.append(NewVolume(suffix, spec, disk.boot_order))
     return CopySource(name, captured), copies

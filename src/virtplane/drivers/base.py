@@ -379,10 +379,11 @@ class HypervisorDriver(BackupOperations, Protocol):
         with messages that name nothing outside the library."""
 
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
     ) -> VolumeInfo:
         """A new volume, or the one of that name from an earlier, interrupted call; ``source`` is
-        checked again (as ``inspect_image``) right before it is copied."""
+        checked again (as ``inspect_image``) right before it is copied. ``linked``: not a copy
+        but a qcow2 overlay whose backing file is ``source`` (a volume of the same pool)."""
 
     async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
         """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the
@@ -405,9 +406,12 @@ class HypervisorDriver(BackupOperations, Protocol):
 
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None: ...
 
-    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+    async def copy_volume_snapshot(
+        self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
+    ) -> VolumeInfo:
         """A new volume in ``pool`` holding what ``handle`` saved (a clone of a snapshot's disk), at
-        least as large; or the one of that name from an earlier, interrupted call."""
+        least as large; or the one of that name from an earlier, interrupted call. ``linked``: a
+        qcow2 overlay whose backing file is the saved disk, not a copy."""
 
     async def delete_volume_snapshot(self, handle: str) -> None: ...
 

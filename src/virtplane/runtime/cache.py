@@ -106,6 +106,8 @@ class Cache:
         # clones not copied yet, by the volume and the snapshot they copy (spec.source)
         self._copies_of_volume: dict[str, set[str]] = defaultdict(set)
         self._copies_of_snapshot: dict[str, set[str]] = defaultdict(set)
+        self._linked_clones: dict[str, set[str]] = defaultdict(set)  # by their backing volume
+        self._linked_to_snapshot: dict[str, set[str]] = defaultdict(set)  # by the snapshot saving theirs
         self._pool_used_gib: dict[str, int] = defaultdict(int)  # the sizes of each pool's volumes
         self._unscheduled: set[str] = set()  # VMs waiting for a host
         self._migrating: set[str] = set()  # VMs that carry a migration intent
@@ -220,6 +222,10 @@ class Cache:
                     self._copies_of_volume[source.volume].add(name)
                 if source.snapshot:
                     self._copies_of_snapshot[source.snapshot].add(name)
+            if source is not None and source.linked and source.snapshot:
+                self._linked_to_snapshot[source.snapshot].add(name)
+            elif source is not None and source.linked and source.volume:
+                self._linked_clones[source.volume].add(name)
 
     def _drop(self, kind: str, name: str) -> None:
         self._unindex(kind, name)
@@ -249,6 +255,8 @@ class Cache:
             if old.spec.source is not None:
                 self._copies_of_volume[old.spec.source.volume or ""].discard(name)
                 self._copies_of_snapshot[old.spec.source.snapshot or ""].discard(name)
+                self._linked_clones[old.spec.source.volume or ""].discard(name)
+                self._linked_to_snapshot[old.spec.source.snapshot or ""].discard(name)
 
     def put(self, obj: Resource) -> None:
         """Take a freshly written object in before the feed delivers it (read-your-writes)."""
@@ -360,6 +368,14 @@ class Cache:
     def copies_of_volume(self, volume: str) -> list[str]:
         """The volumes not Ready yet whose ``spec.source.volume`` is ``volume`` (clones to copy)."""
         return sorted(self._copies_of_volume.get(volume, ()))
+
+    def linked_clones_of(self, volume: str) -> list[str]:
+        """The linked clones whose backing file is ``volume`` (``spec.source: {volume, linked}``)."""
+        return sorted(self._linked_clones.get(volume, ()))
+
+    def linked_to_snapshot(self, snapshot: str) -> list[str]:
+        """The linked clones whose backing file is a disk ``snapshot`` saved."""
+        return sorted(self._linked_to_snapshot.get(snapshot, ()))
 
     def copies_of_snapshot(self, snapshot: str) -> list[str]:
         """The volumes not Ready yet whose ``spec.source.snapshot`` is ``snapshot``."""

@@ -13,6 +13,7 @@ from virtplane.domain.clones import check_template_change
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.intents import read_intents
 from virtplane.domain.ipam import Claim
+from virtplane.domain.linked import backing_refusal, linked_refusal, saved_disk_refusal
 from virtplane.domain.networks import Network, nic_claims
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
@@ -147,6 +148,43 @@ class Admission:
                 )
         elif source.volume and self.store.find(Volume, source.volume) is None:
             raise Invalid("VolumeNotFound", f"spec.source.volume: volume {source.volume} does not exist")
+        if source.linked:
+            self._admit_linked(volume)
+
+    def _admit_untemplate(self, template: VirtualMachine) -> None:
+        """A template whose disks back linked clones stays one: it would run and change them."""
+        for disk in template.spec.disks:
+            clones = self.cache.linked_clones_of(disk.volume)
+            if clones:
+                raise Refused(
+                    "TemplateHasLinkedClones",
+                    f"volume {disk.volume} of template {template.metadata.name} is the backing file of "
+                    f"linked clones {', '.join(clones)}: it stays a template while they exist",
+                )
+
+    def _admit_linked(self, volume: Volume) -> None:
+        source = volume.spec.source
+        assert source is not None
+        if source.snapshot and source.volume:  # the saved disk is beside the volume, in its pool
+            saved = self.store.find(Volume, source.volume)
+            pool_name = saved.spec.pool if saved is not None else ""
+            pool = self.store.find(StoragePool, pool_name) if saved is not None else None
+            refusal = saved_disk_refusal(source.snapshot, source.volume, pool, pool_name, volume.spec.pool)
+            if refusal is not None:
+                raise refusal
+            return
+        backing = self.store.find(Volume, source.volume) if source.volume else None
+        if backing is None:
+            raise Invalid(
+                "LinkedNeedsVolume", "spec.source.linked: a linked clone is an overlay on a volume; name it"
+            )
+        users = [
+            vm for vm in self.cache.vms() if any(d.volume == backing.metadata.name for d in vm.spec.disks)
+        ]
+        pool = self.store.find(StoragePool, backing.spec.pool)
+        refusal = linked_refusal(backing, pool, volume.spec.pool, users)
+        if refusal is not None:
+            raise refusal
 
     def _admit_boot(self, vm: VirtualMachine) -> None:
         if vm.spec.cdrom is not None:
@@ -186,6 +224,13 @@ class Admission:
                     "VolumeAttached",
                     f"volume {disk.volume} is attached to VM {owner}; a volume is a disk of one VM at a time",
                 )
+            clones = self.cache.linked_clones_of(disk.volume)
+            if clones and not vm.spec.template:
+                raise Refused(
+                    "VolumeBacksLinkedClones",
+                    f"volume {disk.volume} is the backing file of linked clones {', '.join(clones)}: only a "
+                    "template (which never runs) may have it as a disk",
+                )
 
     def _admit_operation(self, op: VirtualMachineOperation) -> None:
         vm = self.store.find(VirtualMachine, op.spec.vm)
@@ -216,6 +261,8 @@ class Admission:
                 self._admit_volume(new)
         elif isinstance(current, VirtualMachine) and isinstance(new, VirtualMachine):
             check_template_change(current, new)
+            if current.spec.template and not new.spec.template:
+                self._admit_untemplate(current)
             if (current.spec.boot, current.spec.cdrom) != (new.spec.boot, new.spec.cdrom):
                 self._admit_boot(new)
             self._admit_disks(new, {d.volume for d in current.spec.disks})
@@ -232,6 +279,9 @@ class Admission:
     def on_delete(self, current: Resource) -> None:
         name = current.metadata.name
         if isinstance(current, Volume):
+            linked = backing_refusal(name, self.cache.linked_clones_of(name))
+            if linked is not None:
+                raise linked
             users = [
                 vm.metadata.name for vm in self.cache.vms() if any(d.volume == name for d in vm.spec.disks)
             ]
@@ -302,6 +352,9 @@ class Admission:
             )
             if copies:
                 raise Refused("SnapshotInUse", f"snapshot {name} is being copied to {', '.join(copies)}")
+            linked_to = backing_refusal(name, self.cache.linked_to_snapshot(name), kind="snapshot")
+            if linked_to is not None:
+                raise linked_to
         elif (
             isinstance(current, VirtualMachineOperation)
             and current.status.phase is OperationPhase.IN_PROGRESS

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -50,7 +51,7 @@ from virtplane.drivers.base import HypervisorDriver, PoolRef
 from virtplane.drivers.errors import DriverError
 from virtplane.services.image_ova import is_ova, read_ova
 
-__all__ = ["ImageUploads", "UploadPlan"]
+__all__ = ["ImageUploads", "UploadPlan", "convert_to_qcow2", "digest_of"]
 
 log = logging.getLogger("virtplane.services.image_upload")
 
@@ -72,7 +73,7 @@ class UploadPlan:
 
 class ImageUploads:
     def __init__(self, ctx: ControllerContext, spool_dir: Path | None = None) -> None:
-        self._ctx = ctx
+        self.ctx = self._ctx = ctx
         self.spool_dir = spool_dir
         """Where bodies are received before they are checked (None: the system's temporary directory)."""
         self._in_flight: dict[str, UploadPlan] = {}
@@ -104,7 +105,7 @@ class ImageUploads:
                 "upload": ImageUpload(sha256=sha256, size_bytes=size),
             }
         )
-        self._check_quota(pool, size)
+        self.check_quota(pool, size)
         hosts = sorted(pool_hosts(ctx.cache, pool))
         if not hosts:
             raise Refused("NoHosts", f"no host sees library pool {pool_name}")
@@ -118,7 +119,7 @@ class ImageUploads:
         image = Image(metadata=Metadata(name=name, finalizers=[IMAGE_FILES_FINALIZER]), spec=spec)
         return UploadPlan(image=image, pool=pool, hosts=tuple(hosts), size_bytes=size)
 
-    def _check_quota(self, pool: StoragePool, size: int) -> None:
+    def check_quota(self, pool: StoragePool, size: int) -> None:
         limit_gib = self._ctx.settings.get_int("images.library_max_gib")
         if limit_gib <= 0:
             return
@@ -137,6 +138,25 @@ class ImageUploads:
     # ------------------------------------------------------------------ the body
 
     @contextlib.asynccontextmanager
+    async def spooled(self, plan: UploadPlan, chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
+        """The body in a private file, once its size and SHA-256 are the plan's; removed after.
+        One body at a time per Image name, counted against the quota while it is here."""
+        name = plan.image.metadata.name
+        if name in self._in_flight:
+            raise Refused("UploadInProgress", f"image {name} is being uploaded already")
+        self._in_flight[name] = plan
+        descriptor, path = tempfile.mkstemp(prefix=".image-upload-", dir=self.spool_dir)
+        try:
+            with os.fdopen(descriptor, "wb") as spool:
+                digest, size = await _spool(chunks, spool, plan.size_bytes)
+            _check_digest(plan, digest, size)
+            yield path
+        finally:
+            self._in_flight.pop(name, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    @contextlib.asynccontextmanager
     async def received(
         self, plan: UploadPlan, chunks: AsyncIterable[bytes], *, convert_vmdk: bool = False
     ) -> AsyncIterator[tuple[str, UploadPlan]]:
@@ -144,46 +164,29 @@ class ImageUploads:
         removed after. ``convert_vmdk``: a VMDK for a qcow2 Image is converted (``qemu-img``),
         and the plan then records the converted file."""
         name = plan.image.metadata.name
-        if name in self._in_flight:
-            raise Refused("UploadInProgress", f"image {name} is being uploaded already")
-        self._in_flight[name] = plan
-        descriptor, path = tempfile.mkstemp(prefix=".image-upload-", dir=self.spool_dir)
-        converted, extracted = path + ".qcow2", path + ".vmdk"
-        try:
-            with os.fdopen(descriptor, "wb") as spool:
-                digest, size = await _spool(chunks, spool, plan.size_bytes)
-            found = self._check_content(plan, path, digest, size, convert_vmdk=convert_vmdk)
-            if found in CONVERTED:
-                source, origin = path, ""
-                if found == "ova":  # its one disk, a VMDK, is what the Image gets
-                    appliance = await asyncio.to_thread(read_ova, path, extracted)
-                    source, origin = extracted, appliance.describe()
-                await _convert(source, converted)
-                digest, size = await asyncio.to_thread(_digest_of, converted)
-                del self._in_flight[name]  # the converted file counts instead
-                self._in_flight[name] = replanned = self._replanned(plan, digest, size, origin)
-                yield converted, replanned
-            else:
-                yield path, plan
-        finally:
-            self._in_flight.pop(name, None)
-            for leftover in (path, converted, extracted):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(leftover)
+        async with self.spooled(plan, chunks) as path:
+            converted, extracted = path + ".qcow2", path + ".vmdk"
+            try:
+                found = self._check_content(plan, path, convert_vmdk=convert_vmdk)
+                if found in CONVERTED:
+                    source, origin = path, ""
+                    if found == "ova":  # its one disk, a VMDK, is what the Image gets
+                        appliance = await asyncio.to_thread(read_ova, path, extracted)
+                        source, origin = extracted, appliance.describe()
+                    await convert_to_qcow2(source, converted)
+                    digest, size = await asyncio.to_thread(digest_of, converted)
+                    del self._in_flight[name]  # the converted file counts instead
+                    self._in_flight[name] = replanned = self._replanned(plan, digest, size, origin)
+                    yield converted, replanned
+                else:
+                    yield path, plan
+            finally:
+                for leftover in (converted, extracted):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(leftover)
 
-    def _check_content(
-        self, plan: UploadPlan, path: str, digest: str, size: int, *, convert_vmdk: bool
-    ) -> str:
+    def _check_content(self, plan: UploadPlan, path: str, *, convert_vmdk: bool) -> str:
         """The content's format, once it is what the plan says (or a VMDK to convert)."""
-        upload = plan.image.spec.upload
-        assert upload is not None
-        if size != plan.size_bytes:
-            raise Invalid("IncompleteUpload", f"received {size} bytes of {plan.size_bytes}")
-        if digest != upload.sha256:
-            raise Invalid(
-                "ChecksumMismatch",
-                f"the content's SHA-256 is {digest}, not {upload.sha256}: nothing was written",
-            )
         with open(path, "rb") as file:
             head = file.read(PROBE_BYTES)
         found = "ova" if is_ova(head) else probe_format(head)
@@ -194,7 +197,7 @@ class ImageUploads:
 
     def _replanned(self, plan: UploadPlan, digest: str, size: int, origin: str) -> UploadPlan:
         """The plan for the converted file: its own digest and size, within the quota too."""
-        self._check_quota(plan.pool, size)
+        self.check_quota(plan.pool, size)
         spec = plan.image.spec.model_copy(update={"upload": ImageUpload(sha256=digest, size_bytes=size)})
         image = plan.image.model_copy(update={"spec": spec})
         return UploadPlan(image=image, pool=plan.pool, hosts=plan.hosts, size_bytes=size, origin=origin)
@@ -234,6 +237,18 @@ def _uploaded(principal: str, plan: UploadPlan) -> str:
     return f"uploaded by {principal}" + (f", {plan.origin}" if plan.origin else "")
 
 
+def _check_digest(plan: UploadPlan, digest: str, size: int) -> None:
+    upload = plan.image.spec.upload
+    assert upload is not None
+    if size != plan.size_bytes:
+        raise Invalid("IncompleteUpload", f"received {size} bytes of {plan.size_bytes}")
+    if digest != upload.sha256:
+        raise Invalid(
+            "ChecksumMismatch",
+            f"the content's SHA-256 is {digest}, not {upload.sha256}: nothing was written",
+        )
+
+
 def _connected(ctx: ControllerContext, name: str) -> bool:
     host = ctx.cache.host(name)
     return host is not None and host.status.connection is HostConnection.UP
@@ -251,22 +266,33 @@ async def _spool(chunks: AsyncIterable[bytes], spool: BinaryIO, limit: int) -> t
     return digest.hexdigest(), size
 
 
-async def _convert(source: str, target: str) -> None:
-    """A VMDK (from an OVA or a VMware export) into qcow2, with QEMU's own converter."""
+async def convert_to_qcow2(source: str, target: str) -> int:
+    """A VMDK (from an OVA or a VMware export) into qcow2, with QEMU's own converter; its virtual
+    size. A VMDK that names any file but itself (extents, a parent) is refused: its names are
+    the sender's, and would be read on the server."""
+    info = json.loads(await _qemu_img("info", "--output=json", "-f", "vmdk", source))
+    extents = info.get("format-specific", {}).get("data", {}).get("extents", [])
+    if info.get("backing-filename") or any(e.get("filename") != source for e in extents):
+        raise Invalid("ConversionFailed", "the VMDK refers to other files; only a VMDK of one file is taken")
+    await _qemu_img("convert", "-q", "-f", "vmdk", "-O", "qcow2", source, target)
+    return int(info.get("virtual-size", 0))
+
+
+async def _qemu_img(*args: str) -> bytes:
     try:
         process = await asyncio.create_subprocess_exec(
-            "qemu-img", "convert", "-q", "-f", "vmdk", "-O", "qcow2", source, target,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            "qemu-img", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
     except FileNotFoundError:
         raise Refused("ConversionUnavailable", "qemu-img is not installed on the server") from None
-    _, error = await process.communicate()
+    output, error = await process.communicate()
     if process.returncode != 0:
         why = error.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
         raise Invalid("ConversionFailed", f"the VMDK could not be converted to qcow2: {why[0]}")
+    return output
 
 
-def _digest_of(path: str) -> tuple[str, int]:
+def digest_of(path: str) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as file:

@@ -30,9 +30,17 @@ from virtplane.domain.clones import (
     snapshot_volumes,
     template_volumes,
 )
-from virtplane.domain.errors import Invalid
+from virtplane.domain.errors import DomainError, Invalid
+from virtplane.domain.linked import linked_refusal, saved_disk_refusal
 from virtplane.domain.names import BATCH_LABEL
-from virtplane.domain.resources import RunPolicy, VirtualMachine, VirtualMachineSnapshot, Volume, VolumeSpec
+from virtplane.domain.resources import (
+    RunPolicy,
+    StoragePool,
+    VirtualMachine,
+    VirtualMachineSnapshot,
+    Volume,
+    VolumeSpec,
+)
 from virtplane.store.errors import AlreadyExists
 
 router = APIRouter(tags=["VirtualMachine"])
@@ -54,6 +62,12 @@ class CreateVMs(Strict):
         description="A VM to copy: a template (spec.template), or a stopped VM (a clone). Each new VM "
         "gets a full copy of each of its disks, its spec without its MACs and addresses, a new "
         "cloud-init instance id (its own uid), and none of its annotations.",
+    )
+    linked: bool = Field(
+        default=False,
+        description="With a template or a snapshot: each disk a linked clone (a qcow2 overlay whose backing "
+        "file is the template's disk or the snapshot's saved one, in its shared pool) instead of a full "
+        "copy; refused (422, saying why) where that cannot be made.",
     )
     snapshot: Name | None = Field(
         default=None,
@@ -84,23 +98,41 @@ class CreatedVMs(BaseModel):
     batch: str = Field(description=f"The value of the label {BATCH_LABEL} on every object made.")
 
 
-def _template_of(ctx: ApiContext, name: str) -> tuple[CopySource, list[NewVolume]]:
+def _template_of(ctx: ApiContext, name: str, linked: bool) -> tuple[CopySource, list[NewVolume]]:
     template = ctx.store.find(VirtualMachine, name)
     if template is None:
         raise Invalid("VMNotFound", f"template: VM {name} does not exist")
     volumes = {d.volume: ctx.store.find(Volume, d.volume) for d in template.spec.disks}
-    refusal = clone_source_refusal(template, volumes)
+    refusal: DomainError | None = clone_source_refusal(template, volumes)
+    for volume in volumes.values() if linked and refusal is None else ():
+        assert volume is not None  # clone_source_refusal found each
+        disk = volume.metadata.name
+        users = [
+            vm
+            for vm in ctx.store.list_objects(VirtualMachine)
+            if any(d.volume == disk for d in vm.spec.disks)
+        ]
+        pool = ctx.store.find(StoragePool, volume.spec.pool)
+        refusal = refusal or linked_refusal(volume, pool, volume.spec.pool, users)
     if refusal is not None:
         raise refusal
-    return CopySource(name, template.spec), template_volumes(template, volumes)
+    return CopySource(name, template.spec), template_volumes(template, volumes, linked=linked)
 
 
-def _snapshot_of(ctx: ApiContext, name: str) -> tuple[CopySource, list[NewVolume]]:
+def _snapshot_of(ctx: ApiContext, name: str, linked: bool) -> tuple[CopySource, list[NewVolume]]:
     snapshot = ctx.store.find(VirtualMachineSnapshot, name)
     if snapshot is None:
         raise Invalid("SnapshotNotFound", f"snapshot: snapshot {name} does not exist")
     captured = snapshot.status.captured.spec.disks if snapshot.status.captured else []
-    return snapshot_volumes(snapshot, {d.volume: ctx.store.find(Volume, d.volume) for d in captured})
+    volumes = {d.volume: ctx.store.find(Volume, d.volume) for d in captured}
+    source, copies = snapshot_volumes(snapshot, volumes, linked=linked)
+    for copy in copies if linked else ():
+        saved = copy.spec.source.volume if copy.spec.source else ""
+        pool = ctx.store.find(StoragePool, copy.spec.pool)
+        refusal = saved_disk_refusal(name, saved or "", pool, copy.spec.pool, copy.spec.pool)
+        if refusal is not None:
+            raise refusal
+    return source, copies
 
 
 def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
@@ -110,10 +142,15 @@ def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
         raise Invalid("Invalid", "give a template or a snapshot, not both")
     source: CopySource | None = None
     copies: list[NewVolume] = []
+    if body.linked and not (body.template or body.snapshot):
+        raise Invalid(
+            "LinkedNeedsTemplate",
+            "linked: a linked clone is an overlay on a template's or a snapshot's disks",
+        )
     if body.template:
-        source, copies = _template_of(ctx, body.template)
+        source, copies = _template_of(ctx, body.template, body.linked)
     elif body.snapshot:
-        source, copies = _snapshot_of(ctx, body.snapshot)
+        source, copies = _snapshot_of(ctx, body.snapshot, body.linked)
     blueprints = [*copies, *(NewVolume(v.suffix, v.spec, v.boot_order) for v in body.volumes)]
     # a copy never takes the template's AlwaysOff: the request's policy, its spec's, else Manual
     policy = body.run_policy or (
@@ -135,7 +172,7 @@ def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
     return planned
 
 
-async def _create_vms(ctx: ApiContext, body: CreateVMs, dry_run: bool, principal: Principal) -> CreatedVMs:
+async def create_vms_as(ctx: ApiContext, body: CreateVMs, dry_run: bool, principal: Principal) -> CreatedVMs:
     batch = uuid.uuid4().hex[:12]
     planned = await admit_on_loop(ctx, _plan, ctx, body, batch)
     items: list[dict[str, Any]] = []
@@ -159,7 +196,7 @@ async def create_vms(
     principal: Principal = Depends(require(Role.OPERATOR)),
 ) -> CreatedVMs:
     ctx: ApiContext = request.app.state.ctx
-    return await _create_vms(ctx, body, dry_run, principal)
+    return await create_vms_as(ctx, body, dry_run, principal)
 
 
-__all__ = ["router"]
+__all__ = ["CreateVMs", "VolumeBlueprint", "create_vms_as", "router"]

@@ -24,6 +24,12 @@ class VolumeSource(Strict):
         description="Another Volume to copy whole (a disk of a template or of a stopped VM): a clone; "
         "with ``snapshot``, the volume whose saved disk is copied.",
     )
+    linked: bool = Field(
+        default=False,
+        description="A linked clone: a qcow2 overlay whose backing file is ``volume`` (a template's disk) "
+        "or, with ``snapshot``, the disk it saved, in the same shared pool, instead of a full copy. "
+        "That volume or snapshot cannot be deleted while a linked clone uses it.",
+    )
 
 
 class VolumeSpec(Strict):

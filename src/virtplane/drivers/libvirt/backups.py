@@ -20,23 +20,9 @@ from virtplane.drivers.backups import BackupJob, BackupJobState, BackupRequest, 
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt, storage
 from virtplane.drivers.libvirt.calls import LibvirtCalls
-from virtplane.drivers.libvirt.domain_xml import parse_domain_xml
+from virtplane.drivers.libvirt.domain_xml import parse_domain_xml, volume_xml
 
 _BACKUP_OPERATION = 9  # VIR_DOMAIN_JOB_OPERATION_BACKUP (libvirt >= 6.0)
-
-
-def overlay_volume_xml(name: str, capacity_bytes: int, backing_path: str | None) -> str:
-    volume = ET.Element("volume")
-    ET.SubElement(volume, "name").text = name
-    ET.SubElement(volume, "capacity", unit="bytes").text = str(capacity_bytes)
-    target = ET.SubElement(volume, "target")
-    ET.SubElement(target, "format", type="qcow2")
-    ET.SubElement(target, "compat").text = "1.1"
-    if backing_path is not None:
-        backing = ET.SubElement(volume, "backingStore")
-        ET.SubElement(backing, "path").text = backing_path
-        ET.SubElement(backing, "format", type="qcow2")
-    return ET.tostring(volume, encoding="unicode")
 
 
 def job_xml(all_devs: list[str], targets: dict[str, str], incremental_from: str | None) -> str:
@@ -99,7 +85,7 @@ def _target_volume(pool: Any, disk: DiskBackup) -> str:
     leftover = storage.lookup_volume(pool, disk.volume)
     if leftover is not None:
         leftover.delete(0)
-    backing = None
+    backing = ""
     if disk.base_volume is not None:
         base = storage.lookup_volume(pool, disk.base_volume)
         if base is None:
@@ -107,7 +93,7 @@ def _target_volume(pool: Any, disk: DiskBackup) -> str:
                 f"the previous backup's volume {disk.base_volume!r} is missing from the target"
             )
         backing = str(base.path())
-    return str(pool.createXML(overlay_volume_xml(disk.volume, disk.size_bytes, backing), 0).path())
+    return str(pool.createXML(volume_xml(disk.volume, disk.size_bytes, backing=backing), 0).path())
 
 
 def backup_job(conn: Any, name: str) -> BackupJob:

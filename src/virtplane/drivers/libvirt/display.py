@@ -4,8 +4,9 @@ The domains' VNC servers listen nowhere (``domain_xml``: ``<listen type='none'/>
 asks QEMU for a new client connection and passes its end of a socket pair back over the
 libvirt connection itself, so nothing on the host or the network can connect to a screen
 but through libvirt. Passing a file descriptor needs a connection over a local UNIX socket
-(``qemu:///system``, ``qemu+unix://``), so for any other URI ``Unsupported`` is said before
-libvirt is asked (screenshots stream over any connection): over ``qemu+ssh`` the client's
+(``qemu:///system``, ``qemu+unix://``), so it is never asked for over any other URI (a
+``qemu+ssh`` host's screen is its VNC socket through ssh, ``display_ssh``; a ``qemu+tls``
+host's is ``Unsupported``; screenshots stream over any connection): over ``qemu+ssh`` the client's
 end is a socket pair to ssh, so libvirt believes it can take the descriptor, the daemon
 sends it to ssh's netcat, which drops it, and the whole connection to the host is lost
 (seen on the rig: "I/O error"), which must not follow from opening a screen. SKIPAUTH: the control plane

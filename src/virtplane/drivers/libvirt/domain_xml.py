@@ -111,6 +111,10 @@ class XmlOptions:
     """A VGA card and a VNC server that listens nowhere (``<listen type='none'/>``): only
     ``virDomainOpenGraphicsFD`` reaches it, through libvirt, so no port and no password. A
     field for the same reason as ``guest_agent``; the test driver has no graphics to open."""
+    screen_socket: bool = False
+    """The VNC server listens on a UNIX socket libvirt places in the domain's private directory
+    (``<listen type='socket'/>``) instead of nowhere: a host reached over ssh, where the screen
+    is reached through that socket over ssh (``display_ssh``). Never a TCP port."""
 
 
 TEST_DRIVER_OPTIONS = XmlOptions(
@@ -280,7 +284,8 @@ def build_domain_xml(
         _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
     if options.screen:
         graphics = _sub(devices, "graphics", type="vnc")
-        _sub(graphics, "listen", type="none")  # never a TCP port, not even on the host's loopback
+        # never a TCP port, not even on the host's loopback
+        _sub(graphics, "listen", type="socket" if options.screen_socket else "none")
         # std VGA: the firmware's and the kernel's text show before any guest driver loads
         _sub(_sub(devices, "video"), "model", type="vga")
         if options.machine == "q35":
@@ -375,7 +380,8 @@ def parse_stop_request(xml: str) -> bool:
     return ET.fromstring(xml).get("requested") == "yes"
 
 
-def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2") -> str:
+def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2", *, backing: str = "") -> str:
+    """``backing``: the path of a qcow2 file the new volume is an overlay on (a linked clone)."""
     volume = ET.Element("volume")
     _sub(volume, "name", name)
     _sub(volume, "capacity", str(capacity_bytes), unit="bytes")
@@ -385,6 +391,10 @@ def volume_xml(name: str, capacity_bytes: int, fmt: str = "qcow2") -> str:
         # v3: libvirt 9.0 makes v2 (0.10) files by default, and those cannot keep the dirty
         # bitmaps an incremental backup's checkpoint needs ("Cannot store dirty bitmaps in qcow2 v2")
         _sub(target, "compat", "1.1")
+    if backing:
+        store = _sub(volume, "backingStore")
+        _sub(store, "path", backing)
+        _sub(store, "format", type="qcow2")
     return ET.tostring(volume, encoding="unicode")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from virtplane.drivers.base import Capability
+from virtplane.drivers.libvirt.display_ssh import is_ssh
 from virtplane.drivers.libvirt.domain_xml import TEST_DRIVER_OPTIONS, XmlOptions
 
 
@@ -94,7 +95,8 @@ def flavor_for(uri: str, domain_type: str = "qemu") -> HypervisorFlavor:
     (libvirt's test driver runs only its own "test" domains, whatever is asked)."""
     if uri.split(":", 1)[0] == "test":
         return TEST_DRIVER
-    return replace(QEMU, xml=replace(QEMU.xml, domain_type=domain_type))
+    over_ssh = is_ssh(uri)  # its screens are reached through a socket over ssh (display_ssh)
+    return replace(QEMU, xml=replace(QEMU.xml, domain_type=domain_type, screen_socket=over_ssh))
 
 
 __all__ = ["QEMU", "TEST_DRIVER", "HypervisorFlavor", "flavor_for"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from virtplane.drivers.base import Capability, ConsoleStream, DisplayStream, DomainInfo, DomainSpec
 from virtplane.drivers.errors import PermanentError, Unsupported
-from virtplane.drivers.libvirt import _libvirt, console, display, images, stop_requests
+from virtplane.drivers.libvirt import _libvirt, console, display, display_ssh, images, stop_requests
 from virtplane.drivers.libvirt.bridges import check_vlans, host_bridges
 from virtplane.drivers.libvirt.calls import LibvirtCalls
 from virtplane.drivers.libvirt.domain import LibvirtDomain
@@ -176,11 +176,14 @@ class DomainLifecycle(LibvirtCalls):
 
     async def open_display(self, name: str) -> DisplayStream:
         self._require_screens()
+        if display_ssh.is_ssh(self._uri):
+            path = await self._call(lambda conn: display_ssh.vnc_socket(LibvirtDomain.lookup(conn, name)))
+            return await display_ssh.open_over_ssh(self._uri, path)
         if not display.passes_descriptors(self._uri):
             raise Unsupported(
-                f"libvirt hands over a connection to a VM's screen only on a local UNIX socket "
-                f"(qemu:///system, qemu+unix://), not over {self._uri.partition(':')[0]}; "
-                "its screenshot works"
+                f"a VM's screen is reached over a local UNIX socket or over ssh, not over "
+                f"{self._uri.partition(':')[0]}: reach this host as qemu+ssh:// for a live screen "
+                "(its screenshot works as it is)"
             )
         fd = await self._call(lambda conn: display.graphics_fd(LibvirtDomain.lookup(conn, name)))
         try:

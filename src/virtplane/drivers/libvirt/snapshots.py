@@ -20,10 +20,14 @@ class SnapshotOperations(DomainLifecycle):
             lambda conn: storage.snapshot_volume(conn, pool, name, snapshot_id, live_backup=live_backup)
         )
 
-    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+    async def copy_volume_snapshot(
+        self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
+    ) -> VolumeInfo:
         can_resize = Capability.VOLUME_RESIZE in self.capabilities
         return await self._call(
-            lambda conn: storage.copy_snapshot(conn, pool, name, size_gib, handle, can_resize=can_resize)
+            lambda conn: storage.copy_snapshot(
+                conn, pool, name, size_gib, handle, can_resize=can_resize, linked=linked
+            )
         )
 
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:

@@ -144,8 +144,10 @@ def create_volume(
     source_capacity: int = 0,
     *,
     can_resize: bool,
+    linked: bool = False,
 ) -> VolumeInfo:
-    """``source``: a library volume the caller has just checked (``images.check_image``)."""
+    """``source``: a library volume the caller has just checked (``images.check_image``);
+    ``linked``: a qcow2 overlay on it (its backing file) instead of a copy."""
     check_name("volume name", name)
     if size_gib < 1:
         raise PermanentError(f"volume size must be at least 1 GiB, got {size_gib}")
@@ -156,6 +158,8 @@ def create_volume(
     if source is None:
         return volume_info(pool.createXML(volume_xml(name, size_gib * GIB), 0))
     capacity = max(size_gib * GIB, source_capacity)
+    if linked:
+        return volume_info(pool.createXML(volume_xml(name, capacity, backing=str(source.path())), 0))
     return volume_info(_clone(pool, name, source, capacity, can_resize=can_resize))
 
 
@@ -288,9 +292,10 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
 
 
 def copy_snapshot(
-    conn: Any, ref: PoolRef, name: str, size_gib: int, handle: str, *, can_resize: bool
+    conn: Any, ref: PoolRef, name: str, size_gib: int, handle: str, *, can_resize: bool, linked: bool = False
 ) -> VolumeInfo:
-    """A new volume ``name`` in ``ref`` cloned from the disk snapshot ``handle`` (its path)."""
+    """A new volume ``name`` in ``ref`` cloned from the disk snapshot ``handle`` (its path), or
+    ``linked``: a qcow2 overlay on it."""
     check_name("volume name", name)
     snapshot = volume_by_path(conn, handle)
     if snapshot is None:
@@ -300,6 +305,8 @@ def copy_snapshot(
     if existing is not None:
         return volume_info(existing)  # idempotent: made by an earlier, interrupted call
     capacity = max(size_gib * GIB, int(snapshot.info()[1]))
+    if linked:
+        return volume_info(pool.createXML(volume_xml(name, capacity, backing=str(snapshot.path())), 0))
     return volume_info(_clone(pool, name, snapshot, capacity, can_resize=can_resize))
 
 

@@ -17,7 +17,7 @@ class VolumeOperations(LibvirtCalls):
         return await self._call(lambda conn: self._check_image(conn, image)[1])
 
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
     ) -> VolumeInfo:
         can_resize = Capability.VOLUME_RESIZE in self.capabilities
 
@@ -26,7 +26,9 @@ class VolumeOperations(LibvirtCalls):
             if source is not None:
                 vol, info = self._check_image(conn, source)
                 capacity = info.virtual_size_bytes
-            return storage.create_volume(conn, pool, name, size_gib, vol, capacity, can_resize=can_resize)
+            return storage.create_volume(
+                conn, pool, name, size_gib, vol, capacity, can_resize=can_resize, linked=linked
+            )
 
         return await self._call(create)
 

@@ -365,8 +365,8 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
 
     @_entry_point
     async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None
-    ) -> VolumeInfo:
+        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
+    ) -> VolumeInfo:  # a linked clone reads as its backing volume does, as a copy would
         return self._world.storage.create_volume(self._host().name, pool, name, size_gib, source)
 
     @_entry_point
@@ -395,7 +395,9 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
         return self._world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 
     @_entry_point
-    async def copy_volume_snapshot(self, pool: PoolRef, name: str, size_gib: int, handle: str) -> VolumeInfo:
+    async def copy_volume_snapshot(
+        self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
+    ) -> VolumeInfo:  # linked: read as the saved disk, as a copy
         return self._world.storage.copy_snapshot(self._host().name, pool, name, size_gib, handle)
 
     @_entry_point
