@@ -150,6 +150,12 @@ def _sort_key(figures: dict[str, Any], sort: str) -> float:
     return float(sum(figures.get(metric) or 0.0 for metric in SORTS[sort]))
 
 
+def _ranked(rows: list[dict[str, Any]], sort: str, limit: int, interval_s: float) -> dict[str, Any]:
+    """``top``'s answer: the busiest ``limit`` rows by ``sort``, ties by name."""
+    rows.sort(key=lambda row: (-_sort_key(row, sort), row["name"]))
+    return {"interval_s": interval_s, "sort": sort, "total": len(rows), "items": rows[:limit]}
+
+
 def _checked_sort(sort: str) -> str:
     if sort not in SORTS:
         raise ApiError(422, "Invalid", f"sort={sort!r}: one of {', '.join(SORTS)}")
@@ -175,8 +181,7 @@ async def top_vms(
         {"name": vm.vm, "host": vm.host, **_figures(vm.rates.values, VM_METRICS)}
         for vm in history.current_vms()
     ]
-    rows.sort(key=lambda row: (-_sort_key(row, sort), row["name"]))
-    return {"interval_s": history.interval_s, "sort": sort, "total": len(rows), "items": rows[:limit]}
+    return _ranked(rows, sort, limit, history.interval_s)
 
 
 @router.get(
@@ -195,5 +200,4 @@ async def top_hosts(
     _checked_sort(sort)
     history = _history(ctx)
     rows = [{"name": host.host, **_figures(host.values, HOST_METRICS)} for host in history.current_hosts()]
-    rows.sort(key=lambda row: (-_sort_key(row, sort), row["name"]))
-    return {"interval_s": history.interval_s, "sort": sort, "total": len(rows), "items": rows[:limit]}
+    return _ranked(rows, sort, limit, history.interval_s)
