@@ -97,6 +97,10 @@ class VirtualMachineBackupStatus(BaseModel):
         default=None, description="Made by this backup on the VM's host (none for a stopped VM's copy)."
     )
     host: str | None = None
+    begun: bool = Field(default=False, description="The hypervisor's backup job was started.")
+    cleanup_pending: bool = Field(
+        default=False, description="A failed backup's checkpoint and volumes are still to be removed."
+    )
     consistency: SnapshotConsistency | None = None
     consistency_reason: str = ""
     disks: list[BackupDisk] = Field(default_factory=list)
