@@ -7,15 +7,21 @@ import re
 
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, eventually_sync
 from virtplane.domain.resources import (
     BackupPhase,
     BackupTarget,
     BackupTargetSpec,
     Disk,
     Metadata,
+    PoolKind,
     RunPolicy,
+    StoragePool,
+    StoragePoolSpec,
     VirtualMachineBackup,
+    Volume,
+    VolumePhase,
+    VolumeSpec,
 )
 
 from .conftest import Invoke, RecordingTransport, add_host, add_vm, wait_phase
@@ -23,9 +29,24 @@ from .conftest import Invoke, RecordingTransport, add_host, add_vm, wait_phase
 
 @pytest.fixture(autouse=True)
 def world(server: LiveServer) -> None:
-    """node-1 runs run-1; backup target nightly is in its cluster."""
+    """node-1 runs run-1 (one disk on a shared pool); backup target nightly is in its cluster."""
     add_host(server, "node-1")
-    add_vm(server, "run-1", RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY)
+    server.store.create(
+        StoragePool(
+            metadata=Metadata(name="shared"),
+            spec=StoragePoolSpec(kind=PoolKind.SHARED, cluster="default", capacity_gib=10),
+        )
+    )
+    server.store.create(
+        Volume(metadata=Metadata(name="run-1-root"), spec=VolumeSpec(pool="shared", size_gib=1))
+    )
+    eventually_sync(lambda: server.store.get(Volume, "run-1-root").status.phase is VolumePhase.READY)
+    add_vm(
+        server,
+        "run-1",
+        RunPolicy.ALWAYS_ON_UNLESS_STOPPED_MANUALLY,
+        disks=[Disk(volume="run-1-root", boot_order=1)],
+    )
     wait_phase(server, "run-1", "Running")
     server.store.create(
         BackupTarget(metadata=Metadata(name="nightly"), spec=BackupTargetSpec(path="/srv/b", capacity_gib=10))

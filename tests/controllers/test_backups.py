@@ -221,3 +221,41 @@ async def test_deleting_a_backup_removes_its_volumes(plane: ControlPlane) -> Non
     await eventually(lambda: plane.store.find(VirtualMachineBackup, "b1") is None)
     with pytest.raises(Exception, match="no volume"):
         plane.sim.read_volume(path)
+
+
+async def test_a_vm_without_disks_has_nothing_to_back_up(plane: ControlPlane) -> None:
+    await world(plane)
+    plane.store.create(
+        VirtualMachine(
+            metadata=Metadata(name="bare"), spec=VirtualMachineSpec(run_policy=RunPolicy.ALWAYS_OFF)
+        )
+    )
+    plane.store.create(
+        VirtualMachineBackup(
+            metadata=Metadata(name="b0"), spec=VirtualMachineBackupSpec(vm="bare", target="t")
+        )
+    )
+    failed = await eventually(
+        lambda: backup(plane, "b0") if backup(plane, "b0").status.phase is BackupPhase.FAILED else None
+    )
+    assert failed.status.message == "VM bare has no disks to back up"
+
+
+def test_a_target_is_woken_by_its_backups_volumes_not_by_their_progress() -> None:
+    from virtplane.controllers.backup_targets import CONTROLLER as TARGETS
+    from virtplane.domain.resources import BackupDisk
+    from virtplane.reconcile.types import Request
+
+    [watch] = [w for w in TARGETS.watches if w.kind == VirtualMachineBackup.KIND]
+    planned = VirtualMachineBackup(
+        metadata=Metadata(name="b"), spec=VirtualMachineBackupSpec(vm="a", target="t")
+    )
+    planned.status.disks = [BackupDisk(volume="a-root", backup_volume="x.qcow2", size_bytes=1024**3)]
+    progressed = planned.model_copy(deep=True)
+    progressed.status.processed_bytes = 1024
+    fresh = VirtualMachineBackup(
+        metadata=Metadata(name="b"), spec=VirtualMachineBackupSpec(vm="a", target="t")
+    )
+    assert list(watch.map(None, planned, progressed)) == []  # type: ignore[arg-type]
+    assert list(watch.map(None, fresh, planned)) == [Request(BackupTarget.KIND, "t")]  # type: ignore[arg-type]
+    assert list(watch.map(None, planned, None)) == [Request(BackupTarget.KIND, "t")]  # type: ignore[arg-type]

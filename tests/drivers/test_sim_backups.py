@@ -119,6 +119,8 @@ async def test_one_job_per_domain_and_none_during_a_migration() -> None:
     assert cloud.read_volume("sim://backups/vm-1-root.cp-1") == ""  # left for the caller to delete
     with pytest.raises(PermanentError, match="not found"):
         await h1.begin_backup(request("cp-2", since="cp-gone", base="vm-1-root.cp-1"))
+    with pytest.raises(PermanentError, match="no disks selected for backup"):  # as libvirt
+        await h1.begin_backup(BackupRequest(NAME, TARGET, "cp-3", ()))
 
 
 async def test_a_domain_that_stops_fails_its_job_and_a_stopped_one_cannot_begin() -> None:

@@ -128,10 +128,18 @@ def _targets_of_host(cache: Cache, old: Resource | None, new: Resource | None) -
 
 
 def _target_of_backup(_: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
-    return [
-        Request(BackupTarget.KIND, b.spec.target)
-        for b in {id(x): x for x in (old, new) if isinstance(x, VirtualMachineBackup)}.values()
-    ]
+    """A backup that comes, goes or plans its volumes (what the target's used space counts), not
+    each write of its progress."""
+    if (
+        isinstance(old, VirtualMachineBackup)
+        and isinstance(new, VirtualMachineBackup)
+        and old.status.disks == new.status.disks
+    ):
+        return []
+    backup = new or old
+    return (
+        [Request(BackupTarget.KIND, backup.spec.target)] if isinstance(backup, VirtualMachineBackup) else []
+    )
 
 
 CONTROLLER = Registration(

@@ -153,6 +153,8 @@ class BackupReconciler:
                 backup.status.message = message
                 await ctx.write(backup)
             return Result(requeue_after=5.0)
+        if not vm.spec.disks:
+            return await self._fail(backup, f"VM {vm.metadata.name} has no disks to back up")
         disks = []
         for disk in vm.spec.disks:
             volume = ctx.read(Volume, disk.volume)

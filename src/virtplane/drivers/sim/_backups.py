@@ -58,6 +58,8 @@ class SimBackups:
             raise TransientError(f"domain {domain.name} is migrating: back it up once it has landed")
         if domain.state not in _LIVE:
             raise NotRunning(f"domain {domain.name} is not running: copy its volumes instead")
+        if not request.disks:  # as libvirt: "no disks selected for backup"
+            raise PermanentError(f"domain {domain.name}: no disks selected for backup")
         self.settle(domain)
         if domain.backup is not None and domain.backup.state is BackupJobState.RUNNING:
             raise TransientError(f"a backup job runs on domain {domain.name} already")
