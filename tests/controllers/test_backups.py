@@ -155,6 +155,10 @@ async def test_after_a_migration_the_next_backup_is_full_and_says_why(plane: Con
     await world(plane)
     first = await take(plane, "b1")
     assert first.status.phase is BackupPhase.SUCCEEDED
+    assert first.status.consistency is SnapshotConsistency.CRASH_CONSISTENT
+    assert (
+        first.status.consistency_reason == "no guest agent is connected: the disks are as after a power cut"
+    )
     moved = await wait_op(plane, operate(plane, "a", OperationType.MIGRATE), timeout=30)
     assert moved.status.phase is OperationPhase.COMPLETED, moved.status.message
     second = await take(plane, "b2")

@@ -286,22 +286,16 @@ class BackupReconciler:
         self, backup: VirtualMachineBackup, vm: VirtualMachine, driver: HypervisorDriver, dname: str
     ) -> bool:
         """Freeze the guest's filesystems for the job's start where its agent answers; whether it did."""
-        crash = SnapshotConsistency.CRASH_CONSISTENT
-        status = backup.status
-        if vm.status.phase is VMPhase.PAUSED:
-            status.consistency, status.consistency_reason = (
-                crash,
-                "the VM is paused: its agent cannot freeze it",
-            )
-            return False
+        status, crash = backup.status, SnapshotConsistency.CRASH_CONSISTENT
+        status.consistency, status.consistency_reason = crash, "the VM is paused: its agent cannot freeze it"
         try:
+            if vm.status.phase is VMPhase.PAUSED:
+                return False
             if not await driver.agent_connected(dname):
-                status.consistency = crash
                 status.consistency_reason = "no guest agent is connected: the disks are as after a power cut"
                 return False
             count = await driver.freeze_filesystems(dname)
         except DriverError as exc:
-            status.consistency = crash
             status.consistency_reason = f"the guest agent did not freeze the filesystems: {exc}"
             return False
         status.consistency = SnapshotConsistency.FILESYSTEM_FROZEN
