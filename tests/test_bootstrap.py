@@ -11,6 +11,8 @@ from virtplane.bootstrap import CONFLICT_REQUEUE_S, one_reconcile
 from virtplane.controllers.host import ALLOCATION_BATCH_S, HostReconciler
 from virtplane.controllers.watch import requests_for
 from virtplane.domain.resources import (
+    BackupTarget,
+    BackupTargetSpec,
     Host,
     HostConnection,
     HostMaintenance,
@@ -27,6 +29,8 @@ from virtplane.domain.resources import (
     StoragePool,
     StoragePoolSpec,
     VirtualMachine,
+    VirtualMachineBackup,
+    VirtualMachineBackupSpec,
     VirtualMachineOperation,
     VirtualMachineOperationSpec,
     VirtualMachineSnapshot,
@@ -205,6 +209,8 @@ OWN_OBJECTS = [
     ),
     VirtualMachineSnapshot(metadata=Metadata(name="x"), spec=VirtualMachineSnapshotSpec(vm="v")),
     HostMaintenance(metadata=Metadata(name="x"), spec=HostMaintenanceSpec(host="x")),
+    BackupTarget(metadata=Metadata(name="x"), spec=BackupTargetSpec(path="/srv/b", capacity_gib=1)),
+    VirtualMachineBackup(metadata=Metadata(name="x"), spec=VirtualMachineBackupSpec(vm="v", target="t")),
 ]
 
 

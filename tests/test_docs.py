@@ -91,7 +91,7 @@ def _repo_copy(tmp_path: Path) -> Path:
     [
         ("Raise `host.liveness.disconnect_after_s` on a slow network.", "host.liveness.disconnect_after_s"),
         ("Every `migration.retry.*` setting applies.", "migration.retry.*"),
-        ("```yaml\nkind: VirtualMachineBackup\nmetadata: {name: b}\n```", "VirtualMachineBackup"),
+        ("```yaml\nkind: VirtualMachineReplica\nmetadata: {name: b}\n```", "VirtualMachineReplica"),
         ("Redfish fencing is in progress and not part of this release.", "not part of this release"),
         ("Stop it with `virtplane vm halt web-1`.", "no command halt"),
         ("Follow them with `virtplane events --tail`.", "no option --tail"),

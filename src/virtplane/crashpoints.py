@@ -39,6 +39,9 @@ POINTS = (
     "maintenance.cancelling",  # the cancel is under way, no VM released and the host not moved yet
     "maintenance.host-returned",  # the host is back in service, the VMs not released yet
     "maintenance.vm-released",  # a VM maintenance stopped is released, not started yet
+    "backup.planned",  # mode, checkpoint name and host are stored, the job not begun
+    "backup.begun",  # the hypervisor's job runs (its checkpoint made), recorded on the backup
+    "backup.failed",  # the failure is stored, its checkpoint and volumes not yet removed
     "upgrade.before-commit",  # the store's upgrade done and backed up, its transaction not committed
 )
 

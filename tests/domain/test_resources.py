@@ -111,4 +111,6 @@ def test_every_kind_has_a_unique_plural() -> None:
         "settings",
         "secrets",
         "maintenances",
+        "backuptargets",
+        "backups",
     }

@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import libvirt_or_skip
 from virtplane.domain.resources import ExitReason
+from virtplane.drivers.backups import BackupJob, BackupJobState, BackupRequest, DiskBackup
 from virtplane.drivers.base import (
     Capability,
     ConsoleStream,
@@ -36,6 +37,8 @@ from virtplane.drivers.base import (
 from virtplane.drivers.errors import ConsoleBusy, NotFound, NotRunning, PermanentError, Unsupported
 
 from .conftest import eventually, wait_for
+
+GIB = 1024**3
 
 
 @dataclass
@@ -312,3 +315,57 @@ async def test_a_volume_copied_from_a_disk_snapshot(harness: Harness) -> None:
     await d.delete_volume_snapshot(handle)
     with pytest.raises(NotFound):
         await d.copy_volume_snapshot(pool, "from-gone", 1, handle)
+
+
+async def test_backups_full_then_incremental_with_checkpoints_where_declared(harness: Harness) -> None:
+    """Push-mode backups (issue 36): a full one, a retried begin that starts nothing, an
+    incremental that copies less, checkpoints kept across a stop and start and dropped by
+    undefine, their definitions taken to another host."""
+    d, pool = harness.driver, harness.pool
+    root = await d.create_volume(pool, "bk-root", 1)
+    spec = await running(harness, "vm-bk", disks=(DiskAttachment(path=root.path),))
+    target = PoolRef(name="contract-backups", path="/srv/contract-backups", shared=True)
+
+    def request(checkpoint: str, since: str | None = None) -> BackupRequest:
+        base = None if since is None else f"bk-root.{since}"
+        disk = DiskBackup(
+            disk_path=root.path, volume=f"bk-root.{checkpoint}", size_bytes=GIB, base_volume=base
+        )
+        return BackupRequest(spec.name, target, checkpoint, (disk,), incremental_from=since)
+
+    if Capability.BACKUP not in d.capabilities:
+        with pytest.raises(Unsupported):
+            await d.begin_backup(request("cp-1"))
+        with pytest.raises(Unsupported):
+            await d.checkpoints(spec.name)
+        return
+
+    async def ended() -> BackupJob:
+        return await eventually(
+            lambda: d.backup_job(spec.name), lambda j: j.state is not BackupJobState.RUNNING
+        )
+
+    assert (await d.backup_job(spec.name)).state is BackupJobState.UNKNOWN
+    await d.begin_backup(request("cp-1"))
+    full = await ended()
+    assert full.state is BackupJobState.SUCCEEDED and full.processed_bytes == full.total_bytes > 0
+    await d.begin_backup(request("cp-1"))  # a retry after a lost answer: nothing new begins
+    assert await d.checkpoints(spec.name) == ("cp-1",)
+    await d.begin_backup(request("cp-2", since="cp-1"))
+    incremental = await ended()
+    assert incremental.state is BackupJobState.SUCCEEDED and incremental.total_bytes < full.total_bytes
+    await d.destroy(spec.name)
+    await d.start(spec.name)
+    assert await d.checkpoints(spec.name) == ("cp-1", "cp-2"), "kept across a stop and start"
+    definitions = await d.checkpoint_definitions(spec.name)
+    await harness.target.ensure_defined(spec)
+    await harness.target.redefine_checkpoints(spec.name, definitions)
+    assert await harness.target.checkpoints(spec.name) == ("cp-1", "cp-2")
+    await d.delete_checkpoint(spec.name, "cp-1")
+    await d.delete_checkpoint(spec.name, "cp-1")  # a missing one is no error
+    assert await d.checkpoints(spec.name) == ("cp-2",)
+    await d.destroy(spec.name)
+    await state_of(d, spec.name, DomainState.SHUTOFF)
+    await d.undefine(spec.name)
+    await d.ensure_defined(spec)
+    assert await d.checkpoints(spec.name) == (), "dropped with the domain"

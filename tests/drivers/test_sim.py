@@ -33,7 +33,7 @@ from virtplane.drivers.base import (
     PoolRef,
     domain_name,
 )
-from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError, TransientError, Unsupported
+from virtplane.drivers.errors import HostUnreachable, NotFound, PermanentError, TransientError
 from virtplane.drivers.sim import CONVERGENCE_MIB, FaultKind, SimCloud, SimDriver, SimFaultError
 from virtplane.drivers.sim._precopy import DiskCopy, Migration
 
@@ -158,10 +158,7 @@ async def let_ticks_pass(source: SimDriver, target: SimDriver, ticks: int) -> No
 async def test_driver_satisfies_the_protocol_and_declares_capabilities(h1: SimDriver) -> None:
     assert isinstance(h1, HypervisorDriver)
     assert h1.uri == "sim://h1"
-    # backups come to the simulator with their controllers (issue 36); until then it says so
-    assert h1.capabilities == frozenset(Capability) - {Capability.BACKUP}
-    with pytest.raises(Unsupported, match="backup"):
-        await h1.backup_job("any")
+    assert h1.capabilities == frozenset(Capability)
     facts = await h1.host_facts()
     assert (facts.hostname, facts.vcpus, facts.memory_mib) == ("h1", 8, 8192)
 

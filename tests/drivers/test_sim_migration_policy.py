@@ -218,4 +218,4 @@ def test_a_state_file_of_schema_3_gets_the_policy_column(tmp_path: Path) -> None
     )
     cloud.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("5",)

@@ -390,7 +390,7 @@ def test_a_file_from_before_migrations_were_stored_is_upgraded(tmp_path: Path) -
     cloud.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (
-            "4",
+            "5",
         )  # upgraded to the current version
         assert conn.execute("SELECT count(*) FROM migrations").fetchone() == (0,)
     assert domain_state(make_cloud(path), "src", "vm") == (DomainState.PAUSED, None)

@@ -36,6 +36,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from virtplane.drivers.backups import BackupRequest, DiskBackup
 from virtplane.drivers.base import (
     DiskAttachment,
     DomainSpec,
@@ -69,6 +70,7 @@ POOLS = {
 PLACES = (("shared", "v1"), ("shared", "v3"), ("local", "v2"), ("local", "v3"), ("library", "v1"))
 """(pool, volume) pairs the volume calls pick from: most exist after ``stock``; v3 is no disk's."""
 DISKS = {"none": (), "shared": ("sim://shared/v1",), "local": ("sim://local/v2",)}
+GIB = 1024**3
 
 TRANSIENT = {"timer", "_ports", "_log", "_entity", "_key", "consoles"}
 """Attributes of a record that no restart keeps: see the package docstring."""
@@ -294,6 +296,54 @@ class ReloadedWorld(RuleBasedStateMachine):
         self.on(
             host, lambda d: d.revert_volume(POOLS[pool], volume, f"sim-snap://{pool}/{volume}@{snapshot}")
         )
+
+    # ------------------------------------------------------------------ backups
+
+    @rule(
+        host=homes,
+        domain=domains,
+        disks=st.sampled_from(sorted(DISKS)),
+        checkpoint=ids,
+        since=st.none() | ids,
+    )
+    def begin_backup(
+        self, host: str | None, domain: str, disks: str, checkpoint: str, since: str | None
+    ) -> None:
+        request = BackupRequest(
+            domain=domain_name(domain),
+            target=POOLS["shared"],
+            checkpoint=f"{domain}-{checkpoint}",
+            disks=tuple(
+                DiskBackup(
+                    path, f"bk-{domain}-{checkpoint}", GIB, None if since is None else f"bk-{domain}-{since}"
+                )
+                for path in DISKS[disks]
+            ),
+            incremental_from=None if since is None else f"{domain}-{since}",
+        )
+        self.on(self.home(domain, host), lambda d: d.begin_backup(request))
+
+    @rule(host=homes, domain=domains, action=st.sampled_from(("backup_job", "abort_backup")))
+    def follow_backup(self, host: str | None, domain: str, action: str) -> None:
+        self.on(self.home(domain, host), lambda d: getattr(d, action)(domain_name(domain)))
+
+    @rule(host=homes, domain=domains, checkpoint=ids)
+    def delete_checkpoint(self, host: str | None, domain: str, checkpoint: str) -> None:
+        self.on(
+            self.home(domain, host),
+            lambda d: d.delete_checkpoint(domain_name(domain), f"{domain}-{checkpoint}"),
+        )
+
+    @rule(domain=domains, to=hosts)
+    def redefine_checkpoints(self, domain: str, to: str) -> None:
+        definitions: list[tuple[str, ...]] = []
+
+        async def read(d: SimDriver) -> None:
+            definitions.append(await d.checkpoint_definitions(domain_name(domain)))
+
+        self.on(self.home(domain, None), read)
+        if definitions:
+            self.on(to, lambda d: d.redefine_checkpoints(domain_name(domain), definitions[0]))
 
     @rule(host=hosts, handle=st.sampled_from(("sim-snap://shared/v3@s1", "sim-mem://virtplane-a@s1")))
     def delete_snapshot(self, host: str, handle: str) -> None:

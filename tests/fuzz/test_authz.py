@@ -2,8 +2,8 @@
 
 Routes are enumerated from /openapi.json, so a new route is covered the day it is added.
 Write rules (DESIGN.md §8, README): viewer reads only; operator writes vms, volumes,
-snapshots and operations; hosts, storagepools, images, settings, tokens, faults and
-maintenance are admin's. Bodies are ``{}``: authorization is decided before the body is validated,
+snapshots, operations and backups; hosts, storagepools, images, settings, tokens, faults,
+maintenance and backup targets are admin's. Bodies are ``{}``: authorization is decided before the body is validated,
 so a role that may write gets a 4xx other than 401/403 (or a 2xx), one that may not a 403.
 """
 
@@ -23,7 +23,7 @@ from virtplane.api.context import ApiContext
 from virtplane.api.openapi_errors import TOKEN_FREE
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations"})
+OPERATOR_WRITES = frozenset({"vms", "volumes", "snapshots", "operations", "backups"})
 ADMIN_ONLY = frozenset(
     {
         "hosts",
@@ -38,6 +38,7 @@ ADMIN_ONLY = frozenset(
         "secrets",
         "quarantine",
         "import-ova",  # a VM from an OVA writes its disks into an image library (issue 34)
+        "backuptargets",
     }
 )
 # credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is

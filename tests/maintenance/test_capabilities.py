@@ -79,6 +79,7 @@ def test_a_target_whose_driver_cannot_migrate_is_no_target(live_server: LiveServ
     with live_server.client("admin") as admin:
         _seed(admin, hosts, vm_host="s")
         assert admin.get("/v1/hosts/s").json()["status"]["capabilities"] == [
+            "backup",
             "block-migration",
             "disk-snapshot",
             "fault-injection",

@@ -43,6 +43,18 @@ KINDS: tuple[KindInfo, ...] = (
     ),
     KindInfo("Setting", "settings", "setting", ("setting", "settings")),
     KindInfo("Secret", "secrets", "secret", ("secret", "secrets")),
+    KindInfo(
+        "BackupTarget",
+        "backuptargets",
+        "backuptarget",
+        ("backuptarget", "backuptargets", "bt"),
+    ),
+    KindInfo(
+        "VirtualMachineBackup",
+        "backups",
+        "backup",
+        ("backup", "backups", "bk", "virtualmachinebackup", "virtualmachinebackups"),
+    ),
 )
 
 EVENTS = KindInfo("Event", "events", "event", ("ev", "event", "events"))

@@ -67,6 +67,13 @@ def _capacity_gib(pool: JsonObject) -> str:
     return f"{dig(pool, 'status.used_gib', 0)}/{cell_text(capacity)}Gi"
 
 
+def _backup_progress(backup: JsonObject) -> str:
+    total, done = dig(backup, "status.total_bytes", 0) or 0, dig(backup, "status.processed_bytes", 0) or 0
+    if not total:
+        return "-"
+    return f"{format_mib(done // 2**20)}/{format_mib(total // 2**20)} ({100 * done // total}%)"
+
+
 def _conditions(resource: JsonObject) -> str:
     conditions = dig(resource, "status.conditions", [])
     shown = [f"{c.get('type')}={c.get('status')}" for c in conditions if isinstance(c, dict)]
@@ -174,6 +181,29 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("MESSAGE", lambda o: dig(o, "status.message")),
         Column("FORCE", lambda o: dig(o, "spec.force", False), wide_only=True),
         Column("AGE", _age, wide_only=True),
+    ],
+    "BackupTarget": [
+        Column("NAME", _name),
+        Column("CLUSTER", lambda t: dig(t, "spec.cluster")),
+        Column("CAPACITY", _capacity_gib),
+        Column("FREE", lambda t: f"{dig(t, 'status.free_gib', 0)}Gi"),
+        Column("HEALTHY", lambda t: dig(t, "status.healthy", False)),
+        Column("AGE", _age),
+        Column("PATH", lambda t: dig(t, "spec.path"), wide_only=True),
+        Column("MESSAGE", lambda t: dig(t, "status.message"), wide_only=True),
+    ],
+    "VirtualMachineBackup": [
+        Column("NAME", _name),
+        Column("VM", lambda b: dig(b, "spec.vm")),
+        Column("TARGET", lambda b: dig(b, "spec.target")),
+        Column("PHASE", lambda b: dig(b, "status.phase"), colour=True),
+        Column("MODE", lambda b: dig(b, "status.mode")),
+        Column("PROGRESS", _backup_progress),
+        Column("AGE", _age),
+        Column("BASE", lambda b: dig(b, "status.base"), wide_only=True),
+        Column("HOST", lambda b: dig(b, "status.host"), wide_only=True),
+        Column("CONSISTENCY", lambda b: dig(b, "status.consistency"), wide_only=True),
+        Column("MESSAGE", lambda b: dig(b, "status.message"), wide_only=True),
     ],
     "Setting": [
         Column("KEY", _name),

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from virtplane.cli import ova, vm_create
+from virtplane.cli import ova, vm_backup, vm_create
 from virtplane.cli.bulk import run_on_selection
 from virtplane.cli.completion import complete_vm
 from virtplane.cli.context import CliState, state_of
@@ -364,6 +364,7 @@ def register(app: typer.Typer) -> None:
         vm_app.command(epilog=_VM_EPILOG)(command)
     vm_create.register(vm_app)
     ova.register(vm_app)
+    vm_backup.register(vm_app)
     app.add_typer(vm_app, name="vm")
 
     snapshot_app = typer.Typer(help="Snapshots of VMs.", epilog=_SNAPSHOT_EPILOG, no_args_is_help=True)

@@ -6,6 +6,8 @@ loop over these; a new controller is one ``Registration`` beside it and one line
 from __future__ import annotations
 
 from virtplane.controllers import (
+    backup_targets,
+    backups,
     host,
     images,
     maintenance,
@@ -29,6 +31,8 @@ CONTROLLERS: tuple[Registration, ...] = (
     storage.VOLUME_CONTROLLER,
     vm.CONTROLLER,
     snapshots.CONTROLLER,
+    backup_targets.CONTROLLER,
+    backups.CONTROLLER,
     operations.CONTROLLER,
     migration.FOLLOWER,
     maintenance.CONTROLLER,

@@ -24,6 +24,7 @@ from virtplane.domain.resources import (
     Resource,
     StoragePool,
     VirtualMachine,
+    VirtualMachineBackup,
     VirtualMachineOperation,
     VirtualMachineSnapshot,
     Volume,
@@ -403,6 +404,15 @@ class Cache:
             if isinstance(obj, VirtualMachineOperation):
                 result.append(obj)
         return result
+
+    def objects(self, cls: type[R]) -> list[R]:
+        """Every held object of a kind (shared: read them, never change them)."""
+        return [o for o in self._objects[cls.KIND].values() if isinstance(o, cls)]
+
+    def backups(self) -> list[VirtualMachineBackup]:
+        return [
+            o for o in self._objects["VirtualMachineBackup"].values() if isinstance(o, VirtualMachineBackup)
+        ]
 
     def snapshots(self) -> list[VirtualMachineSnapshot]:
         return [

@@ -18,6 +18,7 @@ from virtplane.domain.networks import Network, nic_claims
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
 from virtplane.domain.resources import (
+    BackupTarget,
     Host,
     Image,
     ImageKind,
@@ -28,6 +29,7 @@ from virtplane.domain.resources import (
     Secret,
     StoragePool,
     VirtualMachine,
+    VirtualMachineBackup,
     VirtualMachineOperation,
     VirtualMachineSnapshot,
     Volume,
@@ -38,7 +40,7 @@ from virtplane.services.hotplug import admit_hotplug
 from virtplane.services.networks import NetworkAdmission
 from virtplane.store.store import Store
 
-IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, Image)
+IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, VirtualMachineBackup, Image)
 
 
 class Admission:
@@ -56,6 +58,8 @@ class Admission:
             self._admit_operation(obj)
         elif isinstance(obj, VirtualMachineSnapshot) and self.store.find(VirtualMachine, obj.spec.vm) is None:
             raise Invalid("VMNotFound", f"VM {obj.spec.vm} does not exist")
+        elif isinstance(obj, VirtualMachineBackup):
+            self._admit_backup(obj)
         elif isinstance(obj, Volume):
             self._admit_volume(obj)
         elif isinstance(obj, VirtualMachine):
@@ -80,6 +84,18 @@ class Admission:
         elif isinstance(obj, Host):
             self._admit_fencing(obj)
         return obj
+
+    def _admit_backup(self, backup: VirtualMachineBackup) -> None:
+        if self.store.find(VirtualMachine, backup.spec.vm) is None:
+            raise Invalid("VMNotFound", f"spec.vm: VM {backup.spec.vm} does not exist")
+        target = self.store.find(BackupTarget, backup.spec.target)
+        if target is None:
+            raise Invalid(
+                "TargetNotFound",
+                f"spec.target: backup target {backup.spec.target} does not exist (kind BackupTarget, admin)",
+            )
+        if target.metadata.deletion_requested_at is not None:
+            raise Refused("TargetDeleting", f"backup target {backup.spec.target} is being deleted")
 
     def _admit_fencing(self, host: Host) -> None:
         redfish = host.spec.fencing.redfish if host.spec.fencing else None
@@ -251,6 +267,12 @@ class Admission:
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]
             raise Invalid("Immutable", f"the spec of a {current.KIND} cannot change; create a new one")
+        if (
+            isinstance(current, BackupTarget)
+            and isinstance(new, BackupTarget)
+            and (current.spec.path, current.spec.driver_pool) != (new.spec.path, new.spec.driver_pool)
+        ):
+            raise Invalid("Immutable", "spec.path and spec.driver_pool of a backup target cannot change")
         if isinstance(current, StoragePool) and isinstance(new, StoragePool):
             if current.spec.content is not new.spec.content:
                 raise Invalid("Immutable", "spec.content of a storage pool cannot change")
@@ -278,6 +300,27 @@ class Admission:
 
     def on_delete(self, current: Resource) -> None:
         name = current.metadata.name
+        if isinstance(current, VirtualMachineBackup):
+            builders = sorted(
+                b.metadata.name
+                for b in self.store.list_objects(VirtualMachineBackup)
+                if b.status.base == name and b.metadata.deletion_requested_at is None
+            )
+            if builders:
+                raise Refused(
+                    "BackupInUse",
+                    f"backup {name} is the base of {', '.join(builders)}; delete those first",
+                )
+        elif isinstance(current, BackupTarget):
+            held = sorted(
+                b.metadata.name
+                for b in self.store.list_objects(VirtualMachineBackup)
+                if b.spec.target == name
+            )
+            if held:
+                raise Refused(
+                    "TargetInUse", f"backup target {name} holds {len(held)} backup(s), e.g. {held[0]}"
+                )
         if isinstance(current, Volume):
             linked = backing_refusal(name, self.cache.linked_clones_of(name))
             if linked is not None:

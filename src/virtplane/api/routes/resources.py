@@ -324,6 +324,8 @@ WRITE_ROLES: dict[str, Role] = {
     "VirtualMachineSnapshot": Role.OPERATOR,
     "VirtualMachineOperation": Role.OPERATOR,
     "Secret": Role.ADMIN,
+    "BackupTarget": Role.ADMIN,
+    "VirtualMachineBackup": Role.OPERATOR,
 }
 READ_ROLES: dict[str, Role] = {"Secret": Role.ADMIN}
 """Kinds that not every role may read (the rest: viewer)."""

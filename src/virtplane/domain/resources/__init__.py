@@ -21,6 +21,17 @@ from virtplane.domain.base import (
     StringMap,
 )
 from virtplane.domain.networks import Network
+from virtplane.domain.resources.backup import (
+    BackupDisk,
+    BackupPhase,
+    BackupTarget,
+    BackupTargetSpec,
+    BackupTargetStatus,
+    VirtualMachineBackup,
+    VirtualMachineBackupSpec,
+    VirtualMachineBackupStatus,
+    target_pool_name,
+)
 from virtplane.domain.resources.event import Event, EventType
 from virtplane.domain.resources.host import (
     Accelerator,
@@ -118,6 +129,11 @@ __all__ = [
     "Allocatable",
     "Allocation",
     "AllocationRatios",
+    "BackupDisk",
+    "BackupPhase",
+    "BackupTarget",
+    "BackupTargetSpec",
+    "BackupTargetStatus",
     "Boot",
     "Capability",
     "Capacity",
@@ -190,6 +206,9 @@ __all__ = [
     "StringMap",
     "VMPhase",
     "VirtualMachine",
+    "VirtualMachineBackup",
+    "VirtualMachineBackupSpec",
+    "VirtualMachineBackupStatus",
     "VirtualMachineOperation",
     "VirtualMachineOperationSpec",
     "VirtualMachineOperationStatus",
@@ -203,4 +222,5 @@ __all__ = [
     "VolumeSource",
     "VolumeSpec",
     "VolumeStatus",
+    "target_pool_name",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from virtplane.domain.base import Resource
 from virtplane.domain.networks import Network
+from virtplane.domain.resources.backup import BackupTarget, VirtualMachineBackup
 from virtplane.domain.resources.host import Host
 from virtplane.domain.resources.host_maintenance import HostMaintenance
 from virtplane.domain.resources.image import Image
@@ -27,6 +28,8 @@ KINDS: tuple[type[Resource], ...] = (
     HostMaintenance,
     Setting,
     Secret,
+    BackupTarget,
+    VirtualMachineBackup,
 )
 KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
 KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}

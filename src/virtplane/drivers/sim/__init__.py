@@ -83,6 +83,15 @@ domain uses raises TransientError. Block-migrated disks are written to the targe
 local pool of the same name (which the target must have ensured); the source keeps
 its copy, as libvirt does, for the control plane to delete.
 
+Backups
+-------
+As libvirt's push-mode jobs with checkpoints (``_backups``): a job copies the disks' size
+(full) or what the guest wrote since the checkpoint (incremental: changed content, and the
+guest's ``disk_write_mib_s``) at ``backup_mib_s``, one per domain at a time, into volumes of
+the target pool; checkpoints stay with the domain on its host (across stop and start, not
+across a migration until redefined, not past undefine). Migrating a domain whose job runs is
+refused (TransientError). Jobs and checkpoints are in the state file.
+
 Live migration
 --------------
 Pre-copy (see ``_precopy``): the source's domain is MIGRATING while the job runs.
@@ -106,7 +115,8 @@ loses nothing; only the rows of what changed are written (one domain row for a s
 whatever the fleet's size). A ``SimCloud`` built on an existing file loads hosts
 (capacity, down, disconnected), domains (definition, live config, state, exit reason,
 memory marker), pools, volumes with content, volume snapshots, saved memory, armed
-faults with their counts and dirty rates. Time passes while no process runs: boots and
+faults with their counts and dirty rates, checkpoints and backup jobs (a job's progress is
+read from the clock, so it went on while nobody ran). Time passes while no process runs: boots and
 shutdowns store their wall-clock end (``clock``), so on load a STARTING domain whose
 boot time is up is RUNNING, a SHUTTING_DOWN one is SHUTOFF (STOPPED_BY_SYSTEM), and a
 start made to fail is SHUTOFF (START_FAILED) once its failure time is up; one whose time

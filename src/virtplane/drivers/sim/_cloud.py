@@ -11,6 +11,7 @@ from types import TracebackType
 
 from virtplane.drivers.base import DomainEvent, DomainEventType, DomainSpec, DomainState
 
+from ._backups import SimBackups
 from ._changes import ChangeLog, Entity, RecordMap
 from ._driver import SimDriver, cpu_in, kvm_in
 from ._guest import SimGuest, SimGuests
@@ -65,6 +66,7 @@ class SimCloud:
         migration_tick_s: float = 0.05,
         state_path: Path | str | None = None,
         detach_seconds: float = 0.5,
+        backup_mib_s: float = 1000.0,
     ) -> None:
         self.timing = SimTiming(
             boot_seconds=boot_seconds,
@@ -74,6 +76,7 @@ class SimCloud:
             migration_tick_s=migration_tick_s,
             clock=clock or time.time,
             detach_seconds=detach_seconds,
+            backup_mib_s=backup_mib_s,
         )
         self.fault_log: list[FaultRecord] = []
         self.changes = ChangeLog()
@@ -86,6 +89,7 @@ class SimCloud:
         self.guests = SimGuests()
         self.meters = SimMeters(clock=self.timing.clock)
         self.storage = SimStorage(self.changes, disk_user=self.live_user_of)
+        self.backups = SimBackups(self.storage, self.timing, self.guests)
         self.migrations = MigrationEngine(
             self.changes,
             hosts=self,
@@ -101,6 +105,7 @@ class SimCloud:
             deliver=self.deliver,
             migrations=self.migrations,
             guests=self.guests,
+            backups=self.backups,
         )
         # boots and shutdowns loaded from the state file that still wait for a timer
         self._unresumed: list[tuple[SimHost, SimDomain]] = []

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from virtplane.domain.resources import Accelerator, HostCPU
-from virtplane.drivers.backups import NoBackups
 from virtplane.drivers.base import (
     AcceleratorOffer,
     Capability,
@@ -32,19 +28,17 @@ from virtplane.drivers.base import (
     PoolRef,
     VolumeInfo,
 )
-from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError
+from virtplane.drivers.errors import HostUnreachable, NotFound, NotRunning, PermanentError, TransientError
 from virtplane.drivers.png import png_from_ppm
 from virtplane.drivers.stats import UsageSample
 
 from ._display import screen_ppm
+from ._driver_backups import SimBackupCalls
 from ._storage import read_upload
+from ._world import SimWorld, entry_point
 
 if TYPE_CHECKING:
-    from ._guest import SimGuests
     from ._host import SimHost
-    from ._migration import MigrationEngine
-    from ._storage import SimStorage
-    from ._usage import SimMeters
 
 SIM_CAPABILITIES = frozenset(
     {
@@ -57,54 +51,9 @@ SIM_CAPABILITIES = frozenset(
         Capability.USER_NETWORK,  # QEMU's user network: simulated hosts only (docs/decisions.md)
         Capability.SERIAL_CONSOLE,
         Capability.HOTPLUG,
+        Capability.BACKUP,
     }
 )
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class SimWorld(Protocol):
-    """What a connection reaches of the world (``SimCloud`` is one)."""
-
-    @property
-    def transaction(self) -> AbstractContextManager[None]: ...
-
-    @property
-    def storage(self) -> SimStorage: ...
-
-    @property
-    def migrations(self) -> MigrationEngine: ...
-
-    def host_by_uri(self, uri: str) -> SimHost | None: ...
-
-    def save_memory(self, handle: str, spec: DomainSpec, memory: str) -> None: ...
-
-    def saved_memory(self, handle: str) -> tuple[DomainSpec, str] | None: ...
-
-    def forget_memory(self, handle: str) -> None: ...
-
-    @property
-    def guests(self) -> SimGuests: ...
-
-    @property
-    def meters(self) -> SimMeters: ...
-
-
-def _entry_point(
-    method: Callable[Concatenate[SimDriver, P], Awaitable[R]],
-) -> Callable[Concatenate[SimDriver, P], Coroutine[Any, Any, R]]:
-    """Run a driver call inside the world's transaction, so that with a state file what it
-    changed is committed before it returns. The calls never suspend (the simulator does
-    its work synchronously), so no other call runs inside the transaction."""
-
-    @functools.wraps(method)
-    async def call(self: SimDriver, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self._world.transaction:
-            return await method(self, *args, **kwargs)
-
-    return call
 
 
 SIM_KVM_ABSENT, SIM_KVM_WORKS, SIM_KVM_BROKEN = "absent", "works", "broken"
@@ -131,7 +80,7 @@ def cpu_in(uri: str) -> HostCPU | None:
     return HostCPU(model=query["cpu"][0], features=sorted(features))
 
 
-class SimDriver(NoBackups):  # backups are simulated with their controllers (issue 36)
+class SimDriver(SimBackupCalls):
     """Every call checks the connection first: closed, host unknown, down or disconnected
     → ``HostUnreachable``. Get one from ``SimCloud.driver(uri)``."""
 
@@ -151,6 +100,10 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
         return self._uri
 
     @property
+    def world(self) -> SimWorld:
+        return self._world
+
+    @property
     def is_open(self) -> bool:
         return self._open
 
@@ -164,7 +117,7 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
         return self._reachable_host()
 
     def _reachable_host(self) -> SimHost:
-        host = self._world.host_by_uri(self._uri)
+        host = self.world.host_by_uri(self._uri)
         if host is None:
             raise HostUnreachable(f"{self._uri}: no simulated host there")
         if not host.up:
@@ -173,7 +126,7 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
             raise HostUnreachable(f"{self._uri}: the connection is lost")
         return host
 
-    @_entry_point
+    @entry_point
     async def connect(self) -> None:
         self._reachable_host()
         self._open = True
@@ -184,23 +137,23 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
     def set_event_sink(self, sink: EventSink | None) -> None:
         self.event_sink = sink
 
-    @_entry_point
+    @entry_point
     async def host_facts(self) -> HostFacts:
         return self._host().facts()
 
-    @_entry_point
+    @entry_point
     async def usage(self) -> UsageSample:
         host = self._host()
-        return self._world.meters.sample(host.name, host.vcpus, host.memory_mib, list(host.domains.values()))
+        return self.world.meters.sample(host.name, host.vcpus, host.memory_mib, list(host.domains.values()))
 
-    @_entry_point
+    @entry_point
     async def accelerator_offer(self) -> AcceleratorOffer:
         host = self._host()
         return AcceleratorOffer(
             kvm=self._kvm != SIM_KVM_ABSENT, fingerprint=f"sim {host.name} kvm={self._kvm}"
         )
 
-    @_entry_point
+    @entry_point
     async def validate_kvm(self, kernel: str, timeout_s: float) -> str:
         self._host()
         if self._kvm == SIM_KVM_WORKS:
@@ -210,14 +163,14 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
     def use_accelerator(self, accelerator: Accelerator | None) -> None:
         self._accelerator = accelerator
 
-    @_entry_point
+    @entry_point
     async def host_cpu(self) -> HostCPU | None:
         self._host()
         if self._accelerator is not Accelerator.KVM:  # TCG offers its own model, whatever the host has
             return HostCPU(model=SIM_TCG_CPU)
         return self._cpu
 
-    @_entry_point
+    @entry_point
     async def baseline_cpu(self, cpus: list[HostCPU]) -> HostCPU | None:
         """As libvirt's: the common model where all have it (else the TCG one), the common features."""
         self._host()
@@ -234,18 +187,18 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
 
     # ------------------------------------------------------------------ domains
 
-    @_entry_point
+    @entry_point
     async def list_domains(self) -> list[DomainInfo]:
         host = self._host()
         return [host.info(domain) for domain in host.domains.values()]
 
-    @_entry_point
+    @entry_point
     async def get_info(self, name: str) -> DomainInfo | None:
         host = self._host()
         domain = host.domains.get(name)
         return None if domain is None else host.info(domain)
 
-    @_entry_point
+    @entry_point
     async def ensure_defined(self, spec: DomainSpec) -> None:
         host = self._host()
         if self._accelerator is None:
@@ -254,31 +207,31 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
             )
         host.define(spec)
 
-    @_entry_point
+    @entry_point
     async def start(self, name: str) -> None:
         self._host().start(name)
 
-    @_entry_point
+    @entry_point
     async def shutdown(self, name: str) -> None:
         self._host().shutdown(name)
 
-    @_entry_point
+    @entry_point
     async def destroy(self, name: str) -> None:
         self._host().destroy(name)
 
-    @_entry_point
+    @entry_point
     async def undefine(self, name: str) -> None:
         self._host().undefine(name)
 
-    @_entry_point
+    @entry_point
     async def pause(self, name: str) -> None:
         self._host().pause(name)
 
-    @_entry_point
+    @entry_point
     async def resume(self, name: str) -> None:
         self._host().resume(name)
 
-    @_entry_point
+    @entry_point
     async def open_console(self, name: str) -> ConsoleStream:
         host = self._host()
         domain = host.get(name)
@@ -292,157 +245,162 @@ class SimDriver(NoBackups):  # backups are simulated with their controllers (iss
             raise NotRunning(f"domain {name} is {domain.state}: a screen needs a live guest")
         return (domain.live or domain.spec).vm_name
 
-    @_entry_point
+    @entry_point
     async def open_display(self, name: str) -> DisplayStream:
         return self._host().consoles.open_screen(name, self._live_vm_name(name))
 
-    @_entry_point
+    @entry_point
     async def screenshot(self, name: str) -> bytes:
         return png_from_ppm(screen_ppm(self._live_vm_name(name)))
 
     # ------------------------------------------------------------------ the guest agent
 
-    @_entry_point
+    @entry_point
     async def agent_connected(self, name: str) -> bool:
         domain = self._host().domains.get(name)
-        return domain is not None and self._world.guests.agent_connected(domain)
+        return domain is not None and self.world.guests.agent_connected(domain)
 
-    @_entry_point
+    @entry_point
     async def guest_interfaces(self, name: str) -> tuple[GuestInterface, ...]:
-        return self._world.guests.interfaces(self._host().get(name))
+        return self.world.guests.interfaces(self._host().get(name))
 
-    @_entry_point
+    @entry_point
     async def agent_shutdown(self, name: str) -> None:
         self._host().agent_shutdown(name)
 
-    @_entry_point
+    @entry_point
     async def freeze_filesystems(self, name: str) -> int:
-        return self._world.guests.freeze(self._host().get(name))
+        return self.world.guests.freeze(self._host().get(name))
 
-    @_entry_point
+    @entry_point
     async def thaw_filesystems(self, name: str) -> int:
-        return self._world.guests.thaw(self._host().get(name))
+        return self.world.guests.thaw(self._host().get(name))
 
     # ------------------------------------------------------------------ hot-plug (see _devices)
 
-    @_entry_point
+    @entry_point
     async def live_devices(self, name: str) -> LiveDevices | None:
         return self._host().live_devices(name)
 
-    @_entry_point
+    @entry_point
     async def attach_disk(self, name: str, disk: DiskAttachment) -> None:
         host = self._host()
         visible = not disk.path.startswith("sim://") or (
-            self._world.storage.locate_local(host.name, disk.path) is not None
+            self.world.storage.locate_local(host.name, disk.path) is not None
         )
         host.attach_disk(name, disk, visible)
 
-    @_entry_point
+    @entry_point
     async def detach_disk(self, name: str, path: str) -> None:
         self._host().detach(name, path)
 
-    @_entry_point
+    @entry_point
     async def attach_nic(self, name: str, nic: NicAttachment) -> None:
         self._host().attach_nic(name, nic)
 
-    @_entry_point
+    @entry_point
     async def detach_nic(self, name: str, mac: str) -> None:
         self._host().detach(name, mac)
 
-    @_entry_point
+    @entry_point
     async def change_seed(self, name: str, path: str) -> None:
         self._host().change_seed(name, path)
 
     # ------------------------------------------------------------------ storage
 
-    @_entry_point
+    @entry_point
     async def ensure_pool(self, pool: PoolRef) -> None:
-        self._world.storage.ensure_pool(self._host().name, pool)
+        self.world.storage.ensure_pool(self._host().name, pool)
 
-    @_entry_point
+    @entry_point
     async def inspect_image(self, image: ImageRef) -> ImageInfo:
-        return self._world.storage.inspect_image(self._host().name, image)[0]
+        return self.world.storage.inspect_image(self._host().name, image)[0]
 
-    @_entry_point
+    @entry_point
     async def create_volume(
         self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
     ) -> VolumeInfo:  # a linked clone reads as its backing volume does, as a copy would
-        return self._world.storage.create_volume(self._host().name, pool, name, size_gib, source)
+        return self.world.storage.create_volume(self._host().name, pool, name, size_gib, source)
 
-    @_entry_point
+    @entry_point
     async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
-        return self._world.storage.upload_volume(self._host().name, pool, name, data)
+        return self.world.storage.upload_volume(self._host().name, pool, name, data)
 
     async def write_image(self, image: ImageRef, source: str) -> None:
         # the file is read before the world's transaction, which must not suspend
         fmt, size, digest = await asyncio.to_thread(read_upload, source)
         await self._record_image(image, fmt, size, digest)
 
-    @_entry_point
+    @entry_point
     async def _record_image(self, image: ImageRef, fmt: str, size: int, digest: str) -> None:
-        self._world.storage.write_image(self._host().name, image, fmt, size, digest)
+        self.world.storage.write_image(self._host().name, image, fmt, size, digest)
 
-    @_entry_point
+    @entry_point
     async def delete_volume(self, pool: PoolRef, name: str) -> None:
-        self._world.storage.delete_volume(self._host().name, pool, name)
+        self.world.storage.delete_volume(self._host().name, pool, name)
 
-    @_entry_point
+    @entry_point
     async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo:
-        return self._world.storage.resize_volume(self._host().name, pool, name, size_gib)
+        return self.world.storage.resize_volume(self._host().name, pool, name, size_gib)
 
-    @_entry_point
+    @entry_point
     async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
-        return self._world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
+        return self.world.storage.snapshot_volume(self._host().name, pool, name, snapshot_id)
 
-    @_entry_point
+    @entry_point
     async def copy_volume_snapshot(
         self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
     ) -> VolumeInfo:  # linked: read as the saved disk, as a copy
-        return self._world.storage.copy_snapshot(self._host().name, pool, name, size_gib, handle)
+        return self.world.storage.copy_snapshot(self._host().name, pool, name, size_gib, handle)
 
-    @_entry_point
+    @entry_point
     async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None:
-        self._world.storage.revert_volume(self._host().name, pool, name, handle)
+        self.world.storage.revert_volume(self._host().name, pool, name, handle)
 
-    @_entry_point
+    @entry_point
     async def delete_volume_snapshot(self, handle: str) -> None:
         self._host()
         # memory snapshot handles are forgotten the same way
-        self._world.storage.delete_snapshot(handle)
-        self._world.forget_memory(handle)
+        self.world.storage.delete_snapshot(handle)
+        self.world.forget_memory(handle)
 
-    @_entry_point
+    @entry_point
     async def save_memory(self, name: str, snapshot_id: str) -> str:
         host = self._host()
         domain = host.get(name)
         if domain.state not in (DomainState.RUNNING, DomainState.PAUSED, DomainState.MIGRATING):
             raise PermanentError(f"domain {name} is {domain.state}: only a running domain has memory to save")
         handle = f"sim-mem://{name}@{snapshot_id}"
-        self._world.save_memory(handle, domain.live or domain.spec, domain.memory)
+        self.world.save_memory(handle, domain.live or domain.spec, domain.memory)
         return handle
 
-    @_entry_point
+    @entry_point
     async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
         host = self._host()
-        saved = self._world.saved_memory(handle)
+        saved = self.world.saved_memory(handle)
         if saved is None:
             raise NotFound(f"memory snapshot {handle} does not exist")
         host.restore(spec, saved[1])
 
     # ------------------------------------------------------------------ live migration
 
-    @_entry_point
+    @entry_point
     async def migrate(self, request: MigrationRequest) -> None:
-        self._world.migrations.start(self._host(), request)
+        host = self._host()
+        domain = host.domains.get(request.domain)
+        if domain is not None and self.world.backups.running(domain):
+            # as libvirt's: the backup is the domain's job until it ends
+            raise TransientError(f"domain {request.domain} has a backup job running: migrate it once it ends")
+        self.world.migrations.start(host, request)
 
-    @_entry_point
+    @entry_point
     async def migration_job(self, name: str) -> MigrationJob | None:
-        return self._world.migrations.job(self._host(), name)
+        return self.world.migrations.job(self._host(), name)
 
-    @_entry_point
+    @entry_point
     async def abort_migration(self, name: str) -> None:
-        self._world.migrations.abort(self._host(), name)
+        self.world.migrations.abort(self._host(), name)
 
-    @_entry_point
+    @entry_point
     async def start_post_copy(self, name: str) -> None:
-        self._world.migrations.start_post_copy(self._host(), name)
+        self.world.migrations.start_post_copy(self._host(), name)

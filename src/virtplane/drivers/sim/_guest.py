@@ -28,6 +28,7 @@ class SimGuest:
     ignores_acpi: bool = False
     interfaces: tuple[GuestInterface, ...] = ()  # besides lo, which every agent reports
     filesystems: int = 1  # what a freeze freezes
+    disk_write_mib_s: float = 0.0  # how fast it writes its disks (what an incremental backup copies)
 
 
 NO_AGENT = SimGuest()

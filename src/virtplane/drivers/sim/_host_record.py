@@ -33,6 +33,12 @@ from ._guest import SimGuests
 from ._model import ArmedFaults, FaultKind, SimDomain, SimTiming, host_uri
 
 
+class BackupHooks(Protocol):
+    """What a host tells the backups when a domain's live instance ends."""
+
+    def stopped(self, domain: SimDomain) -> None: ...
+
+
 class MigrationHooks(Protocol):
     """What a host tells the migrations when its domains or the host itself stop."""
 
@@ -51,6 +57,7 @@ class HostPorts:
     deliver: Callable[[DomainEvent], None]
     migrations: MigrationHooks
     guests: SimGuests
+    backups: BackupHooks
 
 
 class HostRecord(Record):
@@ -189,6 +196,7 @@ class HostRecord(Record):
         self._ports.migrations.fail_domain(self, domain.name, f"domain stopped during migration ({reason})")
         domain.cancel_timer()
         self.consoles.hang_up(domain.name)
+        self._ports.backups.stopped(domain)
         if domain.live is not None:
             self.used_vcpus -= domain.live.cpu
             self.used_memory_mib -= domain.live.memory_mib

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from virtplane.domain.phases import RESIDENT_STATES
 from virtplane.domain.resources import ExitReason
@@ -17,6 +18,9 @@ from virtplane.domain.vocabulary import FaultKind as FaultKind
 from virtplane.drivers.base import DomainSpec, DomainState, MigrationPhase
 
 from ._changes import Persisted, Record
+
+if TYPE_CHECKING:
+    from ._backup_records import SimBackupJob, SimCheckpoint
 
 URI_SCHEME = "sim://"
 
@@ -71,12 +75,13 @@ class SimTiming:
     migration_tick_s: float = 0.05
     clock: Callable[[], float] = time.time
     detach_seconds: float = 0.5  # how long a guest takes to release a device asked back (hot-unplug)
+    backup_mib_s: float = 1000.0  # how fast a backup job copies (simulated seconds, as migrations)
 
     def __post_init__(self) -> None:
         if min(self.boot_seconds, self.shutdown_seconds) < 0 or self.link_mib_s <= 0:
             raise ValueError("delays must be >= 0 and the link bandwidth > 0")
-        if self.time_scale <= 0 or self.migration_tick_s <= 0:
-            raise ValueError("time_scale and migration_tick_s must be > 0")
+        if self.time_scale <= 0 or self.migration_tick_s <= 0 or self.backup_mib_s <= 0:
+            raise ValueError("time_scale, migration_tick_s and backup_mib_s must be > 0")
 
 
 class SimFaultError(ValueError):
@@ -133,6 +138,9 @@ class SimDomain(Record):
     # the boot is an injected failure; kept so a restarted process can finish the transition
     due = Persisted[float]()
     boot_fails = Persisted[bool]()
+    # the host's checkpoint metadata, oldest first, and the last backup job (``_backups``)
+    checkpoints = Persisted["tuple[SimCheckpoint, ...]"]()
+    backup = Persisted["SimBackupJob | None"]()
 
     def __init__(
         self,
@@ -146,6 +154,8 @@ class SimDomain(Record):
         state_before_migration: DomainState | None = None,
         due: float = 0.0,
         boot_fails: bool = False,
+        checkpoints: tuple[SimCheckpoint, ...] = (),
+        backup: SimBackupJob | None = None,
     ) -> None:
         self.spec = spec
         self.live = live
@@ -156,6 +166,8 @@ class SimDomain(Record):
         self.state_before_migration = state_before_migration
         self.due = due
         self.boot_fails = boot_fails
+        self.checkpoints = checkpoints
+        self.backup = backup
         self.timer: asyncio.TimerHandle | None = None  # pending boot/shutdown transition
 
     @property

@@ -38,14 +38,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2 added the ``migrations`` table (a file of version 1 is upgraded by creating it); 3 the
 hosts' ``bridges`` (added to an older file's table, empty); 4 the migrations' ``policy``
-(added to an older file's table, ``{}``: no auto-converge, no post-copy)."""
+(added to an older file's table, ``{}``: no auto-converge, no post-copy); 5 the domains'
+``checkpoints`` and ``backup`` (none)."""
+_BACKUPS_ADDED = "the domains' checkpoints and backup jobs (none)"
 _UPGRADES = {
-    "1": "added the migrations table, the hosts' bridges (none) and the migrations' policy (none)",
-    "2": "added the hosts' bridges (none) and the migrations' policy (none)",
-    "3": "added the migrations' policy (none)",
+    "1": f"added the migrations table, the hosts' bridges (none), the migrations' policy (none), {_BACKUPS_ADDED}",
+    "2": f"added the hosts' bridges (none), the migrations' policy (none), {_BACKUPS_ADDED}",
+    "3": f"added the migrations' policy (none), {_BACKUPS_ADDED}",
+    "4": f"added {_BACKUPS_ADDED}",
 }
 """What opening a file of an older schema changes in it (said in the log)."""
 
@@ -69,6 +72,9 @@ class SimJournal:
             self._conn.execute("ALTER TABLE hosts ADD COLUMN bridges TEXT NOT NULL DEFAULT '[]'")
         if "policy" not in {c[1] for c in self._conn.execute("PRAGMA table_info(migrations)")}:  # 1 to 3
             self._conn.execute("ALTER TABLE migrations ADD COLUMN policy TEXT NOT NULL DEFAULT '{}'")
+        if "backup" not in {c[1] for c in self._conn.execute("PRAGMA table_info(domains)")}:  # 1 to 4
+            self._conn.execute("ALTER TABLE domains ADD COLUMN checkpoints TEXT NOT NULL DEFAULT '[]'")
+            self._conn.execute("ALTER TABLE domains ADD COLUMN backup TEXT NOT NULL DEFAULT 'null'")
         if row is not None and row[0] in _UPGRADES:
             log.info(
                 "simulator state file %s: schema %s upgraded to %s: %s",
@@ -77,7 +83,7 @@ class SimJournal:
                 SCHEMA_VERSION,
                 _UPGRADES[row[0]],
             )
-        if row is None or row[0] in ("1", "2", "3"):
+        if row is None or row[0] in _UPGRADES:
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
             )

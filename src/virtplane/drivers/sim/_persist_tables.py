@@ -6,7 +6,8 @@ One row per entity (``_changes.Entity``), keyed as the ``ChangeLog`` keys it:
   by the last host failure (JSON);
 - ``domains`` (host, name): definition, live config, state, exit reason, memory marker,
   boot count, the clock's time ``due`` at which a boot or shutdown in progress ends,
-  whether that boot is an injected failure, and the state before a migration;
+  whether that boot is an injected failure, the state before a migration, its checkpoints
+  and its last backup job (JSON, ``_backups``);
 - ``pools`` (owner, name), ``volumes`` (owner, pool, name) with content,
   ``volume_snapshots``, ``saved_memory``, ``dirty_rates``; ``meta`` holds the schema version;
 - ``migrations`` (domain): the jobs, see ``_persist_migrations``.
@@ -27,6 +28,7 @@ from virtplane.domain.resources import ExitReason
 from virtplane.drivers.base import DiskAttachment, DomainSpec, DomainState, ImageRef, NicAttachment, PoolRef
 
 from . import _persist_migrations
+from ._backup_records import CHECKPOINTS, JOB
 from ._changes import ChangeLog, Entity, Key
 from ._host import SimHost
 from ._host_record import HostPorts
@@ -58,6 +60,8 @@ CREATE TABLE IF NOT EXISTS domains (
     due REAL NOT NULL,
     boot_fails INTEGER NOT NULL,
     state_before_migration TEXT,
+    checkpoints TEXT NOT NULL DEFAULT '[]',
+    backup TEXT NOT NULL DEFAULT 'null',
     PRIMARY KEY (host, name)
 );
 CREATE TABLE IF NOT EXISTS pools (
@@ -208,6 +212,8 @@ def _domain_row(key: Key, domain: SimDomain) -> Row:
         domain.due,
         int(domain.boot_fails),
         _name(domain.state_before_migration),
+        CHECKPOINTS.dump_json(domain.checkpoints).decode(),
+        JOB.dump_json(domain.backup).decode(),
     )
 
 
@@ -249,6 +255,8 @@ TABLES: dict[Entity, Table] = {
             "due",
             "boot_fails",
             "state_before_migration",
+            "checkpoints",
+            "backup",
         ),
         2,
         _domain_row,
@@ -281,9 +289,9 @@ def hosts(rows: Rows, ports: HostPorts) -> Iterator[SimHost]:
 
 def domains(rows: Rows) -> Iterator[tuple[str, SimDomain]]:
     """(host, domain) pairs."""
-    for host, _, spec_text, live_text, state, exit_reason, memory, boots, due, fails, before in rows(
-        Entity.DOMAIN
-    ):
+    for row in rows(Entity.DOMAIN):
+        host, _, spec_text, live_text, state, exit_reason, memory, boots, due, fails, before = row[:11]
+        checkpoints, backup = row[11:]
         spec = spec_from_json(spec_text)
         live = None
         if live_text is not None:
@@ -300,6 +308,8 @@ def domains(rows: Rows) -> Iterator[tuple[str, SimDomain]]:
                 due=due,
                 boot_fails=bool(fails),
                 state_before_migration=None if before is None else DomainState(before),
+                checkpoints=CHECKPOINTS.validate_json(checkpoints),
+                backup=JOB.validate_json(backup),
             ),
         )
 
