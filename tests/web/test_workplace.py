@@ -164,6 +164,18 @@ def test_the_vm_page_tabs_and_the_yaml_applied_or_refused(
     expect(page.locator("#yaml-error")).to_contain_text("HTTP 422")
     assert vm(demo, NET_VM)["spec"]["cpu"] == 1, "the refused change was not written"
 
+    # someone else changes the labels meanwhile: applying over them is refused, not a lost update
+    page.click('#vm-page .tabs a[data-tab="summary"]')
+    page.click('#vm-page .tabs a[data-tab="yaml"]')
+    expect(editor).to_have_value(re.compile(r"tier: edge"))
+    editor.fill(editor.input_value().replace("tier: edge", "tier: core"))
+    with demo.client("operator") as client:
+        patched = client.patch(f"/v1/vms/{NET_VM}", json={"metadata": {"labels": {"owner": "ops"}}})
+        assert patched.status_code == 200, patched.text
+    page.click('[data-act="apply"]')
+    expect(page.locator("#yaml-error")).to_contain_text("Conflict")
+    assert vm(demo, NET_VM)["metadata"]["labels"]["tier"] == "edge"
+
 
 def test_snapshots_are_a_tree_on_the_vm_page_and_restore_from_it(page: Page, demo: DemoServer) -> None:
     with demo.client("operator") as client:
