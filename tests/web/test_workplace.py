@@ -351,3 +351,17 @@ def test_the_vm_page_events_follow_new_events(page: Page, demo: DemoServer) -> N
     newest = page.locator("#vm-tab .vm-events tbody tr").first
     expect(newest.locator("td.reason")).to_have_text("Updated")
     expect(newest.locator("td.message")).to_contain_text("web-operator")
+
+
+def test_the_event_log_searches_and_filters_by_kind(page: Page, demo: DemoServer) -> None:
+    at(page, demo, "viewer", "#/events")
+    shown = page.locator("#events tbody tr:visible td.object")
+    expect(shown.first).to_be_visible()
+    page.select_option("#events-kind", "Host")
+    expect(shown.first).to_contain_text("Host/")
+    objects = shown.all_text_contents()
+    assert objects and all(o.startswith("Host/") for o in objects), objects
+    page.select_option("#events-kind", "")
+    page.fill("#events-search", NET_VM)
+    expect(shown.first).to_contain_text(NET_VM)
+    assert all(NET_VM in row for row in page.locator("#events tbody tr:visible").all_text_contents())
