@@ -317,7 +317,9 @@ def test_only_an_admin_gets_the_upload_form(page: Page, demo: DemoServer) -> Non
     expect(page.locator("#upload-form")).to_be_hidden()
 
 
-def test_an_operation_page_shows_its_progress_and_task_log_live(page: Page, demo: DemoServer) -> None:
+def test_an_operation_page_shows_its_progress_and_task_log_live(
+    page: Page, demo: DemoServer, screenshots: Path
+) -> None:
     at(page, demo, "viewer", "#/operations")
     with demo.client("operator") as client:
         made = client.post(
@@ -338,6 +340,7 @@ def test_an_operation_page_shows_its_progress_and_task_log_live(page: Page, demo
         ).json()["items"]
     reasons = [e["reason"] for e in reversed(events)]  # newest first, as the log shows them
     expect(page.locator("#op-log tbody tr td.reason")).to_have_text(reasons)
+    page.screenshot(path=screenshots / "operation.png")
 
 
 def test_the_vm_page_events_follow_new_events(page: Page, demo: DemoServer) -> None:
