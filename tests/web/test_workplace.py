@@ -132,6 +132,12 @@ def test_the_actions_menu_opens_inside_a_narrow_window(
     shown = menu.bounding_box()
     assert shown is not None and shown["x"] >= 0 and shown["x"] + shown["width"] <= width, shown
     page.screenshot(path=screenshots / f"vm-list-{width}.png")
+    expect(menu.locator("button").first).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(menu.locator("button").nth(1)).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowUp")  # round to the last
+    expect(menu.locator("button").last).to_be_focused()
     page.keyboard.press("Escape")
     expect(menu).to_be_hidden()
 

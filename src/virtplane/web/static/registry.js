@@ -81,10 +81,17 @@ document.addEventListener("click", (ev) => {
   if (openMenu && !openMenu.menu.contains(ev.target)) closeMenu();
 });
 document.addEventListener("keydown", (ev) => {
-  if (ev.key === "Escape" && openMenu) {
+  if (!openMenu) return;
+  if (ev.key === "Escape") {
     const { toggle } = openMenu;
     closeMenu();
     toggle.focus();
+  } else if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+    // the arrows move between the menu's items, round
+    const items = [...openMenu.menu.querySelectorAll("button")];
+    const at = items.indexOf(document.activeElement);
+    const next = items[(at + (ev.key === "ArrowDown" ? 1 : items.length - 1)) % items.length];
+    if (next) { ev.preventDefault(); next.focus({ preventScroll: true }); }
   }
 });
 // a scroll (the window's or the table's) moves the menu with its button
