@@ -374,3 +374,26 @@ def test_the_event_log_searches_and_filters_by_kind(page: Page, demo: DemoServer
     page.fill("#events-search", NET_VM)
     expect(shown.first).to_contain_text(NET_VM)
     assert all(NET_VM in row for row in page.locator("#events tbody tr:visible").all_text_contents())
+
+
+@pytest.mark.parametrize("width", [1024, 390])
+def test_no_view_is_wider_than_the_window(page: Page, demo: DemoServer, width: int) -> None:
+    """Only a table scrolls sideways, inside its panel (its actions column stays in sight)."""
+    page.set_viewport_size({"width": width, "height": 800})
+    at(page, demo, "admin", "#/vms")
+    routes = [
+        "#/vms",
+        "#/vms/web-1",
+        "#/vms/web-1/nics",
+        "#/hosts",
+        "#/hosts/host-1",
+        "#/storage",
+        "#/images",
+    ]
+    routes += ["#/networks", "#/snapshots", "#/operations", "#/events"]
+    for route in routes:
+        page.evaluate(f"window.location.hash = {route!r}")
+        expect(page.locator("section.view:not([hidden])")).to_have_count(1)
+        expect(page.locator("#status-text")).to_contain_text("live")
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= width, f"{route} is {wide} px wide in a {width} px window"
