@@ -71,6 +71,7 @@ export function actionsCell(kind, obj, onClose) {
     const table = toggle.closest(".list");
     openMenu = { menu, toggle, onClose: () => table && table.dispatchEvent(new CustomEvent("menuclosed")) };
     place(menu, toggle);
+    document.dispatchEvent(new Event("menuopened"));
     const first = menu.querySelector("button");
     if (first) first.focus({ preventScroll: true });
   });

@@ -80,7 +80,9 @@ async function open(vm) {
 // Load the thumbnails the VM list shows now, the stalest first, a few at a time.
 function pumpThumbs() {
   if (!apiSession.token) return;
-  const shown = [...new Set([...document.querySelectorAll("img.screen-thumb")].map((img) => img.dataset.vm))];
+  // only the thumbnails in sight: an actions menu's while it is open, a VM page's toolbar
+  const shown = [...new Set([...document.querySelectorAll("img.screen-thumb")]
+    .filter((img) => img.offsetParent !== null).map((img) => img.dataset.vm))];
   const due = shown
     .map((name) => [name, thumbs.get(name) || { url: null, at: 0, loading: false }])
     .filter(([, entry]) => !entry.loading && Date.now() - entry.at >= THUMB_EVERY_MS)
@@ -138,6 +140,7 @@ addRowAction("vm", {
 });
 
 $("screen-close").addEventListener("click", close);
+document.addEventListener("menuopened", pumpThumbs);
 setInterval(pumpThumbs, THUMB_EVERY_MS / 6);
 $("signout").addEventListener("click", () => {
   close();
