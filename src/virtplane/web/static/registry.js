@@ -39,6 +39,7 @@ export function closeMenu() {
   openMenu = null;
   menu.hidden = true;
   toggle.setAttribute("aria-expanded", "false");
+  toggle.parentElement.classList.remove("menu-open");
   if (onClose) onClose();
 }
 
@@ -68,6 +69,7 @@ export function actionsCell(kind, obj, onClose) {
     if (wasOpen) return;
     menu.hidden = false;
     toggle.setAttribute("aria-expanded", "true");
+    toggle.parentElement.classList.add("menu-open");
     const table = toggle.closest(".list");
     openMenu = { menu, toggle, onClose: () => table && table.dispatchEvent(new CustomEvent("menuclosed")) };
     place(menu, toggle);

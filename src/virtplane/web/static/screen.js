@@ -26,6 +26,7 @@ const encoder = new TextEncoder();
 const screen = { rfb: null, ws: null, vm: null };
 const thumbs = new Map(); // VM name -> { url, at, loading }
 let loadingThumbs = 0;
+let pumpQueued = false;
 
 function base64url(text) {
   let binary = "";
@@ -125,7 +126,10 @@ async function loadThumb(name, entry) {
 function thumbnail(vm) {
   const name = vm.metadata.name;
   const entry = thumbs.get(name);
-  queueMicrotask(pumpThumbs); // once the row is in the table
+  if (!pumpQueued) { // once the rows are in the table: one look for all the rows drawn together
+    pumpQueued = true;
+    queueMicrotask(() => { pumpQueued = false; pumpThumbs(); });
+  }
   return el("img", {
     cls: "screen-thumb", data: { vm: name },
     attrs: { alt: "", width: 64, height: 40, src: entry && entry.url ? entry.url : null },
