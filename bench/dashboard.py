@@ -25,9 +25,10 @@ FIRST_SCREEN = "() => document.querySelectorAll('#vms tbody tr').length >= 100 &
 TIMEOUT_MS = 60_000
 
 
-REQUESTS = """() => Object.fromEntries(performance.getEntriesByType('resource')
+REQUESTS = """() => Object.fromEntries([...performance.getEntriesByType('resource')
   .filter((e) => /app[.]js|limit=500$|whoami/.test(e.name))
-  .map((e) => [e.name.replace(/^.*[/]/, ''), [Math.round(e.startTime), Math.round(e.responseEnd)]]))"""
+  .map((e) => [e.name.replace(/^.*[/]/, ''), [Math.round(e.startTime), Math.round(e.responseEnd)]]),
+  ...performance.getEntriesByType('mark').map((e) => [e.name, Math.round(e.startTime)])])"""
 
 
 def _measure(url: str, token: str, vms: int) -> tuple[list[float], list[float], list[Any]]:

@@ -50,12 +50,16 @@ def signed_in_as(page: Page, server: DemoServer, role: str) -> None:
 def test_the_screen_of_a_running_vm_is_drawn_by_novnc_and_its_thumbnail_shown(
     page: Page, demo: DemoServer
 ) -> None:
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
     signed_in_as(page, demo, "operator")
     web = page.locator('#vms tr[data-name="web-1"]')
     expect(web.locator("td.phase")).to_have_text("Running")
     thumbnail = web.locator('button[data-action="screen"] img.screen-thumb')
+    web.locator("button.menu-toggle").click()  # the menu shows it: only then is it asked for
     expect(thumbnail).to_have_attribute("src", re.compile(r"^data:image/png;base64,"))
-    web.locator("button.menu-toggle").click()
+    shots = [url.split("/v1/vms/")[1] for url in asked if url.endswith("/screenshot")]
+    assert shots == ["web-1/screenshot"], f"only the thumbnail in sight is loaded: {shots}"
     web.locator('button[data-action="screen"]').click()
     assert page.url.endswith("#/vms/web-1/screen"), page.url  # the VM page's screen tab
     expect(page.locator("#screen-title")).to_have_text("Screen: web-1")

@@ -132,6 +132,12 @@ def test_the_actions_menu_opens_inside_a_narrow_window(
     shown = menu.bounding_box()
     assert shown is not None and shown["x"] >= 0 and shown["x"] + shown["width"] <= width, shown
     page.screenshot(path=screenshots / f"vm-list-{width}.png")
+    expect(menu.locator("button").first).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(menu.locator("button").nth(1)).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowUp")  # round to the last
+    expect(menu.locator("button").last).to_be_focused()
     page.keyboard.press("Escape")
     expect(menu).to_be_hidden()
 
@@ -163,6 +169,18 @@ def test_the_vm_page_tabs_and_the_yaml_applied_or_refused(
     expect(page.locator("#yaml-error")).to_be_visible()
     expect(page.locator("#yaml-error")).to_contain_text("HTTP 422")
     assert vm(demo, NET_VM)["spec"]["cpu"] == 1, "the refused change was not written"
+
+    # someone else changes the labels meanwhile: applying over them is refused, not a lost update
+    page.click('#vm-page .tabs a[data-tab="summary"]')
+    page.click('#vm-page .tabs a[data-tab="yaml"]')
+    expect(editor).to_have_value(re.compile(r"tier: edge"))
+    editor.fill(editor.input_value().replace("tier: edge", "tier: core"))
+    with demo.client("operator") as client:
+        patched = client.patch(f"/v1/vms/{NET_VM}", json={"metadata": {"labels": {"owner": "ops"}}})
+        assert patched.status_code == 200, patched.text
+    page.click('[data-act="apply"]')
+    expect(page.locator("#yaml-error")).to_contain_text("Conflict")
+    assert vm(demo, NET_VM)["metadata"]["labels"]["tier"] == "edge"
 
 
 def test_snapshots_are_a_tree_on_the_vm_page_and_restore_from_it(page: Page, demo: DemoServer) -> None:
@@ -305,7 +323,9 @@ def test_only_an_admin_gets_the_upload_form(page: Page, demo: DemoServer) -> Non
     expect(page.locator("#upload-form")).to_be_hidden()
 
 
-def test_an_operation_page_shows_its_progress_and_task_log_live(page: Page, demo: DemoServer) -> None:
+def test_an_operation_page_shows_its_progress_and_task_log_live(
+    page: Page, demo: DemoServer, screenshots: Path
+) -> None:
     at(page, demo, "viewer", "#/operations")
     with demo.client("operator") as client:
         made = client.post(
@@ -326,6 +346,7 @@ def test_an_operation_page_shows_its_progress_and_task_log_live(page: Page, demo
         ).json()["items"]
     reasons = [e["reason"] for e in reversed(events)]  # newest first, as the log shows them
     expect(page.locator("#op-log tbody tr td.reason")).to_have_text(reasons)
+    page.screenshot(path=screenshots / "operation.png")
 
 
 def test_the_vm_page_events_follow_new_events(page: Page, demo: DemoServer) -> None:
@@ -339,3 +360,40 @@ def test_the_vm_page_events_follow_new_events(page: Page, demo: DemoServer) -> N
     newest = page.locator("#vm-tab .vm-events tbody tr").first
     expect(newest.locator("td.reason")).to_have_text("Updated")
     expect(newest.locator("td.message")).to_contain_text("web-operator")
+
+
+def test_the_event_log_searches_and_filters_by_kind(page: Page, demo: DemoServer) -> None:
+    at(page, demo, "viewer", "#/events")
+    shown = page.locator("#events tbody tr:visible td.object")
+    expect(shown.first).to_be_visible()
+    page.select_option("#events-kind", "Host")
+    expect(shown.first).to_contain_text("Host/")
+    objects = shown.all_text_contents()
+    assert objects and all(o.startswith("Host/") for o in objects), objects
+    page.select_option("#events-kind", "")
+    page.fill("#events-search", NET_VM)
+    expect(shown.first).to_contain_text(NET_VM)
+    assert all(NET_VM in row for row in page.locator("#events tbody tr:visible").all_text_contents())
+
+
+@pytest.mark.parametrize("width", [1024, 390])
+def test_no_view_is_wider_than_the_window(page: Page, demo: DemoServer, width: int) -> None:
+    """Only a table scrolls sideways, inside its panel (its actions column stays in sight)."""
+    page.set_viewport_size({"width": width, "height": 800})
+    at(page, demo, "admin", "#/vms")
+    routes = [
+        "#/vms",
+        "#/vms/web-1",
+        "#/vms/web-1/nics",
+        "#/hosts",
+        "#/hosts/host-1",
+        "#/storage",
+        "#/images",
+    ]
+    routes += ["#/networks", "#/snapshots", "#/operations", "#/events"]
+    for route in routes:
+        page.evaluate(f"window.location.hash = {route!r}")
+        expect(page.locator("section.view:not([hidden])")).to_have_count(1)
+        expect(page.locator("#status-text")).to_contain_text("live")
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= width, f"{route} is {wide} px wide in a {width} px window"

@@ -347,7 +347,8 @@ function init() {
   $("vms-list").append(vmList.root);
   $("hosts-list").append(hostList.root);
   $("operations-list").append(opList.root);
-  $("events-search").addEventListener("input", () => filterEvents($("events-search").value));
+  const eventFilters = () => filterEvents($("events-search").value, $("events-type").value, $("events-kind").value);
+  for (const id of ["events-search", "events-type", "events-kind"]) $(id).addEventListener("input", eventFilters);
   setupBulk();
   setupShortcuts();
   window.setInterval(tickTimes, TICK_MS);

@@ -39,6 +39,7 @@ export function closeMenu() {
   openMenu = null;
   menu.hidden = true;
   toggle.setAttribute("aria-expanded", "false");
+  toggle.parentElement.classList.remove("menu-open");
   if (onClose) onClose();
 }
 
@@ -68,9 +69,11 @@ export function actionsCell(kind, obj, onClose) {
     if (wasOpen) return;
     menu.hidden = false;
     toggle.setAttribute("aria-expanded", "true");
+    toggle.parentElement.classList.add("menu-open");
     const table = toggle.closest(".list");
     openMenu = { menu, toggle, onClose: () => table && table.dispatchEvent(new CustomEvent("menuclosed")) };
     place(menu, toggle);
+    document.dispatchEvent(new Event("menuopened"));
     const first = menu.querySelector("button");
     if (first) first.focus({ preventScroll: true });
   });
@@ -81,10 +84,17 @@ document.addEventListener("click", (ev) => {
   if (openMenu && !openMenu.menu.contains(ev.target)) closeMenu();
 });
 document.addEventListener("keydown", (ev) => {
-  if (ev.key === "Escape" && openMenu) {
+  if (!openMenu) return;
+  if (ev.key === "Escape") {
     const { toggle } = openMenu;
     closeMenu();
     toggle.focus();
+  } else if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+    // the arrows move between the menu's items, round
+    const items = [...openMenu.menu.querySelectorAll("button")];
+    const at = items.indexOf(document.activeElement);
+    const next = items[(at + (ev.key === "ArrowDown" ? 1 : items.length - 1)) % items.length];
+    if (next) { ev.preventDefault(); next.focus({ preventScroll: true }); }
   }
 });
 // a scroll (the window's or the table's) moves the menu with its button

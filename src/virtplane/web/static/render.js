@@ -211,23 +211,31 @@ export const opList = createList({
   ],
 });
 
-let eventQuery = "";
+const eventFilter = { query: "", type: "", kind: "" };
 
-// The event log's search: rows that do not contain it are hidden (the log stays one table,
-// followed by its watch and paged by its own continue tokens).
-export function filterEvents(query) {
-  eventQuery = query.trim().toLowerCase();
-  for (const row of $("events").tBodies[0].rows) row.hidden = Boolean(eventQuery) && !row.textContent.toLowerCase().includes(eventQuery);
+function eventShown(row) {
+  return (!eventFilter.type || row.dataset.type === eventFilter.type)
+    && (!eventFilter.kind || row.dataset.kind === eventFilter.kind)
+    && (!eventFilter.query || row.textContent.toLowerCase().includes(eventFilter.query));
+}
+
+// The event log's search and filters (type, kind): rows that do not match are hidden (the log
+// stays one table, followed by its watch and paged by its own continue tokens).
+export function filterEvents(query, type = eventFilter.type, kind = eventFilter.kind) {
+  eventFilter.query = query.trim().toLowerCase();
+  eventFilter.type = type;
+  eventFilter.kind = kind;
+  for (const row of $("events").tBodies[0].rows) row.hidden = !eventShown(row);
 }
 
 function eventRow(event, fresh) {
   const row = eventRowOf(event, fresh);
-  row.hidden = Boolean(eventQuery) && !row.textContent.toLowerCase().includes(eventQuery);
+  row.hidden = !eventShown(row);
   return row;
 }
 
 export function eventRowOf(event, fresh) {
-  return el("tr", { cls: fresh ? "fresh" : "", data: { id: event.id, reason: event.reason } }, [
+  return el("tr", { cls: fresh ? "fresh" : "", data: { id: event.id, reason: event.reason, type: event.type || "Normal", kind: text(event.kind, "") } }, [
     cell(timeNode(event.time), "time"),
     cell(badge(event.type || "Normal"), "type"),
     cell(`${text(event.kind, "?")}/${text(event.name, "?")}`, "object"),

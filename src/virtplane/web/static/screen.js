@@ -26,6 +26,7 @@ const encoder = new TextEncoder();
 const screen = { rfb: null, ws: null, vm: null };
 const thumbs = new Map(); // VM name -> { url, at, loading }
 let loadingThumbs = 0;
+let pumpQueued = false;
 
 function base64url(text) {
   let binary = "";
@@ -80,7 +81,9 @@ async function open(vm) {
 // Load the thumbnails the VM list shows now, the stalest first, a few at a time.
 function pumpThumbs() {
   if (!apiSession.token) return;
-  const shown = [...new Set([...document.querySelectorAll("img.screen-thumb")].map((img) => img.dataset.vm))];
+  // only the thumbnails in sight: an actions menu's while it is open, a VM page's toolbar
+  const shown = [...new Set([...document.querySelectorAll("img.screen-thumb")]
+    .filter((img) => img.offsetParent !== null).map((img) => img.dataset.vm))];
   const due = shown
     .map((name) => [name, thumbs.get(name) || { url: null, at: 0, loading: false }])
     .filter(([, entry]) => !entry.loading && Date.now() - entry.at >= THUMB_EVERY_MS)
@@ -123,7 +126,10 @@ async function loadThumb(name, entry) {
 function thumbnail(vm) {
   const name = vm.metadata.name;
   const entry = thumbs.get(name);
-  queueMicrotask(pumpThumbs); // once the row is in the table
+  if (!pumpQueued) { // once the rows are in the table: one look for all the rows drawn together
+    pumpQueued = true;
+    queueMicrotask(() => { pumpQueued = false; pumpThumbs(); });
+  }
   return el("img", {
     cls: "screen-thumb", data: { vm: name },
     attrs: { alt: "", width: 64, height: 40, src: entry && entry.url ? entry.url : null },
@@ -138,6 +144,7 @@ addRowAction("vm", {
 });
 
 $("screen-close").addEventListener("click", close);
+document.addEventListener("menuopened", pumpThumbs);
 setInterval(pumpThumbs, THUMB_EVERY_MS / 6);
 $("signout").addEventListener("click", () => {
   close();

@@ -1,7 +1,7 @@
 // A VM's page (#/vms/NAME/TAB): its actions, and tabs for its summary (with the usage graphs),
 // serial console, screen, disks, NICs with their addresses, snapshots (a tree, with restore),
 // events, and its YAML in an editor that applies changes the way `virtplane apply` does (PUT of
-// labels, annotations and spec at the version shown: a write in between is a 409 Conflict).
+// labels, annotations and spec; a change of those made in between is a Conflict).
 
 import { $, badge, el, gib, link, text, timeNode } from "./dom.js";
 import { api, ApiStatusError, listAll, path, send } from "./api.js";
@@ -21,7 +21,7 @@ const TABS = [["summary", "Summary"], ["console", "Console"], ["screen", "Screen
   ["nics", "NICs"], ["snapshots", "Snapshots"], ["events", "Events"], ["yaml", "YAML"]];
 const EVENTS_SHOWN = 100;
 
-const page = { name: null, tab: null, stopUsage: null, version: null, loaded: null, editing: false };
+const page = { name: null, tab: null, stopUsage: null, base: null, loaded: null, editing: false };
 
 const st = (obj) => (obj && obj.status) || {};
 const dl = (pairs) => el("dl", { cls: "facts" }, pairs.flatMap(([k, v]) => [el("dt", { text: k }),
@@ -141,7 +141,7 @@ async function yaml(vm, body) {
   const { dump, load } = await yamlModule();
   const editor = el("textarea", { cls: "yaml-editor", attrs: { id: "yaml-editor", spellcheck: "false", "aria-label": "YAML", readonly: !can("operator") } });
   editor.value = dump(applied(vm), { noRefs: true, lineWidth: 120 });
-  page.version = vm.metadata.resource_version;
+  page.base = JSON.stringify(applied(vm)); // what the editor was opened on
   page.editing = false;
   editor.addEventListener("input", () => { page.editing = true; });
   const error = el("p", { cls: "dialog-error", attrs: { role: "alert", id: "yaml-error" } });
@@ -156,10 +156,16 @@ async function yaml(vm, body) {
       let doc;
       try { doc = load(editor.value); } catch (err) { throw new ApiStatusError(0, err.message, "InvalidYAML"); }
       if (!doc || typeof doc !== "object") throw new ApiStatusError(0, "the YAML is not a mapping", "InvalidYAML");
-      doc.metadata = { ...(doc.metadata || {}), resource_version: page.version };
+      // the status changes all the time (a running VM's): only a change of what apply writes,
+      // made since the editor was opened, is a conflict; the write is pinned to the version read
+      const current = await api(`/v1/vms/${path(page.name)}`, state.abort.signal);
+      if (JSON.stringify(applied(current)) !== page.base) {
+        throw new ApiStatusError(409, "the VM's labels, annotations or spec changed since the editor was opened: open the tab again", "Conflict");
+      }
+      doc.metadata = { ...(doc.metadata || {}), resource_version: current.metadata.resource_version };
       const saved = await send("PUT", `/v1/vms/${path(page.name)}`, doc);
       page.editing = false;
-      page.version = saved.metadata.resource_version;
+      page.base = JSON.stringify(applied(saved));
       notify("ok", `VM ${page.name} configured (resource version ${saved.metadata.resource_version}).`);
     } catch (err) {
       error.dataset.reason = err.reason || "";
