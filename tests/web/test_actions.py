@@ -342,7 +342,12 @@ def test_three_vms_from_a_template_made_in_the_dialog(page: Page, demo: DemoServ
     expect(vm_row(page, "from-snap")).to_have_count(1)
     with demo.client("viewer") as client:
         volume = client.get("/v1/volumes/from-snap-root").json()
-    assert volume["spec"]["source"] == {"image": None, "snapshot": "batch-snap", "volume": "batch-1-root"}
+    assert volume["spec"]["source"] == {
+        "image": None,
+        "snapshot": "batch-snap",
+        "volume": "batch-1-root",
+        "linked": False,
+    }
 
 
 def test_api_errors_are_shown_with_the_reason_and_message_the_api_sent(page: Page, demo: DemoServer) -> None:
