@@ -254,6 +254,22 @@ def test_the_storage_image_and_network_views_show_what_the_api_lists(
     page.screenshot(path=screenshots / "networks.png", full_page=True)
 
 
+def test_a_shown_view_follows_its_kinds_without_a_reload(page: Page, demo: DemoServer) -> None:
+    """A volume made and deleted through the API while #/storage is open comes and goes on its
+    own: the view watches what it lists (red with the watch left out: the row never shows)."""
+    at(page, demo, "viewer", "#/storage")
+    expect(page.locator('#volumes tr[data-name="web-1-root"]')).to_be_visible()
+    with demo.client("operator") as client:
+        pool = client.get("/v1/volumes/web-1-root").json()["spec"]["pool"]
+        made = client.post(
+            "/v1/volumes", json={"metadata": {"name": "watched-vol"}, "spec": {"pool": pool, "size_gib": 1}}
+        )
+        assert made.status_code == 201, made.text
+        expect(page.locator('#volumes tr[data-name="watched-vol"]')).to_be_visible()
+        assert client.delete("/v1/volumes/watched-vol").status_code in (200, 202)
+    expect(page.locator('#volumes tr[data-name="watched-vol"]')).to_have_count(0)
+
+
 def test_a_viewer_gets_no_mutating_control_and_the_api_refuses_one(page: Page, demo: DemoServer) -> None:
     at(page, demo, "viewer", f"#/vms/{NET_VM}/yaml")
     expect(page.locator("#yaml-editor")).to_have_attribute("readonly", "")

@@ -1,9 +1,10 @@
-// The views of what is not followed by a watch: storage pools and volumes, images, networks
-// with their address allocations, and snapshots. Each is listed when its view is shown (and
-// again with its Reload button), in the same list component as the VMs.
+// The views of storage pools and volumes, images, networks with their address allocations, and
+// snapshots, in the same list component as the VMs. A view's kinds are listed when it is shown
+// and then followed by a watch while it stays shown (not always, as VMs and hosts are: a large
+// fleet's volumes would cost every page a list it may never look at); Reload lists again.
 
 import { badge, el, link, text, timeNode } from "./dom.js";
-import { listAll } from "./api.js";
+import { ExpiredError, listAll, pause, readStream } from "./api.js";
 import { createList } from "./list.js";
 import { href, onView } from "./router.js";
 import { can, state } from "./state.js";
@@ -87,6 +88,10 @@ async function load(view) {
       libraries().catch(() => {});
     }
   }
+  if (following) following.abort();
+  const watches = new AbortController();
+  following = watches;
+  state.abort.signal.addEventListener("abort", () => watches.abort(), { once: true }); // signed out
   for (const [container, plural, key] of VIEWS[view]) {
     const list = lists[key];
     const holder = document.getElementById(container);
@@ -97,18 +102,52 @@ async function load(view) {
       holder.replaceChildren(list.root);
       list.root.querySelector(".list-tools").append(reload);
     }
+    followKind(plural, key, holder, watches.signal);
+  }
+}
+
+const WATCH_RETRY_MS = 2000;
+let following = null; // the shown view's watches, aborted when it is left or loaded again
+
+function show(key, items) {
+  lists[key].update([...items.values()]);
+  if (key === "networks") {
+    lists.allocations.update([...items.values()].flatMap((n) => (st(n).allocations || []).map((a) => ({ ...a, network: n.metadata.name }))));
+    const holder = document.getElementById("allocations-list");
+    if (!holder.contains(lists.allocations.root)) holder.replaceChildren(lists.allocations.root);
+  }
+}
+
+// List the kind, then watch it from the list's revision until ``signal`` aborts; a stream that
+// ends is opened again from the last revision seen, one the server cannot resume (410) lists again.
+async function followKind(plural, key, holder, signal) {
+  let items = null;
+  let revision = null;
+  while (!signal.aborted) {
     try {
-      const found = await listAll(plural, state.abort.signal);
-      const items = [...found.items.values()];
-      list.update(items);
-      if (key === "networks") {
-        lists.allocations.update(items.flatMap((n) => (st(n).allocations || []).map((a) => ({ ...a, network: n.metadata.name }))));
-        const holder2 = document.getElementById("allocations-list");
-        if (!holder2.contains(lists.allocations.root)) holder2.replaceChildren(lists.allocations.root);
+      if (items === null) {
+        const found = await listAll(plural, signal);
+        ({ items, revision } = found);
+        if (signal.aborted) return;
+        holder.querySelector(".dialog-error")?.remove();
+        show(key, items);
       }
+      await readStream(`/v1/${plural}?watch=1&resource_version=${revision}`, (event) => {
+        const obj = event.object || {};
+        const meta = obj.metadata || {};
+        if (typeof meta.resource_version === "number" && meta.resource_version > revision) revision = meta.resource_version;
+        if (event.type === "BOOKMARK" || !meta.name || signal.aborted) return;
+        if (event.type === "DELETED") items.delete(meta.name);
+        else items.set(meta.name, obj);
+        show(key, items);
+      }, signal);
     } catch (err) {
+      if (signal.aborted) return;
+      if (err instanceof ExpiredError) { items = null; continue; }
+      holder.querySelector(".dialog-error")?.remove();
       holder.append(el("p", { cls: "dialog-error", text: `${err.reason || "Error"}: ${err.message}` }));
     }
+    await pause(WATCH_RETRY_MS, signal);
   }
 }
 
@@ -116,7 +155,11 @@ let shown = null;
 for (const view of Object.keys(VIEWS)) {
   onView(view, (route) => {
     // drawn when the view is entered (not on every change the watches bring)
-    if (!route) { shown = null; return; }
+    if (!route) {
+      if (shown === view && following) { following.abort(); following = null; }
+      shown = null;
+      return;
+    }
     if ((shown === view && (view !== "images" || document.getElementById("image-upload").hidden === !can("admin"))) || !state.abort) return;
     shown = view;
     load(view);
