@@ -169,6 +169,7 @@ def type_in_the_dashboards_console(url: str, token: str, vm: str) -> None:
         expect(page.locator("#whoami")).to_have_text("web-operator · operator")
         row = page.locator(f'#vms tr[data-name="{vm}"]')
         expect(row.locator("td.phase")).to_have_text("Running")
+        row.locator("button.menu-toggle").click()  # the VM's actions are in its menu
         row.locator('button[data-action="console"]').click()
         expect(page.locator("#console-status")).to_have_text("attached")
         rows = page.locator("#console-terminal .xterm-rows")

@@ -103,6 +103,7 @@ def novnc_canvas(url: str, token: str, vm: str) -> tuple[int, int, bytes]:
         sign_in(page, url, token)
         row = page.locator(f'#vms tr[data-name="{vm}"]')
         expect(row.locator("td.phase")).to_have_text("Running")
+        row.locator("button.menu-toggle").click()  # the VM's actions are in its menu
         row.locator('button[data-action="screen"]').click()
         expect(page.locator("#screen-status")).to_have_text("connected")
         canvas = page.locator("#screen-view canvas")
