@@ -36,7 +36,8 @@ from virtplane.domain.resources import (
     VolumePhase,
     VolumeSpec,
 )
-from virtplane.drivers.base import domain_name
+from virtplane.drivers.backups import BackupRequest, DiskBackup
+from virtplane.drivers.base import PoolRef, domain_name
 from virtplane.drivers.sim import SimCloud, SimGuest
 from virtplane.store.store import Store
 
@@ -263,3 +264,28 @@ def test_a_target_is_woken_by_its_backups_volumes_not_by_their_progress() -> Non
     assert list(watch.map(None, planned, progressed)) == []  # type: ignore[arg-type]
     assert list(watch.map(None, fresh, planned)) == [Request(BackupTarget.KIND, "t")]  # type: ignore[arg-type]
     assert list(watch.map(None, planned, None)) == [Request(BackupTarget.KIND, "t")]  # type: ignore[arg-type]
+
+
+async def test_a_begin_that_keeps_failing_says_so_in_the_backups_status(plane: ControlPlane) -> None:
+    """A driver error at the begin is retried; while it persists the backup's message says it
+    (it was only logged at INFO: a backup stood Running with no word for minutes, seen when a
+    test left a pool on the target's path). Red without the message written."""
+    assert plane.sim is not None
+    await world(plane)
+    dname = domain_name(vm(plane, "a").metadata.uid)
+    driver = plane.sim.driver("sim://h1")
+    await driver.connect()
+    other = BackupRequest(
+        domain=dname,
+        target=PoolRef(name="elsewhere", path="/srv/elsewhere", shared=True),
+        checkpoint="someone-elses",
+        disks=(DiskBackup(disk_path=disk_path(plane), volume="other.qcow2", size_bytes=1024**3),),
+    )
+    await driver.begin_backup(other)  # one job per domain: the controller's begin must wait
+    await take(plane, "b1", finish=False)
+    await eventually(lambda: backup(plane, "b1").status.message.startswith("retrying: a backup job runs"))
+    CLOCK.now += 60  # the other job ends; the next try begins and the message is the mode again
+    await eventually(
+        lambda: backup(plane, "b1").status.phase is BackupPhase.RUNNING and backup(plane, "b1").status.begun
+    )
+    assert backup(plane, "b1").status.message == backup(plane, "b1").status.mode_reason

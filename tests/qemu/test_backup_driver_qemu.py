@@ -57,7 +57,9 @@ async def test_full_then_incremental_backups_and_checkpoints_over_a_migration(
     a, b = drivers["a"], drivers["b"]
     vol = await a.create_volume(rig.shared_pool, "bk-root.qcow2", 1)
     spec = guest_spec(rig, "bk", (DiskAttachment(path=vol.path, boot_order=1, shared=True),))
-    target = PoolRef(name="backups", path=str(rig.base / "shared" / "backups"), shared=True)
+    # its own directory: a pool the daemons keep on a path another test's BackupTarget uses would
+    # make libvirt refuse that target's pool ("Storage source conflict with pool")
+    target = PoolRef(name="driver-backups", path=str(rig.base / "shared" / "driver-backups"), shared=True)
     name = spec.name
     await a.ensure_defined(spec)
     await a.start(name)

@@ -108,6 +108,10 @@ class BackupReconciler:
             return await self._fail(backup, str(exc))
         except DriverError as exc:
             log.info("backup %s: %s; retrying", backup.metadata.name, exc)
+            said = f"retrying: {exc}"
+            if backup.status.message != said:  # an error that persists is seen, not only logged
+                backup.status.message = said
+                await ctx.write(backup)
             return Result(requeue_after=2.0)
 
     # ------------------------------------------------------------------ plan
@@ -257,6 +261,7 @@ class BackupReconciler:
             if frozen:  # the job copies the disks as they were when it began
                 await self._thaw(vm, driver, dname)
         backup.status.begun = True
+        backup.status.message = backup.status.mode_reason  # no longer "retrying: ..."
         self.ctx.event(backup, "Begun", f"{backup.status.mode_reason}; {backup.status.consistency_reason}")
         await self.ctx.durable("backup.begun", backup)
         return Result(requeue_after=FOLLOW_S)
