@@ -72,17 +72,17 @@ async def test_an_ova_of_two_disks_becomes_a_vm_that_boots_its_first_disk(
 
     async with qplane.api() as api:
         pool = {
-            "metadata": {"name": "uploads"},
+            "metadata": {"name": "ova-library"},  # not test_image_upload's "uploads": the daemons keep that pool, on another path
             "spec": {"kind": "shared", "cluster": "default", "path": library, "capacity_gib": 10, "content": "images"},
         }  # fmt: skip
         assert (await api.post("/v1/storagepools", json=pool)).status_code == 201
         await eventually(
-            lambda: qplane.store.get(StoragePool, "uploads").status.reachable_hosts == ["a", "b"],
+            lambda: qplane.store.get(StoragePool, "ova-library").status.reachable_hosts == ["a", "b"],
             timeout=LIMIT_S,
         )
         answer = await api.put(
             "/v1/vms/actions/import-ova",
-            params={"pool": SHARED, "library": "uploads", "sha256": hashlib.sha256(ova).hexdigest()},
+            params={"pool": SHARED, "library": "ova-library", "sha256": hashlib.sha256(ova).hexdigest()},
             content=ova,
         )
         assert answer.status_code == 201, answer.text
