@@ -16,14 +16,21 @@ Rules every implementation follows (the contract suite checks them):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from virtplane.domain.phases import DomainState  # declared once, in the domain vocabulary
 from virtplane.domain.resources import Accelerator, Capability, ExitReason, HostCPU
 from virtplane.drivers.backups import BackupOperations
+from virtplane.drivers.migration_ops import (
+    MigrationJob,
+    MigrationOperations,
+    MigrationPhase,
+    MigrationRequest,
+)
 from virtplane.drivers.stats import UsageSample
+from virtplane.drivers.storage_ops import ImageInfo, ImageRef, PoolRef, StorageOperations, VolumeInfo
 
 DOMAIN_PREFIX = "virtplane-"
 
@@ -46,33 +53,6 @@ class DiskAttachment:
     shared: bool = False  # on a pool other hosts see; never copied by a block migration
     volume: str = ""  # the Volume resource name, for messages
     size_gib: int = 0
-
-
-@dataclass(frozen=True)
-class PoolRef:
-    name: str
-    path: str  # directory on the host (dir pools), or the sim's pool name
-    shared: bool = False
-    capacity_gib: int = 0
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """A file in an image library pool, by name: the driver resolves and checks it before each use."""
-
-    pool: PoolRef
-    file: str
-    format: str = "raw"  # what the file must be: qcow2, raw (kernels and initrds) or iso
-    written_bytes: int | None = (
-        None  # virtplane wrote it (an upload): checked by its size, through the driver
-    )
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    size_bytes: int
-    virtual_size_bytes: int
-    format: str
 
 
 @dataclass(frozen=True)
@@ -186,53 +166,6 @@ class AcceleratorOffer:
     """The libvirt and QEMU versions and the host's identity: a validation verdict holds while it does."""
 
 
-@dataclass(frozen=True)
-class VolumeInfo:
-    name: str
-    path: str
-    size_gib: int
-
-
-class MigrationPhase(StrEnum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-
-
-@dataclass(frozen=True)
-class MigrationJob:
-    domain: str
-    target_uri: str
-    phase: MigrationPhase
-    data_total_mib: float = 0.0
-    data_processed_mib: float = 0.0
-    data_remaining_mib: float = 0.0
-    iteration: int = 0
-    error: str = ""
-    memory_remaining_mib: float = 0.0
-    dirty_rate_mib_s: float = 0.0  # what the guest dirties now, as the hypervisor measures it
-    throttle_pct: int = 0  # how far auto-converge slows the guest's vCPUs
-    post_copy: bool = False  # switched to post-copy: the guest runs on the target, memory split
-
-    @property
-    def finished(self) -> bool:
-        return self.phase is not MigrationPhase.RUNNING
-
-
-@dataclass(frozen=True)
-class MigrationRequest:
-    domain: str
-    target_uri: str
-    copy_disks: tuple[str, ...] = ()  # paths of local disks to copy; shared disks are never copied
-    bandwidth_mib_s: int | None = None
-    spec: DomainSpec | None = field(default=None)  # lets the target pre-create copied disks
-    migration_address: str | None = None  # where the target receives the data (its Host spec)
-    auto_converge: bool = False  # throttle the guest's vCPUs while pre-copy does not converge
-    post_copy: bool = False  # allow ``start_post_copy`` later (VIR_MIGRATE_POSTCOPY)
-    max_downtime_ms: int | None = None  # the longest pause the switch-over may take
-
-
 class ConsoleStream(Protocol):
     """A domain's serial console as a byte stream, open until ``close`` or until the guest's
     instance ends here (it stops, crashes, or migrates away): then ``read`` returns b"".
@@ -258,7 +191,7 @@ class DisplayStream(ConsoleStream, Protocol):
 
 
 @runtime_checkable
-class HypervisorDriver(BackupOperations, Protocol):
+class HypervisorDriver(StorageOperations, MigrationOperations, BackupOperations, Protocol):
     """One connection to one hypervisor host. All methods are coroutines but ``uri``/``capabilities``."""
 
     @property
@@ -369,78 +302,6 @@ class HypervisorDriver(BackupOperations, Protocol):
 
     async def change_seed(self, name: str, path: str) -> None:
         """Put the seed image at ``path`` into the running domain's seed CD-ROM (a media change)."""
-
-    # -- storage (directory pools, qcow2 volumes)
-    async def ensure_pool(self, pool: PoolRef) -> None: ...
-
-    async def inspect_image(self, image: ImageRef) -> ImageInfo:
-        """Check a library file: a regular file of the expected format inside its pool (no link
-        leading out of it, no device, no backing file). ``ImageRefused`` or ``NotFound`` otherwise,
-        with messages that name nothing outside the library."""
-
-    async def create_volume(
-        self, pool: PoolRef, name: str, size_gib: int, source: ImageRef | None = None, *, linked: bool = False
-    ) -> VolumeInfo:
-        """A new volume, or the one of that name from an earlier, interrupted call; ``source`` is
-        checked again (as ``inspect_image``) right before it is copied. ``linked``: not a copy
-        but a qcow2 overlay whose backing file is ``source`` (a volume of the same pool)."""
-
-    async def upload_volume(self, pool: PoolRef, name: str, data: bytes) -> VolumeInfo:
-        """A raw volume holding ``data`` (a small file such as a NoCloud seed), sent through the
-        driver so remote hosts get it; written whole each time, so only while no running domain
-        uses it."""
-
-    async def write_image(self, image: ImageRef, source: str) -> None:
-        """Write the control plane's file at ``source`` into the library as ``image.file``, over
-        the driver's connection (libvirt's volume upload), so a host whose library the control
-        plane does not see gets it too. Replaces an earlier copy (one cut off by a crash); a
-        write that fails leaves no file behind."""
-
-    async def delete_volume(self, pool: PoolRef, name: str) -> None: ...
-
-    async def resize_volume(self, pool: PoolRef, name: str, size_gib: int) -> VolumeInfo: ...
-
-    # -- snapshots the control plane owns (not libvirt snapshot metadata, so domains stay migratable)
-    async def snapshot_volume(self, pool: PoolRef, name: str, snapshot_id: str) -> str:
-        """Save the volume's current content; returns a handle for revert/delete."""
-
-    async def revert_volume(self, pool: PoolRef, name: str, handle: str) -> None: ...
-
-    async def copy_volume_snapshot(
-        self, pool: PoolRef, name: str, size_gib: int, handle: str, *, linked: bool = False
-    ) -> VolumeInfo:
-        """A new volume in ``pool`` holding what ``handle`` saved (a clone of a snapshot's disk), at
-        least as large; or the one of that name from an earlier, interrupted call. ``linked``: a
-        qcow2 overlay whose backing file is the saved disk, not a copy."""
-
-    async def delete_volume_snapshot(self, handle: str) -> None: ...
-
-    async def save_memory(self, name: str, snapshot_id: str) -> str:
-        """Save a running domain's memory state (the domain keeps running); returns a handle."""
-
-    async def restore_memory(self, spec: DomainSpec, handle: str) -> None:
-        """Start the domain from saved memory (after its disks were reverted), running even if it
-        was saved paused; raises when the image cannot be used here (missing, other CPU)."""
-
-    # -- live migration
-    async def migrate(self, request: MigrationRequest) -> None:
-        """Start a live migration and return; progress comes from ``migration_job``."""
-
-    async def migration_job(self, name: str) -> MigrationJob | None:
-        """The outgoing migration of ``name`` from this host, as the hypervisor reports it.
-
-        A migration belongs to the hypervisors once started and goes on without the process
-        that started it, so this asks the hypervisor, not the driver's memory: after a restart
-        of the control plane a migration still running is reported RUNNING (its
-        ``target_uri`` may then be ""). None when no migration of the domain is known here.
-        """
-
-    async def abort_migration(self, name: str) -> None:
-        """Abort the outgoing migration of ``name``, also one started by an earlier process."""
-
-    async def start_post_copy(self, name: str) -> None:
-        """Switch the outgoing migration of ``name`` (started with ``post_copy``) to post-copy:
-        the guest runs on the target from now on and pulls the pages it still lacks. Idempotent."""
 
 
 __all__ = [
