@@ -38,6 +38,9 @@ IDLE_MIGRATION_TARGET = 1.5
 BUSY_MIGRATION_TARGET = 3.0
 DRAIN_TARGET = 1.25
 FAILOVER_TARGET = 1.5
+FAILOVER_LIMIT_S = {"aggressive": 10.0, "default": 30.0}
+"""Issue 38's absolute figures for rows 15 and 16, beside the ratio: the settings, not the machine,
+make most of a failover (a boot is the rest), so seconds are meaningful here."""
 
 
 @dataclass(frozen=True)
@@ -159,22 +162,28 @@ def failover_row(
     number: int, settings: str, failover: Failover, boot_s: float | None, accelerator: str
 ) -> Row:
     bound = failover_bound_s(failover, boot_s)
-    return _row(
+    limit_s = FAILOVER_LIMIT_S[settings]
+    figure = ratio(failover.measured_s, bound)
+    within = at_most(failover.measured_s, limit_s)
+    met = at_most(figure, FAILOVER_TARGET)
+    return Row(
         number,
         f"Host failure to its must-run VM up elsewhere, fenced through Redfish ({settings} settings)",
-        ratio(failover.measured_s, bound),
+        None if figure is None else round(figure, 3),
         "x what the settings allow",
-        FAILOVER_TARGET,
-        f"{accelerator}; silent to GUEST-UP on the other host {_s(failover.measured_s)}, bound {_s(bound)} "
-        f"(max(disconnected_after_s {failover.disconnected_after_s:g}, fencing.after_s "
-        f"{failover.fence_after_s:g}) + a boot {_s(boot_s)})",
-        {
+        f"<= {FAILOVER_TARGET:g}, and <= {limit_s:g} s",
+        None if met is None or within is None else met and within,
+        details={
             "accelerator": accelerator,
             "measured_s": _round(failover.measured_s),
+            "limit_s": limit_s,
             "bound_s": _round(bound),
             "disconnected_after_s": failover.disconnected_after_s,
             "fence_after_s": failover.fence_after_s,
         },
+        note=f"{accelerator}; silent to GUEST-UP on the other host {_s(failover.measured_s)} (issue 38: "
+        f"<= {limit_s:g} s), bound {_s(bound)} (max(disconnected_after_s {failover.disconnected_after_s:g}, "
+        f"fencing.after_s {failover.fence_after_s:g}) + a boot {_s(boot_s)})",
     )
 
 

@@ -47,8 +47,11 @@ def test_a_failover_is_bound_by_the_larger_threshold_not_their_sum_plus_a_boot()
     failover = rb.Failover(disconnected_after_s=30.0, fence_after_s=60.0, measured_s=99.0)
     assert rb.failover_bound_s(failover, 6.0) == 66.0
     row = rb.failover_row(16, "default", failover, 6.0, "tcg")
-    assert (row.number, row.figure, row.met) == (16, 1.5, True)
+    assert (row.number, row.figure, row.met) == (16, 1.5, False), "within the ratio, over issue 38's 30 s"
+    quick = rb.failover_row(16, "default", rb.Failover(10.0, 15.0, 25.0), 6.0, "tcg")
+    assert (quick.figure, quick.met) == (1.19, True)
     assert rb.failover_row(15, "aggressive", rb.Failover(1.0, 2.0, 14.0), 5.0, "tcg").met is False
+    assert rb.failover_row(15, "aggressive", rb.Failover(1.0, 2.0, 9.0), 7.0, "tcg").met is True
 
 
 @pytest.mark.parametrize(

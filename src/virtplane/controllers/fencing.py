@@ -53,10 +53,16 @@ def _age(since: datetime | None, now: datetime) -> float:
 
 
 def track_liveness(
-    host: Host, status: HostStatus, answered: bool, now: datetime, thresholds: LivenessThresholds
+    host: Host,
+    status: HostStatus,
+    answered: bool,
+    now: datetime,
+    thresholds: LivenessThresholds,
+    asked_at: datetime | None = None,
 ) -> float | None:
     """Update the streak clocks and ``status.connection``; the seconds until the next
-    threshold could change it (None: nothing pending)."""
+    threshold could change it (None: nothing pending). A silence starts when the question that
+    went unanswered was asked (``asked_at``), not when the wait for it ended."""
     fenced = host.spec.fenced
     if status.connection is HostConnection.DOWN and not fenced:
         # the admin cleared the fence: the host starts a fresh record (an old silence must
@@ -67,7 +73,7 @@ def track_liveness(
         status.answering_since = status.answering_since or now
     else:
         status.answering_since = None
-        status.silent_since = status.silent_since or now
+        status.silent_since = status.silent_since or asked_at or now
     answering_for, silent_for = _age(status.answering_since, now), _age(status.silent_since, now)
     observation = observe(
         fenced=fenced,

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from virtplane.controllers.context import ControllerContext
@@ -51,13 +51,15 @@ from virtplane.runtime.cache import Cache, HostShare
 log = logging.getLogger("virtplane.controllers.host")
 T = TypeVar("T")
 
-HEARTBEAT_S = 30.0  # how often a host nothing else wakes is probed
 HEARTBEAT_RECORD_S = 300.0
 """How old ``status.last_heartbeat`` gets before a look writes it again. As Kubernetes' node status
-(nodeStatusReportFrequency, 5 minutes): the probes every 30 s watch the host, and what changes is
+(nodeStatusReportFrequency, 5 minutes): the probes (``host.liveness.probe_interval_s``) watch the host, and what changes is
 written at once; the record only says that it answered within the last 5 minutes. 500 idle
 hosts write 1.7 times a second instead of 17 (issue 13, row 7)."""
 RETRY_CONNECT_S = 5.0
+FENCE_PROBE_FLOOR_S = 0.5
+"""The shortest wait for a probe of a host whose fence is due: an answer within it still cancels
+the fence, and a daemon that answers at all answers a facts call within it."""
 ALLOCATION_BATCH_S = 0.5
 """How long a host waits to record the allocation its VMs' changes moved: a bulk stop of a
 thousand VMs is a few looks per host, not one per VM. Placement reads the cache, not this
@@ -74,12 +76,12 @@ class HostReconciler:
         host = ctx.read(Host, req.name, to_change=True)
         if host is None:
             return None
-        now = ctx.now()
+        asked_at = ctx.now()
         status = host.status.model_copy(deep=True)
         was = status.connection
         answered = False
         try:
-            driver, facts = await self._probe(host)
+            driver, facts = await self._probe(host, asked_at)
             if host.spec.fenced or _returning(host):
                 await self._answer(self._remove_stale_domains(host, driver, fenced=host.spec.fenced))
             if not host.spec.fenced and host.metadata.name not in ctx.surveyed:
@@ -92,7 +94,7 @@ class HostReconciler:
             await self._cluster_cpu(host, driver, status)
             status.message = ""
             status.conditions = remove_condition(status.conditions, HostCondition.DRIVER_LOADED)
-            requeue = HEARTBEAT_S
+            requeue = ctx.settings.get_float("host.liveness.probe_interval_s")
         except DriverError as exc:
             ctx.surveyed.discard(host.metadata.name)
             await ctx.hosts.drop(host.spec.uri)
@@ -106,10 +108,13 @@ class HostReconciler:
                     False,
                     "DriverNotInstalled",
                     str(exc),
-                    now=now,
+                    now=asked_at,
                 )
             requeue = RETRY_CONNECT_S
-        pending = track_liveness(host, status, answered, now, liveness_thresholds(ctx.settings))
+        # the silence began when the unanswered question was asked; its age counts to now, after
+        # the probe's wait (a fence due meanwhile is not put off by one more look)
+        now = ctx.now()
+        pending = track_liveness(host, status, answered, now, liveness_thresholds(ctx.settings), asked_at)
         if status.connection != was:
             ctx.event(
                 host,
@@ -145,23 +150,40 @@ class HostReconciler:
             await ctx.write(host)
         return Result(requeue_after=requeue)
 
-    async def _probe(self, host: Host) -> tuple[HypervisorDriver, HostFacts]:
+    async def _probe(self, host: Host, asked_at: datetime) -> tuple[HypervisorDriver, HostFacts]:
         """The host's driver and what it reports. A probe not answered within
         host.liveness.probe_timeout_s is a missed answer, whatever call it waits in (a stopped
         daemon holds a call on an open connection for as long as it stays stopped): the caller drops
-        the driver, which lets go of the call without waiting for it."""
+        the driver, which lets go of the call without waiting for it. A silent host whose fence
+        falls due sooner is waited for only until then (at least ``FENCE_PROBE_FLOOR_S``)."""
 
         async def ask() -> tuple[HypervisorDriver, HostFacts]:
             driver = await self.ctx.hosts.get(host.spec.uri)
             return driver, await driver.host_facts()
 
-        return await self._answer(ask())
+        return await self._answer(ask(), until_s=self._fence_due_in(host, asked_at))
 
-    async def _answer(self, call: Awaitable[T], longer_by_s: float = 0.0) -> T:
+    def _fence_due_in(self, host: Host, now: datetime) -> float | None:
+        """Seconds until a silent, fenceable host's fence falls due; None when no fence is near."""
+        since = host.status.silent_since
+        if host.spec.fencing is None or host.spec.fenced or since is None:
+            return None
+        settings = self.ctx.settings
+        after_s = max(
+            settings.get_float("host.fencing.after_s"),
+            settings.get_float("host.liveness.disconnected_after_s"),
+        )
+        due_in = after_s - (now - since).total_seconds()
+        return max(FENCE_PROBE_FLOOR_S, due_in)
+
+    async def _answer(self, call: Awaitable[T], longer_by_s: float = 0.0, until_s: float | None = None) -> T:
         """One call of a look at the host, bounded as the probe is (plus ``longer_by_s`` for a
-        call that is long by design): a daemon that stops after the probe answered must not hold
-        the look, and liveness and fencing with it, until the reconcile's own time limit."""
+        call that is long by design; at most ``until_s``): a daemon that stops after the probe
+        answered must not hold the look, and liveness and fencing with it, until the reconcile's
+        own time limit."""
         timeout_s = self.ctx.settings.get_float("host.liveness.probe_timeout_s") + longer_by_s
+        if until_s is not None:
+            timeout_s = min(timeout_s, until_s)
         try:
             async with asyncio.timeout(timeout_s):
                 return await call

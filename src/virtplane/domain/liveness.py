@@ -57,9 +57,9 @@ class Observation(StrEnum):
 class LivenessThresholds:
     """The settings ``host.liveness.*`` and ``host.fencing.after_s``, in seconds."""
 
-    disconnected_after_s: float = 30.0
+    disconnected_after_s: float = 10.0
     reconnected_after_s: float = 60.0
-    fence_after_s: float = 60.0
+    fence_after_s: float = 15.0
 
 
 _C = HostConnection

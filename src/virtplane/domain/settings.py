@@ -206,9 +206,18 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         maximum=86400,
     ),
     SettingDef(
+        "host.liveness.probe_interval_s",
+        SettingType.FLOAT,
+        10.0,
+        "How often a host that nothing else wakes is probed (its connection and a facts call). "
+        "A failure is noticed at the next probe: this delays failover by up to its length.",
+        minimum=0.05,
+        maximum=3600,
+    ),
+    SettingDef(
         "host.liveness.disconnected_after_s",
         SettingType.FLOAT,
-        30.0,
+        10.0,
         "A host that does not answer (connection or heartbeat) for this long without a break "
         "becomes Disconnected: no new VMs; its VMs wait. Shorter drops leave it Up.",
         minimum=0.01,
@@ -217,7 +226,7 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
     SettingDef(
         "host.liveness.probe_timeout_s",
         SettingType.FLOAT,
-        10.0,
+        5.0,
         "How long a probe of a host (connecting, asking its facts) may take; one that takes "
         "longer counts as no answer, and its connection is given up.",
         minimum=0.01,
@@ -235,7 +244,7 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
     SettingDef(
         "host.fencing.after_s",
         SettingType.FLOAT,
-        60.0,
+        15.0,
         "A Disconnected host with spec.fencing is powered off through its BMC once it has not "
         "answered for this long without a break (counted from the first missed answer).",
         minimum=0.01,
