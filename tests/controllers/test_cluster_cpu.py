@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.conftest import eventually
+import pytest
+
+from tests.conftest import eventually, make_plane
 from tests.controllers.helpers import add_host, add_vm, wait_phase
 from tests.reconciles import reconciled
 from virtplane.bootstrap import ControlPlane
-from virtplane.domain.resources import Host, RunPolicy
+from virtplane.controllers.host import HostReconciler
+from virtplane.domain.resources import Host, HostCPU, RunPolicy
 from virtplane.drivers.base import domain_name
+from virtplane.reconcile import Request
+from virtplane.store.store import Store
 
 H1 = "sim://h1?kvm=works&cpu=EPYC&cpufeatures=aes,avx,x2apic"
 H2 = "sim://h2?kvm=works&cpu=EPYC&cpufeatures=avx,x2apic,sha-ni"
@@ -63,3 +68,36 @@ async def test_a_named_model_set_for_the_cluster_wins(plane: ControlPlane) -> No
     await eventually(lambda: cluster_cpu(plane, "h1") == ("Haswell-noTSX", []))
     source = plane.store.get(Host, "h1").status.cluster_cpu.source  # type: ignore[union-attr]
     assert source == "setting cpu.model of cluster default"
+
+
+async def test_a_look_at_an_idle_host_does_not_go_over_every_host_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster's CPUs are read from the cache again only after a host changed: 500 idle looks
+    over 500 hosts were 250,000 CPU signatures a round (4 of an idle look's 5 ms)."""
+    plane = make_plane(store)
+    for name, uri in (("h1", H1), ("h2", H2)):
+        add_host(plane, name, uri=uri)
+    plane.cache.load()
+    look_at = HostReconciler(plane.ctx)
+    for _ in range(2):  # each learns its CPU, then the baseline of both
+        for name in ("h1", "h2"):
+            await look_at(Request(Host.KIND, name))
+            plane.cache.load()
+    assert "baseline of h1, h2" in plane.store.get(Host, "h1").status.cluster_cpu.source  # type: ignore[union-attr]
+
+    await look_at(Request(Host.KIND, "h1"))  # reads the hosts the cache loaded above, writes nothing
+    signatures: list[str] = []
+    signature = HostCPU.signature
+    monkeypatch.setattr(HostCPU, "signature", lambda cpu: signatures.append(cpu.model) or signature(cpu))
+    await look_at(Request(Host.KIND, "h1"))
+    assert len(signatures) == 1, f"an idle look read the cluster's CPUs again: {signatures}"
+
+    def lose_x2apic(host: Host) -> None:  # as h2's own look reports after a firmware change
+        assert host.status.cpu is not None
+        host.status.cpu.features = ["avx"]
+
+    plane.store.mutate(Host, "h2", lose_x2apic)
+    plane.cache.load()
+    await look_at(Request(Host.KIND, "h1"))
+    assert cluster_cpu(plane, "h1") == ("EPYC", ["avx"]), "another host's change is seen by the next look"

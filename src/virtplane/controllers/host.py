@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -37,6 +38,7 @@ from virtplane.domain.resources import (
     ClusterCPU,
     Host,
     HostConnection,
+    HostCPU,
     HostStatus,
     Resource,
     Setting,
@@ -70,6 +72,7 @@ class HostReconciler:
     def __init__(self, ctx: ControllerContext, bmc_factory: BmcFactory | None = None) -> None:
         self.ctx = ctx
         self.fencer = Fencer(ctx, bmc_factory)
+        self._peers: dict[tuple[str, object], _ClusterCPUs] = {}
 
     async def __call__(self, req: Request) -> Result | None:
         ctx = self.ctx
@@ -251,22 +254,39 @@ class HostReconciler:
             status.cluster_cpu = ClusterCPU(model=named, source=f"setting cpu.model of cluster {cluster}")
             return
         used = status.accelerator.used if status.accelerator else None
-        cpus = {host.metadata.name: status.cpu} if status.cpu else {}
-        for peer in self.ctx.cache.hosts():
-            peer_used = peer.status.accelerator.used if peer.status.accelerator else None
-            if peer.spec.cluster == cluster and peer.status.cpu and peer_used is used:
-                cpus.setdefault(peer.metadata.name, peer.status.cpu)
+        peers = self._cluster_peers(cluster, used)
+        cpus = dict(peers.cpus)
+        if status.cpu:
+            cpus[host.metadata.name] = status.cpu
         if not cpus:
             status.cluster_cpu = None
             return
-        digest = hashlib.sha256(
-            repr(sorted((n, c.signature()) for n, c in cpus.items())).encode()
-        ).hexdigest()[:12]
+        mine = status.cpu.signature() if status.cpu else None
+        digest = peers.digest if peers.signatures.get(host.metadata.name) == mine else _digest(cpus)
         source = f"baseline of {', '.join(sorted(cpus))} ({digest})"
         if status.cluster_cpu is not None and status.cluster_cpu.source == source:
             return
         baseline = await self._answer(driver.baseline_cpu([cpus[name] for name in sorted(cpus)]))
         status.cluster_cpu = ClusterCPU(**baseline.model_dump(), source=source) if baseline else None
+
+    def _cluster_peers(self, cluster: str, used: object) -> _ClusterCPUs:
+        """The CPUs of the cluster's hosts under accelerator ``used``, as the cache holds them,
+        worked out again only after a host changed: a look at an idle host is not a pass over
+        every host (500 looks of 500 hosts were 4 of the 5 ms an idle look took)."""
+        key = (cluster, used)
+        held = self._peers.get(key)
+        generation = self.ctx.cache.host_generation
+        if held is not None and held.generation == generation:
+            return held
+        cpus: dict[str, HostCPU] = {}
+        for peer in self.ctx.cache.hosts():
+            peer_used = peer.status.accelerator.used if peer.status.accelerator else None
+            if peer.spec.cluster == cluster and peer.status.cpu and peer_used is used:
+                cpus[peer.metadata.name] = peer.status.cpu
+        signatures = {name: cpu.signature() for name, cpu in cpus.items()}
+        held = _ClusterCPUs(generation, cpus, signatures, _digest(cpus) if cpus else "")
+        self._peers[key] = held
+        return held
 
     def _allocatable(self, host: Host, status: HostStatus) -> None:
         """The allocation ratios that apply to this host (settings by host, cluster, global) and
@@ -331,6 +351,18 @@ class HostReconciler:
         except DriverError:
             return False
         return there is not None and there.state in LIVE_STATES
+
+
+@dataclass(frozen=True)
+class _ClusterCPUs:
+    generation: int  # the cache's host_generation they were read at
+    cpus: dict[str, HostCPU]
+    signatures: dict[str, str]
+    digest: str
+
+
+def _digest(cpus: dict[str, HostCPU]) -> str:
+    return hashlib.sha256(repr(sorted((n, c.signature()) for n, c in cpus.items())).encode()).hexdigest()[:12]
 
 
 def _returning(host: Host) -> bool:

@@ -115,6 +115,8 @@ class Cache:
         self._shares: dict[str, HostShare] = {}  # VM -> what it added to its host's usage
         self._usage: dict[str, HostUsage] = defaultdict(HostUsage)
         self._listeners: list[CacheListener] = []
+        self.host_generation = 0
+        """Counts the changes of Host objects: what is derived from all hosts is kept until it moves."""
 
     def add_listener(self, listener: CacheListener) -> None:
         self._listeners.append(listener)
@@ -194,6 +196,7 @@ class Cache:
     def _put(self, obj: Resource) -> None:
         kind, name = obj.KIND, obj.metadata.name
         self._unindex(kind, name)
+        self.host_generation += kind == "Host"
         self._objects[kind][name] = obj
         if isinstance(obj, VirtualMachine):
             self._vm_by_uid[obj.metadata.uid] = name
@@ -230,6 +233,7 @@ class Cache:
 
     def _drop(self, kind: str, name: str) -> None:
         self._unindex(kind, name)
+        self.host_generation += kind == "Host"
         self._objects[kind].pop(name, None)
 
     def _unindex(self, kind: str, name: str) -> None:
