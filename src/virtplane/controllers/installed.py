@@ -6,6 +6,7 @@ loop over these; a new controller is one ``Registration`` beside it and one line
 from __future__ import annotations
 
 from virtplane.controllers import (
+    backup_policies,
     backup_targets,
     backups,
     host,
@@ -33,6 +34,7 @@ CONTROLLERS: tuple[Registration, ...] = (
     snapshots.CONTROLLER,
     backup_targets.CONTROLLER,
     backups.CONTROLLER,
+    backup_policies.CONTROLLER,
     operations.CONTROLLER,
     migration.FOLLOWER,
     maintenance.CONTROLLER,

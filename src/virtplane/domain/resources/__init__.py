@@ -32,6 +32,13 @@ from virtplane.domain.resources.backup import (
     VirtualMachineBackupStatus,
     target_pool_name,
 )
+from virtplane.domain.resources.backup_policy import (
+    POLICY_LABEL,
+    BackupPolicy,
+    BackupPolicySpec,
+    BackupPolicyStatus,
+    BackupRetention,
+)
 from virtplane.domain.resources.event import Event, EventType
 from virtplane.domain.resources.host import (
     Accelerator,
@@ -124,6 +131,7 @@ __all__ = [
     "KINDS",
     "KIND_BY_NAME",
     "KIND_BY_PLURAL",
+    "POLICY_LABEL",
     "Accelerator",
     "AcceleratorStatus",
     "Allocatable",
@@ -131,6 +139,10 @@ __all__ = [
     "AllocationRatios",
     "BackupDisk",
     "BackupPhase",
+    "BackupPolicy",
+    "BackupPolicySpec",
+    "BackupPolicyStatus",
+    "BackupRetention",
     "BackupTarget",
     "BackupTargetSpec",
     "BackupTargetStatus",
