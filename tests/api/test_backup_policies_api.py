@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_json
+from virtplane.domain.resources import VERIFY_REQUESTED
 
 TARGET = {
     "kind": "BackupTarget",
@@ -67,3 +68,28 @@ def test_a_bad_policy_is_refused_with_the_reason(live_server: LiveServer) -> Non
         response = admin.post("/v1/backuppolicies", json=policy(target="nope"))
         assert (response.status_code, response.json()["reason"]) == (422, "TargetNotFound"), response.text
         assert "backup target nope does not exist" in response.json()["message"]
+
+
+def test_verify_is_asked_of_a_succeeded_backup_by_an_operator(live_server: LiveServer) -> None:
+    with (
+        live_server.client("admin") as admin,
+        live_server.client("operator") as operator,
+        live_server.client("viewer") as viewer,
+    ):
+        assert admin.post("/v1/backuptargets", json=TARGET).status_code == 201
+        vm = {"metadata": {"name": "web"}, "spec": {"run_policy": "Manual"}}
+        assert admin.post("/v1/vms", json=vm).status_code == 201
+        response = operator.post("/v1/backups/nope/verify")
+        assert (response.status_code, response.json()["reason"]) == (404, "NotFound"), response.text
+        backup = {
+            "kind": "VirtualMachineBackup",
+            "metadata": {"name": "b1"},
+            "spec": {"vm": "web", "target": "t"},
+        }
+        assert operator.post("/v1/backups", json=backup).status_code == 201
+        wait_json(operator, "/v1/backups/b1", lambda b: b["status"]["phase"] == "Failed")  # web has no disks
+        assert viewer.post("/v1/backups/b1/verify").status_code == 403
+        response = operator.post("/v1/backups/b1/verify")
+        assert (response.status_code, response.json()["reason"]) == (409, "BackupNotSucceeded"), response.text
+        assert "b1 is Failed: only a succeeded backup can be verified" in response.json()["message"]
+        assert VERIFY_REQUESTED not in operator.get("/v1/backups/b1").json()["metadata"]["annotations"]

@@ -25,12 +25,14 @@ from virtplane.domain.backups import PendingBackup, ScheduleState, admit, schedu
 from virtplane.domain.phases import LIVE_PHASES
 from virtplane.domain.resources import (
     POLICY_LABEL,
+    VERIFY_REQUESTED,
     BackupPhase,
     BackupPolicy,
     BackupPolicyStatus,
     BackupTarget,
     Metadata,
     Resource,
+    VerificationResult,
     VirtualMachine,
     VirtualMachineBackup,
     VirtualMachineBackupSpec,
@@ -52,8 +54,10 @@ IN_PROGRESS = (BackupPhase.PENDING, BackupPhase.RUNNING)
 def outcome(backup: VirtualMachineBackup) -> Outcome:
     if backup.status.phase in IN_PROGRESS:
         return Outcome.IN_PROGRESS
-    verification = getattr(backup.status, "verification", None)
-    if backup.status.phase is BackupPhase.SUCCEEDED and (verification is None or verification.ok):
+    check = backup.status.verification
+    if backup.status.phase is BackupPhase.SUCCEEDED and (
+        check is None or check.result is not VerificationResult.FAILED
+    ):
         return Outcome.GOOD
     return Outcome.FAILED
 
@@ -121,13 +125,14 @@ class BackupPolicyReconciler:
         if status.waiting and status.window is not None:
             await self._start(policy, status, status.window)
         await self._prune(policy, status)
+        verify_at = await self._verify(policy, status, now)
         self._count(policy, status)
         if status != policy.status:
             policy.status = status
             await ctx.write(policy)
         if status.waiting:
             return Result(requeue_after=WAITING_S)
-        until = (decision.next_at - now).total_seconds()
+        until = (min(decision.next_at, verify_at or decision.next_at) - now).total_seconds()
         return Result(requeue_after=min(MAX_SLEEP_S, max(1.0, until)))
 
     def _selected(self, policy: BackupPolicy) -> list[str]:
@@ -184,6 +189,43 @@ class BackupPolicyReconciler:
             status.message = f"{len(status.waiting)} VM(s) wait for room (limits per host and per target)"
         else:
             status.message = f"the window at {_at(window)} began all its backups"
+
+    # ------------------------------------------------------------------ verification
+
+    async def _verify(
+        self, policy: BackupPolicy, status: BackupPolicyStatus, now: datetime
+    ) -> datetime | None:
+        """On ``verify_schedule``: ask for a verification of each VM's newest good backup of this
+        policy (``controllers.backup_verify`` does it); when it fires next."""
+        schedule = policy.spec.verify_schedule
+        if schedule is None:
+            return None
+        decision = schedule_due(
+            schedule,
+            last_fired=status.verify_window,
+            created_at=policy.metadata.created_at or now,
+            now=now,
+            start_window=timedelta(minutes=policy.spec.start_window_minutes),
+        )
+        if decision.fire_at is None:
+            return decision.next_at
+        status.verify_window = decision.fire_at
+        if decision.state is ScheduleState.MISSED:
+            return decision.next_at  # a verification is not worth a warning: the next one comes
+        newest: dict[str, VirtualMachineBackup] = {}
+        for b in self.ctx.cache.backups():
+            if policy_of(b) != policy.metadata.name or outcome(b) is not Outcome.GOOD:
+                continue
+            if b.spec.vm not in newest or _taken_at(newest[b.spec.vm]) < _taken_at(b):
+                newest[b.spec.vm] = b
+        asked = f"{policy.metadata.name}@{decision.fire_at.isoformat()}"
+        for b in newest.values():
+            ask = self.ctx.read(VirtualMachineBackup, b.metadata.name, to_change=True)
+            if ask is not None and ask.metadata.annotations.get(VERIFY_REQUESTED) != asked:
+                ask.metadata.annotations[VERIFY_REQUESTED] = asked
+                await self.ctx.write(ask)
+        self.ctx.event(policy, "VerifyStarted", f"{len(newest)} backup(s) to verify")
+        return decision.next_at
 
     # ------------------------------------------------------------------ retention
 

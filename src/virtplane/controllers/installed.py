@@ -8,6 +8,7 @@ from __future__ import annotations
 from virtplane.controllers import (
     backup_policies,
     backup_targets,
+    backup_verify,
     backups,
     host,
     images,
@@ -35,6 +36,7 @@ CONTROLLERS: tuple[Registration, ...] = (
     backup_targets.CONTROLLER,
     backups.CONTROLLER,
     backup_policies.CONTROLLER,
+    backup_verify.CONTROLLER,
     operations.CONTROLLER,
     migration.FOLLOWER,
     maintenance.CONTROLLER,

@@ -22,11 +22,14 @@ from virtplane.domain.base import (
 )
 from virtplane.domain.networks import Network
 from virtplane.domain.resources.backup import (
+    VERIFY_REQUESTED,
     BackupDisk,
     BackupPhase,
     BackupTarget,
     BackupTargetSpec,
     BackupTargetStatus,
+    BackupVerification,
+    VerificationResult,
     VirtualMachineBackup,
     VirtualMachineBackupSpec,
     VirtualMachineBackupStatus,
@@ -132,6 +135,7 @@ __all__ = [
     "KIND_BY_NAME",
     "KIND_BY_PLURAL",
     "POLICY_LABEL",
+    "VERIFY_REQUESTED",
     "Accelerator",
     "AcceleratorStatus",
     "Allocatable",
@@ -146,6 +150,7 @@ __all__ = [
     "BackupTarget",
     "BackupTargetSpec",
     "BackupTargetStatus",
+    "BackupVerification",
     "Boot",
     "Capability",
     "Capacity",
@@ -217,6 +222,7 @@ __all__ = [
     "Strict",
     "StringMap",
     "VMPhase",
+    "VerificationResult",
     "VirtualMachine",
     "VirtualMachineBackup",
     "VirtualMachineBackupSpec",
