@@ -39,6 +39,8 @@ from virtplane.domain.resources import (
     VolumePhase,
     VolumeSpec,
 )
+from virtplane.drivers.backups import BackupRequest, DiskBackup
+from virtplane.drivers.base import PoolRef, domain_name
 from virtplane.drivers.sim import SimCloud
 from virtplane.store.store import Store
 
@@ -232,3 +234,33 @@ async def test_retention_removes_old_full_backups_but_keeps_an_incremental_chain
     await eventually(lambda: (policy(plane).status.pruned, policy(plane).status.backups) == (2, 4))
     assert policy(plane).status.succeeded == 4
     assert len(events(plane, "Pruned")) == 2
+
+
+async def test_a_checkpoint_no_backup_knows_is_dropped_when_a_window_starts(
+    plane: ControlPlane, clock: WallClock
+) -> None:
+    assert plane.sim is not None
+    await world(plane, {"a": RunPolicy.ALWAYS_ON})
+    a = plane.store.get(VirtualMachine, "a")
+    driver = plane.sim.driver("sim://h1")
+    target = PoolRef(name="backups-t", path="/srv/b", shared=True, capacity_gib=100)
+    path = plane.store.get(Volume, "a-root").status.path
+    orphan = "backup-0000-from-a-store-restored-from-an-older-copy"
+    await driver.begin_backup(
+        BackupRequest(
+            domain_name(a.metadata.uid), target, orphan, (DiskBackup(path, "orphan.qcow2", 1024**3),)
+        )
+    )
+    JOBS.now += 60
+    assert orphan in await driver.checkpoints(domain_name(a.metadata.uid))
+    add_policy(plane)
+    window = next_window(clock)
+    to(plane, clock, window)
+    stamp = window.strftime("%Y%m%d-%H%M")
+    [event] = await eventually(lambda: events(plane, "CheckpointOrphaned"))
+    assert orphan in event.message
+    # gone before the new backup ended (whose success drops the older checkpoints anyway)
+    assert orphan not in await driver.checkpoints(domain_name(a.metadata.uid))
+    done = await finished(plane, {f"a-{stamp}"})
+    checkpoints = await driver.checkpoints(domain_name(a.metadata.uid))
+    assert checkpoints == (done[f"a-{stamp}"].status.checkpoint,), "the new one stays"

@@ -112,3 +112,9 @@ def test_a_policy_backup_is_named_from_its_vm_and_window(vm: str, starts: str) -
     assert TypeAdapter(Name).validate_python(name) == name
     assert policy_backup_name(vm, T0) == name, "the same name on every look"
     assert policy_backup_name(vm + "x", T0) != name
+
+
+def test_a_window_with_seconds_names_them() -> None:
+    """A schedule with a seconds field (croniter's sixth) fires twice a minute: two names."""
+    assert policy_backup_name("web-1", T0 + timedelta(seconds=5)) == "web-1-20261207-020005"
+    assert policy_backup_name("web-1", T0 + timedelta(seconds=10)) == "web-1-20261207-020010"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
+from virtplane.controllers.backups import CHECKPOINT_PREFIX, checkpoint_name
 from virtplane.controllers.context import ControllerContext, Removal
 from virtplane.controllers.registration import Registration
 from virtplane.controllers.watch import Watch, itself
@@ -38,6 +39,8 @@ from virtplane.domain.resources import (
     VirtualMachineBackupSpec,
 )
 from virtplane.domain.selectors import parse_label_selector
+from virtplane.drivers.base import domain_name
+from virtplane.drivers.errors import DriverError
 from virtplane.reconcile.types import Request, Result
 from virtplane.runtime.cache import Cache
 from virtplane.store.errors import AlreadyExists
@@ -120,7 +123,9 @@ class BackupPolicyReconciler:
                 )
             # the window and its VMs are stored before any backup of it is made
             policy.status = status
-            policy = await ctx.write(policy)
+            policy = await ctx.durable("backuppolicy.window", policy)
+            if decision.state is ScheduleState.RUN:
+                await self._sweep_checkpoints(policy)
             status = policy.status.model_copy(deep=True)
         if status.waiting and status.window is not None:
             await self._start(policy, status, status.window)
@@ -149,6 +154,29 @@ class BackupPolicyReconciler:
         status.missed_windows += 1
         status.last_missed, status.last_missed_reason = window, reason
         self.ctx.event(policy, "MissedWindow", reason, warning=True)
+
+    async def _sweep_checkpoints(self, policy: BackupPolicy) -> None:
+        """Drop the backup checkpoints on the selected VMs' domains that no backup record knows
+        (a record gone without its controller: a store restored from an older copy, a finalizer
+        removed by hand): each is a dirty bitmap that slows the guest's writes for ever."""
+        ctx = self.ctx
+        known = {checkpoint_name(b) for b in ctx.cache.backups()}
+        for name in policy.status.waiting:
+            vm = ctx.read(VirtualMachine, name)
+            host = ctx.cache.host(vm.status.host) if vm is not None and vm.status.host else None
+            if vm is None or host is None or vm.status.phase not in LIVE_PHASES:
+                continue
+            try:
+                driver = await ctx.hosts.get(host.spec.uri)
+                dname = domain_name(vm.metadata.uid)
+                for checkpoint in await driver.checkpoints(dname):
+                    if checkpoint.startswith(CHECKPOINT_PREFIX) and checkpoint not in known:
+                        await driver.delete_checkpoint(dname, checkpoint)
+                        ctx.event(
+                            vm, "CheckpointOrphaned", f"checkpoint {checkpoint}: no backup knows it; dropped"
+                        )
+            except DriverError as exc:  # the next window looks again
+                log.info("VM %s: checkpoints not swept: %s", name, exc)
 
     # ------------------------------------------------------------------ starting backups
 

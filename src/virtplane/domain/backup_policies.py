@@ -23,7 +23,7 @@ MAX_NAME = 63
 def policy_backup_name(vm: str, window: datetime) -> str:
     """The backup a policy makes of ``vm`` for the window that fired at ``window``: the same
     name every time, so a policy that crashed after creating it finds it rather than a twin."""
-    stamp = window.strftime("%Y%m%d-%H%M")
+    stamp = window.strftime("%Y%m%d-%H%M" if window.second == 0 else "%Y%m%d-%H%M%S")
     name = f"{vm}-{stamp}"
     if len(name) <= MAX_NAME:
         return name
