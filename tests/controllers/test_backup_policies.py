@@ -154,6 +154,8 @@ async def test_a_due_window_backs_up_the_selected_vms_one_per_host_at_a_time(
     stamp = window.strftime("%Y%m%d-%H%M")
     await eventually(lambda: policy(plane).status.waiting == ["b", "c"])
     assert set(backups(plane)) == {f"a-{stamp}"}, "one at a time on host h1"
+    counted = policy(plane).status
+    assert (counted.running, counted.succeeded) == (1, 0), "a backup is counted good only once it succeeded"
     assert backups(plane)[f"a-{stamp}"].metadata.labels == {POLICY_LABEL: "nightly"}
     await finished(plane, {f"a-{stamp}"})
     await eventually(lambda: f"b-{stamp}" in backups(plane))

@@ -300,7 +300,9 @@ def _host(vm: VirtualMachine | None) -> str | None:
 
 
 def _at(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "?"
+    if moment is None:
+        return "?"
+    return moment.strftime("%Y-%m-%d %H:%M UTC" if moment.second == 0 else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def _policies_of_backup(cache: Cache, old: Resource | None, new: Resource | None) -> list[Request]:
