@@ -15,6 +15,7 @@ from croniter import croniter
 from tests.conftest import WallClock, eventually, make_plane
 from tests.controllers.helpers import add_host, wait_settled
 from tests.drivers.test_sim_persistence import Clock
+from tests.test_metrics import scrape, value
 from virtplane.bootstrap import ControlPlane
 from virtplane.domain.backups import BackupMode
 from virtplane.domain.resources import (
@@ -174,6 +175,20 @@ async def test_a_due_window_backs_up_the_selected_vms_one_per_host_at_a_time(
     assert [e.message for e in events(plane, "WindowStarted")] == [
         f"the window at {window:%Y-%m-%d %H:%M} UTC: 3 VM(s) to back up"
     ]
+    samples = await scrape(plane)  # what the alert "no successful backup in 26 h" reads
+    covered_since = max(
+        policy(plane).metadata.created_at, plane.store.get(VirtualMachine, "c").metadata.created_at
+    )  # type: ignore[type-var]
+    assert value(samples, "virtplane_backup_covered_since_timestamp_seconds", vm="c", policy="nightly") == (
+        covered_since.timestamp()
+    )
+    assert (
+        value(samples, "virtplane_backup_covered_since_timestamp_seconds", vm="other", policy="nightly")
+        is None
+    )
+    ended = done[f"c-{stamp}"].status.finished_at
+    assert ended is not None
+    assert value(samples, "virtplane_backup_last_success_timestamp_seconds", vm="c") == ended.timestamp()
 
 
 async def test_a_window_slept_through_is_missed_and_one_the_limits_held_past_the_next_too(

@@ -97,3 +97,23 @@ async def test_a_chain_verifies_until_its_base_is_corrupted(plane: ControlPlane)
     assert incremental.status.finished_at is not None
     ended = value(samples, "virtplane_backup_last_success_timestamp_seconds", vm="a")
     assert ended == incremental.status.finished_at.timestamp()
+
+
+async def test_a_verification_asked_while_the_control_plane_was_down_is_answered_after_its_start(
+    store: Store,
+) -> None:
+    sim = SimCloud(boot_seconds=0.02, shutdown_seconds=0.02, clock=CLOCK, backup_mib_s=100)
+    first = make_plane(store, sim=sim)
+    await first.start()
+    await world(first)
+    await take(first, "b1")
+    await first.stop()
+    ask(first, "b1", "while-down")  # the annotation lands in the store; nobody watches
+    second = make_plane(store, sim=sim)
+    await second.start()
+    try:
+        done = await answered(second, "b1", "while-down")
+        assert done.status.verification is not None
+        assert done.status.verification.result is VerificationResult.OK
+    finally:
+        await second.stop()

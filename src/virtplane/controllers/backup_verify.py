@@ -130,5 +130,5 @@ CONTROLLER = Registration(
     lambda parts: BackupVerifier(parts.ctx),
     (Watch(VirtualMachineBackup.KIND, _asked),),
     workers=2,  # a check reads whole disks: two at once keep the target's disks from thrashing
-    looked_at_on_start=False,  # no stored objects of this kind; a request asked again wakes it
+    looked_at_on_start=False,  # no stored objects of this kind: the backup controller's look on start wakes it
 )
