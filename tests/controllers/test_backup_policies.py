@@ -33,6 +33,7 @@ from virtplane.domain.resources import (
     RunPolicy,
     StoragePool,
     StoragePoolSpec,
+    VerificationResult,
     VirtualMachine,
     VirtualMachineBackup,
     VirtualMachineSpec,
@@ -281,3 +282,33 @@ async def test_a_checkpoint_no_backup_knows_is_dropped_when_a_window_starts(
     done = await finished(plane, {f"a-{stamp}"})
     checkpoints = await driver.checkpoints(domain_name(a.metadata.uid))
     assert checkpoints == (done[f"a-{stamp}"].status.checkpoint,), "the new one stays"
+
+
+async def test_the_verify_schedule_verifies_each_vms_newest_good_backup(
+    plane: ControlPlane, clock: WallClock
+) -> None:
+    await world(plane, {"a": RunPolicy.ALWAYS_ON})
+    add_policy(plane, verify_schedule="0 12 * * *")
+    window = next_window(clock)
+    nights = [window, window + timedelta(days=1)]
+    for fire in nights:
+        to(plane, clock, fire)
+        stamp = fire.strftime("%Y%m%d-%H%M")
+        await eventually(lambda s=stamp: f"a-{s}" in backups(plane))  # type: ignore[misc]
+        await finished(plane, {f"a-{stamp}"})
+    noon = nights[1].replace(hour=12)
+    to(plane, clock, noon)
+    newest = f"a-{nights[1]:%Y%m%d-%H%M}"
+
+    def verified() -> VirtualMachineBackup | None:
+        found = backups(plane)[newest]
+        check = found.status.verification
+        return found if check is not None and check.result is not None else None
+
+    checked = await eventually(verified)
+    assert checked.status.verification is not None
+    assert checked.status.verification.requested == f"nightly@{noon.isoformat()}"
+    assert checked.status.verification.result is VerificationResult.OK
+    assert backups(plane)[f"a-{nights[0]:%Y%m%d-%H%M}"].status.verification is None, "only the newest"
+    assert policy(plane).status.verify_window == noon
+    assert [e.message for e in events(plane, "VerifyStarted")] == ["1 backup(s) to verify"]
