@@ -192,9 +192,8 @@ class BackupPolicyReconciler:
         busy: set[str] = set()
         for b in ctx.cache.backups():
             if b.status.phase in IN_PROGRESS and b.metadata.deletion_requested_at is None:
-                running.append(
-                    PendingBackup(b.spec.vm, b.status.host or _host(vms.get(b.spec.vm)), b.spec.target)
-                )
+                host = b.status.host or _host(ctx.read(VirtualMachine, b.spec.vm))  # Pending: its VM's
+                running.append(PendingBackup(b.spec.vm, host, b.spec.target))
                 busy.add(b.spec.vm)
         pending = [
             PendingBackup(name, _host(vms[name]), spec.target) for name in status.waiting if name not in busy
@@ -259,16 +258,14 @@ class BackupPolicyReconciler:
 
     async def _prune(self, policy: BackupPolicy, status: BackupPolicyStatus) -> None:
         ctx, name = self.ctx, policy.metadata.name
-        mine = {b.spec.vm for b in ctx.cache.backups() if policy_of(b) == name}
+        by_vm: dict[str, list[VirtualMachineBackup]] = {}  # one pass: a fleet holds many backups
+        for b in ctx.cache.backups():
+            if b.spec.target == policy.spec.target and b.metadata.deletion_requested_at is None:
+                by_vm.setdefault(b.spec.vm, []).append(b)
         retention = policy.spec.retention.rule()
-        for vm in sorted(mine):
-            backups = [
-                b
-                for b in ctx.cache.backups()
-                if b.spec.vm == vm
-                and b.spec.target == policy.spec.target
-                and b.metadata.deletion_requested_at is None
-            ]
+        for vm, backups in sorted(by_vm.items()):
+            if not any(policy_of(b) == name for b in backups):
+                continue
             kept = [
                 KeptBackup(b.metadata.name, _taken_at(b), outcome(b), policy_of(b) == name, b.status.base)
                 for b in backups
