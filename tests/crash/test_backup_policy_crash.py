@@ -6,11 +6,13 @@ restarted on the same data (the simulator's state file keeps the host's jobs and
 Invariants after the restart: the policy's windows go on (two more backups end good); no
 backup is counted good that is not complete (each Succeeded one copied all it had to, and the
 policy's count is the Succeeded records'); no backup failed (its Failed event) or was made
-twice for one window.
+twice for one window; and once the policy is gone and its last backup ended, the domain holds
+one checkpoint, the newest good backup's (none orphaned).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,8 @@ import pytest
 
 from tests.crash.server import ServerProcess
 from tests.crash.test_kill_restart import post
+from virtplane.drivers.base import domain_name
+from virtplane.drivers.sim import SimCloud
 
 EVERY_5_S = "* * * * * */5"
 
@@ -37,6 +41,12 @@ def policy_backups(server: ServerProcess) -> list[dict[str, Any]]:
         found = c.get("/v1/backups", params={"labelSelector": "virtplane.io/backup-policy=nightly"})
     items: list[dict[str, Any]] = found.json()["items"]
     return items
+
+
+async def checkpoints(sim: SimCloud, domain: str) -> tuple[str, ...]:
+    driver = sim.driver("sim://h1")
+    await driver.connect()
+    return await driver.checkpoints(domain)
 
 
 @pytest.mark.parametrize("point", ["backuppolicy.window", "backup.planned", "backup.begun"])
@@ -89,3 +99,24 @@ def test_policy_backups_killed_at_their_durable_points_go_on_good(server: Server
     windows = [b["metadata"]["name"].removeprefix("a-") for b in backups]
     assert len(windows) == len(set(windows)), "one backup a window"
     server.wait_for("/v1/backuppolicies/nightly", lambda p: p["status"]["succeeded"] == len(good()))
+
+    # no checkpoint left behind: once the windows stop and the last backup ended, the domain
+    # holds the newest good backup's checkpoint (the next incremental's base) and no other
+    with server.client() as c:
+        assert c.delete("/v1/backuppolicies/nightly").status_code in (200, 204)
+        uid = c.get("/v1/vms/a").json()["metadata"]["uid"]
+    server.wait_for(
+        "/v1/backups",
+        lambda page: all(b["status"]["phase"] in ("Succeeded", "Failed") for b in page["items"]),
+    )
+    newest = max(
+        (b for b in policy_backups(server) if b["status"]["phase"] == "Succeeded"),
+        key=lambda b: b["status"]["finished_at"],
+    )
+    server.stop()
+    sim = SimCloud(state_path=server.data_dir / "sim.db")
+    try:
+        found = asyncio.run(checkpoints(sim, domain_name(uid)))
+    finally:
+        sim.close()
+    assert found == (newest["status"]["checkpoint"],)
