@@ -11,6 +11,8 @@ from virtplane.bootstrap import CONFLICT_REQUEUE_S, one_reconcile
 from virtplane.controllers.host import ALLOCATION_BATCH_S, HostReconciler
 from virtplane.controllers.watch import requests_for
 from virtplane.domain.resources import (
+    BackupPolicy,
+    BackupPolicySpec,
     BackupTarget,
     BackupTargetSpec,
     Host,
@@ -211,6 +213,9 @@ OWN_OBJECTS = [
     HostMaintenance(metadata=Metadata(name="x"), spec=HostMaintenanceSpec(host="x")),
     BackupTarget(metadata=Metadata(name="x"), spec=BackupTargetSpec(path="/srv/b", capacity_gib=1)),
     VirtualMachineBackup(metadata=Metadata(name="x"), spec=VirtualMachineBackupSpec(vm="v", target="t")),
+    BackupPolicy(
+        metadata=Metadata(name="x"), spec=BackupPolicySpec(target="t", schedule="@daily", selector="")
+    ),
 ]
 
 

@@ -38,7 +38,7 @@ from virtplane.domain.resources import (
 from virtplane.drivers.base import DomainEvent, DomainEventType, HypervisorDriver
 from virtplane.fencing.base import Bmc, BmcFactory
 from virtplane.fencing.sim import SimBmcs
-from virtplane.metrics import FleetCollector, PlaneMetrics
+from virtplane.metrics import BackupCollector, FleetCollector, PlaneMetrics
 from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Request, Result, resync_ticker
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
@@ -228,6 +228,7 @@ class ControlPlane:
             else None
         )
         self.registry.register(FleetCollector(self.cache, self.elector))
+        self.registry.register(BackupCollector(self.cache))
         self.usage_metrics = UsageMetrics(self.usage)
         self.started = False
 

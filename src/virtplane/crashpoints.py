@@ -42,6 +42,7 @@ POINTS = (
     "backup.planned",  # mode, checkpoint name and host are stored, the job not begun
     "backup.begun",  # the hypervisor's job runs (its checkpoint made), recorded on the backup
     "backup.failed",  # the failure is stored, its checkpoint and volumes not yet removed
+    "backuppolicy.window",  # a policy's window and the VMs it picked are stored, no backup made yet
     "upgrade.before-commit",  # the store's upgrade done and backed up, its transaction not committed
 )
 

@@ -20,7 +20,16 @@ from prometheus_client.registry import Collector
 
 from virtplane.domain.conditions import VMCondition
 from virtplane.domain.power import AT_REST_REASONS
-from virtplane.domain.resources import HostConnection, HostResourceState, VirtualMachine
+from virtplane.domain.resources import (
+    BackupPhase,
+    BackupPolicy,
+    HostConnection,
+    HostResourceState,
+    VerificationResult,
+    VirtualMachine,
+    VirtualMachineBackup,
+)
+from virtplane.domain.selectors import parse_label_selector
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.leader import LeaderElector
 
@@ -42,6 +51,12 @@ class PlaneMetrics:
         )
         for result in MigrationResult:  # zeros, so that rates exist before the first migration
             self.migrations_total.labels(result=result.value)
+        self.backup_verify_failures = Counter(
+            "virtplane_backup_verify_failures_total",
+            "Backup verifications that found a backup's files broken, by VM.",
+            ["vm"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
 
     def migration_ended(self, result: MigrationResult) -> None:
         self.migrations_total.labels(result=result.value).inc()
@@ -107,4 +122,65 @@ class FleetCollector(Collector):
             yield won
 
 
-__all__ = ["FleetCollector", "MigrationResult", "PlaneMetrics", "in_desired_power_state"]
+class BackupCollector(Collector):
+    """Backups' gauges from the cache at each scrape (issue 36): per VM, its newest successful
+    backup (when it ended, how long it took, what it wrote), since when a policy covers it
+    (the alert "no successful backup in 26 h" reads both), and the kept backups whose last
+    verification failed."""
+
+    def __init__(self, cache: Cache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        def gauge(name: str, text: str, labels: tuple[str, ...] = ("vm",)) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=list(labels))
+
+        ended = gauge(
+            "virtplane_backup_last_success_timestamp_seconds", "When the VM's newest successful backup ended."
+        )
+        took = gauge(
+            "virtplane_backup_last_duration_seconds", "How long the VM's newest successful backup took."
+        )
+        wrote = gauge("virtplane_backup_last_written_bytes", "What the VM's newest successful backup wrote.")
+        broken = gauge(
+            "virtplane_backup_verification_failed",
+            "1 for a kept backup whose last verification failed.",
+            ("vm", "backup"),
+        )
+        newest: dict[str, VirtualMachineBackup] = {}
+        for b in self._cache.backups():
+            finished = b.status.finished_at
+            if b.metadata.deletion_requested_at is not None or finished is None:
+                continue
+            check = b.status.verification
+            if check is not None and check.result is VerificationResult.FAILED:
+                broken.add_metric([b.spec.vm, b.metadata.name], 1.0)
+            if b.status.phase is BackupPhase.SUCCEEDED:
+                kept = newest.get(b.spec.vm)
+                if kept is None or (kept.status.finished_at or finished) < finished:
+                    newest[b.spec.vm] = b
+        for name, b in sorted(newest.items()):
+            assert b.status.finished_at is not None
+            ended.add_metric([name], b.status.finished_at.timestamp())
+            started = b.status.started_at or b.status.finished_at
+            took.add_metric([name], (b.status.finished_at - started).total_seconds())
+            wrote.add_metric([name], float(b.status.total_bytes))
+        yield from (ended, took, wrote, broken)
+        covered = gauge(
+            "virtplane_backup_covered_since_timestamp_seconds",
+            "Since when a backup policy covers the VM (the later of the two creations).",
+            ("vm", "policy"),
+        )
+        vms = [vm for vm in self._cache.vms() if vm.metadata.deletion_requested_at is None]
+        for policy in self._cache.objects(BackupPolicy):
+            selector = parse_label_selector(policy.spec.selector)
+            for vm in vms:
+                if selector.matches(vm.metadata.labels):
+                    since = max(
+                        t for t in (policy.metadata.created_at, vm.metadata.created_at) if t is not None
+                    )
+                    covered.add_metric([vm.metadata.name, policy.metadata.name], since.timestamp())
+        yield covered
+
+
+__all__ = ["BackupCollector", "FleetCollector", "MigrationResult", "PlaneMetrics", "in_desired_power_state"]

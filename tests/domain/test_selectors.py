@@ -145,3 +145,25 @@ def test_each_kind_is_selectable_by_the_fields_it_has() -> None:
     }
     assert selectable_fields(Volume) == {"metadata.name", "status.phase"}
     assert selectable_fields(Host) == {"metadata.name"}
+
+
+MATCHES = [
+    ("", {}, True),
+    ("app=web", {"app": "web"}, True),
+    ("app=web", {"app": "db"}, False),
+    ("app=web", {}, False),
+    ("app!=web", {}, True),  # != also matches an object without the key, as in Kubernetes
+    ("app!=web", {"app": "web"}, False),
+    ("env in (prod,qa)", {"env": "qa"}, True),
+    ("env notin (prod,qa)", {"env": "qa"}, False),
+    ("canary", {"canary": ""}, True),
+    ("!legacy", {"legacy": "1"}, False),
+    ("app=web,tier=db", {"app": "web", "tier": "fe"}, False),
+]
+
+
+@pytest.mark.parametrize(("text", "labels", "selected"), MATCHES)
+def test_a_label_selector_matches_labels_in_memory_as_the_store_does(
+    text: str, labels: dict[str, str], selected: bool
+) -> None:
+    assert parse_label_selector(text).matches(labels) is selected

@@ -1,6 +1,7 @@
 """The libvirt driver's backups on a real guest (issue 36's driver part): a full backup, an
 incremental one that writes only what changed and reads as the whole disk with its base, a
-retried begin that starts nothing new, and checkpoints carried over a live migration.
+retried begin that starts nothing new, checkpoints carried over a live migration, and the
+chain verified with qemu-img.
 
 The guest writes ``DISKTICK n`` into sector 1 of its disk every tick, so each backup's chain
 holds the tick of its moment: a newer backup, a newer tick.
@@ -106,6 +107,12 @@ async def test_full_then_incremental_backups_and_checkpoints_over_a_migration(
     assert after_move.state is BackupJobState.SUCCEEDED, after_move.error
     assert after_move.total_bytes <= 1024**2
     assert tick_in(Path(target.path) / "bk-3.qcow2", tmp_path) > second
+
+    # verify (qemu-img on this machine, which sees the shared directory at the hosts' path)
+    check = await b.verify_backup(target, (("bk-3.qcow2", "bk-2.qcow2", "bk-1.qcow2"),))
+    assert (check.ok, check.message) == (True, "3 file(s) of 1 disk(s) checked, each disk read whole")
+    check = await b.verify_backup(target, (("bk-3.qcow2", "bk-1.qcow2"),))  # the record is wrong
+    assert not check.ok and "its chain is bk-3.qcow2 <- bk-2.qcow2 <- bk-1.qcow2" in check.message
 
     await b.delete_checkpoint(name, "cp-1")
     await b.delete_checkpoint(name, "cp-1")  # gone already: no error

@@ -23,6 +23,7 @@ from virtplane.api.openapi_errors import document_error_responses
 from virtplane.api.routes.actions import router as actions_router
 from virtplane.api.routes.audit import router as audit_router
 from virtplane.api.routes.backup import router as backup_router
+from virtplane.api.routes.backup_verify import router as backup_verify_router
 from virtplane.api.routes.console import router as console_router
 from virtplane.api.routes.display import router as display_router
 from virtplane.api.routes.events import router as events_router
@@ -159,6 +160,7 @@ def create_app(
     app.include_router(actions_router)
     app.include_router(vm_create_router)
     app.include_router(ova_import_router)
+    app.include_router(backup_verify_router)  # before the generic routes' /v1/backups/{name}
     add_resource_routes(app.router)
     app.include_router(settings_router)
     app.include_router(events_router)

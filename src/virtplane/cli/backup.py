@@ -18,6 +18,7 @@ from typing import Annotated, BinaryIO
 
 import typer
 
+from virtplane.cli.backup_verify import EPILOG, verify
 from virtplane.cli.context import CliState, state_of
 from virtplane.cli.errors import CliError
 from virtplane.cli.images import transfer_progress
@@ -41,17 +42,25 @@ _EPILOG = (
 def backup(
     ctx: typer.Context,
     output: Annotated[
-        Path,
+        Path | None,
         typer.Option(
-            "--output", "-o", help="Where to write the copy (a SQLite database, mode 0600).", dir_okay=False
+            "--output",
+            "-o",
+            help="Where to write the copy (a SQLite database, mode 0600).",
+            dir_okay=False,
+            show_default=False,
         ),
-    ],
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace FILE if it exists.")] = False,
 ) -> None:
     """Copy the store of the running server into FILE, consistently, while it serves (admin).
 
     The copy holds the tokens' hashes and the Secrets: keep it as private as the data directory.
     """
+    if ctx.invoked_subcommand is not None:
+        return  # `backup verify`: a VM backup's, not the store's
+    if output is None:
+        raise typer.BadParameter("the store's copy needs --output FILE", param_hint="'--output' / '-o'")
     state = state_of(ctx)
     if output.exists() and not force:
         raise CliError("FileExists", f"{output} exists; pass --force to replace it")
@@ -105,4 +114,8 @@ def _mib(size: int) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("backup", epilog=_EPILOG)(backup)
+    # a group so that `backup verify NAME` (a VM backup's) sits beside `backup -o FILE` (the store's)
+    group = typer.Typer(epilog=_EPILOG)
+    group.callback(invoke_without_command=True, epilog=_EPILOG)(backup)
+    group.command("verify", epilog=EPILOG)(verify)
+    app.add_typer(group, name="backup")

@@ -50,6 +50,12 @@ KINDS: tuple[KindInfo, ...] = (
         ("backuptarget", "backuptargets", "bt"),
     ),
     KindInfo(
+        "BackupPolicy",
+        "backuppolicies",
+        "backuppolicy",
+        ("backuppolicy", "backuppolicies", "bp"),
+    ),
+    KindInfo(
         "VirtualMachineBackup",
         "backups",
         "backup",

@@ -25,6 +25,8 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.backup_targets import target_driver, target_ref
+from virtplane.controllers.backup_verify import KIND as VERIFY_KIND
+from virtplane.controllers.backup_verify import verify_asked
 from virtplane.controllers.context import ControllerContext, Removal
 from virtplane.controllers.registration import Registration
 from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
@@ -89,6 +91,8 @@ class BackupReconciler:
         if backup.status.phase is BackupPhase.FAILED and backup.status.cleanup_pending:
             return await self._clean_up(backup)
         if backup.status.phase in (BackupPhase.SUCCEEDED, BackupPhase.FAILED):
+            if verify_asked(backup):  # asked before a restart: the verifier has no look of its own on start
+                ctx.enqueue(VERIFY_KIND, backup.metadata.name)
             return None
         if FINALIZER not in backup.metadata.finalizers:
             backup.metadata.finalizers.append(FINALIZER)

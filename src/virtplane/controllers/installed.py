@@ -6,7 +6,9 @@ loop over these; a new controller is one ``Registration`` beside it and one line
 from __future__ import annotations
 
 from virtplane.controllers import (
+    backup_policies,
     backup_targets,
+    backup_verify,
     backups,
     host,
     images,
@@ -33,6 +35,8 @@ CONTROLLERS: tuple[Registration, ...] = (
     snapshots.CONTROLLER,
     backup_targets.CONTROLLER,
     backups.CONTROLLER,
+    backup_policies.CONTROLLER,
+    backup_verify.CONTROLLER,
     operations.CONTROLLER,
     migration.FOLLOWER,
     maintenance.CONTROLLER,

@@ -16,7 +16,7 @@ character where parsing failed, so that the API and the CLI can point at it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, get_args
@@ -90,6 +90,14 @@ class Selector:
 
     def __str__(self) -> str:
         return ",".join(str(r) for r in self.requirements)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether an object with ``labels`` is selected: the store's query (``store.lists``), in memory."""
+        for r in self.requirements:
+            member = r.key in labels and (not r.values or labels[r.key] in r.values)
+            if member == r.operator.negative:
+                return False
+        return True
 
 
 class SelectorError(ValueError):

@@ -56,6 +56,12 @@ class BackupJob:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class BackupCheck:
+    ok: bool
+    message: str
+
+
 class BackupOperations(Protocol):
     """The backup part of ``HypervisorDriver`` (hosts with ``Capability.BACKUP``)."""
 
@@ -83,6 +89,11 @@ class BackupOperations(Protocol):
         """Define checkpoints read on another host (after a live migration), oldest first;
         those defined already are left as they are."""
 
+    async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
+        """Check a backup's files in the target's pool: each disk's chain of volumes, the
+        backup's own first and its bases after it. Every file's image is sound, each links to
+        the next, and the disk read through the top reads as a flattened copy of it."""
+
 
 class NoBackups:
     """``BackupOperations`` of a driver without ``Capability.BACKUP``: each call is refused."""
@@ -109,4 +120,7 @@ class NoBackups:
         raise self._no_backups()
 
     async def redefine_checkpoints(self, name: str, definitions: tuple[str, ...]) -> None:
+        raise self._no_backups()
+
+    async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
         raise self._no_backups()

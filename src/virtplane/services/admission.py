@@ -18,6 +18,7 @@ from virtplane.domain.networks import Network, nic_claims
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
 from virtplane.domain.resources import (
+    BackupPolicy,
     BackupTarget,
     Host,
     Image,
@@ -60,6 +61,11 @@ class Admission:
             raise Invalid("VMNotFound", f"VM {obj.spec.vm} does not exist")
         elif isinstance(obj, VirtualMachineBackup):
             self._admit_backup(obj)
+        elif isinstance(obj, BackupPolicy) and self.store.find(BackupTarget, obj.spec.target) is None:
+            raise Invalid(
+                "TargetNotFound",
+                f"spec.target: backup target {obj.spec.target} does not exist (kind BackupTarget, admin)",
+            )
         elif isinstance(obj, Volume):
             self._admit_volume(obj)
         elif isinstance(obj, VirtualMachine):
@@ -321,6 +327,11 @@ class Admission:
                 raise Refused(
                     "TargetInUse", f"backup target {name} holds {len(held)} backup(s), e.g. {held[0]}"
                 )
+            policies = sorted(
+                p.metadata.name for p in self.store.list_objects(BackupPolicy) if p.spec.target == name
+            )
+            if policies:
+                raise Refused("TargetInUse", f"backup policy {policies[0]} writes to backup target {name}")
         if isinstance(current, Volume):
             linked = backing_refusal(name, self.cache.linked_clones_of(name))
             if linked is not None:

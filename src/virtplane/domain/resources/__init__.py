@@ -22,15 +22,25 @@ from virtplane.domain.base import (
 )
 from virtplane.domain.networks import Network
 from virtplane.domain.resources.backup import (
+    VERIFY_REQUESTED,
     BackupDisk,
     BackupPhase,
     BackupTarget,
     BackupTargetSpec,
     BackupTargetStatus,
+    BackupVerification,
+    VerificationResult,
     VirtualMachineBackup,
     VirtualMachineBackupSpec,
     VirtualMachineBackupStatus,
     target_pool_name,
+)
+from virtplane.domain.resources.backup_policy import (
+    POLICY_LABEL,
+    BackupPolicy,
+    BackupPolicySpec,
+    BackupPolicyStatus,
+    BackupRetention,
 )
 from virtplane.domain.resources.event import Event, EventType
 from virtplane.domain.resources.host import (
@@ -124,6 +134,8 @@ __all__ = [
     "KINDS",
     "KIND_BY_NAME",
     "KIND_BY_PLURAL",
+    "POLICY_LABEL",
+    "VERIFY_REQUESTED",
     "Accelerator",
     "AcceleratorStatus",
     "Allocatable",
@@ -131,9 +143,14 @@ __all__ = [
     "AllocationRatios",
     "BackupDisk",
     "BackupPhase",
+    "BackupPolicy",
+    "BackupPolicySpec",
+    "BackupPolicyStatus",
+    "BackupRetention",
     "BackupTarget",
     "BackupTargetSpec",
     "BackupTargetStatus",
+    "BackupVerification",
     "Boot",
     "Capability",
     "Capacity",
@@ -205,6 +222,7 @@ __all__ = [
     "Strict",
     "StringMap",
     "VMPhase",
+    "VerificationResult",
     "VirtualMachine",
     "VirtualMachineBackup",
     "VirtualMachineBackupSpec",

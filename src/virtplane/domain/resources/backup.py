@@ -88,6 +88,24 @@ class BackupDisk(BaseModel):
     bytes: int = Field(default=0, description="What the backup wrote of this disk.")
 
 
+VERIFY_REQUESTED = "virtplane.io/verify-requested"
+"""A system annotation on a backup: a verification asked for (its value names the request)."""
+
+
+class VerificationResult(StrEnum):
+    OK = "Ok"
+    FAILED = "Failed"
+
+
+class BackupVerification(BaseModel):
+    requested: str = Field(
+        default="", description="The request it answers (the verify-requested annotation)."
+    )
+    verified_at: datetime | None = None
+    result: VerificationResult | None = None
+    message: str = ""
+
+
 class VirtualMachineBackupStatus(BaseModel):
     phase: BackupPhase = BackupPhase.PENDING
     mode: BackupMode | None = None
@@ -110,6 +128,9 @@ class VirtualMachineBackupStatus(BaseModel):
     power_state: Literal["Running", "Stopped"] | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    verification: BackupVerification | None = Field(
+        default=None, description="The last check of the backup's files on the target (backup verify)."
+    )
     message: str = ""
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from virtplane.domain.base import Resource
 from virtplane.domain.networks import Network
 from virtplane.domain.resources.backup import BackupTarget, VirtualMachineBackup
+from virtplane.domain.resources.backup_policy import BackupPolicy
 from virtplane.domain.resources.host import Host
 from virtplane.domain.resources.host_maintenance import HostMaintenance
 from virtplane.domain.resources.image import Image
@@ -30,6 +31,7 @@ KINDS: tuple[type[Resource], ...] = (
     Secret,
     BackupTarget,
     VirtualMachineBackup,
+    BackupPolicy,
 )
 KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
 KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}

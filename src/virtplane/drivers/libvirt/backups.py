@@ -12,15 +12,20 @@ All functions block and take an open virConnect.
 
 from __future__ import annotations
 
+import asyncio
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from virtplane.domain.resources import Capability
-from virtplane.drivers.backups import BackupJob, BackupJobState, BackupRequest, DiskBackup
+from virtplane.drivers.backups import BackupCheck, BackupJob, BackupJobState, BackupRequest, DiskBackup
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt, storage
+from virtplane.drivers.libvirt.backup_verify import verify_chains
 from virtplane.drivers.libvirt.calls import LibvirtCalls
 from virtplane.drivers.libvirt.domain_xml import parse_domain_xml, volume_xml
+
+if TYPE_CHECKING:
+    from virtplane.drivers.base import PoolRef
 
 _BACKUP_OPERATION = 9  # VIR_DOMAIN_JOB_OPERATION_BACKUP (libvirt >= 6.0)
 
@@ -184,3 +189,6 @@ class BackupJobs(LibvirtCalls):
     async def redefine_checkpoints(self, name: str, definitions: tuple[str, ...]) -> None:
         self._require(Capability.BACKUP)
         await self._call(lambda conn: redefine_checkpoints(conn, name, definitions))
+
+    async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
+        return await asyncio.to_thread(verify_chains, target.path, chains)

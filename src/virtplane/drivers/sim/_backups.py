@@ -18,6 +18,8 @@ in /work/notes/backup-spike.md): push-mode jobs with checkpoints.
   from the begin, empty; a job that succeeds gives them the disks' content at the begin (the
   point in time a backup captures); one that fails or is aborted leaves them empty for the
   caller to delete. A domain that stops during a job fails the job.
+- Verification finds a chain's volume missing, or one ``corrupt`` damaged (a test's fault: the
+  content is marked, as a flipped cluster that ``qemu-img check`` reports).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from virtplane.drivers.backups import BackupJob, BackupJobState, BackupRequest
+from virtplane.drivers.backups import BackupCheck, BackupJob, BackupJobState, BackupRequest
 from virtplane.drivers.base import DomainState
 from virtplane.drivers.errors import NotRunning, PermanentError, TransientError
 
@@ -33,11 +35,15 @@ from ._backup_records import SimBackupJob, SimCheckpoint
 from ._storage import GIB, SimVolume, volume_path
 
 if TYPE_CHECKING:
+    from virtplane.drivers.base import PoolRef
+
     from ._guest import SimGuests
     from ._model import SimDomain, SimTiming
     from ._storage import SimStorage
 
 MIB = 1024**2
+CORRUPTED = "\x00corrupted\x00"
+"""The mark ``corrupt`` puts before a volume's content."""
 CLUSTER = 64 * 1024  # a qcow2 cluster: the grain of a dirty bitmap
 
 _LIVE = (DomainState.STARTING, DomainState.RUNNING, DomainState.PAUSED, DomainState.SHUTTING_DOWN)
@@ -174,5 +180,25 @@ class SimBackups:
         if added:
             domain.checkpoints = (*domain.checkpoints, *added)
 
+    def corrupt(self, host: str, target: PoolRef, volume: str) -> None:
+        """A fault: damage a backup volume, as a bit flip on the target's disk would."""
+        found = self._storage.pool(host, target).volumes.get(volume)
+        if found is None:
+            raise PermanentError(f"no volume {volume} in pool {target.name}")
+        found.content = CORRUPTED + found.content
 
-__all__ = ["SimBackups"]
+    def verify(self, host: str, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
+        self._storage.ensure_pool(host, target)
+        volumes = self._storage.pool(host, target).volumes
+        for chain in chains:
+            for volume in chain:
+                found = volumes.get(volume)
+                if found is None:
+                    return BackupCheck(False, f"{volume}: missing from the target (a broken chain)")
+                if found.content.startswith(CORRUPTED):
+                    return BackupCheck(False, f"{volume}: the image check found corrupt clusters")
+        files = sum(len(chain) for chain in chains)
+        return BackupCheck(True, f"{files} file(s) of {len(chains)} disk(s) checked, each disk read whole")
+
+
+__all__ = ["CORRUPTED", "SimBackups"]

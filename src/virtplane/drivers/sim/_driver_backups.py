@@ -5,11 +5,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import TYPE_CHECKING
 
-from virtplane.drivers.backups import BackupJob, BackupRequest
+from virtplane.drivers.backups import BackupCheck, BackupJob, BackupRequest
 
 from ._world import SimWorld, entry_point
 
 if TYPE_CHECKING:
+    from virtplane.drivers.base import PoolRef
+
     from ._host import SimHost
 
 
@@ -49,6 +51,10 @@ class SimBackupCalls:
     @entry_point
     async def redefine_checkpoints(self, name: str, definitions: tuple[str, ...]) -> None:
         self.world.backups.redefine(self._host().get(name), definitions)
+
+    @entry_point
+    async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
+        return self.world.backups.verify(self._host().name, target, chains)
 
 
 __all__ = ["SimBackupCalls"]
