@@ -91,6 +91,11 @@ def test_a_gain_under_the_minimum_is_no_move() -> None:
     assert plan_rebalance(hosts, vms, replace(ONLY_USE, min_gain=0.0007)).moves == ()
 
 
+def test_with_no_minimum_a_move_that_gains_nothing_is_still_no_move() -> None:
+    vms = [vm("a", "h1", 1.0)]  # to h2, it only swaps the two hosts' loads
+    assert plan_rebalance(fleet(vms, "h1", "h2"), vms, replace(ONLY_USE, min_gain=0.0)).moves == ()
+
+
 @pytest.mark.parametrize(
     ("changes", "why"),
     [

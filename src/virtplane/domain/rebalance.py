@@ -329,8 +329,10 @@ def _best_step(cluster: _Cluster, budget: _Budget, min_gain: float) -> Move | No
     """The balancing move that lowers ``cluster``'s spread most by at least ``min_gain``, or None."""
     if not budget.cluster_open(cluster.name) or len(cluster.views) < 2:
         return None
-    order = sorted(cluster.views, key=lambda h: (cluster.load.loads[h], h))
-    open_hosts = [h for h in order if budget.host_open(h)]
+    # Ties keep the hosts' name order: the views are keyed in it and the sort is stable.
+    order = sorted(cluster.views, key=cluster.load.loads.__getitem__)
+    limit, moved = budget.settings.max_moves_per_host, budget.per_host
+    open_hosts = [h for h in order if moved.get(h, 0) < limit]
     for width in (1, WIDENING):
         sources = open_hosts[::-1][: SOURCES_PER_STEP * width]
         targets = open_hosts[: TARGETS_PER_STEP * width]
@@ -349,25 +351,36 @@ def _best_among(
     targets: list[str],
 ) -> Move | None:
     load = cluster.load
+    loads, total, squares, count = load.loads, load.total, load.squares, load.count
     before = load.imbalance()
     candidates: list[tuple[float, str, str, str]] = []
+    # The hot loop of a large plan: the imbalance after each candidate move is worked out inline
+    # from the running sums (``ClusterLoad.imbalance_if`` does the same, a few times slower).
     for source in sources:
-        movable = cluster.movable[source]
+        movable, on_source, source_load = cluster.movable[source], cluster.vms[source], loads[source]
         for target in targets:
-            if target == source or load.loads[target] >= load.loads[source]:
+            target_load = loads[target]
+            if target == source or target_load >= source_load:
                 continue
+            per_use, per_vcpu, per_mib = cluster.coefficients[target]
             # The move that lowers the imbalance most takes about half the gap between the two
             # hosts: try the VMs whose leaving comes nearest to it, a few each side.
-            at = bisect.bisect_left(movable, ((load.loads[source] - load.loads[target]) / 2, ""))
-            for _, name in movable[max(0, at - NEIGHBOURS) : at + NEIGHBOURS]:
-                vm = cluster.vms[source][name]
-                changed = {
-                    source: cluster.load_after(source, vm, -1),
-                    target: cluster.load_after(target, vm, 1),
-                }
-                after = load.imbalance_if(changed)
-                if before - after >= min_gain and after < before:
-                    candidates.append((before - after, name, source, target))
+            at = bisect.bisect_left(movable, ((source_load - target_load) / 2, ""))
+            for drop, name in movable[max(0, at - NEIGHBOURS) : at + NEIGHBOURS]:
+                vm = on_source[name]
+                rise = per_use * vm.cpu_use + per_vcpu * vm.view.cpu + per_mib * vm.view.memory_mib
+                new_source, new_target = source_load - drop, target_load + rise
+                new_total = total - drop + rise
+                new_squares = (
+                    squares
+                    - source_load * source_load
+                    + new_source * new_source
+                    - target_load * target_load
+                    + new_target * new_target
+                )
+                gain = before - (new_squares - new_total * new_total / count)
+                if gain >= min_gain and gain > 0:
+                    candidates.append((gain, name, source, target))
     candidates.sort(key=lambda c: (-c[0], c[1], c[3]))
     for gain, name, source, target in candidates:
         vm = cluster.vms[source][name]
