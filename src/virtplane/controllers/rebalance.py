@@ -64,6 +64,10 @@ class ClusterRebalance:
     """VM → why its move did not start now (no slot, hourly limit, refused)."""
 
 
+def _moves(plan: RebalancePlan) -> list[tuple[str, str]]:
+    return [(m.vm, m.target) for m in plan.moves]
+
+
 class RebalanceMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         registry = registry if registry is not None else CollectorRegistry()
@@ -152,6 +156,7 @@ class Rebalancer:
         now = self.now()
         plan = self.plan(cluster)
         look = ClusterRebalance(cluster, mode, now, plan)
+        previous = self.last.get(cluster)
         self.last[cluster] = look
         self.metrics.plans.labels(cluster=cluster).inc()
         if cluster in plan.after:
@@ -163,12 +168,16 @@ class Rebalancer:
             f"{len(plan.moves)} move(s) would take the spread (std of host load) "
             f"from {before.std:.3f} to {after.std:.3f}"
         )
+        # A plan or a pause that is the last look's again is said once, not every interval.
+        same = previous is not None and previous.mode is mode and _moves(previous.plan) == _moves(plan)
         if mode is RebalanceMode.PLAN:
-            self.ctx.event(("Cluster", cluster), "RebalancePlanned", summary)
+            if not same:
+                self.ctx.event(("Cluster", cluster), "RebalancePlanned", summary)
             return look
         look.paused = pause_reason(cluster_hosts(self.ctx.cache.hosts(), cluster))
         if look.paused:
-            self.ctx.event(("Cluster", cluster), "RebalancePaused", f"{summary}; paused: {look.paused}")
+            if not (same and previous is not None and previous.paused == look.paused):
+                self.ctx.event(("Cluster", cluster), "RebalancePaused", f"{summary}; paused: {look.paused}")
             return look
         self.ctx.event(("Cluster", cluster), "Rebalancing", summary)
         await self._carry_out(look, now)

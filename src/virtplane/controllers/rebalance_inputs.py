@@ -94,7 +94,8 @@ def inputs(
     keeps it where it is.
     """
     cache = coordinator.ctx.cache
-    host_cpus = {h.name: h.vcpus for h in coordinator.target_views()}
+    views = coordinator.target_views()
+    host_cpus = {h.name: h.vcpus for h in views}
     cluster_of = {h.metadata.name: h.spec.cluster for h in cache.hosts()}
     vm_use: dict[str, float] = {}
     host_use: dict[str, float] = {}
@@ -116,7 +117,7 @@ def inputs(
         recent = name in moved_at and now - moved_at[name] < hold
         vms.append(RebalanceVM(vm_view(cache, vm), use, _cannot_move(coordinator, vm), recent))
     hosts = []
-    for view in coordinator.target_views():
+    for view in views:
         measured = _cores(host_use.get(view.name, math.nan), view.vcpus)
         # The host's own figure counts what runs beside its VMs; never less than its VMs'.
         hosts.append(RebalanceHost(view, max(measured, on_host.get(view.name, 0.0))))
