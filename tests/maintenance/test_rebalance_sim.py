@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import eventually, make_plane
 from tests.maintenance.conftest import Cluster
-from virtplane.domain.resources import Host
+from virtplane.domain.resources import Host, LiveMigrationPolicy, VirtualMachine
 from virtplane.drivers.sim import SimCloud, SimLoad
 from virtplane.store.store import Store
 
@@ -197,3 +197,26 @@ async def test_a_vm_moved_recently_stays_until_the_hold_ends(store: Store, clock
         assert len((await rebalancer.run_once())[0].started) == 1
     finally:
         await cluster.plane.stop()
+
+
+async def test_a_vm_that_may_not_live_migrate_is_never_planned(skewed: Cluster, clocks: Clocks) -> None:
+    def never(vm: VirtualMachine) -> None:
+        vm.spec.live_migration_policy = LiveMigrationPolicy.NEVER
+
+    for i in range(3):
+        skewed.store.mutate(VirtualMachine, f"busy-{i}", never)
+    await eventually(
+        lambda: skewed.plane.cache.vm("busy-2").spec.live_migration_policy is LiveMigrationPolicy.NEVER
+    )
+    local = await skewed.add_vm("local-disk", pool="h1-local")
+    assert local.status.host == "h1"
+    skewed.sim.set_load(skewed.domain("local-disk"), SimLoad(cpu=1.0))
+    await collect(skewed, clocks)
+    plan = skewed.plane.rebalancer.plan(CLUSTER)
+    assert [m.vm for m in plan.moves] == ["busy-3"]
+    assert plan.unmovable == {
+        "busy-0": "live_migration_policy Never",
+        "busy-1": "live_migration_policy Never",
+        "busy-2": "live_migration_policy Never",
+        "local-disk": "local disks: rebalancing copies no disks",
+    }
