@@ -3,17 +3,22 @@
 Quality, on a cluster of 50 identical hosts and 1,000 VMs with skewed load: VMs crowd the
 first hosts (placement by a squared uniform draw), their measured CPU is heavy-tailed
 (lognormal) and a fifth of the hosts run hot guests, so both allocation and real use are
-uneven. The planner runs with the default weights and minimum gain, its move limits lifted;
-OR-Tools' CP-SAT, run here only (the bench extra), then solves the same instance exactly:
-for the least spread any placement reaches with at most 1/1.2 of the planner's moves (the sum
-of squared host loads, on loads in units of 1/10,000: the hosts are identical, so the mean
-is fixed and this orders placements as the standard deviation does). The exact optimum of the
-unlimited problem is no yardstick: 1,000 small VMs can even out 50 hosts almost perfectly by
-moving most of them, which no operator wants; the question is how close the planner comes to
-the best any plan of (nearly) its size could do. Met when the planner's spread is within 10 %
-of the solver's. The solver has a time limit: ``solver_optimal`` says whether it proved its
-placement optimal, ``solver_std_bound`` how good an optimum could at best be; it is hinted
-with the planner's plan cut to the budget. Unproven, the quality half stays open (met: None).
+uneven. The planner runs with the default weights and minimum gain, its move limits lifted.
+The yardstick is the best placement within 1/1.2 of the planner's moves (the target allows
+the planner 1.2 x the optimiser's moves): the exact optimum of the unlimited problem evens 50
+hosts out by moving most of 1,000 VMs, which no operator wants. That optimum is bracketed,
+with OR-Tools (the bench extra only, never a runtime dependency):
+
+- from above by CP-SAT, minimising the sum of squared host loads (loads in units of 1/10,000;
+  the hosts are identical, so the mean is fixed and this orders placements as the standard
+  deviation does), hinted with the planner's plan cut to the budget, for 60 s; it does not
+  prove optimality of this model in that time (``solver_optimal``);
+- from below by the LP relaxation (VMs split fractionally, the same capacities and budget),
+  its squares bounded below by tangent lines, solved exactly by GLOP
+  (``optimum_std_at_least``): no placement within the budget does better.
+
+Met when the planner's spread is at most 1.1 x the lower bound (so within 10 % of the
+optimum, whatever it is); not met when it exceeds 1.1 x CP-SAT's best; open between.
 
 Speed: the plan for 10,000 VMs on 500 hosts (the same generator), limits lifted, fastest of
 three, against a ceiling measured in the same run: one plain loop over the same VMs that
@@ -78,6 +83,47 @@ def skewed_cluster(hosts: int, vms: int, seed: int) -> tuple[list[RebalanceHost]
         )
         views.append(RebalanceHost(view, sum(v.cpu_use for v in mine)))
     return views, made
+
+
+TANGENTS = sorted(
+    {round(sign * 0.0025 * j, 6) for j in range(41) for sign in (1, -1)}
+    | {sign * v for v in (0.15, 0.2, 0.3, 0.5, 0.8, 1.2, 1.6, 2.5) for sign in (1, -1)}
+)
+"""Where the lower bound's lines touch d^2: every 0.0025 up to 0.1 (where the deviations of a
+balanced cluster lie), coarser beyond. Each line is below d^2 everywhere, so the bound is valid."""
+
+
+def _lower_bound(hosts: list[RebalanceHost], vms: list[RebalanceVM], weight: float, budget: int) -> float:
+    """A proven lower bound on the standard deviation of host load that any placement within
+    ``budget`` moves (and the hosts' capacities) can reach: the LP relaxation (fractional VMs)
+    of the problem, whose objective, the sum of squared deviations, is bounded below by tangent
+    lines. GLOP solves it exactly; an integral placement can only do worse."""
+    from ortools.linear_solver import pywraplp  # the bench extra only
+
+    names = [h.view.name for h in hosts]
+    per_cpu_use, per_vcpu, per_mib = load_coefficients(hosts[0].view, weight)  # identical hosts
+    share = [per_cpu_use * v.cpu_use + per_vcpu * v.view.cpu + per_mib * v.view.memory_mib for v in vms]
+    mean = sum(share) / len(names)
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    x = {(i, h): solver.NumVar(0, 1, "") for i in range(len(vms)) for h in range(len(names))}
+    for i in range(len(vms)):
+        solver.Add(sum(x[i, h] for h in range(len(names))) == 1)
+    squares = []
+    for h, host in enumerate(hosts):
+        view, column = host.view, range(len(vms))
+        solver.Add(sum(vms[i].view.cpu * x[i, h] for i in column) <= view.allocatable_vcpus)
+        solver.Add(sum(vms[i].view.memory_mib * x[i, h] for i in column) <= view.allocatable_memory_mib)
+        deviation = solver.NumVar(-solver.infinity(), solver.infinity(), "")
+        solver.Add(deviation == sum(share[i] * x[i, h] for i in column) - mean)
+        square = solver.NumVar(0, solver.infinity(), "")
+        for point in TANGENTS:
+            solver.Add(square >= 2 * point * deviation - point * point)
+        squares.append(square)
+    solver.Add(sum(1 - x[i, names.index(str(vm.view.host))] for i, vm in enumerate(vms)) <= budget)
+    solver.Minimize(sum(squares))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("GLOP found no optimum of the relaxation")
+    return math.sqrt(max(0.0, solver.Objective().Value()) / len(names))
 
 
 def _optimise(
@@ -167,6 +213,7 @@ def quality_and_speed(seed: int = 37) -> Row:
     try:
         hint = plan_rebalance(hosts, vms, replace(settings, max_moves=budget))
         details |= _optimise(hosts, vms, settings.real_use_weight, budget, hint)
+        details["optimum_std_at_least"] = round(_lower_bound(hosts, vms, settings.real_use_weight, budget), 5)
     except ImportError:
         details["solver"] = "ortools is not installed (pip install -e '.[bench]')"
     speed = _plan_time(seed)
@@ -179,22 +226,24 @@ def quality_and_speed(seed: int = 37) -> Row:
     quality: bool | None = None
     note = "ratio: the plan's time over one plain loop adding each VM's load to its host"
     if "solver_std" in details:
-        # Against the best placement the solver found within the budget. Only a proven optimum
-        # settles the target: the solver starts from the planner's own plan cut to the budget,
-        # so its best is never worse than that, but not yet the optimum unless it proved it.
-        reference = max(details["solver_std"], 0.5 / SCALE)
-        details["spread_vs_optimiser"] = round(after.std / reference, 3)
-        if details["solver_optimal"]:
-            quality = after.std <= 1.1 * reference
+        # The optimum within the budget lies between the relaxation's bound and the solver's
+        # best: below 1.1 x the bound the target is met, above 1.1 x the best it is not, and
+        # between the two it stays open (CP-SAT proves no optimum of this model in a minute).
+        low, high = details["optimum_std_at_least"], details["solver_std"]
+        details["spread_vs_optimum_at_most"] = round(after.std / max(low, 1e-9), 3)
+        if after.std <= 1.1 * low:
+            quality = True
+        elif after.std > 1.1 * high:
+            quality = False
         else:
-            note += "; quality unsettled: CP-SAT proved no optimum within its time limit"
+            note += "; quality unsettled: between the relaxation's bound and CP-SAT's best"
     fast = speed["plan_s"] < 2.0
     return Row(
         24,
         "rebalance: spread vs optimum (50 hosts, 1,000 VMs), plan time at 10,000 VMs / 500 hosts",
         round(speed["plan_s"], 3),
         "s",
-        "spread within 10 % of CP-SAT's, moves <= 1.2x; plan < 2 s",
+        "spread <= 1.1 x the optimum with 1/1.2 of its moves (LP bound, CP-SAT); plan < 2 s",
         None if quality is None else quality and fast,
         ratio=round(ratio, 1),
         details=details,
