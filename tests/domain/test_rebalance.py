@@ -223,6 +223,7 @@ def random_fleets(draw: st.DrawFn) -> tuple[list[RebalanceHost], list[RebalanceV
                 cpu=draw(st.integers(1, 4)),
                 memory_mib=draw(st.sampled_from([512, 1024, 4096])),
                 anti_affinity_group=draw(st.sampled_from([None, None, "g1", "g2"])),
+                host_affinity=draw(st.sampled_from([frozenset(), frozenset(), frozenset(names[:2])])),
                 cannot_move=draw(st.sampled_from(["", "", "", "local disks"])),
             )
         )
@@ -246,7 +247,7 @@ def random_fleets(draw: st.DrawFn) -> tuple[list[RebalanceHost], list[RebalanceV
 
 @settings(max_examples=300, deadline=None)
 @given(random_fleets())
-def test_no_move_overfills_a_host_worsens_the_balance_or_moves_a_vm_twice(
+def test_no_move_overfills_a_host_breaks_a_rule_worsens_the_balance_or_moves_a_vm_twice(
     case: tuple[list[RebalanceHost], list[RebalanceVM], RebalanceSettings],
 ) -> None:
     hosts, vms, settings_ = case
@@ -262,6 +263,7 @@ def test_no_move_overfills_a_host_worsens_the_balance_or_moves_a_vm_twice(
         assert not by_name[move.vm].cannot_move
         assert where[move.vm] == move.source
         assert views[move.source].state is S.ENABLED and views[move.target].state is S.ENABLED
+        assert not the_vm.host_affinity or move.target in the_vm.host_affinity, "a move broke host_affinity"
         used[move.target][0] += the_vm.cpu
         used[move.target][1] += the_vm.memory_mib
         used[move.source][0] -= the_vm.cpu
