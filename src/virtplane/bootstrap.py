@@ -25,6 +25,7 @@ from virtplane.api.context import ApiContext, ControllersRole
 from virtplane.controllers.context import ControllerContext
 from virtplane.controllers.installed import CONTROLLERS, OPERATION_HANDLERS
 from virtplane.controllers.migration import MigrationCoordinator
+from virtplane.controllers.rebalance import Rebalancer
 from virtplane.controllers.registration import MIGRATION_KIND, Parts
 from virtplane.controllers.watch import Watch, reconciling, requests_for
 from virtplane.domain.resources import (
@@ -52,6 +53,7 @@ from virtplane.services.display import DisplayService
 from virtplane.services.image_upload import ImageUploads
 from virtplane.services.maintenance import MaintenanceService
 from virtplane.services.placement import PlacementService
+from virtplane.services.rebalance import RebalanceService
 from virtplane.store.errors import Conflict
 from virtplane.store.feed import ChangeFeed
 from virtplane.store.settings import Settings
@@ -194,6 +196,7 @@ class ControlPlane:
         """The operation controller's reconciler, unwrapped (tests call it directly)."""
         self.cache.add_listener(self._on_cache_change)
         self.feed.subscribe(self.cache.apply)
+        self.rebalancer = Rebalancer(self.migrations, self.usage, registry=self.registry)
         self.api_context = ApiContext(
             store=store,
             settings=self.settings,
@@ -201,6 +204,7 @@ class ControlPlane:
             admission=Admission(store, self.cache),
             maintenance=MaintenanceService(self.ctx),
             placement=PlacementService(self.migrations),
+            rebalance=RebalanceService(self.rebalancer),
             consoles=ConsoleService(self.ctx),
             images=ImageUploads(self.ctx),
             displays=DisplayService(self.ctx),
@@ -335,6 +339,7 @@ class ControlPlane:
             )
         self._lead_tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         self._lead_tasks.append(asyncio.create_task(self.usage_collector.run(), name="usage"))
+        self._lead_tasks.append(asyncio.create_task(self.rebalancer.run(), name="rebalance"))
         # Level-triggered start: every object is looked at once, in dependency order, after
         # whatever events arrive meanwhile (a VM that booted is seen Running before the rest start).
         for registered in CONTROLLERS:

@@ -40,6 +40,7 @@ ADMIN_ONLY = frozenset(
         "import-ova",  # a VM from an OVA writes its disks into an image library (issue 34)
         "backuptargets",
         "backuppolicies",
+        "rebalance",  # moves VMs between hosts, dry run or not, as maintenance does (issue 37)
     }
 )
 # credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is
@@ -224,6 +225,8 @@ def test_the_matrix_rules_themselves() -> None:
     assert _needs("PATCH", "/v1/images/{name}") == "admin"
     assert _needs("GET", "/v1/images/{name}") == "viewer"
     assert _needs("GET", "/v1/hosts/{name}/maintenance") == "viewer"
+    assert _needs("POST", "/v1/clusters/{name}/rebalance") == "admin"  # issue 37: plan or carry out
+    assert _needs("GET", "/v1/clusters/{name}/rebalance") == "viewer"  # the balance and the plan
     assert _needs("GET", "/v1/secrets") == "admin"  # issue 15: credentials are admin-only
     assert _needs("GET", "/v1/secrets/{name}") == "admin"
     assert _needs("PUT", "/v1/secrets/{name}") == "admin"

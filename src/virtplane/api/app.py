@@ -35,6 +35,7 @@ from virtplane.api.routes.oidc import router as oidc_router
 from virtplane.api.routes.ova_import import router as ova_import_router
 from virtplane.api.routes.placement import router as placement_router
 from virtplane.api.routes.quarantine import router as quarantine_router
+from virtplane.api.routes.rebalance import router as rebalance_router
 from virtplane.api.routes.resources import add_resource_routes
 from virtplane.api.routes.settings import router as settings_router
 from virtplane.api.routes.tokens import router as tokens_router
@@ -171,6 +172,7 @@ def create_app(
     app.include_router(faults_router)
     app.include_router(maintenance_router)
     app.include_router(placement_router)
+    app.include_router(rebalance_router)
     app.include_router(usage_router)
     app.include_router(quarantine_router)
     app.include_router(console_router)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the composition root hands them in; the API never builds on
     from virtplane.services.image_upload import ImageUploads
     from virtplane.services.maintenance import MaintenanceService
     from virtplane.services.placement import PlacementService
+    from virtplane.services.rebalance import RebalanceService
 
 
 class ControllersRole(TypedDict, total=False):
@@ -84,3 +85,5 @@ class ApiContext:
     watch: WatchOptions = field(default_factory=WatchOptions)
     usage: UsageHistory | None = None
     """The VMs' and hosts' collected use (in memory; filled where the collector runs)."""
+    rebalance: RebalanceService | None = None
+    """Each cluster's balance and rebalance plan (issue 37), when wired."""

@@ -17,6 +17,7 @@ from virtplane.cli import (
     hosts,
     images,
     login,
+    rebalance,
     resources,
     secrets,
     serve_limits,
@@ -328,6 +329,7 @@ secrets.register(app)
 explain.register(app)
 backup.register(app)
 images.register(app)
+rebalance.register(app)
 store_restore.register(app)
 tokens.register(app)
 login.register(app)

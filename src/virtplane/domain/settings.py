@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from virtplane.domain.setting_def import ScopedValues, SettingDef, SettingError, SettingScope, SettingType
+from virtplane.domain.settings_rebalance import REBALANCE_SETTINGS
 from virtplane.domain.vocabulary import KvmBroken, MaintenanceStrategy, strategy_meaning
 
 __all__ = [
@@ -413,6 +414,7 @@ REGISTRY: Mapping[str, SettingDef] = _defs(
         minimum=1000,
         maximum=1_000_000_000,
     ),
+    *REBALANCE_SETTINGS,
 )
 
 
