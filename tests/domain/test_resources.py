@@ -113,4 +113,5 @@ def test_every_kind_has_a_unique_plural() -> None:
         "maintenances",
         "backuptargets",
         "backups",
+        "placementrules",
     }

@@ -15,6 +15,7 @@ from virtplane.domain.selectors import (
     Operator,
     Requirement,
     SelectorError,
+    matches,
     parse_field_selector,
     parse_label_selector,
     selectable_fields,
@@ -145,3 +146,27 @@ def test_each_kind_is_selectable_by_the_fields_it_has() -> None:
     }
     assert selectable_fields(Volume) == {"metadata.name", "status.phase"}
     assert selectable_fields(Host) == {"metadata.name"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("app=web", {"app": "web"}, True),
+        ("app=web", {"app": "db"}, False),
+        ("app=web", {}, False),
+        ("app!=web", {}, True),
+        ("app!=web", {"app": "web"}, False),
+        ("env in (prod,qa)", {"env": "qa"}, True),
+        ("env in (prod,qa)", {}, False),
+        ("env notin (dev)", {}, True),
+        ("env notin (dev)", {"env": "dev"}, False),
+        ("canary", {"canary": ""}, True),
+        ("!legacy", {"legacy": "1"}, False),
+        ("app=web,!legacy", {"app": "web"}, True),
+        ("", {}, True),
+    ],
+)
+def test_a_selector_matches_labels_in_memory(selector: str, labels: dict[str, str], expected: bool) -> None:
+    """As the store's SQL does (negatives match a missing key); red with != or notin
+    requiring the key, or with EXISTS and NOT_EXISTS swapped."""
+    assert matches(parse_label_selector(selector), labels) is expected

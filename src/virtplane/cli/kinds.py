@@ -55,6 +55,12 @@ KINDS: tuple[KindInfo, ...] = (
         "backup",
         ("backup", "backups", "bk", "virtualmachinebackup", "virtualmachinebackups"),
     ),
+    KindInfo(
+        "PlacementRule",
+        "placementrules",
+        "placementrule",
+        ("placementrule", "placementrules", "rule", "rules", "pr"),
+    ),
 )
 
 EVENTS = KindInfo("Event", "events", "event", ("ev", "event", "events"))

@@ -192,6 +192,14 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("PATH", lambda t: dig(t, "spec.path"), wide_only=True),
         Column("MESSAGE", lambda t: dig(t, "status.message"), wide_only=True),
     ],
+    "PlacementRule": [
+        Column("NAME", _name),
+        Column("TYPE", lambda r: dig(r, "spec.type")),
+        Column("VMS", lambda r: dig(r, "spec.vm_selector")),
+        Column("ENFORCEMENT", lambda r: dig(r, "spec.mode") or dig(r, "spec.enforcement")),
+        Column("HOSTS", lambda r: dig(r, "spec.host_selector")),
+        Column("AGE", _age),
+    ],
     "VirtualMachineBackup": [
         Column("NAME", _name),
         Column("VM", lambda b: dig(b, "spec.vm")),

@@ -16,7 +16,7 @@ character where parsing failed, so that the API and the CLI can point at it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, get_args
@@ -32,6 +32,7 @@ __all__ = [
     "Requirement",
     "Selector",
     "SelectorError",
+    "matches",
     "parse_field_selector",
     "parse_label_selector",
     "selectable_fields",
@@ -90,6 +91,25 @@ class Selector:
 
     def __str__(self) -> str:
         return ",".join(str(r) for r in self.requirements)
+
+
+def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
+    value = labels.get(requirement.key)
+    match requirement.operator:
+        case Operator.EXISTS:
+            return value is not None
+        case Operator.NOT_EXISTS:
+            return value is None
+        case Operator.EQUALS | Operator.IN:
+            return value is not None and value in requirement.values
+        case Operator.NOT_EQUALS | Operator.NOT_IN:
+            return value is None or value not in requirement.values
+
+
+def matches(selector: Selector, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy every requirement of a label ``selector`` (in memory: the
+    store's lists turn the same requirements into SQL)."""
+    return all(_holds(r, labels) for r in selector.requirements)
 
 
 class SelectorError(ValueError):

@@ -326,6 +326,7 @@ WRITE_ROLES: dict[str, Role] = {
     "Secret": Role.ADMIN,
     "BackupTarget": Role.ADMIN,
     "VirtualMachineBackup": Role.OPERATOR,
+    "PlacementRule": Role.ADMIN,
 }
 READ_ROLES: dict[str, Role] = {"Secret": Role.ADMIN}
 """Kinds that not every role may read (the rest: viewer)."""
