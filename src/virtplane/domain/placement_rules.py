@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from virtplane.domain.resources import HostMode, PlacementRule, RuleType
 from virtplane.domain.selectors import Selector, matches, parse_label_selector
 
-__all__ = ["Rule", "Verdict", "judge", "rule_of", "rules_for"]
+__all__ = ["Rule", "Verdict", "count_members", "judge", "rule_of", "rules_for"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,22 @@ def rule_of(resource: PlacementRule) -> Rule:
 def rules_for(labels: Mapping[str, str], rules: Iterable[Rule]) -> tuple[Rule, ...]:
     """The rules whose VM selector selects a VM with ``labels``, by name."""
     return tuple(sorted((r for r in rules if matches(r.vms, labels)), key=lambda r: r.name))
+
+
+def count_members(
+    placed: Iterable[tuple[str, Mapping[str, str]]], rules: Iterable[Rule]
+) -> dict[str, dict[str, int]]:
+    """Host → VM-VM rule → how many of the rule's VMs it holds, from each placed VM's (host,
+    labels): one pass over the VMs (none, when there are no VM-VM rules)."""
+    between = [r for r in rules if r.between_vms]
+    found: dict[str, dict[str, int]] = {}
+    if not between:
+        return found
+    for host, labels in placed:
+        for rule in rules_for(labels, between):
+            counts = found.setdefault(host, {})
+            counts[rule.name] = counts.get(rule.name, 0) + 1
+    return found
 
 
 @dataclass(frozen=True)

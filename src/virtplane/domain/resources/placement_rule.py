@@ -51,10 +51,10 @@ class PlacementRuleSpec(Strict):
         max_length=MAX_SELECTOR_LENGTH,
         description="The VMs it applies to, by label (app=web,tier!=db); never empty.",
     )
-    enforcement: Enforcement = Field(
-        default=Enforcement.REQUIRED,
-        description="Affinity and AntiAffinity: required excludes a host that breaks it; preferred "
-        "is broken only when no host keeps it. Host rules: their mode says it.",
+    enforcement: Enforcement | None = Field(
+        default=None,
+        description="Affinity and AntiAffinity: required (the default) excludes a host that breaks "
+        "it; preferred is broken only when no host keeps it. Host rules: none, their mode says it.",
     )
     host_selector: str = Field(
         default="", max_length=MAX_SELECTOR_LENGTH, description="Host rules: the hosts, by label."
@@ -70,7 +70,7 @@ class PlacementRuleSpec(Strict):
         if self.type is RuleType.HOST:
             if self.mode is None or not self.host_selector:
                 raise ValueError("a Host rule needs mode (must, should, mustNot) and host_selector")
-            if "enforcement" in self.model_fields_set:
+            if self.enforcement is not None:
                 raise ValueError("a Host rule's mode says whether it is required; leave enforcement out")
         elif self.mode is not None or self.host_selector:
             raise ValueError(f"mode and host_selector are for Host rules, not {self.type.value}")
@@ -80,7 +80,7 @@ class PlacementRuleSpec(Strict):
     def required(self) -> bool:
         if self.type is RuleType.HOST:
             return self.mode is not HostMode.SHOULD
-        return self.enforcement is Enforcement.REQUIRED
+        return self.enforcement is not Enforcement.PREFERRED
 
 
 class PlacementRuleStatus(BaseModel):
