@@ -71,7 +71,8 @@ def _fleet(client: httpx.Client) -> None:
 
 def test_starts_obey_the_rules_and_the_placement_names_them(fast_server: LiveServer) -> None:
     """Red with vm_view leaving the rules out (both db VMs may share a host or land on h3),
-    or the rule names left out of the reasons."""
+    the rule names left out of the reasons, or the service not asking for every ranked host
+    (explain=False: only the chosen one is ranked)."""
     with fast_server.client("admin") as admin:
         _fleet(admin)
         for name in ("db-1", "db-2", "db-3"):
@@ -99,6 +100,15 @@ def test_starts_obey_the_rules_and_the_placement_names_them(fast_server: LiveSer
         assert [v["host"] for v in one["hosts"]] == ["h3"]
         missing = viewer.get("/v1/vms/db-3/placement", params={"host": "nope"})
         assert missing.status_code == 404 and missing.json()["reason"] == "HostNotFound"
+
+    with fast_server.client("admin") as admin:
+        _created(admin, "/v1/vms", _vm("web-1", "web"))
+        eventually_sync(lambda: _running_on(admin, "web-1"))
+        body = admin.get("/v1/vms/web-1/placement").json()
+        assert body["mode"] == "migration" and body["rules"] == []
+        ranked = sorted((v["rank"], v["verdict"]) for v in body["hosts"] if v["rank"])
+        assert ranked == [(1, "chosen"), (2, "ranked")], body["hosts"]  # every ranked host, explained
+        assert all(v["why"].startswith("keeps every preferred rule") for v in body["hosts"] if v["rank"])
 
     result = CliRunner().invoke(
         app,

@@ -134,7 +134,7 @@ def test_reserve_counts_the_vm_in_its_rules() -> None:
 def test_a_preferred_rule_ranks_instead_of_excluding() -> None:
     """Red when the broken-preferred count is not first in the rank key (a has more room)."""
     a = placed(host("a", memory_mib=65536), vm("db-0", {"app": "db"}, [PREFER_APART]))
-    choice = choose_host(vm("new", {"app": "db"}, [PREFER_APART]), [a, host("b")])
+    choice = choose_host(vm("new", {"app": "db"}, [PREFER_APART]), [a, host("b")], explain=True)
     assert choice.host == "b"
     ranked = {v.host: v for v in choice.verdicts}
     assert ranked["b"].rank == 1 and ranked["a"].rank == 2

@@ -183,7 +183,12 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
 
 
 def start_choice(
-    cache: Cache, vm: VirtualMachine, promised: Promises, real_use: Mapping[str, float] | None
+    cache: Cache,
+    vm: VirtualMachine,
+    promised: Promises,
+    real_use: Mapping[str, float] | None,
+    *,
+    explain: bool = False,
 ) -> tuple[Choice, VMView]:
     """Where ``vm`` would start now (a start, a restart elsewhere, a recovery): the engine's
     choice over every host, and the view it judged (the one a promise holds)."""
@@ -192,5 +197,7 @@ def start_choice(
     if pinned is not None:  # its local disks stay: only their host, within its host_affinity
         affinity = pinned if not view.host_affinity else pinned & view.host_affinity
         view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
-    choice = choose_host(replace(view, host=None), host_views(cache, promised), real_use=real_use)
+    choice = choose_host(
+        replace(view, host=None), host_views(cache, promised), real_use=real_use, explain=explain
+    )
     return choice, view

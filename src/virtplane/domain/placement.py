@@ -88,7 +88,7 @@ class Choice:
     blocked: str = ""
     """Why no host was considered: the VM's own host cannot let it go ("host h1: its driver ..."), or ""."""
     verdicts: tuple[HostVerdict, ...] = field(default=(), compare=False)
-    """Every host judged, chosen first, then the ranked ones, then the excluded ones by name."""
+    """The chosen host first, then (``explain``) the other ranked ones, then the excluded by name."""
 
 
 def migration_refusal(host: HostView, copy_local_disks: bool) -> str | None:
@@ -140,8 +140,10 @@ def _rejections(
     source: HostView | None,
     anchored: Mapping[str, int],
     override_rules: bool = False,
+    every: bool = True,
 ) -> tuple[list[str], list[str]]:
-    """Every reason ``host`` can't take ``vm``, and the preferred rules it breaks."""
+    """Every reason ``host`` can't take ``vm``, and the preferred rules it breaks (without
+    ``every``, a host excluded already is not judged by the rules too: placing, not explaining)."""
     if host.name == vm.host:
         return ["current host of the VM"], []
     reasons: list[str] = []
@@ -161,8 +163,10 @@ def _rejections(
         reasons.append(f"in cluster {host.cluster}, VM needs cluster {vm.cluster}")
     if vm.host_affinity and host.name not in vm.host_affinity:
         reasons.append("not in host_affinity")
-    reasons += [f"shared pool {p} not attached" for p in sorted(vm.shared_pools - host.shared_pools)]
-    reasons += [f"network {n} is not on this host" for n in sorted(vm.networks - host.networks)]
+    if not vm.shared_pools <= host.shared_pools:
+        reasons += [f"shared pool {p} not attached" for p in sorted(vm.shared_pools - host.shared_pools)]
+    if not vm.networks <= host.networks:
+        reasons += [f"network {n} is not on this host" for n in sorted(vm.networks - host.networks)]
     if host.free_vcpus < vm.cpu:
         reasons.append(f"not enough vCPUs: {host.free_vcpus} free, {vm.cpu} needed")
     if host.free_memory_mib < vm.memory_mib:
@@ -175,7 +179,7 @@ def _rejections(
             reasons.append(f"local pool {pool} is not on this host")
     if vm.anti_affinity_group is not None and vm.anti_affinity_group in host.anti_affinity_groups:
         reasons.append(f"anti-affinity group {vm.anti_affinity_group} already there")
-    if not vm.rules:
+    if not vm.rules or (reasons and not every):
         return reasons, []
     verdict = judge(vm.rules, host.labels, host.rule_members, anchored, self_here=False)
     if override_rules:  # an admin's forced move: required rules are reported, not enforced
@@ -217,8 +221,10 @@ def choose_host(
     real_use: Mapping[str, float] | None = None,
     candidates: frozenset[str] | None = None,
     override_rules: bool = False,
+    explain: bool = False,
 ) -> Choice:
-    """The best host for ``vm`` among ``hosts``, and every host's verdict.
+    """The best host for ``vm`` among ``hosts``, and the hosts' verdicts: the chosen one's and
+    the excluded ones' always, every ranked host's and every reason of each with ``explain``.
 
     Only Enabled, connected hosts are candidates; the VM's current host and the
     ``exclude``d ones never are; with ``candidates``, only those are judged (the others
@@ -245,7 +251,7 @@ def choose_host(
     feasible: list[tuple[tuple[int, float, int, int, str], HostView, list[str]]] = []
     for host in hosts:
         rejected, broken = _rejections(
-            vm, host, exclude, copy_local_disks, migration, source, anchored, override_rules
+            vm, host, exclude, copy_local_disks, migration, source, anchored, override_rules, explain
         )
         if rejected:
             reasons[host.name] = rejected[0]
@@ -259,7 +265,9 @@ def choose_host(
             host.name,
         )
         feasible.append((key, host, broken))
-    feasible.sort(key=lambda item: item[0])
+    ordered = sorted(feasible, key=lambda item: item[0]) if explain else feasible[:0]
+    if not explain and feasible:
+        ordered = [min(feasible, key=lambda item: item[0])]  # the rest unranked: 10,000 VMs placed
     ranked = [
         HostVerdict(
             host.name,
@@ -268,10 +276,11 @@ def choose_host(
             score=_score(host, vm, len(broken)),
             why=_rank_words(broken, load.get(host.name, 0.0), host.free_memory_mib - vm.memory_mib),
         )
-        for rank, (_, host, broken) in enumerate(feasible, start=1)
+        for rank, (_, host, broken) in enumerate(ordered, start=1)
     ]
     if ranked and ranked[0].broken_preferred:
-        ranked[0] = replace(ranked[0], why=ranked[0].why + _why_broken(ranked[0], ranked))
+        others = [(host.name, broken) for _, host, broken in feasible]
+        ranked[0] = replace(ranked[0], why=ranked[0].why + _why_broken(ranked[0].broken_preferred, others))
     return Choice(
         host=ranked[0].host if ranked else None,
         reasons=MappingProxyType(reasons),
@@ -285,13 +294,13 @@ def _score(host: HostView, vm: VMView, broken: int) -> float:
     return round(share - broken, 3)
 
 
-def _why_broken(chosen: HostVerdict, ranked: Sequence[HostVerdict]) -> str:
+def _why_broken(broken_preferred: Sequence[str], feasible: Sequence[tuple[str, Sequence[str]]]) -> str:
     """Why the chosen host breaks its preferred rules: no feasible host keeps each, or the
-    ones that do break more."""
+    ones that do (``feasible``: each host and what it breaks) break more."""
     notes = []
-    for broken in chosen.broken_preferred:
+    for broken in broken_preferred:
         rule = broken.split(":")[0]  # "preferred rule NAME"; the words after it differ per host
-        keepers = [v.host for v in ranked if not any(b.split(":")[0] == rule for b in v.broken_preferred)]
+        keepers = sorted(name for name, its in feasible if not any(b.split(":")[0] == rule for b in its))
         if not keepers:
             notes.append(f"no host that can take the VM keeps {rule}")
         else:
@@ -317,6 +326,7 @@ def may_run(
         migration=migration,
         candidates=frozenset({host, *([vm.host] if migration and vm.host else [])}),
         override_rules=override_rules,
+        explain=True,
     )
     if choice.blocked:
         return HostVerdict(host, (f"the VM cannot leave {choice.blocked}",))

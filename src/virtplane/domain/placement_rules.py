@@ -84,6 +84,9 @@ class Verdict:
     preferred_names: tuple[str, ...] = ()
 
 
+NO_BREACH = Verdict()
+
+
 def _breach(rule: Rule, host_labels: Mapping[str, str], others_here: int, others_anchored: int) -> str | None:
     """How a host breaks ``rule`` for a VM, or None when it keeps it."""
     if rule.type is RuleType.ANTI_AFFINITY:
@@ -114,9 +117,10 @@ def judge(
     required: list[str] = []
     preferred: list[str] = []
     names: list[str] = []
+    mine = 1 if self_here else 0
     for rule in rules:
-        here = members_here.get(rule.name, 0) - (1 if self_here else 0)
-        breach = _breach(rule, host_labels, max(here, 0), anchored.get(rule.name, 0))
+        here = members_here.get(rule.name, 0) - mine if members_here else 0
+        breach = _breach(rule, host_labels, here if here > 0 else 0, anchored.get(rule.name, 0))
         if breach is None:
             continue
         if rule.required:
@@ -124,4 +128,6 @@ def judge(
         else:
             preferred.append(f"{rule.label}: {breach}")
             names.append(rule.name)
+    if not required and not preferred:
+        return NO_BREACH
     return Verdict(tuple(required), tuple(preferred), tuple(names))

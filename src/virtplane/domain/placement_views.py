@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -83,11 +84,11 @@ class HostView:
         object.__setattr__(self, "labels", _frozen_mapping(self.labels))
         object.__setattr__(self, "rule_members", _frozen_mapping(self.rule_members))
 
-    @property
+    @cached_property  # a frozen view: computed once (placement reads it for every host, every VM)
     def allocatable_vcpus(self) -> int:
         return allocatable(self.vcpus, self.cpu_allocation_ratio)
 
-    @property
+    @cached_property
     def allocatable_memory_mib(self) -> int:
         return allocatable(self.memory_mib, self.memory_allocation_ratio)
 

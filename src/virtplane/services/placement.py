@@ -66,9 +66,9 @@ class PlacementService:
             raise NotFound("HostNotFound", f"host {host} does not exist; hosts: {', '.join(names) or 'none'}")
         migrating = vm.status.phase is VMPhase.RUNNING and vm.status.host is not None
         if migrating:
-            choice = self.coordinator.choose_target(vm)
+            choice = self.coordinator.choose_target(vm, explain=True)
         else:
-            choice, _ = start_choice(ctx.cache, vm, ctx.promised, ctx.real_use())
+            choice, _ = start_choice(ctx.cache, vm, ctx.promised, ctx.real_use(), explain=True)
         current = vm.status.host if migrating else None
         by_host = {v.host: v for v in choice.verdicts}
         hosts = [_verdict(n, current, choice, by_host.get(n)) for n in names if host in (None, n)]

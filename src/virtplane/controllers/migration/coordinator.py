@@ -134,10 +134,12 @@ class MigrationCoordinator:
         exclude: frozenset[str] = frozenset(),
         only: str | None = None,
         override_rules: bool = False,
+        explain: bool = False,
     ) -> Choice:
         """The best target for ``vm`` now (Enabled, connected, room, pools, placement rules, and
         drivers on both ends that can migrate it). ``override_rules``: an admin's forced
-        migration, which required placement rules do not stop."""
+        migration, which required placement rules do not stop; ``explain``: every ranked host's
+        verdict too."""
         copy = self.needs_storage_copy(vm)
         view = vm_view(self.ctx.cache, vm)
         hosts = self.target_views()
@@ -155,6 +157,7 @@ class MigrationCoordinator:
             real_use=self.ctx.real_use(),
             candidates=candidates,
             override_rules=override_rules,
+            explain=explain,
         )
 
     def waiting_for_slot(self, source: str | None, target: str) -> str:
