@@ -120,6 +120,16 @@ def test_starts_obey_the_rules_and_the_placement_names_them(fast_server: LiveSer
     (h3,) = [line for line in result.output.splitlines() if line.split()[:1] == ["h3"]]
     assert h3.split()[1] == "excluded" and "required rule db-off-edge" in h3
 
+    listed = CliRunner().invoke(
+        app,
+        ["--url", fast_server.url, "--token", fast_server.tokens["viewer"], "get", "rules"],
+        env={"COLUMNS": "250"},
+    )
+    assert listed.exit_code == 0, listed.output
+    rows = [line.split()[:5] for line in listed.output.splitlines()[1:]]
+    assert ["db-apart", "AntiAffinity", "app=db", "required"] in [r[:4] for r in rows]
+    assert ["db-off-edge", "Host", "app=db", "mustNot", "zone=edge"] in rows, listed.output
+
 
 def test_a_migration_by_hand_that_breaks_a_required_rule_is_refused_or_forced_by_an_admin(
     fast_server: LiveServer,

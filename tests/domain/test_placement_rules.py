@@ -338,3 +338,33 @@ def test_a_preferred_rule_broken_for_fewer_broken_ones_names_the_hosts_that_keep
     choice = choose_host(vm("new", {"app": "db"}, rules), [a, host("b")])
     assert choice.host == "a"
     assert choice.verdicts[0].why.endswith("(b keep preferred rule db-spread but break more preferred rules)")
+
+
+def test_a_drain_keeps_the_rules() -> None:
+    """The maintenance plan judges with the same engine: the web pair lands together (the
+    plan's load alone would split it), the db VM away from the other db. Red with the rule
+    checks left out of _rejections, or with anchors counting the draining source."""
+    from virtplane.domain.maintenance_plan import PlanAction, PlanVM, Strategy, plan_maintenance
+    from virtplane.domain.resources import Capability
+
+    rules = [APART, TOGETHER]
+    migrates = frozenset({Capability.LIVE_MIGRATION})
+    leaving = [
+        vm(name, {"app": app}, rules, host="h0")
+        for name, app in (("web-a", "web"), ("web-b", "web"), ("db-new", "db"))
+    ]
+    source = placed(
+        host("h0", state=HostResourceState.PREPARE_FOR_MAINTENANCE, capabilities=migrates), *leaving
+    )
+    h1 = placed(host("h1", capabilities=migrates), vm("db-0", {"app": "db"}, rules, host="h1"))
+    h2 = host("h2", capabilities=migrates)
+    plan = plan_maintenance(
+        "h0",
+        [PlanVM(v, running=True, has_local_disks=False, migratable=True) for v in leaving],
+        [source, h1, h2],
+        Strategy.MIGRATION,
+    )
+    where = {item.vm: item.target for item in plan.items}
+    assert all(item.action is PlanAction.MIGRATE for item in plan.items), plan.items
+    assert where["db-new"] == "h2"
+    assert where["web-a"] == where["web-b"]

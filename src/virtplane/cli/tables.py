@@ -196,7 +196,8 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("NAME", _name),
         Column("TYPE", lambda r: dig(r, "spec.type")),
         Column("VMS", lambda r: dig(r, "spec.vm_selector")),
-        Column("ENFORCEMENT", lambda r: dig(r, "spec.mode") or dig(r, "spec.enforcement")),
+        # a VM-VM rule's enforcement (required when not given), a Host rule's mode
+        Column("ENFORCEMENT", lambda r: dig(r, "spec.mode") or dig(r, "spec.enforcement") or "required"),
         Column("HOSTS", lambda r: dig(r, "spec.host_selector")),
         Column("AGE", _age),
     ],
