@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, get_args
+from typing import Any, assert_never, get_args
 
 from pydantic import BaseModel
 
@@ -109,6 +109,8 @@ def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
             return value is not None and value in requirement.values
         case Operator.NOT_EQUALS | Operator.NOT_IN:
             return value is None or value not in requirement.values
+        case _:
+            assert_never(requirement.operator)
 
 
 def matches(selector: Selector, labels: Mapping[str, str]) -> bool:
