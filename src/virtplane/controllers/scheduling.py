@@ -124,8 +124,11 @@ def host_networks(cache: Cache, host: Host) -> frozenset[str]:
     )
 
 
-def host_views(cache: Cache, promised: Promises) -> list[HostView]:
-    """Every host as placement sees it: the room its VMs hold, and the room ``promised``."""
+def host_views(cache: Cache, promised: Promises, rules: tuple[Rule, ...] | None = None) -> list[HostView]:
+    """Every host as placement sees it: the room its VMs hold, and the room ``promised``.
+
+    Each host's count of VM-VM rule members is taken for ``rules`` (those of the VM placed:
+    a VM under none walks no VMs), or for every rule (None: a plan for many VMs)."""
     pools = cache.pools()
     shared_by_host: dict[str, set[str]] = defaultdict(set)
     local_by_host: dict[str, dict[str, int]] = defaultdict(dict)
@@ -137,7 +140,7 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
                 free = pool.spec.capacity_gib - cache.pool_used_gib(pool.metadata.name)
                 local_by_host[name][pool_driver_name(pool)] = free
     placed = ((vm.status.host, vm.metadata.labels) for vm in cache.vms() if vm.status.host)
-    members = count_members(placed, placement_rules(cache))
+    members = count_members(placed, placement_rules(cache) if rules is None else rules)
     views = []
     for host in cache.hosts():
         name = host.metadata.name
@@ -197,7 +200,6 @@ def start_choice(
     if pinned is not None:  # its local disks stay: only their host, within its host_affinity
         affinity = pinned if not view.host_affinity else pinned & view.host_affinity
         view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
-    choice = choose_host(
-        replace(view, host=None), host_views(cache, promised), real_use=real_use, explain=explain
-    )
+    hosts = host_views(cache, promised, view.rules)
+    choice = choose_host(replace(view, host=None), hosts, real_use=real_use, explain=explain)
     return choice, view

@@ -47,6 +47,7 @@ from virtplane.domain.intents import MigrationIntent, read_migration, write_migr
 from virtplane.domain.migration_policy import EffectivePolicy, effective_policy
 from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement_rules import Rule
 from virtplane.domain.progress import InFlight
 from virtplane.domain.resources import (
     ConditionStatus,
@@ -111,9 +112,10 @@ class MigrationCoordinator:
             s.get_int("migration.max_per_cluster"),
         )
 
-    def target_views(self) -> list[HostView]:
-        """Placement views where migrations in flight already hold room on their targets."""
-        views = {v.name: v for v in host_views(self.ctx.cache, self.ctx.promised)}
+    def target_views(self, rules: tuple[Rule, ...] | None = None) -> list[HostView]:
+        """Placement views where migrations in flight already hold room on their targets
+        (``rules``: the VM-VM rules to count members of, as ``host_views``)."""
+        views = {v.name: v for v in host_views(self.ctx.cache, self.ctx.promised, rules)}
         for vm, intent in in_flight(self.ctx.cache):
             view = views.get(intent.target)
             if view is not None:
@@ -142,7 +144,7 @@ class MigrationCoordinator:
         verdict too."""
         copy = self.needs_storage_copy(vm)
         view = vm_view(self.ctx.cache, vm)
-        hosts = self.target_views()
+        hosts = self.target_views(view.rules)
         candidates = None
         if only is not None:
             if not any(h.name == only for h in hosts):
