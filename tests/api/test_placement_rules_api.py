@@ -102,6 +102,13 @@ def test_starts_obey_the_rules_and_the_placement_names_them(fast_server: LiveSer
         assert missing.status_code == 404 and missing.json()["reason"] == "HostNotFound"
 
     with fast_server.client("admin") as admin:
+        patched = admin.patch("/v1/vms/db-1", json={"spec": {"run_policy": "AlwaysOff"}})
+        assert patched.status_code == 200, patched.text
+        wait_json(admin, "/v1/vms/db-1", lambda b: b["status"]["phase"] == "Stopped")
+        body = admin.get("/v1/vms/db-1/placement").json()
+        assert body["mode"] == "start" and body["host"] == "h1"
+        assert body["chosen"] == "h1", body["hosts"]  # not kept apart from itself where it stopped
+
         _created(admin, "/v1/vms", _vm("web-1", "web"))
         eventually_sync(lambda: _running_on(admin, "web-1"))
         body = admin.get("/v1/vms/web-1/placement").json()

@@ -201,5 +201,16 @@ def start_choice(
         affinity = pinned if not view.host_affinity else pinned & view.host_affinity
         view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
     hosts = host_views(cache, promised, view.rules)
+    if vm.status.host is not None and view.rules:  # not its own fellow where it was (a stopped VM)
+        hosts = [_without_member(h, view) if h.name == vm.status.host else h for h in hosts]
     choice = choose_host(replace(view, host=None), hosts, real_use=real_use, explain=explain)
     return choice, view
+
+
+def _without_member(host: HostView, vm: VMView) -> HostView:
+    """``host`` with ``vm`` no longer counted among its rules' VMs there."""
+    members = dict(host.rule_members)
+    for rule in vm.rules:
+        if members.get(rule.name, 0) > 0:
+            members[rule.name] -= 1
+    return replace(host, rule_members=members)
