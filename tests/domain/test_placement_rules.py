@@ -399,3 +399,14 @@ def test_a_fleet_placed_one_by_one_breaks_no_required_rule(
             zone = str(r.hosts).split("=")[1]
             on = [labels[h].get("zone") == zone for h in members]
             assert all(on) if r.mode is HostMode.MUST else not any(on), (r, where)
+
+
+def test_a_vm_not_counted_on_its_host_does_not_cancel_an_anchor_elsewhere() -> None:
+    """A view whose own host does not count it (a caller's views built without it): its fellow
+    on b still anchors it. Red without anchors' max(0, ...) (the -1 on a cancels b's member)."""
+    a = host("a", rule_members={"other": 1})
+    b = placed(host("b", memory_mib=4096), vm("web-0", {"app": "web"}, [TOGETHER]))
+    web = vm("web-1", {"app": "web"}, [TOGETHER], host="a")
+    choice = choose_host(web, [a, b, host("c")])
+    assert choice.host == "b"
+    assert choice.reasons["c"] == "required rule web-together: the VMs it keeps together run on other hosts"

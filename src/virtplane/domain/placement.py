@@ -126,8 +126,9 @@ def anchors(vm: VMView, hosts: Sequence[HostView]) -> dict[str, int]:
     for host in hosts:
         if not host.rule_members or not (accepts_vms(host.state) and host.connected):
             continue
+        mine = 1 if host.name == vm.host else 0  # the VM itself, where it runs, is no anchor
         for name in names:
-            found[name] += host.rule_members.get(name, 0) - (1 if host.name == vm.host else 0)
+            found[name] += max(0, host.rule_members.get(name, 0) - mine)
     return found
 
 
@@ -265,9 +266,10 @@ def choose_host(
             host.name,
         )
         feasible.append((key, host, broken))
-    ordered = sorted(feasible, key=lambda item: item[0]) if explain else feasible[:0]
-    if not explain and feasible:
-        ordered = [min(feasible, key=lambda item: item[0])]  # the rest unranked: 10,000 VMs placed
+    if explain:
+        ordered = sorted(feasible, key=lambda item: item[0])
+    else:  # placing: only the best is ranked (10,000 VMs placed in turn)
+        ordered = [min(feasible, key=lambda item: item[0])] if feasible else []
     ranked = [
         HostVerdict(
             host.name,
