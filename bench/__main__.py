@@ -21,7 +21,20 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, cli_start, drain, fleet, real, rebalance, report, soak, usage
+from bench import (
+    against,
+    api,
+    ceiling,
+    cli_start,
+    drain,
+    fleet,
+    placement,
+    real,
+    rebalance,
+    report,
+    soak,
+    usage,
+)
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -34,14 +47,15 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({10}), cli_start.run),
     (real.ROWS, real.run),
     (usage.ROWS, usage.run),
+    (placement.ROWS, placement.run),
     (rebalance.ROWS, rebalance.run),
 )
-ALL_ROWS = frozenset(range(1, 20)) | rebalance.ROWS
+ALL_ROWS = frozenset(range(1, 20)) | placement.ROWS | rebalance.ROWS
 SHORT_ROWS = frozenset(range(1, 11))
 """What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows 1-10 (CI's budget).
 Rows 11-16 need the real rig; 17-19 (usage collection, the usage API, the dashboard in Chromium)
-mean something only at full size: name them with ``--rows``. Row 24 (rebalancing) runs a
-solver for two minutes: also only when named or in a full run."""
+and 23 (placement with rules) mean something only at full size: name them with ``--rows``. Row 24
+(rebalancing) runs a solver for two minutes: also only when named or in a full run."""
 
 
 def parse_rows(text: str) -> frozenset[int]:

@@ -70,6 +70,7 @@ def test_summary_of_latencies() -> None:
 
 def test_rows_are_one_to_nineteen() -> None:
     assert parse_rows("1, 6, 19") == frozenset({1, 6, 19})
+    assert parse_rows("23") == frozenset({23})  # placement with rules (issue 37)
     with pytest.raises(argparse.ArgumentTypeError, match="no such rows: \\[20\\]"):
         parse_rows("2,20")
 

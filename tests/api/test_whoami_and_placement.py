@@ -69,7 +69,15 @@ def test_placement_gives_each_host_its_verdict_and_reason(live_server: LiveServe
     with live_server.client("admin") as admin:
         assert admin.patch("/v1/hosts/h3", json={"spec": {"enabled": True}}).status_code == 200
         body = wait_json(admin, "/v1/vms/web-1/placement", lambda b: b["chosen"] == "h3")
-        assert {"host": "h3", "ok": True, "reason": ""} in body["hosts"]
+        h3 = next(v for v in body["hosts"] if v["host"] == "h3")
+        assert (h3["ok"], h3["reason"], h3["verdict"], h3["rank"], h3["reasons"]) == (
+            True,
+            "",
+            "chosen",
+            1,
+            [],
+        )
+        assert body["mode"] == "migration"
 
         missing = admin.get("/v1/vms/nope/placement")
         assert missing.status_code == 404 and missing.json()["reason"] == "NotFound"

@@ -85,6 +85,19 @@ def test_migrate_names_its_target_and_evict_does_not(
     assert evict == {"vm": "run-1", "type": "Evict", "force": False}
 
 
+def test_migrate_force_is_sent_and_an_operators_is_refused(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport
+) -> None:
+    """Issue 37: --force lets an admin move a VM past a required placement rule. Red with the
+    option not passed on (force false in the body), or the 403 for an operator removed."""
+    refused = invoke("vm", "migrate", "run-1", "--to", "node-2", "--force", role="operator")
+    assert refused.exit_code != 0 and "only an admin may force a migration" in refused.output
+    assert invoke("vm", "migrate", "run-1", "--to", "node-2", "--force", "--wait").exit_code == 0
+    assert server.store.get(VirtualMachine, "run-1").status.host == "node-2"
+    bodies = [r.body["spec"] for r in sent.to("POST", "/v1/operations")]
+    assert [b["force"] for b in bodies] == [True, True]
+
+
 def test_wait_follows_the_operation_to_completion(invoke: Invoke, server: LiveServer) -> None:
     result = invoke("vm", "stop", "run-1", "--wait")
 

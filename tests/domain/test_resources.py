@@ -114,4 +114,5 @@ def test_every_kind_has_a_unique_plural() -> None:
         "backuptargets",
         "backups",
         "backuppolicies",
+        "placementrules",
     }

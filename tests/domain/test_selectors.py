@@ -167,3 +167,27 @@ def test_a_label_selector_matches_labels_in_memory_as_the_store_does(
     text: str, labels: dict[str, str], selected: bool
 ) -> None:
     assert parse_label_selector(text).matches(labels) is selected
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("app=web", {"app": "web"}, True),
+        ("app=web", {"app": "db"}, False),
+        ("app=web", {}, False),
+        ("app!=web", {}, True),
+        ("app!=web", {"app": "web"}, False),
+        ("env in (prod,qa)", {"env": "qa"}, True),
+        ("env in (prod,qa)", {}, False),
+        ("env notin (dev)", {}, True),
+        ("env notin (dev)", {"env": "dev"}, False),
+        ("canary", {"canary": ""}, True),
+        ("!legacy", {"legacy": "1"}, False),
+        ("app=web,!legacy", {"app": "web"}, True),
+        ("", {}, True),
+    ],
+)
+def test_a_selector_matches_labels_in_memory(selector: str, labels: dict[str, str], expected: bool) -> None:
+    """As the store's SQL does (negatives match a missing key); red with != or notin
+    requiring the key, or with EXISTS and NOT_EXISTS swapped."""
+    assert parse_label_selector(selector).matches(labels) is expected

@@ -3,7 +3,7 @@
 Routes are enumerated from /openapi.json, so a new route is covered the day it is added.
 Write rules (DESIGN.md §8, README): viewer reads only; operator writes vms, volumes,
 snapshots, operations and backups; hosts, storagepools, images, settings, tokens, faults,
-maintenance, backup targets and backup policies are admin's. Bodies are ``{}``: authorization is decided before the body is validated,
+maintenance, backup targets, backup policies and placement rules are admin's. Bodies are ``{}``: authorization is decided before the body is validated,
 so a role that may write gets a 4xx other than 401/403 (or a 2xx), one that may not a 403.
 """
 
@@ -41,6 +41,7 @@ ADMIN_ONLY = frozenset(
         "backuptargets",
         "backuppolicies",
         "rebalance",  # moves VMs between hosts, dry run or not, as maintenance does (issue 37)
+        "placementrules",  # issue 37: rules are the admin's, every role reads them
     }
 )
 # credentials: admin-only, also to read (issue 15); quarantined bodies may hold them too, and the backup is

@@ -61,6 +61,12 @@ KINDS: tuple[KindInfo, ...] = (
         "backup",
         ("backup", "backups", "bk", "virtualmachinebackup", "virtualmachinebackups"),
     ),
+    KindInfo(
+        "PlacementRule",
+        "placementrules",
+        "placementrule",
+        ("placementrule", "placementrules", "rule", "rules", "pr"),
+    ),
 )
 
 EVENTS = KindInfo("Event", "events", "event", ("ev", "event", "events"))

@@ -205,6 +205,15 @@ _COLUMNS: dict[str, list[Column]] = {
         Column("PRUNED", lambda p: dig(p, "status.pruned", 0), wide_only=True),
         Column("MESSAGE", lambda p: dig(p, "status.message"), wide_only=True),
     ],
+    "PlacementRule": [
+        Column("NAME", _name),
+        Column("TYPE", lambda r: dig(r, "spec.type")),
+        Column("VMS", lambda r: dig(r, "spec.vm_selector")),
+        # a VM-VM rule's enforcement (required when not given), a Host rule's mode
+        Column("ENFORCEMENT", lambda r: dig(r, "spec.mode") or dig(r, "spec.enforcement") or "required"),
+        Column("HOSTS", lambda r: dig(r, "spec.host_selector")),
+        Column("AGE", _age),
+    ],
     "VirtualMachineBackup": [
         Column("NAME", _name),
         Column("VM", lambda b: dig(b, "spec.vm")),

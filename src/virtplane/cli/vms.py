@@ -199,6 +199,10 @@ def migrate(
     ] = None,
     wait: WaitOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Admin only: move it even if that breaks a required placement rule."),
+    ] = False,
 ) -> None:
     """Live-migrate a running VM to another host. A failed migration leaves it running where it was."""
     _run(
@@ -206,6 +210,7 @@ def migrate(
         vm,
         "Migrate",
         migrate={"target_host": to} if to else None,
+        force=force,
         wait=wait,
         timeout=timeout,
     )

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
 
 from virtplane.domain.networks import host_lacks
-from virtplane.domain.placement import HostView, VMView, reserve
+from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement_rules import Rule, count_members, rule_of, rules_for
 from virtplane.domain.pools import pool_driver_name
 from virtplane.domain.resources import (
     Capability,
     CpuMode,
     Host,
     HostConnection,
+    PlacementRule,
     PoolKind,
     StoragePool,
     VirtualMachine,
@@ -65,6 +69,11 @@ def pool_hosts(cache: Cache, pool: StoragePool) -> set[str]:
     return hosts
 
 
+def placement_rules(cache: Cache) -> tuple[Rule, ...]:
+    """The PlacementRules, parsed (their selectors were checked when they were written)."""
+    return tuple(rule_of(r) for r in cache.objects(PlacementRule))
+
+
 def vm_view(cache: Cache, vm: VirtualMachine) -> VMView:
     shared: set[str] = set()
     local: dict[str, int] = {}
@@ -90,6 +99,7 @@ def vm_view(cache: Cache, vm: VirtualMachine) -> VMView:
         host_affinity=frozenset(affinity),
         networks=frozenset(nic.network for nic in vm.spec.nics),
         cpu_passthrough=vm.spec.cpu_mode is CpuMode.HOST_PASSTHROUGH,
+        rules=rules_for(vm.metadata.labels, placement_rules(cache)),
     )
 
 
@@ -114,8 +124,11 @@ def host_networks(cache: Cache, host: Host) -> frozenset[str]:
     )
 
 
-def host_views(cache: Cache, promised: Promises) -> list[HostView]:
-    """Every host as placement sees it: the room its VMs hold, and the room ``promised``."""
+def host_views(cache: Cache, promised: Promises, rules: tuple[Rule, ...] | None = None) -> list[HostView]:
+    """Every host as placement sees it: the room its VMs hold, and the room ``promised``.
+
+    Each host's count of VM-VM rule members is taken for ``rules`` (those of the VM placed:
+    a VM under none walks no VMs), or for every rule (None: a plan for many VMs)."""
     pools = cache.pools()
     shared_by_host: dict[str, set[str]] = defaultdict(set)
     local_by_host: dict[str, dict[str, int]] = defaultdict(dict)
@@ -126,6 +139,8 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
             else:
                 free = pool.spec.capacity_gib - cache.pool_used_gib(pool.metadata.name)
                 local_by_host[name][pool_driver_name(pool)] = free
+    placed = ((vm.status.host, vm.metadata.labels) for vm in cache.vms() if vm.status.host)
+    members = count_members(placed, placement_rules(cache) if rules is None else rules)
     views = []
     for host in cache.hosts():
         name = host.metadata.name
@@ -156,6 +171,8 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
                 accelerator=accel.used.value if accel and accel.used else "",
                 takes_guests=accel is None or accel.used is not None,
                 cpu_signature=host.status.cpu.signature() if host.status.cpu else "",
+                labels=host.metadata.labels,
+                rule_members=members.get(name, {}),
             )
         )
     pending = promised.pending(cache)
@@ -166,3 +183,34 @@ def host_views(cache: Cache, promised: Promises) -> list[HostView]:
         if host_name in by_name:  # a start's disks are in the host's pools already: no copy
             by_name[host_name] = reserve(by_name[host_name], vm, copy_local_disks=False)
     return list(by_name.values())
+
+
+def start_choice(
+    cache: Cache,
+    vm: VirtualMachine,
+    promised: Promises,
+    real_use: Mapping[str, float] | None,
+    *,
+    explain: bool = False,
+) -> tuple[Choice, VMView]:
+    """Where ``vm`` would start now (a start, a restart elsewhere, a recovery): the engine's
+    choice over every host, and the view it judged (the one a promise holds)."""
+    view = vm_view(cache, vm)
+    pinned = local_pool_hosts(cache, vm)
+    if pinned is not None:  # its local disks stay: only their host, within its host_affinity
+        affinity = pinned if not view.host_affinity else pinned & view.host_affinity
+        view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
+    hosts = host_views(cache, promised, view.rules)
+    if vm.status.host is not None and view.rules:  # not its own fellow where it was (a stopped VM)
+        hosts = [_without_member(h, view) if h.name == vm.status.host else h for h in hosts]
+    choice = choose_host(replace(view, host=None), hosts, real_use=real_use, explain=explain)
+    return choice, view
+
+
+def _without_member(host: HostView, vm: VMView) -> HostView:
+    """``host`` with ``vm`` no longer counted among its rules' VMs there."""
+    members = dict(host.rule_members)
+    for rule in vm.rules:
+        if members.get(rule.name, 0) > 0:
+            members[rule.name] -= 1
+    return replace(host, rule_members=members)

@@ -1,11 +1,14 @@
-"""Choosing a host for a VM: a pure function over snapshots of hosts and the VM.
+"""Choosing a host for a VM: one pure engine over snapshots of hosts and the VM, that explains.
 
-``choose_host`` filters the hosts, records why each rejected one was rejected
-(the first rule it fails, in the order of ``_rejection``), and picks among the
-rest the host with the most free memory after placement, so VMs spread out;
-ties go to the lowest name, so the choice is reproducible. A caller that spreads
-work rather than room (the maintenance plan, whose targets each take one
-migration at a time) passes each host's ``load``: the least loaded host wins first.
+``choose_host`` judges every host (``HostVerdict``): excluded, with every reason (its state,
+drivers, CPU, cluster, pools, networks, room, the VM's built-in rules — ``host_affinity``,
+``anti_affinity_group`` — and the required placement rules it breaks, by name), or feasible
+and ranked. The rank: fewest preferred rules broken, then the least ``load`` (a caller that
+spreads work rather than room — the maintenance plan — passes it), then the least real CPU
+use (``real_use``), then the most free memory after placement, then the lowest name, so the
+choice is reproducible. A preferred rule is thus broken only when every host that could take
+the VM and keeps it breaks more preferred rules, and the chosen host's verdict says so.
+``Choice.reasons`` keeps each excluded host's first reason (in the order of ``_rejections``).
 
 Local pools: a local pool lives on one host, so ``HostView.local_pool_free_gib``
 and ``VMView.local_disks_gib`` are keyed by the pool's name as the hosts know it.
@@ -13,10 +16,6 @@ Without ``copy_local_disks`` the VM's disks stay where they are, so the target
 must be the host that has those pools (a start on the disks' host). With it the
 disks are copied (block migration), so the target needs a pool of the same name
 with room for them.
-
-Capacity: a host offers its reported (or configured) CPUs and memory times its
-allocation ratios (``allocatable``), as Nova's cpu_allocation_ratio does; a real
-hypervisor runs more vCPUs than it has cores.
 
 Migration: with ``migration=True`` the VM moves live from its current host, so that
 host and the target must both have drivers that can do it (``migration_refusal``).
@@ -34,16 +33,21 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from virtplane.domain.host_states import accepts_vms
+from virtplane.domain.placement_rules import judge
+from virtplane.domain.placement_views import HostView, VMView, allocatable
 from virtplane.domain.resources import Capability, HostResourceState
 
 __all__ = [
     "Choice",
+    "HostVerdict",
     "HostView",
     "VMView",
     "allocatable",
+    "anchors",
     "choose_host",
     "cpu_refusal",
     "explain",
+    "may_run",
     "migration_refusal",
     "reserve",
 ]
@@ -53,107 +57,25 @@ REAL_USE_STEP = 0.1
 """Real CPU use within a tenth of each other is the same for placement."""
 
 
-def allocatable(physical: int, ratio: float) -> int:
-    """What a host may allocate of ``physical`` units at allocation ``ratio`` (rounded down)."""
-    return int(physical * ratio + 1e-9)  # 3 x 1.1 is 3.3000000000000003 in floats, still 3
-
-
-def _frozen_mapping(value: Mapping[str, int]) -> Mapping[str, int]:
-    # A copy behind a read-only proxy: the caller's dict may change later, the view must not.
-    return MappingProxyType(dict(value))
-
-
-def _check_not_negative(owner: str, **values: int) -> None:
-    for name, value in values.items():
-        if value < 0:
-            raise ValueError(f"{owner}: {name} is {value}, it can't be negative")
-
-
 @dataclass(frozen=True)
-class HostView:
-    """What placement needs to know about one host."""
+class HostVerdict:
+    """One host's verdict for a VM: excluded (``reasons``), or feasible and ranked."""
 
-    name: str
-    cluster: str
-    state: HostResourceState
-    connected: bool
-    vcpus: int
-    """The CPUs the host reports (or its configured capacity), before the allocation ratio."""
-    memory_mib: int
-    cpu_allocation_ratio: float = 1.0
-    memory_allocation_ratio: float = 1.0
-    capabilities: frozenset[Capability] = frozenset()
-    """What its driver can do (live migration, block migration, ...)."""
-    used_vcpus: int = 0
-    used_memory_mib: int = 0
-    shared_pools: frozenset[str] = frozenset()
-    local_pool_free_gib: Mapping[str, int] = field(default_factory=dict)
-    """Local pool name → free GiB in that pool on this host."""
-    anti_affinity_groups: frozenset[str] = frozenset()
-    """Anti-affinity groups that have a VM on this host."""
-    networks: frozenset[str] = frozenset()
-    """The Networks this host has (``domain.networks.host_lacks``)."""
-    accelerator: str = ""
-    """What its guests run under (kvm, tcg); "" not known yet, None in the status: no guests."""
-    takes_guests: bool = True
-    """False when its KVM is not usable and the admin chose refusal (``domain.accelerators``)."""
-    cpu_signature: str = ""
-    """Its CPU as host-passthrough guests see it (``HostCPU.signature``)."""
-
-    def __post_init__(self) -> None:
-        _check_not_negative(
-            f"host {self.name}",
-            vcpus=self.vcpus,
-            memory_mib=self.memory_mib,
-            used_vcpus=self.used_vcpus,
-            used_memory_mib=self.used_memory_mib,
-        )
-        object.__setattr__(self, "local_pool_free_gib", _frozen_mapping(self.local_pool_free_gib))
+    host: str
+    reasons: tuple[str, ...] = ()
+    """Every reason it cannot take the VM; empty: it can."""
+    broken_preferred: tuple[str, ...] = ()
+    """The preferred rules it breaks (and, with ``override_rules``, the required ones)."""
+    rank: int = 0
+    """1 for the chosen host, 2 for the next...; 0 when excluded."""
+    score: float = 0.0
+    """Its free memory share after placement (0 to 1) minus one per preferred rule it breaks."""
+    why: str = ""
+    """Why it ranks where it does, in words."""
 
     @property
-    def allocatable_vcpus(self) -> int:
-        return allocatable(self.vcpus, self.cpu_allocation_ratio)
-
-    @property
-    def allocatable_memory_mib(self) -> int:
-        return allocatable(self.memory_mib, self.memory_allocation_ratio)
-
-    @property
-    def free_vcpus(self) -> int:
-        return self.allocatable_vcpus - self.used_vcpus
-
-    @property
-    def free_memory_mib(self) -> int:
-        return self.allocatable_memory_mib - self.used_memory_mib
-
-
-@dataclass(frozen=True)
-class VMView:
-    """What placement needs to know about one VM."""
-
-    name: str
-    cpu: int
-    memory_mib: int
-    host: str | None = None
-    """The host it runs on now, never a target."""
-    shared_pools: frozenset[str] = frozenset()
-    """Shared pools its disks use."""
-    local_disks_gib: Mapping[str, int] = field(default_factory=dict)
-    """Local pool name → GiB of its disks in that pool."""
-    anti_affinity_group: str | None = None
-    host_affinity: frozenset[str] = frozenset()
-    """Hosts it may run on; empty means any."""
-    cluster: str | None = None
-    """The cluster it must run in; None means any."""
-    networks: frozenset[str] = frozenset()
-    """The Networks of its NICs: a host must have every one."""
-    cpu_passthrough: bool = False
-    """cpu_mode host-passthrough: KVM hosts only, and it migrates only to an identical CPU."""
-
-    def __post_init__(self) -> None:
-        _check_not_negative(f"VM {self.name}", cpu=self.cpu, memory_mib=self.memory_mib)
-        _check_not_negative(f"VM {self.name}", **self.local_disks_gib)
-        object.__setattr__(self, "local_disks_gib", _frozen_mapping(self.local_disks_gib))
+    def feasible(self) -> bool:
+        return not self.reasons
 
 
 @dataclass(frozen=True)
@@ -165,6 +87,8 @@ class Choice:
     """Rejected host name → the reason; hosts that could take the VM are absent."""
     blocked: str = ""
     """Why no host was considered: the VM's own host cannot let it go ("host h1: its driver ..."), or ""."""
+    verdicts: tuple[HostVerdict, ...] = field(default=(), compare=False)
+    """The chosen host first, then (``explain``) the other ranked ones, then the excluded by name."""
 
 
 def migration_refusal(host: HostView, copy_local_disks: bool) -> str | None:
@@ -193,6 +117,77 @@ def cpu_refusal(vm: VMView, host: HostView, source: HostView | None) -> str | No
     return None
 
 
+def anchors(vm: VMView, hosts: Sequence[HostView]) -> dict[str, int]:
+    """Per VM-VM rule of ``vm``: its other VMs on hosts that take VMs (where affinity anchors)."""
+    names = [r.name for r in vm.rules if r.between_vms]
+    if not names:
+        return {}
+    found = dict.fromkeys(names, 0)
+    for host in hosts:
+        if not host.rule_members or not (accepts_vms(host.state) and host.connected):
+            continue
+        mine = 1 if host.name == vm.host else 0  # the VM itself, where it runs, is no anchor
+        for name in names:
+            found[name] += max(0, host.rule_members.get(name, 0) - mine)
+    return found
+
+
+def _rejections(
+    vm: VMView,
+    host: HostView,
+    exclude: frozenset[str],
+    copy_local_disks: bool,
+    migration: bool,
+    source: HostView | None,
+    anchored: Mapping[str, int],
+    override_rules: bool = False,
+    every: bool = True,
+) -> tuple[list[str], list[str]]:
+    """Every reason ``host`` can't take ``vm``, and the preferred rules it breaks (without
+    ``every``, a host excluded already is not judged by the rules too: placing, not explaining)."""
+    if host.name == vm.host:
+        return ["current host of the VM"], []
+    reasons: list[str] = []
+    if host.name in exclude:
+        reasons.append("excluded")
+    if not accepts_vms(host.state):
+        reasons.append("disabled" if host.state == HostResourceState.DISABLED else f"in {host.state.value}")
+    if not host.connected:
+        reasons.append("disconnected")
+    refusal = migration_refusal(host, copy_local_disks) if migration else None
+    if refusal is not None:
+        reasons.append(refusal)
+    refusal = cpu_refusal(vm, host, source if migration else None)
+    if refusal is not None:
+        reasons.append(refusal)
+    if vm.cluster is not None and host.cluster != vm.cluster:
+        reasons.append(f"in cluster {host.cluster}, VM needs cluster {vm.cluster}")
+    if vm.host_affinity and host.name not in vm.host_affinity:
+        reasons.append("not in host_affinity")
+    if not vm.shared_pools <= host.shared_pools:
+        reasons += [f"shared pool {p} not attached" for p in sorted(vm.shared_pools - host.shared_pools)]
+    if not vm.networks <= host.networks:
+        reasons += [f"network {n} is not on this host" for n in sorted(vm.networks - host.networks)]
+    if host.free_vcpus < vm.cpu:
+        reasons.append(f"not enough vCPUs: {host.free_vcpus} free, {vm.cpu} needed")
+    if host.free_memory_mib < vm.memory_mib:
+        reasons.append(f"not enough memory: {host.free_memory_mib} MiB free, {vm.memory_mib} needed")
+    for pool, gib in sorted(vm.local_disks_gib.items()):
+        free = host.local_pool_free_gib.get(pool)
+        if copy_local_disks and (free is None or free < gib):
+            reasons.append(f"no local pool {pool} with {gib} GiB free")
+        if not copy_local_disks and free is None:
+            reasons.append(f"local pool {pool} is not on this host")
+    if vm.anti_affinity_group is not None and vm.anti_affinity_group in host.anti_affinity_groups:
+        reasons.append(f"anti-affinity group {vm.anti_affinity_group} already there")
+    if not vm.rules or (reasons and not every):
+        return reasons, []
+    verdict = judge(vm.rules, host.labels, host.rule_members, anchored, self_here=False)
+    if override_rules:  # an admin's forced move: required rules are reported, not enforced
+        return reasons, [*(f"{r} (forced)" for r in verdict.required), *verdict.preferred]
+    return reasons + list(verdict.required), list(verdict.preferred)
+
+
 def _rejection(
     vm: VMView,
     host: HostView,
@@ -200,45 +195,20 @@ def _rejection(
     copy_local_disks: bool,
     migration: bool,
     source: HostView | None = None,
+    anchored: Mapping[str, int] | None = None,
 ) -> str | None:
-    """Why ``host`` can't take ``vm`` (the first rule it fails), or None if it can."""
-    if host.name == vm.host:
-        return "current host of the VM"
-    if host.name in exclude:
-        return "excluded"
-    if not accepts_vms(host.state):
-        return "disabled" if host.state == HostResourceState.DISABLED else f"in {host.state.value}"
-    if not host.connected:
-        return "disconnected"
-    refusal = migration_refusal(host, copy_local_disks) if migration else None
-    if refusal is not None:
-        return refusal
-    refusal = cpu_refusal(vm, host, source if migration else None)
-    if refusal is not None:
-        return refusal
-    if vm.cluster is not None and host.cluster != vm.cluster:
-        return f"in cluster {host.cluster}, VM needs cluster {vm.cluster}"
-    if vm.host_affinity and host.name not in vm.host_affinity:
-        return "not in host_affinity"
-    missing_pools = sorted(vm.shared_pools - host.shared_pools)
-    if missing_pools:
-        return f"shared pool {missing_pools[0]} not attached"
-    missing_networks = sorted(vm.networks - host.networks)
-    if missing_networks:
-        return f"network {missing_networks[0]} is not on this host"
-    if host.free_vcpus < vm.cpu:
-        return f"not enough vCPUs: {host.free_vcpus} free, {vm.cpu} needed"
-    if host.free_memory_mib < vm.memory_mib:
-        return f"not enough memory: {host.free_memory_mib} MiB free, {vm.memory_mib} needed"
-    for pool, gib in sorted(vm.local_disks_gib.items()):
-        free = host.local_pool_free_gib.get(pool)
-        if copy_local_disks and (free is None or free < gib):
-            return f"no local pool {pool} with {gib} GiB free"
-        if not copy_local_disks and free is None:
-            return f"local pool {pool} is not on this host"
-    if vm.anti_affinity_group is not None and vm.anti_affinity_group in host.anti_affinity_groups:
-        return f"anti-affinity group {vm.anti_affinity_group} already there"
-    return None
+    """Why ``host`` can't take ``vm`` (the first rule it fails), or None if it can.
+
+    ``anchored`` (``anchors`` over the fleet) lets required affinity count; without it only
+    the other rules do. ``may_run`` gives every reason and needs no such argument."""
+    reasons, _ = _rejections(vm, host, exclude, copy_local_disks, migration, source, anchored or {})
+    return reasons[0] if reasons else None
+
+
+def _rank_words(broken: Sequence[str], load: float, free_after: int) -> str:
+    kept = "keeps every preferred rule" if not broken else f"breaks {'; '.join(broken)}"
+    loaded = f", load {load:g}" if load else ""
+    return f"{kept}{loaded}, {free_after} MiB free after"
 
 
 def choose_host(
@@ -250,47 +220,120 @@ def choose_host(
     migration: bool = False,
     load: Mapping[str, float] | None = None,
     real_use: Mapping[str, float] | None = None,
+    candidates: frozenset[str] | None = None,
+    override_rules: bool = False,
+    explain: bool = False,
 ) -> Choice:
-    """The best host for ``vm`` among ``hosts``, and the reason each other host was rejected.
+    """The best host for ``vm`` among ``hosts``, and the hosts' verdicts: the chosen one's and
+    the excluded ones' always, every ranked host's and every reason of each with ``explain``.
 
     Only Enabled, connected hosts are candidates; the VM's current host and the
-    ``exclude``d ones never are. Among the rest, the least ``load`` wins (hosts
-    missing from it have none), then the least ``real_use`` (a host's measured CPU use,
-    0 to 1, in steps of ``REAL_USE_STEP`` so that noise does not reorder hosts; given only
-    when the setting asks for it: hosts missing from it count as idle), then the most free
-    memory after placement, then the lowest name. With ``migration`` the VM moves live from
-    its current host, which is then the source rather than a rejected candidate: when
-    it (if among ``hosts``) cannot let the VM go, no host is considered and
-    ``Choice.blocked`` says why.
+    ``exclude``d ones never are; with ``candidates``, only those are judged (the others
+    still count for the rules: where the VM's fellow members run). With ``migration`` the VM
+    moves live from its current host, which is then the source rather than a rejected
+    candidate: when it (if among ``hosts``) cannot let the VM go, no host is considered and
+    ``Choice.blocked`` says why. ``override_rules``: an admin's forced move, which required
+    placement rules do not stop (the verdict still names them).
     """
     source = None
+    anchored = anchors(vm, hosts)
     if migration:
         source = next((h for h in hosts if h.name == vm.host), None)
         refusal = migration_refusal(source, copy_local_disks) if source is not None else None
         if refusal is not None:
             return Choice(host=None, reasons=MappingProxyType({}), blocked=f"host {vm.host}: {refusal}")
         hosts = [h for h in hosts if h.name != vm.host]
-    reasons: dict[str, str] = {}
-    candidates: list[HostView] = []
-    for host in hosts:
-        reason = _rejection(vm, host, exclude, copy_local_disks, migration, source)
-        if reason is None:
-            candidates.append(host)
-        else:
-            reasons[host.name] = reason
+    if candidates is not None:
+        hosts = [h for h in hosts if h.name in candidates]
     load = load or {}
     used = real_use or {}
-    best = min(
-        candidates,
-        key=lambda h: (
-            load.get(h.name, 0.0),
-            round(used.get(h.name, 0.0) / REAL_USE_STEP),
-            -(h.free_memory_mib - vm.memory_mib),
-            h.name,
-        ),
-        default=None,
+    reasons: dict[str, str] = {}
+    excluded: list[HostVerdict] = []
+    feasible: list[tuple[tuple[int, float, int, int, str], HostView, list[str]]] = []
+    for host in hosts:
+        rejected, broken = _rejections(
+            vm, host, exclude, copy_local_disks, migration, source, anchored, override_rules, explain
+        )
+        if rejected:
+            reasons[host.name] = rejected[0]
+            excluded.append(HostVerdict(host.name, tuple(rejected)))
+            continue
+        key = (
+            len(broken),
+            load.get(host.name, 0.0),
+            round(used.get(host.name, 0.0) / REAL_USE_STEP),
+            -(host.free_memory_mib - vm.memory_mib),
+            host.name,
+        )
+        feasible.append((key, host, broken))
+    if explain:
+        ordered = sorted(feasible, key=lambda item: item[0])
+    else:  # placing: only the best is ranked (10,000 VMs placed in turn)
+        ordered = [min(feasible, key=lambda item: item[0])] if feasible else []
+    ranked = [
+        HostVerdict(
+            host.name,
+            broken_preferred=tuple(broken),
+            rank=rank,
+            score=_score(host, vm, len(broken)),
+            why=_rank_words(broken, load.get(host.name, 0.0), host.free_memory_mib - vm.memory_mib),
+        )
+        for rank, (_, host, broken) in enumerate(ordered, start=1)
+    ]
+    if ranked and ranked[0].broken_preferred:
+        others = [(host.name, broken) for _, host, broken in feasible]
+        ranked[0] = replace(ranked[0], why=ranked[0].why + _why_broken(ranked[0].broken_preferred, others))
+    return Choice(
+        host=ranked[0].host if ranked else None,
+        reasons=MappingProxyType(reasons),
+        verdicts=(*ranked, *sorted(excluded, key=lambda v: v.host)),
     )
-    return Choice(host=None if best is None else best.name, reasons=MappingProxyType(reasons))
+
+
+def _score(host: HostView, vm: VMView, broken: int) -> float:
+    room = host.allocatable_memory_mib
+    share = (host.free_memory_mib - vm.memory_mib) / room if room > 0 else 0.0
+    return round(share - broken, 3)
+
+
+def _why_broken(broken_preferred: Sequence[str], feasible: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """Why the chosen host breaks its preferred rules: no feasible host keeps each, or the
+    ones that do (``feasible``: each host and what it breaks) break more."""
+    notes = []
+    for broken in broken_preferred:
+        rule = broken.split(":")[0]  # "preferred rule NAME"; the words after it differ per host
+        keepers = sorted(name for name, its in feasible if not any(b.split(":")[0] == rule for b in its))
+        if not keepers:
+            notes.append(f"no host that can take the VM keeps {rule}")
+        else:
+            notes.append(f"{', '.join(keepers[:3])} keep {rule} but break more preferred rules")
+    return " (" + "; ".join(notes) + ")"
+
+
+def may_run(
+    vm: VMView,
+    host: str,
+    hosts: Sequence[HostView],
+    *,
+    copy_local_disks: bool = False,
+    migration: bool = False,
+    override_rules: bool = False,
+) -> HostVerdict:
+    """May ``vm`` run on ``host`` (one of ``hosts``, the whole fleet) — and why not: every
+    reason, placement rules included, and the preferred rules it would break."""
+    choice = choose_host(
+        vm,
+        hosts,
+        copy_local_disks=copy_local_disks,
+        migration=migration,
+        candidates=frozenset({host, *([vm.host] if migration and vm.host else [])}),
+        override_rules=override_rules,
+        explain=True,
+    )
+    if choice.blocked:
+        return HostVerdict(host, (f"the VM cannot leave {choice.blocked}",))
+    found = next((v for v in choice.verdicts if v.host == host), None)
+    return found if found is not None else HostVerdict(host, ("no such host",))
 
 
 def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
@@ -298,7 +341,8 @@ def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
 
     It does not check that they fit (``choose_host`` does). With
     ``copy_local_disks`` the VM's local disks take room in the host's pools of
-    the same names; a missing pool is a ``ValueError``.
+    the same names; a missing pool is a ``ValueError``. The VM counts as a member of its
+    VM-VM rules there.
     """
     local = dict(host.local_pool_free_gib)
     if copy_local_disks:
@@ -309,12 +353,17 @@ def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
     groups = host.anti_affinity_groups
     if vm.anti_affinity_group is not None:
         groups = groups | {vm.anti_affinity_group}
+    members = dict(host.rule_members)
+    for rule in vm.rules:
+        if rule.between_vms:
+            members[rule.name] = members.get(rule.name, 0) + 1
     return replace(
         host,
         used_vcpus=host.used_vcpus + vm.cpu,
         used_memory_mib=host.used_memory_mib + vm.memory_mib,
         local_pool_free_gib=local,
         anti_affinity_groups=groups,
+        rule_members=members,
     )
 
 

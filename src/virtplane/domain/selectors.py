@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, get_args
 
 from pydantic import BaseModel
@@ -89,6 +90,10 @@ class Selector:
         return bool(self.requirements)
 
     def __str__(self) -> str:
+        return self.text
+
+    @cached_property  # frozen: written once (placement's reasons name a rule's selector often)
+    def text(self) -> str:
         return ",".join(str(r) for r in self.requirements)
 
     def matches(self, labels: Mapping[str, str]) -> bool:

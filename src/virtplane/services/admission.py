@@ -39,6 +39,7 @@ from virtplane.domain.resources import (
 from virtplane.runtime.cache import Cache
 from virtplane.services.hotplug import admit_hotplug
 from virtplane.services.networks import NetworkAdmission
+from virtplane.services.placement_admission import refuse_rule_breaking_move
 from virtplane.store.store import Store
 
 IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, VirtualMachineBackup, Image)
@@ -269,6 +270,7 @@ class Admission:
         )
         if not admission.allowed:
             raise Refused(admission.reason, admission.message)
+        refuse_rule_breaking_move(self.cache, op, vm)
 
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]

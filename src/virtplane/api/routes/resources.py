@@ -22,7 +22,15 @@ from virtplane.api.watch import object_stream, require_resumable, stream_respons
 from virtplane.domain.base import copied
 from virtplane.domain.clones import merge_patch  # one RFC 7386 merge: PATCH, and a copy's spec
 from virtplane.domain.intents import SYSTEM_PREFIX, split_annotations
-from virtplane.domain.resources import KINDS, EventType, HostMaintenance, Resource, Setting
+from virtplane.domain.resources import (
+    KINDS,
+    EventType,
+    HostMaintenance,
+    OperationType,
+    Resource,
+    Setting,
+    VirtualMachineOperation,
+)
 from virtplane.store.claims import ClaimTaken
 from virtplane.store.errors import AlreadyExists, Conflict
 
@@ -123,6 +131,17 @@ async def create_as(ctx: ApiContext, new: Resource, dry_run: bool, principal: Pr
     worker thread and back to the loop twice, and under load each hop waits for the reconciles
     its own write has just woken."""
     kind = new.KIND
+    if (
+        isinstance(new, VirtualMachineOperation)
+        and new.spec.type is OperationType.MIGRATE
+        and new.spec.force
+        and not principal.can(Role.ADMIN)
+    ):
+        raise ApiError(
+            403,
+            "Forbidden",
+            "only an admin may force a migration past a required placement rule; leave force out",
+        )
     if ctx.store.find(type(new), new.metadata.name) is not None:
         raise AlreadyExists(kind, new.metadata.name)
     for attempt in range(CLAIM_ATTEMPTS):
@@ -327,6 +346,7 @@ WRITE_ROLES: dict[str, Role] = {
     "BackupTarget": Role.ADMIN,
     "VirtualMachineBackup": Role.OPERATOR,
     "BackupPolicy": Role.ADMIN,
+    "PlacementRule": Role.ADMIN,
 }
 READ_ROLES: dict[str, Role] = {"Secret": Role.ADMIN}
 """Kinds that not every role may read (the rest: viewer)."""

@@ -47,6 +47,7 @@ from virtplane.domain.intents import MigrationIntent, read_migration, write_migr
 from virtplane.domain.migration_policy import EffectivePolicy, effective_policy
 from virtplane.domain.phases import MIGRATABLE_PHASES
 from virtplane.domain.placement import Choice, HostView, VMView, choose_host, reserve
+from virtplane.domain.placement_rules import Rule
 from virtplane.domain.progress import InFlight
 from virtplane.domain.resources import (
     ConditionStatus,
@@ -111,9 +112,10 @@ class MigrationCoordinator:
             s.get_int("migration.max_per_cluster"),
         )
 
-    def target_views(self) -> list[HostView]:
-        """Placement views where migrations in flight already hold room on their targets."""
-        views = {v.name: v for v in host_views(self.ctx.cache, self.ctx.promised)}
+    def target_views(self, rules: tuple[Rule, ...] | None = None) -> list[HostView]:
+        """Placement views where migrations in flight already hold room on their targets
+        (``rules``: the VM-VM rules to count members of, as ``host_views``)."""
+        views = {v.name: v for v in host_views(self.ctx.cache, self.ctx.promised, rules)}
         for vm, intent in in_flight(self.ctx.cache):
             view = views.get(intent.target)
             if view is not None:
@@ -128,17 +130,26 @@ class MigrationCoordinator:
         return bool(vm_view(self.ctx.cache, vm).local_disks_gib)
 
     def choose_target(
-        self, vm: VirtualMachine, *, exclude: frozenset[str] = frozenset(), only: str | None = None
+        self,
+        vm: VirtualMachine,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        only: str | None = None,
+        override_rules: bool = False,
+        explain: bool = False,
     ) -> Choice:
-        """The best target for ``vm`` now (Enabled, connected, room, pools, anti-affinity, and
-        drivers on both ends that can migrate it)."""
+        """The best target for ``vm`` now (Enabled, connected, room, pools, placement rules, and
+        drivers on both ends that can migrate it). ``override_rules``: an admin's forced
+        migration, which required placement rules do not stop; ``explain``: every ranked host's
+        verdict too."""
         copy = self.needs_storage_copy(vm)
         view = vm_view(self.ctx.cache, vm)
-        hosts = self.target_views()
+        hosts = self.target_views(view.rules)
+        candidates = None
         if only is not None:
             if not any(h.name == only for h in hosts):
                 return Choice(host=None, reasons={only: "no such host"})
-            hosts = [h for h in hosts if h.name in (only, vm.status.host)]  # the source's driver counts too
+            candidates = frozenset({only})  # the other hosts still count: where the rules' VMs run
         return choose_host(
             view,
             hosts,
@@ -146,6 +157,9 @@ class MigrationCoordinator:
             copy_local_disks=copy,
             migration=True,
             real_use=self.ctx.real_use(),
+            candidates=candidates,
+            override_rules=override_rules,
+            explain=explain,
         )
 
     def waiting_for_slot(self, source: str | None, target: str) -> str:
@@ -198,7 +212,9 @@ class MigrationCoordinator:
 
     # ------------------------------------------------------------------ begin
 
-    async def begin(self, vm_name: str, target: str, *, requested_by: str, attempt: int) -> BeginResult:
+    async def begin(
+        self, vm_name: str, target: str, *, requested_by: str, attempt: int, override_rules: bool = False
+    ) -> BeginResult:
         """Start migrating ``vm_name`` to ``target`` if a slot is free; the intent is durable first.
 
         Under the slot lock: the checks, the target's storage, and the intent's write with the
@@ -214,7 +230,7 @@ class MigrationCoordinator:
                 vm = ctx.read(VirtualMachine, vm_name)
                 if vm is None:
                     return Refused(f"VM {vm_name} does not exist")
-                answer = self._not_now(vm, target)
+                answer = self._not_now(vm, target, override_rules)
                 if answer is not None:
                     return answer
                 source, target_host = vm.status.host, ctx.read(Host, target)
@@ -243,7 +259,7 @@ class MigrationCoordinator:
                 await held.enter_async_context(self.vm_lock(vm_name))
                 # Again, with no await before the write: the looks above awaited drivers, and a
                 # start may have been placed on the target meanwhile.
-                no_room = self._no_room(vm, target)
+                no_room = self._no_room(vm, target, override_rules)
                 if no_room:
                     return no_room
                 # Durable first: the intent is on the VM (and counts against the slots)
@@ -265,7 +281,7 @@ class MigrationCoordinator:
                 return Refused(f"migration to {target} refused: {exc}", attempted=True)
         return Started(intent)  # the follower took the intent's write as its cue (its watch)
 
-    def _not_now(self, vm: VirtualMachine, target: str) -> BeginResult | None:
+    def _not_now(self, vm: VirtualMachine, target: str, override_rules: bool = False) -> BeginResult | None:
         """Why ``vm`` cannot begin moving to ``target`` now (refused, or waiting), or None."""
         name = vm.metadata.name
         if read_migration(vm.metadata.annotations) is not None:
@@ -283,7 +299,7 @@ class MigrationCoordinator:
             return Refused(f"target host {target} is {target_host.status.resource_state.value}")
         if target_host.status.connection is not HostConnection.UP:
             return Refused(f"target host {target} is not connected")
-        no_room = self._no_room(vm, target)
+        no_room = self._no_room(vm, target, override_rules)
         if no_room:
             return no_room
         waiting = self.waiting_for_slot(vm.status.host, target)  # again: the look before was unlocked
@@ -326,8 +342,8 @@ class MigrationCoordinator:
             ),
         )
 
-    def _no_room(self, vm: VirtualMachine, target: str) -> Refused | None:
-        choice = self.choose_target(vm, only=target)
+    def _no_room(self, vm: VirtualMachine, target: str, override_rules: bool = False) -> Refused | None:
+        choice = self.choose_target(vm, only=target, override_rules=override_rules)
         if choice.host == target:
             return None
         return Refused(

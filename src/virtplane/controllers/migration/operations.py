@@ -123,13 +123,20 @@ class MigrationOperations:
                 op, OperationPhase.FAILED, "AlreadyThere", f"the VM already runs on {explicit}"
             )
             return None
-        choice = self.coordinator.choose_target(vm, exclude=frozenset(progress.tried), only=explicit)
+        forced = op.spec.force  # an admin's (the API refuses an operator's): required rules yield
+        choice = self.coordinator.choose_target(
+            vm, exclude=frozenset(progress.tried), only=explicit, override_rules=forced
+        )
         if choice.host is None:
             failed = advance(progress, NoTarget(why_no_target(choice)))
             await self._finish_move(op, failed, OperationPhase.FAILED, "NoTarget", failed.message)
             return None
         result = await self.coordinator.begin(
-            vm.metadata.name, choice.host, requested_by=tag, attempt=progress.attempts + 1
+            vm.metadata.name,
+            choice.host,
+            requested_by=tag,
+            attempt=progress.attempts + 1,
+            override_rules=forced,
         )
         if isinstance(result, Waiting):
             progress = advance(progress, NoSlot(result.message))

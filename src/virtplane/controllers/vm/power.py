@@ -4,11 +4,10 @@ state) and ``act`` (at most one driver action, after its durable point)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from datetime import timedelta
 
 from virtplane.controllers.chain import StopChain
-from virtplane.controllers.scheduling import host_views, local_pool_hosts, vm_view
+from virtplane.controllers.scheduling import start_choice
 from virtplane.controllers.vm.durable import CRASH_POINTS, DurablePoint
 from virtplane.controllers.vm.memory import start_domain
 from virtplane.controllers.vm.state import HostAccess, VMState
@@ -18,7 +17,7 @@ from virtplane.domain import power
 from virtplane.domain.conditions import VMCondition, remove_condition, set_condition, unplace
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.phases import TRANSITION_PHASES, UP_PHASES, DomainState
-from virtplane.domain.placement import choose_host, explain
+from virtplane.domain.placement import explain
 from virtplane.domain.power import PowerAction, PowerDecision, PowerInputs, start_retry_delay
 from virtplane.domain.resources import ExitReason, HostConnection, VMPhase
 from virtplane.drivers.base import HypervisorDriver
@@ -198,15 +197,7 @@ def _usable(access: HostAccess) -> bool:
 
 
 def _place(state: VMState) -> tuple[str | None, str]:
-    cache = state.ctx.cache
-    view = vm_view(cache, state.vm)
-    pinned = local_pool_hosts(cache, state.vm)
-    if pinned is not None:
-        affinity = pinned if not view.host_affinity else pinned & view.host_affinity
-        view = replace(view, host_affinity=frozenset(affinity) or frozenset({"-"}))
-    choice = choose_host(
-        replace(view, host=None), host_views(cache, state.ctx.promised), real_use=state.ctx.real_use()
-    )
+    choice, view = start_choice(state.ctx.cache, state.vm, state.ctx.promised, state.ctx.real_use())
     if choice.host is not None:  # held until the write naming the host lands (the reconcile's end)
         state.ctx.promised.take(choice.host, view)
     return choice.host, explain(choice)

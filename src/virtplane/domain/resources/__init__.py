@@ -89,6 +89,14 @@ from virtplane.domain.resources.operation import (
     VirtualMachineOperationSpec,
     VirtualMachineOperationStatus,
 )
+from virtplane.domain.resources.placement_rule import (
+    Enforcement,
+    HostMode,
+    PlacementRule,
+    PlacementRuleSpec,
+    PlacementRuleStatus,
+    RuleType,
+)
 from virtplane.domain.resources.registry import KIND_BY_NAME, KIND_BY_PLURAL, KINDS
 from virtplane.domain.resources.secret import Secret, SecretSpec, SecretStatus
 from virtplane.domain.resources.setting import Setting, SettingSpec, SettingStatus
@@ -164,6 +172,7 @@ __all__ = [
     "DeviceKind",
     "Disk",
     "DiskSnapshot",
+    "Enforcement",
     "Event",
     "EventType",
     "ExitReason",
@@ -178,6 +187,7 @@ __all__ = [
     "HostMaintenance",
     "HostMaintenanceSpec",
     "HostMaintenanceStatus",
+    "HostMode",
     "HostResourceState",
     "HostSpec",
     "HostStatus",
@@ -201,12 +211,16 @@ __all__ = [
     "OperationPhase",
     "OperationType",
     "Placement",
+    "PlacementRule",
+    "PlacementRuleSpec",
+    "PlacementRuleStatus",
     "PoolContent",
     "PoolKind",
     "RedfishFencing",
     "Resource",
     "RestoreMode",
     "RestoreSpec",
+    "RuleType",
     "RunPolicy",
     "Secret",
     "SecretSpec",

@@ -10,6 +10,7 @@ from virtplane.domain.resources.host import Host
 from virtplane.domain.resources.host_maintenance import HostMaintenance
 from virtplane.domain.resources.image import Image
 from virtplane.domain.resources.operation import VirtualMachineOperation
+from virtplane.domain.resources.placement_rule import PlacementRule
 from virtplane.domain.resources.secret import Secret
 from virtplane.domain.resources.setting import Setting
 from virtplane.domain.resources.snapshot import VirtualMachineSnapshot
@@ -32,6 +33,7 @@ KINDS: tuple[type[Resource], ...] = (
     BackupTarget,
     VirtualMachineBackup,
     BackupPolicy,
+    PlacementRule,
 )
 KIND_BY_NAME: dict[str, type[Resource]] = {k.KIND: k for k in KINDS}
 KIND_BY_PLURAL: dict[str, type[Resource]] = {k.PLURAL: k for k in KINDS}
