@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -109,7 +110,10 @@ def create_app(
     registry: CollectorRegistry | None = None,
     extra_routers: list[APIRouter] | None = None,
     more_metrics: Callable[[], str] | None = None,
+    health_only: bool = False,
 ) -> FastAPI:
+    """The API and the dashboard; ``health_only``: /healthz and /metrics alone (the controllers'
+    process, on a port of its own on loopback: ``serve --role controllers``)."""
     app = FastAPI(
         title="virtplane",
         version=__version__,
@@ -141,6 +145,7 @@ def create_app(
             "revision": ctx.store.revision(),
             "version": __version__,
             "controllers": ctx.controllers(),
+            "pid": os.getpid(),  # which process answered: one of several (serve --workers)
         }
 
     if registry is not None:
@@ -155,6 +160,8 @@ def create_app(
                 body += more_metrics().encode()
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
+    if health_only:
+        return app
     app.include_router(whoami_router)
     app.include_router(actions_router)
     app.include_router(vm_create_router)
