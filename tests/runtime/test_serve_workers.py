@@ -1,0 +1,159 @@
+"""``serve --workers 2``: real processes, two API workers on one socket and the controllers'
+process, on SQLite. A write through one worker is read (and admitted against) through the
+other, the controllers' process reconciles it, and a SIGKILLed worker loses nothing it
+acknowledged while the other answers and the serve command starts a new one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import eventually_sync
+from tests.crash.server import ServerProcess, free_port
+
+HOST = {"kind": "Host", "metadata": {"name": "h1"}, "spec": {"uri": "sim://h1"}}
+LAN = {
+    "kind": "Network",
+    "metadata": {"name": "lan"},
+    "spec": {"kind": "bridge", "bridge": "br0", "cluster": "default", "subnet": "10.1.0.0/16"},
+}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    args = ["--workers", "2", "--health-port", str(free_port()), "--writes-per-second", "0"]
+    process = ServerProcess(tmp_path / "data", extra_args=args)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def connection(server: ServerProcess) -> httpx.Client:
+    """A client on one connection of its own, kept alive: one worker answers all its requests."""
+    return httpx.Client(
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=10.0,
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+    )
+
+
+def worker_of(client: httpx.Client) -> int:
+    body: dict[str, Any] = client.get("/healthz").json()
+    assert body["controllers"]["role"] == "api", body
+    return int(body["pid"])
+
+
+@contextmanager
+def two_workers(server: ServerProcess) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """Clients whose connections two different API processes answer."""
+    with connection(server) as first:
+        first_pid = worker_of(first)
+        for _ in range(500):  # the kernel picks the process that accepts; soon another one
+            with connection(server) as other:
+                if worker_of(other) != first_pid:
+                    yield first, other
+                    return
+    raise AssertionError("one API process accepted 500 connections in a row")
+
+
+def test_a_write_through_one_worker_is_read_and_admitted_through_the_other_and_reconciled(
+    server: ServerProcess,
+) -> None:
+    with two_workers(server) as (a, b):
+        assert a.post("/v1/hosts", json=HOST).status_code == 201
+        vm = {"metadata": {"name": "web"}, "spec": {"run_policy": "AlwaysOn"}}
+        assert a.post("/v1/vms", json=vm).status_code == 201
+        # read-your-writes across processes: the next request, on the other one
+        assert b.get("/v1/vms/web").status_code == 200
+        for n in range(3):
+            # admission on the other process checks against what the first one wrote just now
+            lan = {
+                **LAN,
+                "metadata": {"name": f"lan-{n}"},
+                "spec": {**LAN["spec"], "subnet": f"10.{n}.0.0/16"},
+            }
+            assert a.post("/v1/networks", json=lan).status_code == 201
+            nic_vm = {"metadata": {"name": f"nic-{n}"}, "spec": {"nics": [{"network": f"lan-{n}"}]}}
+            answer = b.post("/v1/vms", json=nic_vm)
+            assert answer.status_code == 201, answer.text
+            assert answer.json()["spec"]["nics"][0]["ip"].startswith(f"10.{n}."), answer.json()["spec"]
+            # and the first one's admission (from its cache, caught up) knows the other's VM at once
+            refused = a.delete(f"/v1/networks/lan-{n}")
+            assert refused.status_code == 409 and refused.json()["reason"] == "NetworkInUse", refused.text
+        # the controllers' process reconciles what an API process wrote
+        eventually_sync(lambda: b.get("/v1/vms/web").json()["status"]["phase"] == "Running", timeout=30)
+        controllers = httpx.get(f"http://127.0.0.1:{server_health_port(server)}/healthz", timeout=5).json()
+        assert controllers["controllers"]["role"] == "leader"
+        assert controllers["pid"] not in (worker_of(a), worker_of(b))
+
+
+def server_health_port(server: ServerProcess) -> int:
+    return int(server.extra_args[server.extra_args.index("--health-port") + 1])
+
+
+@pytest.mark.slow  # about 12 s: a server, 100 writes, a worker started again
+def test_a_worker_killed_mid_write_loses_nothing_acknowledged_and_another_answers(
+    server: ServerProcess,
+) -> None:
+    acknowledged: list[str] = []
+    failed: list[str] = []  # the connection broke: no answer, stored or not
+    stop = threading.Event()
+
+    def write() -> None:
+        with httpx.Client(
+            base_url=server.url,
+            headers={"Authorization": f"Bearer {server.token}"},
+            timeout=10.0,
+            limits=httpx.Limits(max_keepalive_connections=0),  # a new connection each: both workers
+        ) as client:
+            n = 0
+            while not stop.is_set():
+                name = f"vm-{n}"
+                n += 1
+                try:
+                    answer = client.post(
+                        "/v1/vms", json={"metadata": {"name": name}, "spec": {"run_policy": "AlwaysOff"}}
+                    )
+                except httpx.TransportError:
+                    failed.append(name)
+                    continue
+                assert answer.status_code == 201, answer.text
+                acknowledged.append(name)
+
+    with two_workers(server) as (a, b):
+        victim, survivor = worker_of(a), worker_of(b)
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        eventually_sync(lambda: len(acknowledged) >= 50, timeout=30)
+        os.kill(victim, signal.SIGKILL)
+        killed_at = len(acknowledged)
+        # the other worker answers meanwhile; the serve command starts a new one
+        eventually_sync(lambda: len(acknowledged) >= killed_at + 50, timeout=30)
+        eventually_sync(lambda: len(pids_answering(server) - {victim, survivor}) > 0, timeout=30)
+    finally:
+        stop.set()
+        writer.join(30)
+    with server.client() as client:
+        missing = [name for name in acknowledged if client.get(f"/v1/vms/{name}").status_code != 200]
+    assert not missing, f"acknowledged, then lost: {missing}"
+    assert len(acknowledged) >= killed_at + 50
+
+
+def pids_answering(server: ServerProcess) -> set[int]:
+    pids = set()
+    for _ in range(40):
+        with connection(server) as client:
+            pids.add(worker_of(client))
+    return pids
