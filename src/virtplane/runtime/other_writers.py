@@ -31,6 +31,8 @@ class OtherWriters:
         self.interval_s = interval_s
         self.heard = 0
         """The highest revision this process committed or announced."""
+        self.polls = 0
+        """How many times the revision was read (the first read takes what was there)."""
 
     def _local(self, revision: int) -> None:
         self.heard = max(self.heard, revision)
@@ -40,6 +42,7 @@ class OtherWriters:
         self._store.add_listener(self._local)
         try:
             self.heard = max(self.heard, await asyncio.to_thread(self._store.revision))
+            self.polls += 1
             while True:
                 await asyncio.sleep(self.interval_s)
                 try:
@@ -47,6 +50,7 @@ class OtherWriters:
                 except Exception as error:  # the store is away for a moment: the next poll
                     log.debug("could not read the revision: %s", error)
                     continue
+                self.polls += 1
                 if revision > self.heard:
                     self.heard = revision
                     self._store.announce(revision)
