@@ -42,10 +42,18 @@ class VMFaultRequest(BaseModel):
     count: int = Field(default=1, ge=1, le=1000)
 
 
+NO_SIMULATOR = (
+    "no simulator runs in this process: with serve --workers or --role api it lives in the "
+    "controllers' process, which takes no API requests (serve --workers 1 for the simulator's commands)"
+)
+
+
 def _inject(
     ctx: ApiContext, host: Host, kind: str, vm: VirtualMachine | None, count: int, by: Principal
 ) -> dict[str, Any]:
     name = host.metadata.name
+    if ctx.sim is None and host.spec.uri.startswith("sim://"):
+        raise ApiError(422, "NotSimulated", NO_SIMULATOR)
     if ctx.sim is None or not host.spec.uri.startswith("sim://"):
         raise ApiError(
             422, "NotSimulated", f"host {name} is not a simulated host; faults exist only for sim:// hosts"
@@ -127,7 +135,7 @@ async def set_vm_load(
     ctx: ApiContext = request.app.state.ctx
     vm = ctx.store.get(VirtualMachine, name)
     if ctx.sim is None:
-        raise ApiError(422, "NotSimulated", "no simulator runs here; a real guest's load is its own")
+        raise ApiError(422, "NotSimulated", f"{NO_SIMULATOR}; a real guest's load is its own")
     load = SimLoad(
         cpu=body.cpu_pct / 100,
         memory=body.memory_pct / 100,
