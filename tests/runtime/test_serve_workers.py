@@ -1,7 +1,7 @@
 """``serve --workers 2``: real processes, two API workers on one socket and the controllers'
-process, on SQLite. A write through one worker is read (and admitted against) through the
-other, the controllers' process reconciles it, and a SIGKILLed worker loses nothing it
-acknowledged while the other answers and the serve command starts a new one."""
+process, on SQLite and on PostgreSQL. A write through one worker is read (and admitted
+against) through the other, the controllers' process reconciles it, and a SIGKILLed worker
+loses nothing it acknowledged while the other answers and the serve command starts a new one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import eventually_sync
 from tests.crash.server import ServerProcess, free_port
+from tests.postgres.pg import schema_url
 from virtplane.domain.resources import Metadata, RunPolicy, VirtualMachine, VirtualMachineSpec
 from virtplane.store.store import Store, sqlite_url
 
@@ -33,15 +34,18 @@ LAN = {
 }
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
     args = ["--workers", "2", "--health-port", str(free_port()), "--writes-per-second", "0"]
-    process = ServerProcess(tmp_path / "data", extra_args=args)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    with ExitStack() as stack:
+        if request.param == "postgres":
+            args += ["--db", stack.enter_context(schema_url())]
+        process = ServerProcess(tmp_path / "data", extra_args=args)
+        process.start()
+        try:
+            yield process
+        finally:
+            process.stop()
 
 
 def connection(server: ServerProcess) -> httpx.Client:
