@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, cli_start, drain, fleet, real, report, soak, usage
+from bench import against, api, ceiling, cli_start, drain, fleet, postgres, real, report, soak, usage
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -34,12 +34,14 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({10}), cli_start.run),
     (real.ROWS, real.run),
     (usage.ROWS, usage.run),
+    (postgres.ROWS, postgres.run),
 )
-ALL_ROWS = frozenset(range(1, 20))
+ALL_ROWS = frozenset(range(1, 20)) | postgres.ROWS
 SHORT_ROWS = frozenset(range(1, 11))
 """What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows 1-10 (CI's budget).
 Rows 11-16 need the real rig; 17-19 (usage collection, the usage API, the dashboard in Chromium)
-mean something only at full size: name them with ``--rows``."""
+mean something only at full size: name them with ``--rows``. Rows 25-27 (rows 1, 2 and 3 on
+PostgreSQL, ``bench/postgres.py``) need PostgreSQL installed: a full run takes them."""
 
 
 def parse_rows(text: str) -> frozenset[int]:
@@ -64,6 +66,7 @@ async def run(
                     print(against.row_line(row), flush=True)
                     print(f"       {row.details}", flush=True)
                     measured.append(row)
+    postgres.judge(measured)
     return measured, tx_per_s
 
 
