@@ -11,12 +11,14 @@ done; it forks again to replace a child that died (not at once when it keeps dyi
 Signals are blocked in the parent and taken one at a time with ``sigtimedwait``: no handler
 runs between two statements of the loop. SIGTERM or SIGINT stops every child with SIGTERM
 (each ends its watches and hands its lease over, as a single server does), then SIGKILL after
-``STOP_GRACE_S``; SIGHUP goes on to the API processes (a renewed TLS certificate).
+``STOP_GRACE_S``; SIGHUP goes on to the API processes (a renewed TLS certificate). A serve
+command killed outright takes its children with it (``die_with``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -167,11 +169,13 @@ def fork(run: Callable[[], None]) -> int:
         log.warning("forking with %d threads running", threading.active_count())
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
+        die_with(parent)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         run()
         code = 0
@@ -185,6 +189,20 @@ def fork(run: Callable[[], None]) -> int:
         sys.stderr.flush()
         os._exit(code)
     return 0  # not reached: the child has exited
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with(parent: int) -> None:
+    """SIGKILL this process when ``parent`` dies: a serve command killed outright (SIGKILL, the
+    OOM killer) takes its processes with it, as a single server's death would, instead of leaving
+    them serving the port and holding the data directory's lock with no one to stop them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG): %s", os.strerror(ctypes.get_errno()))
+    if os.getppid() != parent:  # it died before the prctl: nobody would tell us
+        os._exit(1)
 
 
 def _status(status: int) -> str:

@@ -240,3 +240,34 @@ def test_a_hostile_client_of_the_api_does_not_stall_the_controllers(
     print(f"reconcile latency (s): before {before}, during {during}")
     assert None not in before
     assert None not in during, "the controllers stalled with the API processes"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow  # about 12 s: a server started twice
+def test_a_serve_command_killed_outright_takes_its_processes_with_it(tmp_path: Path) -> None:
+    """SIGKILL of serve (a power cut of the control plane, as tests/crash does to one process):
+    its API and controllers' processes end too, so a new serve gets the port and the data
+    directory (their lock) instead of 'another virtplane is serving'."""
+    health_port = free_port()
+    server = ServerProcess(
+        tmp_path / "data", extra_args=["--workers", "2", "--health-port", str(health_port)]
+    )
+    server.start()
+    try:
+        controllers = httpx.get(f"http://127.0.0.1:{health_port}/healthz", timeout=5).json()["pid"]
+        children = pids_answering(server) | {controllers}
+        assert len(children) == 3
+        server.kill()
+        eventually_sync(lambda: not any(alive(pid) for pid in children), timeout=20)
+        server.start()  # the same port and data directory
+        with server.client() as client:
+            assert client.get("/healthz").json()["pid"] not in children
+    finally:
+        server.stop()
