@@ -256,6 +256,8 @@ def make_plane(store: Store, options: ServeOptions, role: Role) -> ControlPlane:
             other_writers_poll_s=None if role == "all" else OTHER_WRITERS_POLL_S,
         ),
     )
+    if role == "api" and options.role == "all":  # serve --workers: the simulator is next door
+        plane.api_context.sim_url = f"http://127.0.0.1:{options.health_port}"
     return plane
 
 

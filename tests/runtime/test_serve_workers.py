@@ -103,9 +103,12 @@ def test_a_write_through_one_worker_is_read_and_admitted_through_the_other_and_r
             assert refused.status_code == 409 and refused.json()["reason"] == "NetworkInUse", refused.text
         # the controllers' process reconciles what an API process wrote
         eventually_sync(lambda: b.get("/v1/vms/web").json()["status"]["phase"] == "Running", timeout=30)
-        # the simulator lives with the controllers: an API process says so, not "not simulated"
-        fault = b.post("/v1/hosts/h1/faults", json={"kind": "crash", "vm": "web"})
-        assert fault.status_code == 422 and "controllers' process" in fault.json()["message"], fault.text
+        # the simulator lives with the controllers: its faults go there, and AlwaysOn brings it back
+        before = b.get("/v1/vms/web").json()["status"]["last_exit_at"]
+        fault = b.post("/v1/vms/web/faults", json={"kind": "crash"})
+        assert fault.status_code == 200, fault.text
+        eventually_sync(lambda: b.get("/v1/vms/web").json()["status"]["last_exit_at"] != before, timeout=30)
+        eventually_sync(lambda: b.get("/v1/vms/web").json()["status"]["phase"] == "Running", timeout=30)
         controllers = httpx.get(f"http://127.0.0.1:{server_health_port(server)}/healthz", timeout=5).json()
         assert controllers["controllers"]["role"] == "leader"
         assert controllers["pid"] not in (worker_of(a), worker_of(b))

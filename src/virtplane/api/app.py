@@ -160,7 +160,8 @@ def create_app(
                 body += more_metrics().encode()
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    if health_only:
+    if health_only:  # and the simulator's faults, which run where it does (api/routes/faults.py)
+        app.include_router(faults_router)
         return app
     app.include_router(whoami_router)
     app.include_router(actions_router)
