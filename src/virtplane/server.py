@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
-from rich.console import Console
 
 from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.routes.login import Logins
 from virtplane.api.watch import Streams
+from virtplane.banner import ADMIN_TOKEN_FILE, announce
 from virtplane.bootstrap import ControlPlane, ControlPlaneOptions, Role
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
@@ -48,7 +48,6 @@ OTHER_WRITERS_POLL_S = 0.05
 """Split roles: how often a process looks for the others' commits (``runtime.other_writers``)."""
 SIM_DEFAULT_VCPUS = 32
 SIM_DEFAULT_MEMORY_MIB = 131072
-ADMIN_TOKEN_FILE = "admin.token"
 GC_YOUNG_THRESHOLD = 10_000
 """Allocations between two collections of the youngest generation (CPython's default: 700).
 A reconcile's objects live across a few awaits; at 700 many outlive a collection, are
@@ -340,14 +339,6 @@ def server_tls(options: ServeOptions) -> ServerTls | None:
     return None
 
 
-def print_fingerprint(console: Console, fingerprint: str) -> None:
-    """The line operators pin the certificate from (``--tls-fingerprint``), verbatim: without
-    ``emoji=False`` Rich prints the ':CD:' of a fingerprint as a disc."""
-    console.print(
-        f"TLS certificate SHA-256 fingerprint: {fingerprint}", soft_wrap=True, emoji=False, markup=False
-    )
-
-
 def store_directories(options: ServeOptions) -> list[Path]:
     """The directories one server must own: the data directory, and a SQLite store's own if elsewhere."""
     directories = [options.data_dir.resolve()]
@@ -370,37 +361,6 @@ def serve_role(options: ServeOptions, role: Role, sock: socket.socket, tls: Serv
     """One process under ``supervise``: the store ``prepare`` made ready, this role's part of it."""
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     run_app(make_plane(open_store(options), options, role), options, sock, tls if role == "api" else None)
-
-
-def announce(
-    options: ServeOptions, token: tuple[str, bool] | None, db_url: str, tls: ServerTls | None
-) -> None:
-    """What serve prints at start: where it answers, and the admin token the first time."""
-    console = Console(stderr=True)
-    health = f"http://127.0.0.1:{options.health_port}"
-    if token is None:  # the controllers' role
-        console.print(
-            f"[bold green]virtplane[/] controllers (store: {db_url}); /healthz and /metrics on {health}"
-        )
-        return
-    url = f"{'https' if tls else 'http'}://{options.host}:{options.port}"
-    console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
-    if options.workers > 1:
-        controllers = f", the controllers' /healthz on {health}" if options.role == "all" else ""
-        console.print(f"{options.workers} API processes{controllers}", soft_wrap=True)
-    if tls is not None:
-        print_fingerprint(console, tls.fingerprint)
-    new_token = token[1]
-    kept = options.data_dir / ADMIN_TOKEN_FILE
-    # The token is printed once, when it is made: later starts (into a journal) say where it is.
-    if new_token:
-        console.print(f"admin token: made now, shown only this once (below), kept in {kept}", soft_wrap=True)
-    else:
-        console.print(f"admin token: in {kept}", soft_wrap=True)
-    # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
-    shown = token[0] if new_token else f"$(cat {kept})"
-    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={shown}", soft_wrap=True, markup=False)
-    print(f"VIRTPLANE_URL={url}", flush=True)
 
 
 def run_app(plane: ControlPlane, options: ServeOptions, sock: socket.socket, tls: ServerTls | None) -> None:

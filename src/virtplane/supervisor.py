@@ -29,8 +29,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from virtplane.banner import announce
 from virtplane.bootstrap import Role
-from virtplane.server import ServeOptions, announce, prepare, serve_role
+from virtplane.server import ServeOptions, prepare, serve_role
 from virtplane.tls import ServerTls
 
 log = logging.getLogger("virtplane.supervisor")
