@@ -5,6 +5,7 @@ loses nothing it acknowledged while the other answers and the serve command star
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +276,36 @@ def test_a_serve_command_killed_outright_takes_its_processes_with_it(tmp_path: P
             assert client.get("/healthz").json()["pid"] not in children
     finally:
         server.stop()
+
+
+def test_a_watch_on_an_api_process_sees_the_controllers_writes(
+    server: ServerProcess, record_property: Callable[[str, object], None]
+) -> None:
+    """A VM written through one API process, watched through another: the stream carries the
+    controllers' process's status writes up to Running. How long each took from the controllers'
+    commit (the Ready condition's time) to the event's arrival is recorded, not asserted."""
+    lags: list[float] = []
+    with two_workers(server) as (writer, watcher):
+        assert writer.post("/v1/hosts", json=HOST).status_code == 201
+        revision = watcher.get("/v1/vms").json()["metadata"]["resource_version"]
+        params = {"watch": 1, "resource_version": revision, "timeout_s": 30}
+        with watcher.stream("GET", "/v1/vms", params=params) as stream:
+            lines = stream.iter_lines()
+            vm = {"metadata": {"name": "watched"}, "spec": {"run_policy": "AlwaysOn"}}
+            assert writer.post("/v1/vms", json=vm).status_code == 201
+            for line in lines:
+                event = json.loads(line)
+                status = event["object"].get("status") or {}
+                ready = [
+                    c for c in status.get("conditions", []) if c["type"] == "Ready" and c["status"] == "True"
+                ]
+                if ready:
+                    committed = datetime.fromisoformat(
+                        ready[0]["last_transition_time"].replace("Z", "+00:00")
+                    )
+                    lags.append(round(time.time() - committed.timestamp(), 3))
+                if status.get("phase") == "Running":
+                    break
+    record_property("watch_lag_s", lags)
+    print(f"from the controllers' Ready to the watch event on an API process (s): {lags}")
+    assert lags, "the watch saw the VM Running"
