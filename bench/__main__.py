@@ -29,6 +29,7 @@ from bench import (
     drain,
     fleet,
     placement,
+    postgres,
     real,
     rebalance,
     report,
@@ -49,13 +50,16 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (usage.ROWS, usage.run),
     (placement.ROWS, placement.run),
     (rebalance.ROWS, rebalance.run),
+    (postgres.ROWS, postgres.run),
 )
-ALL_ROWS = frozenset(range(1, 20)) | placement.ROWS | rebalance.ROWS
+ALL_ROWS = frozenset(range(1, 20)) | placement.ROWS | rebalance.ROWS | postgres.ROWS
 SHORT_ROWS = frozenset(range(1, 11))
 """What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows 1-10 (CI's budget).
 Rows 11-16 need the real rig; 17-19 (usage collection, the usage API, the dashboard in Chromium)
 and 23 (placement with rules) mean something only at full size: name them with ``--rows``. Row 24
-(rebalancing) runs a solver for two minutes: also only when named or in a full run."""
+(rebalancing) runs a solver for two minutes: also only when named or in a full run. Rows 25-27
+(rows 1, 2 and 3 on PostgreSQL, ``bench/postgres.py``) need PostgreSQL installed: a full run
+takes them."""
 
 
 def parse_rows(text: str) -> frozenset[int]:
@@ -80,6 +84,7 @@ async def run(
                     print(against.row_line(row), flush=True)
                     print(f"       {row.details}", flush=True)
                     measured.append(row)
+    postgres.judge(measured)
     return measured, tx_per_s
 
 

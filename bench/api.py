@@ -50,11 +50,17 @@ def objects(sizes: Sizes) -> list[Resource]:
     return found
 
 
-async def run(work: Path, sizes: Sizes, ceiling: float, profile_dir: Path | None) -> list[Row]:
-    data = work / "api"
-    seed(data, objects(sizes))
+async def run(
+    work: Path, sizes: Sizes, ceiling: float, profile_dir: Path | None, db_url: str | None = None
+) -> list[Row]:
+    data = work / ("api-pg" if db_url else "api")
+    seed(data, objects(sizes), db_url)
     server = BenchServer(
-        data, link_mib_s=INSTANT_LINK_MIB_S, migration_tick_s=INSTANT_TICK_S, profile_dir=profile_dir
+        data,
+        link_mib_s=INSTANT_LINK_MIB_S,
+        migration_tick_s=INSTANT_TICK_S,
+        profile_dir=profile_dir,
+        db_url=db_url,
     )
     server.start()
     try:

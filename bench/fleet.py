@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sqlite3
 import time
 from pathlib import Path
 
@@ -25,12 +24,14 @@ from bench.sizes import Sizes
 POLL_S = 0.001
 
 
-async def run(work: Path, sizes: Sizes, ceiling: float, profile_dir: Path | None) -> list[Row]:
-    data = work / "fleet"
+async def run(
+    work: Path, sizes: Sizes, ceiling: float, profile_dir: Path | None, db_url: str | None = None
+) -> list[Row]:
+    data = work / ("fleet-pg" if db_url else "fleet")
     seeded_at = time.monotonic()
-    seed(data, fleet(sizes.fleet_hosts, sizes.fleet_vms))
+    seed(data, fleet(sizes.fleet_hosts, sizes.fleet_vms), db_url)
     seed_s = time.monotonic() - seeded_at
-    server = BenchServer(data, profile_dir=profile_dir)
+    server = BenchServer(data, profile_dir=profile_dir, db_url=db_url)
     server.start()
     try:
         wanted = sizes.selected if sizes.selected is not None else frozenset({2, 5, 7, 8, 19})
@@ -116,7 +117,7 @@ async def crashes(server: BenchServer, sizes: Sizes) -> Row:
     )
 
 
-async def _running_again(db: sqlite3.Connection, name: str, after: float, timeout_s: float = 60.0) -> float:
+async def _running_again(db: observe.Reader, name: str, after: float, timeout_s: float = 60.0) -> float:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ready = observe.vm_ready_since(db, name)

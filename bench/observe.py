@@ -1,4 +1,5 @@
-"""Watching a fleet converge without loading the server: read-only queries on its SQLite file.
+"""Watching a fleet converge without loading the server: read-only queries on its SQLite file
+(or, for the PostgreSQL rows, on its database: the same questions in PostgreSQL's JSON words).
 
 Waiting for 10,000 VMs through ``GET /v1/vms`` would cost the server more than what is
 measured. The bench process reads the store file instead (WAL: readers never block the
@@ -15,36 +16,71 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+Target = Path | str
+"""The SQLite file, or a PostgreSQL URL (SQLAlchemy's, as ``serve --db`` takes it)."""
 
 
-def connect(db_path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30.0)
+class Reader:
+    """One read-only connection: SQLite's, or PostgreSQL's (autocommit: each query sees now)."""
+
+    def __init__(self, target: Target) -> None:
+        self.sqlite = not (isinstance(target, str) and target.startswith("postgresql"))
+        self._db: Any
+        if self.sqlite:
+            self._db = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=30.0)
+        else:
+            import psycopg
+            from sqlalchemy.engine import make_url
+
+            url = make_url(str(target)).set(drivername="postgresql")
+            options = url.query.get("options")
+            dsn = url.set(query={}).render_as_string(hide_password=False)
+            self._db = psycopg.connect(dsn, autocommit=True, options=str(options or ""))
+
+    def rows(self, sqlite_sql: str, pg_sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        if self.sqlite:
+            return list(self._db.execute(sqlite_sql, params).fetchall())
+        return list(self._db.execute(pg_sql, params).fetchall())
+
+    def close(self) -> None:
+        self._db.close()
 
 
-def count_phase(db: sqlite3.Connection, phase: str, name_like: str = "%") -> int:
-    row = db.execute(
+def connect(target: Target) -> Reader:
+    return Reader(target)
+
+
+def count_phase(db: Reader, phase: str, name_like: str = "%") -> int:
+    [row] = db.rows(
         "SELECT count(*) FROM objects WHERE kind = 'VirtualMachine' AND name LIKE ? "
         "AND json_extract(body, '$.status.phase') = ?",
+        "SELECT count(*) FROM objects WHERE kind = 'VirtualMachine' AND name LIKE %s "
+        "AND CAST(body AS json)->'status'->>'phase' = %s",
         (name_like, phase),
-    ).fetchone()
+    )
     return int(row[0])
 
 
-def count_ready_since(db: sqlite3.Connection, after: float, name_like: str = "%") -> int:
+def count_ready_since(db: Reader, after: float, name_like: str = "%") -> int:
     """VMs whose Ready condition turned True in the second of ``after`` or later."""
     since = datetime.fromtimestamp(int(after), UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    row = db.execute(
+    [row] = db.rows(
         "SELECT count(*) FROM objects, json_each(objects.body, '$.status.conditions') AS c "
         "WHERE objects.kind = 'VirtualMachine' AND objects.name LIKE ? "
         "AND json_extract(c.value, '$.type') = 'Ready' AND json_extract(c.value, '$.status') = 'True' "
         "AND json_extract(c.value, '$.last_transition_time') >= ?",
+        "SELECT count(*) FROM objects, json_array_elements(CAST(objects.body AS json)->'status'->'conditions') "
+        "AS c WHERE objects.kind = 'VirtualMachine' AND objects.name LIKE %s "
+        "AND c->>'type' = 'Ready' AND c->>'status' = 'True' AND c->>'last_transition_time' >= %s",
         (name_like, since),
-    ).fetchone()
+    )
     return int(row[0])
 
 
 def wait_ready_since(
-    db_path: Path, after: float, count: int, *, name_like: str = "%", timeout_s: float = 1800.0
+    db_path: Target, after: float, count: int, *, name_like: str = "%", timeout_s: float = 1800.0
 ) -> float:
     """Wait until ``count`` VMs turned Ready since ``after`` (a VM seeded Running shows Running
     until a reconcile finds its domain gone; its Ready condition tells a new start from that)."""
@@ -54,7 +90,7 @@ def wait_ready_since(
 
 
 def wait_phase(
-    db_path: Path,
+    db_path: Target,
     phase: str,
     count: int,
     *,
@@ -67,8 +103,8 @@ def wait_phase(
 
 
 def _wait(
-    counted: Callable[[sqlite3.Connection], int],
-    db_path: Path,
+    counted: Callable[[Reader], int],
+    db_path: Target,
     count: int,
     what: str,
     timeout_s: float,
@@ -88,20 +124,22 @@ def _wait(
         db.close()
 
 
-def ready_times(db_path: Path, name_like: str = "%") -> dict[str, float]:
+def ready_times(db_path: Target, name_like: str = "%") -> dict[str, float]:
     """When each VM's Ready condition last turned True (epoch seconds); VMs not Ready are left out."""
     db = connect(db_path)
     try:
-        rows = db.execute(
+        rows = db.rows(
             "SELECT name, json_extract(body, '$.status.conditions') FROM objects "
             "WHERE kind = 'VirtualMachine' AND name LIKE ?",
+            "SELECT name, CAST(CAST(body AS json)->'status'->'conditions' AS text) FROM objects "
+            "WHERE kind = 'VirtualMachine' AND name LIKE %s",
             (name_like,),
-        ).fetchall()
+        )
     finally:
         db.close()
     times: dict[str, float] = {}
     for name, conditions in rows:
-        for condition in json.loads(conditions or "[]"):
+        for condition in json.loads(conditions or "[]") or []:
             if condition.get("type") == "Ready" and condition.get("status") == "True":
                 at = condition.get("last_transition_time")
                 if at:
@@ -114,12 +152,16 @@ def parse_time(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def body(db: sqlite3.Connection, kind: str, name: str) -> dict[str, object] | None:
-    row = db.execute("SELECT body FROM objects WHERE kind = ? AND name = ?", (kind, name)).fetchone()
-    return None if row is None else dict(json.loads(row[0]))
+def body(db: Reader, kind: str, name: str) -> dict[str, object] | None:
+    rows = db.rows(
+        "SELECT body FROM objects WHERE kind = ? AND name = ?",
+        "SELECT body FROM objects WHERE kind = %s AND name = %s",
+        (kind, name),
+    )
+    return None if not rows else dict(json.loads(rows[0][0]))
 
 
-def vm_ready_since(db: sqlite3.Connection, name: str) -> float | None:
+def vm_ready_since(db: Reader, name: str) -> float | None:
     """When the VM's Ready condition turned True, if the VM is Running now."""
     vm = body(db, "VirtualMachine", name)
     status = vm.get("status") if vm else None

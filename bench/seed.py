@@ -44,9 +44,9 @@ DOMAIN_FINALIZER = "virtplane.io/domain"  # controllers.vm.steps.FINALIZER: a do
 BEFORE = datetime.now(UTC) - timedelta(days=1)  # when the seeded VMs last became Running
 
 
-def open_store(data_dir: Path) -> Store:
+def open_store(data_dir: Path, db_url: str | None = None) -> Store:
     data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(sqlite_url(data_dir / "virtplane.db"))
+    store = Store(db_url or sqlite_url(data_dir / "virtplane.db"))
     store.migrate()
     return store
 
@@ -125,9 +125,9 @@ def fleet(hosts: int, vms: int, *, prefix: str = "vm") -> list[Resource]:
     return objects
 
 
-def seed(data_dir: Path, objects: Iterable[Resource]) -> int:
-    """Create ``objects`` in the store under ``data_dir``; returns how many."""
-    store = open_store(data_dir)
+def seed(data_dir: Path, objects: Iterable[Resource], db_url: str | None = None) -> int:
+    """Create ``objects`` in the store under ``data_dir`` (or at ``db_url``); returns how many."""
+    store = open_store(data_dir, db_url)
     try:
         count = 0
         for obj in objects:

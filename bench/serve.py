@@ -1,6 +1,6 @@
 """The benchmarked server: ``virtplane serve`` with the simulator's link set by the bench.
 
-``python -m bench.serve DATA_DIR PORT [--link-mib-s X] [--migration-tick-s T]`` runs
+``python -m bench.serve DATA_DIR PORT [--link-mib-s X] [--migration-tick-s T] [--db URL]`` runs
 ``virtplane.server.run_server`` (the same code as ``virtplane serve``) with simulated
 hosts that boot and shut down in 0 s, logging warnings only.
 """
@@ -21,11 +21,13 @@ def main() -> None:
     parser.add_argument("--link-mib-s", type=float, default=1000.0)
     parser.add_argument("--migration-tick-s", type=float, default=0.05)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--db", default=None, help="a database URL (PostgreSQL rows); default SQLite")
     args = parser.parse_args()
     run_server(
         ServeOptions(
             data_dir=args.data_dir,
             port=args.port,
+            db_url=args.db,
             log_level=args.log_level,
             sim_boot_seconds=0.0,
             sim_shutdown_seconds=0.0,

@@ -41,8 +41,11 @@ class BenchServer:
         link_mib_s: float = 1000.0,
         migration_tick_s: float = 0.05,
         profile_dir: Path | None = None,
+        db_url: str | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.db_url = db_url
+        """The store's URL (PostgreSQL rows); None: SQLite in the data directory."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.link_mib_s = link_mib_s
@@ -54,8 +57,9 @@ class BenchServer:
         self.token = ""
 
     @property
-    def db_path(self) -> Path:
-        return self.data_dir / "virtplane.db"
+    def db_path(self) -> Path | str:
+        """What ``observe`` reads: the SQLite file, or the PostgreSQL URL."""
+        return self.db_url or self.data_dir / "virtplane.db"
 
     def start(self) -> None:
         """Launch the server and wait until it answers /healthz (its controllers are running then)."""
@@ -71,6 +75,7 @@ class BenchServer:
             str(self.link_mib_s),
             "--migration-tick-s",
             str(self.migration_tick_s),
+            *(["--db", self.db_url] if self.db_url else []),
         ]
         env = with_bytecode()
         self.launched_at = time.time()

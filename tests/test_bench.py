@@ -101,3 +101,26 @@ def test_a_comparison_divides_within_each_pair_and_skips_what_one_side_lacks() -
         ({1: Figure(1, 300.0, "writes per s")}, {1: Figure(1, 200.0, "writes per s")}),
     ]
     assert ratios(pairs) == {1: [pytest.approx(1.2), pytest.approx(1.5)]}
+
+
+def test_a_postgres_row_is_met_within_half_of_its_sqlite_rows_ratio_of_the_same_run() -> None:
+    from bench.postgres import judge
+
+    rows = [
+        Row(1, "writes", 300.0, "per s", "", False, ratio=0.04),
+        Row(25, "writes, on PostgreSQL", 90.0, "per s", "", None, ratio=0.019),
+        Row(2, "cold start", 200.0, "per s", "", False, ratio=0.03),
+        Row(26, "cold start, on PostgreSQL", 80.0, "per s", "", None, ratio=0.02),
+        Row(27, "bulk, on PostgreSQL", 30.0, "per s", "", None, ratio=0.007),  # row 3 not run
+    ]
+    judge(rows)
+    assert [(row.number, row.met) for row in rows[1::2] + rows[4:]] == [(25, False), (26, True), (27, None)]
+    assert "0.47 of row 1's ratio (0.04)" in rows[1].note
+    assert "row 3 not measured" in rows[4].note
+
+
+def test_the_postgres_rows_are_rows_of_a_full_run_not_of_the_short_one() -> None:
+    from bench.__main__ import ALL_ROWS, SHORT_ROWS
+
+    assert {25, 26, 27} <= ALL_ROWS and not {25, 26, 27} & SHORT_ROWS
+    assert parse_rows("25,27") == frozenset({25, 27})

@@ -39,8 +39,7 @@ NOT_RUN = {
             "python3 -m venv /opt/virtplane/venv",
             '/opt/virtplane/venv/bin/pip install ".[postgres]"',
             "install -D -m 0644 deploy/config/virtplane.toml /etc/virtplane/virtplane.toml",
-            "install -m 0644 deploy/systemd/virtplane.service deploy/systemd/virtplane-replica.service "
-            "/etc/systemd/system/",
+            "install -m 0644 deploy/systemd/*.service /etc/systemd/system/",
             "systemctl daemon-reload",
             "systemctl enable --now virtplane",
         ],

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
@@ -44,6 +44,7 @@ from virtplane.reconcile import Controller, ControllerMetrics, Reconciler, Reque
 from virtplane.runtime.cache import Cache
 from virtplane.runtime.hosts import HostConnections
 from virtplane.runtime.leader import LeaderElector
+from virtplane.runtime.other_writers import OtherWriters
 from virtplane.runtime.retention import Retention
 from virtplane.runtime.usage import INTERVAL_S as USAGE_INTERVAL_S
 from virtplane.runtime.usage import UsageCollector, UsageHistory
@@ -64,6 +65,9 @@ if TYPE_CHECKING:
     from virtplane.drivers.sim import SimCloud
 
 log = logging.getLogger("virtplane")
+
+
+Role = Literal["all", "api", "controllers"]
 
 
 @dataclass
@@ -87,6 +91,11 @@ class ControlPlaneOptions:
     # Wraps every reconciler (kind, reconciler) -> reconciler; tests record reconciles with it.
     wrap_reconciler: Callable[[str, Reconciler], Reconciler] | None = None
     usage_interval_s: float = USAGE_INTERVAL_S  # how often the leader collects usage (runtime/usage)
+    role: Role = "all"
+    """all: everything; api: the feed and the API, never a controller; controllers: the
+    controllers, leader-elected (also on SQLite), beside API processes (``serve --role``)."""
+    other_writers_poll_s: float | None = None
+    """Look for other processes' commits this often (``runtime.other_writers``); None: the feed's poll."""
 
 
 def default_driver_factory(sim: SimCloud | None) -> Callable[[str], HypervisorDriver]:
@@ -219,7 +228,8 @@ class ControlPlane:
         self._lead_tasks: list[asyncio.Task[None]] = []
         elect = self.options.leader_election
         if elect is None:
-            elect = not store.is_sqlite
+            elect = self.options.role == "controllers" or not store.is_sqlite
+        elect = elect and self.options.role != "api"
         self.elector = (
             LeaderElector(
                 store,
@@ -262,8 +272,9 @@ class ControlPlane:
 
     def controllers_status(self) -> ControllersRole:
         """For /healthz: does this process reconcile (single, leader), or follow another replica?"""
-        if self.elector is None:
-            return {"role": "single" if self.started else "stopped", "replica": None, "leader": None}
+        if self.options.role == "api" or self.elector is None:
+            role = "single" if self.options.role == "all" else self.options.role
+            return {"role": role if self.started else "stopped", "replica": None, "leader": None}
         leading = self.elector.is_leader and bool(self.controllers)
         return {
             "role": "leader" if leading else "follower",
@@ -304,7 +315,12 @@ class ControlPlane:
     async def start(self) -> None:
         revision = self.cache.load()
         self._tasks.append(asyncio.create_task(self.feed.run(revision), name="change-feed"))
-        if self.elector is None:
+        if self.options.other_writers_poll_s is not None:
+            others = OtherWriters(self.store, self.options.other_writers_poll_s)
+            self._tasks.append(asyncio.create_task(others.run(), name="other-writers"))
+        if self.options.role == "api":
+            pass  # the controllers run in another process
+        elif self.elector is None:
             await self._lead()
         else:
             self._tasks.append(
@@ -380,7 +396,7 @@ class ControlPlane:
         await self.hosts.close_all()
         self.started = False
 
-    def app(self) -> FastAPI:
+    def app(self, *, health_only: bool = False) -> FastAPI:
         @asynccontextmanager
         async def lifespan(_: FastAPI) -> AsyncIterator[None]:
             await self.start()
@@ -395,6 +411,7 @@ class ControlPlane:
             registry=self.registry,
             extra_routers=self.options.extra_routers,
             more_metrics=self.usage_metrics.text,
+            health_only=health_only,
         )
         if self._tokens_collector is not None:  # an app built again: its cache is the one shown
             self.registry.unregister(self._tokens_collector)

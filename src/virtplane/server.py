@@ -1,4 +1,6 @@
-"""``virtplane serve``: one process with the store, the controllers, the API and the dashboard."""
+"""``virtplane serve``: the store, the controllers, the API and the dashboard, in one process by
+default; ``--role`` runs the API or the controllers alone, ``--workers`` several API processes
+(``virtplane.supervisor``)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
-from rich.console import Console
 
 from virtplane.api.limits import Limiter, RequestLimits
 from virtplane.api.routes.login import Logins
 from virtplane.api.watch import Streams
-from virtplane.bootstrap import ControlPlane, ControlPlaneOptions
+from virtplane.banner import ADMIN_TOKEN_FILE, announce
+from virtplane.bootstrap import ControlPlane, ControlPlaneOptions, Role
 from virtplane.domain.resources import Host
 from virtplane.drivers.base import HypervisorDriver
 from virtplane.http_limits import ConnectionLimits, limited_protocol
@@ -40,9 +42,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("virtplane.server")
 
 DEFAULT_PORT = 8470
+DEFAULT_HEALTH_PORT = 8471
+"""The controllers' process answers /healthz and /metrics on 127.0.0.1 at this port."""
+OTHER_WRITERS_POLL_S = 0.05
+"""Split roles: how often a process looks for the others' commits (``runtime.other_writers``)."""
 SIM_DEFAULT_VCPUS = 32
 SIM_DEFAULT_MEMORY_MIB = 131072
-ADMIN_TOKEN_FILE = "admin.token"
 GC_YOUNG_THRESHOLD = 10_000
 """Allocations between two collections of the youngest generation (CPython's default: 700).
 A reconcile's objects live across a few awaits; at 700 many outlive a collection, are
@@ -77,6 +82,12 @@ class ServeOptions:
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     identity: IdentitySettings | None = None
     """Who may log in (``[identity]`` of the config file); None: tokens only."""
+    role: Role = "all"
+    """all: API and controllers; api: no controller, no election; controllers: no public listener."""
+    workers: int = 1
+    """API processes on the one listening socket; more than one: supervised, beside one
+    controllers' process with role all (``virtplane.supervisor``)."""
+    health_port: int = DEFAULT_HEALTH_PORT
 
 
 class ApiServer(uvicorn.Server):
@@ -161,10 +172,18 @@ def sim_factory(
 
 
 @private_umask()  # the database, its WAL, backups, sim.db, consoles/: private as they are made
-def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
-    """The control plane for ``options``, the admin token (and whether it is new) and the database URL."""
-    from virtplane.drivers.sim import SimCloud
+def build(
+    options: ServeOptions, role: Role | None = None
+) -> tuple[ControlPlane, tuple[str, bool] | None, str]:
+    """The control plane for ``options``, the admin token (and whether it is new; None for the
+    controllers' role, which serves no API) and the database URL."""
+    store, token, db_url = prepare(options)
+    return make_plane(store, options, role or options.role), token, db_url
 
+
+def prepare(options: ServeOptions) -> tuple[Store, tuple[str, bool] | None, str]:
+    """What happens once, before any process serves: the store brought to this release, the
+    admin token, the demo's objects."""
     private_dir(options.data_dir)
     if options.db_url is None:
         create_private(options.data_dir / "virtplane.db")  # SQLite gives its WAL and SHM this mode
@@ -181,40 +200,64 @@ def build(options: ServeOptions) -> tuple[ControlPlane, tuple[str, bool], str]:
         store.close()
         raise ServeRefused(str(error)) from None
     vacuum_once_at_start(store, Settings(store))
-    token = admin_token(store, options.data_dir)
+    token = admin_token(store, options.data_dir) if options.role != "controllers" else None
     if options.demo:
         from virtplane.demo import seed
 
         seed(store)
-    # The simulated hypervisor keeps its state beside the store, so that, like real hosts,
-    # it outlives a crash of the control plane.
-    create_private(options.data_dir / "sim.db")
-    sim = SimCloud(
-        boot_seconds=options.sim_boot_seconds,
-        shutdown_seconds=options.sim_shutdown_seconds,
-        link_mib_s=options.sim_link_mib_s,
-        migration_tick_s=options.sim_migration_tick_s,
-        state_path=options.data_dir / "sim.db",
-    )
-    bridges = options.sim_bridges or ()
-    if options.demo:
-        from virtplane.demo import BRIDGES, guest_loads, stock_library
+    return store, token, db_url
 
-        stock_library(sim)
-        guest_loads(sim, store)
-        bridges = BRIDGES if options.sim_bridges is None else bridges
+
+def open_store(options: ServeOptions) -> Store:
+    """The store ``prepare`` made ready, opened again in a process of its own."""
+    store = Store(options.db_url or sqlite_url(options.data_dir / "virtplane.db"))
+    store.keyring = Keyring.load_or_create(options.secrets_key_file or options.data_dir / "secrets.key")
+    return store
+
+
+@private_umask()
+def make_plane(store: Store, options: ServeOptions, role: Role) -> ControlPlane:
+    """The control plane of one process. The simulator lives with the controllers: its world is
+    in memory (journaled to sim.db), so an API process has none (its fault routes say so)."""
+    from virtplane.drivers.sim import SimCloud
+
+    sim: SimCloud | None = None
+    bridges = options.sim_bridges or ()
+    if role != "api":
+        # The simulated hypervisor keeps its state beside the store, so that, like real hosts,
+        # it outlives a crash of the control plane.
+        create_private(options.data_dir / "sim.db")
+        sim = SimCloud(
+            boot_seconds=options.sim_boot_seconds,
+            shutdown_seconds=options.sim_shutdown_seconds,
+            link_mib_s=options.sim_link_mib_s,
+            migration_tick_s=options.sim_migration_tick_s,
+            state_path=options.data_dir / "sim.db",
+        )
+        if options.demo:
+            from virtplane.demo import BRIDGES, guest_loads, stock_library
+
+            stock_library(sim)
+            guest_loads(sim, store)
+            bridges = BRIDGES if options.sim_bridges is None else bridges
     plane: ControlPlane
     console_dir = options.data_dir / "consoles"
     console_dir.mkdir(exist_ok=True)
     plane = ControlPlane(
         store,
         sim=sim,
-        driver_factory=sim_factory(sim, lambda: plane.cache.hosts(), bridges),
+        driver_factory=sim_factory(sim, lambda: plane.cache.hosts(), bridges) if sim is not None else None,
         options=ControlPlaneOptions(
-            console_dir=str(console_dir), lease_s=options.lease_s, renew_every_s=options.lease_s / 3
+            console_dir=str(console_dir),
+            lease_s=options.lease_s,
+            renew_every_s=options.lease_s / 3,
+            role=role,
+            other_writers_poll_s=None if role == "all" else OTHER_WRITERS_POLL_S,
         ),
     )
-    return plane, token, db_url
+    if role == "api" and options.role == "all":  # serve --workers: the simulator is next door
+        plane.api_context.sim_url = f"http://127.0.0.1:{options.health_port}"
+    return plane
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -240,7 +283,12 @@ def run_server(options: ServeOptions) -> None:
     """Serve until interrupted. In this order, so that a refusal starts nothing: take the data
     directory, bind the port, then build the store, the controllers and the app."""
     configure_logging(options.log_level, options.log_format)
-    tls = server_tls(options)
+    if options.role == "controllers" and options.workers != 1:
+        raise ServeRefused(
+            "--workers counts API processes, and --role controllers runs none: the controllers are "
+            "one leader-elected process (run --role api --workers N beside it)"
+        )
+    tls = server_tls(options) if options.role != "controllers" else None
     locks = [DataDirLock(d) for d in store_directories(options)]
     try:
         with private_umask():  # the data directory and the lock file in it
@@ -250,8 +298,17 @@ def run_server(options: ServeOptions) -> None:
                     lock.acquire()
                 except DataDirBusy as exc:
                     raise ServeRefused(str(exc)) from None
-        sock = listen(options.host, options.port)
-        _serve(options, sock, tls)
+        if options.role == "controllers":  # no public listener: its health, on loopback
+            sock = listen("127.0.0.1", options.health_port)
+        else:
+            sock = listen(options.host, options.port)
+        if options.workers > 1:
+            from virtplane.supervisor import supervise
+
+            health = listen("127.0.0.1", options.health_port) if options.role == "all" else None
+            supervise(options, sock, health, tls)
+        else:
+            _serve(options, sock, tls)
     finally:
         for lock in locks:
             lock.release()
@@ -282,14 +339,6 @@ def server_tls(options: ServeOptions) -> ServerTls | None:
     return None
 
 
-def print_fingerprint(console: Console, fingerprint: str) -> None:
-    """The line operators pin the certificate from (``--tls-fingerprint``), verbatim: without
-    ``emoji=False`` Rich prints the ':CD:' of a fingerprint as a disc."""
-    console.print(
-        f"TLS certificate SHA-256 fingerprint: {fingerprint}", soft_wrap=True, emoji=False, markup=False
-    )
-
-
 def store_directories(options: ServeOptions) -> list[Path]:
     """The directories one server must own: the data directory, and a SQLite store's own if elsewhere."""
     directories = [options.data_dir.resolve()]
@@ -303,33 +352,30 @@ def store_directories(options: ServeOptions) -> list[Path]:
 
 def _serve(options: ServeOptions, sock: socket.socket, tls: ServerTls | None = None) -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    plane, (token, new_token), db_url = build(options)
-    url = f"{'https' if tls else 'http'}://{options.host}:{options.port}"
-    console = Console(stderr=True)
-    console.print(f"[bold green]virtplane[/] API and dashboard on [bold]{url}[/]  (store: {db_url})")
-    if tls is not None:
-        print_fingerprint(console, tls.fingerprint)
-    kept = options.data_dir / ADMIN_TOKEN_FILE
-    # The token is printed once, when it is made: later starts (into a journal) say where it is.
-    if new_token:
-        console.print(f"admin token: made now, shown only this once (below), kept in {kept}", soft_wrap=True)
-    else:
-        console.print(f"admin token: in {kept}", soft_wrap=True)
-    # one line to paste, also when stderr is not a terminal (Rich would wrap it at 80 columns)
-    shown = token if new_token else f"$(cat {kept})"
-    console.print(f"  export VIRTPLANE_URL={url} VIRTPLANE_TOKEN={shown}", soft_wrap=True, markup=False)
-    print(f"VIRTPLANE_URL={url}", flush=True)
-    app = plane.app()
+    plane, token, db_url = build(options)
+    announce(options, token, db_url, tls)
+    run_app(plane, options, sock, tls)
+
+
+def serve_role(options: ServeOptions, role: Role, sock: socket.socket, tls: ServerTls | None) -> None:
+    """One process under ``supervise``: the store ``prepare`` made ready, this role's part of it."""
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    run_app(make_plane(open_store(options), options, role), options, sock, tls if role == "api" else None)
+
+
+def run_app(plane: ControlPlane, options: ServeOptions, sock: socket.socket, tls: ServerTls | None) -> None:
+    """uvicorn on ``sock`` until SIGTERM: the API, or (the controllers' role) /healthz and /metrics."""
+    app = plane.app(health_only=plane.options.role == "controllers")
     app.state.limiter = Limiter(options.request_limits)
     if options.identity is not None:
         app.state.logins = Logins.of(options.identity)
     limits = options.connection_limits
     config = uvicorn.Config(
         app,
-        # uvicorn's production pair, both dependencies: libuv's loop and a parser in C. The API,
-        # the controllers and the change feed share this one loop, so its own work is on every
-        # path (docs/decisions.md, "Processes"). The parser's protocol is ours: it bounds what
-        # a client may cost before the app sees a request (virtplane.http_limits).
+        # uvicorn's production pair, both dependencies: libuv's loop and a parser in C. In one
+        # process the API, the controllers and the change feed share this one loop, so its own
+        # work is on every path (docs/decisions.md, "Processes"). The parser's protocol is ours:
+        # it bounds what a client may cost before the app sees a request (virtplane.http_limits).
         loop="uvloop",
         http=limited_protocol(limits),
         timeout_keep_alive=limits.idle_timeout_s,

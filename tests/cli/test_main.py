@@ -39,6 +39,9 @@ class RecordedServeOptions:
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     identity: IdentitySettings | None = None
+    role: str = "all"
+    workers: int = 1
+    health_port: int = 8471
 
 
 class RecordedServeRefused(Exception):
@@ -96,6 +99,22 @@ def test_serve_passes_every_option(fake_server_module: list[RecordedServeOptions
             lease_s=6.0,
         )
     ]
+
+
+def test_serve_passes_the_role_and_the_workers_from_flags_and_the_config_file(
+    fake_server_module: list[RecordedServeOptions], tmp_path: Path
+) -> None:
+    config = tmp_path / "controllers.toml"
+    config.write_text('role = "controllers"\nhealth-port = 9101\n')
+    assert CliRunner().invoke(app, ["serve", "--role", "api", "--workers", "3"]).exit_code == 0
+    assert CliRunner().invoke(app, ["serve", "--config", str(config)]).exit_code == 0
+    refused = CliRunner().invoke(app, ["serve", "--role", "scheduler"])
+
+    assert [(o.role, o.workers, o.health_port) for o in fake_server_module] == [
+        ("api", 3, 8471),
+        ("controllers", 1, 9101),
+    ]
+    assert refused.exit_code == 2 and "scheduler" in refused.output
 
 
 def test_serve_refused_is_an_error_with_exit_status_1(

@@ -22,7 +22,8 @@ from rich.console import Console
 
 from tests.crash.server import ServerProcess, free_port
 from tests.pki import Issued, TestCa
-from virtplane.server import ServeOptions, ServeRefused, print_fingerprint, server_tls
+from virtplane.banner import print_fingerprint
+from virtplane.server import ServeOptions, ServeRefused, server_tls
 from virtplane.tls import sha256_fingerprint
 
 

@@ -55,6 +55,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir / "server.log"
         self.kills = 0
+        self.log_offset = 0
 
     @property
     def url(self) -> str:
@@ -81,6 +82,7 @@ class ServerProcess:
             args.append("--demo")
         args += self.extra_args
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:
@@ -94,6 +96,13 @@ class ServerProcess:
                 raise RuntimeError(
                     f"server exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}"
                 )
+            # this start's own banner first: an answer on the port alone may be another process's
+            # (a server killed outright whose children live on: tests/runtime/test_serve_workers.py)
+            with self.log.open("rb") as log:
+                log.seek(self.log_offset)
+                if b"VIRTPLANE_URL=" not in log.read():
+                    time.sleep(0.05)
+                    continue
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1.0, verify=self.verify).status_code == 200:
                     return

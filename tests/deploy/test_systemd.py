@@ -1,6 +1,7 @@
-"""deploy/systemd: the server's and the PostgreSQL replica's units pass ``systemd-analyze verify``,
-and the configuration each one starts with (deploy/config, installed in /etc/virtplane) is one
-``serve --config`` accepts."""
+"""deploy/systemd: the server's, the PostgreSQL replica's and the split roles' units (the API
+processes, the controllers) pass ``systemd-analyze verify``, and the configuration each one
+starts with (deploy/config, installed in /etc/virtplane) is one ``serve --config`` accepts, for
+the role the unit is named after."""
 
 from __future__ import annotations
 
@@ -33,7 +34,12 @@ def config_of(unit: Path) -> str:
 
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     analyze = tool_or_skip("systemd-analyze", "systemd")
-    assert [u.name for u in UNITS] == ["virtplane-replica.service", "virtplane.service"]
+    assert [u.name for u in UNITS] == [
+        "virtplane-api.service",
+        "virtplane-controllers.service",
+        "virtplane-replica.service",
+        "virtplane.service",
+    ]
     for unit in UNITS:
         (tmp_path / unit.name).write_text(unit.read_text().replace(INSTALLED_VENV, sys.prefix))
     checked = subprocess.run(
@@ -60,7 +66,7 @@ def test_the_configuration_each_unit_starts_with_is_accepted_by_serve(
     [options] = fake_server_module
     assert str(options.data_dir) == f"/var/lib/{unit.stem}", "the unit's StateDirectory"
     assert f"StateDirectory={unit.stem}\n" in unit.read_text()
-    if unit.stem == "virtplane-replica":
+    if unit.stem != "virtplane":
         assert options.db_url is not None and options.db_url.startswith("postgresql+psycopg://")
     else:
         assert options.db_url is None, "SQLite in the data directory"
@@ -70,7 +76,35 @@ def test_the_configuration_each_unit_starts_with_is_accepted_by_serve(
             Path("/etc/virtplane/tls/key.pem"),
         ), "HTTPS on the network, as the file's comment says how to make the pair"
         assert not options.insecure_http
-    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.read_text(), "systemctl reload: a renewed cert"
+    if options.role != "controllers":  # it serves no TLS: /healthz and /metrics on loopback
+        assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.read_text(), "systemctl reload: a renewed cert"
+
+
+ROLES = {
+    "virtplane.service": "all",
+    "virtplane-replica.service": "all",
+    "virtplane-api.service": "api",
+    "virtplane-controllers.service": "controllers",
+}
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_each_unit_runs_the_role_it_is_named_after(
+    unit: Path,
+    fake_server_module: list[RecordedServeOptions],  # noqa: F811
+) -> None:
+    result = CliRunner().invoke(app, ["serve", "--config", str(DEPLOY / "config" / config_of(unit))])
+    assert result.exit_code == 0, result.output
+    [options] = fake_server_module
+    assert options.role == ROLES[unit.name]
+    if options.role == "api":
+        assert options.workers > 1, "API processes: the point of the API's own unit"
+        assert "ExecReload=" in unit.read_text()
+    if options.role == "controllers":
+        assert options.workers == 1 and is_loopback(options.host), "no public listener"
+        assert "ExecReload=" not in unit.read_text(), "nothing to reload: no certificate"
+    if options.role != "all":  # the API seals Secrets' passwords, the controllers open them
+        assert options.secrets_key_file == Path("/etc/virtplane/secrets.key")
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)

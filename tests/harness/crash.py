@@ -50,7 +50,16 @@ class Report:
 
 
 class Harness:
-    def __init__(self, data_dir: Path, *, seed: int, kills: int, hosts: int = 6, vms: int = 60) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        seed: int,
+        kills: int,
+        hosts: int = 6,
+        vms: int = 60,
+        server_args: list[str] | None = None,
+    ) -> None:
         self.rng = random.Random(seed)
         self.report = Report(seed=seed)
         self.target_kills = kills
@@ -63,7 +72,8 @@ class Harness:
         # Manual VMs migrating off a host when it went down: Running if the switch-over came
         # first, Stopped (last_exit host-failure) if the host died first; no API read tells which
         self.maybe_host_failed: set[str] = set()
-        self.server = ServerProcess(data_dir, boot_s=0.05, shutdown_s=0.05)
+        # server_args: e.g. the roles apart (serve --workers 2), killed as one by SIGKILL of serve
+        self.server = ServerProcess(data_dir, boot_s=0.05, shutdown_s=0.05, extra_args=server_args)
         self.counter = 0
         self.outstanding: list[tuple[str, str, str]] = []
         self.history = data_dir / "history.log"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.crash.server import free_port
 from tests.harness.crash import Harness, write_report
 
 
@@ -25,6 +26,24 @@ def test_fleet_survives_random_sigkills(tmp_path: Path) -> None:
     finally:
         harness.server.stop()
     write_report(report)
+    assert report.kills >= kills
+    assert report.operations > 0 and report.faults_injected > 0, "the workload did something"
+    assert report.invariant_violations == [], f"seed {seed}: " + "\n".join(report.invariant_violations)
+
+
+@pytest.mark.slow
+def test_fleet_survives_random_sigkills_with_the_roles_apart(tmp_path: Path) -> None:
+    """The same workload and invariants with serve --workers 2: two API processes and the
+    controllers' process, all killed by SIGKILL of serve (they die with it) and started again."""
+    kills = int(os.environ.get("VIRTPLANE_HARNESS_SPLIT_KILLS", "10"))
+    seed = int(os.environ.get("VIRTPLANE_HARNESS_SEED", str(random.SystemRandom().randrange(2**31))))
+    print(f"crash harness (--workers 2) seed {seed}: replay with VIRTPLANE_HARNESS_SEED={seed}")
+    args = ["--workers", "2", "--health-port", str(free_port())]
+    harness = Harness(tmp_path / "data", seed=seed, kills=kills, server_args=args)
+    try:
+        report = harness.run()
+    finally:
+        harness.server.stop()
     assert report.kills >= kills
     assert report.operations > 0 and report.faults_injected > 0, "the workload did something"
     assert report.invariant_violations == [], f"seed {seed}: " + "\n".join(report.invariant_violations)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -111,7 +112,10 @@ def create_app(
     registry: CollectorRegistry | None = None,
     extra_routers: list[APIRouter] | None = None,
     more_metrics: Callable[[], str] | None = None,
+    health_only: bool = False,
 ) -> FastAPI:
+    """The API and the dashboard; ``health_only``: /healthz and /metrics alone (the controllers'
+    process, on a port of its own on loopback: ``serve --role controllers``)."""
     app = FastAPI(
         title="virtplane",
         version=__version__,
@@ -143,6 +147,7 @@ def create_app(
             "revision": ctx.store.revision(),
             "version": __version__,
             "controllers": ctx.controllers(),
+            "pid": os.getpid(),  # which process answered: one of several (serve --workers)
         }
 
     if registry is not None:
@@ -157,6 +162,9 @@ def create_app(
                 body += more_metrics().encode()
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
+    if health_only:  # and the simulator's faults, which run where it does (api/routes/faults.py)
+        app.include_router(faults_router)
+        return app
     app.include_router(whoami_router)
     app.include_router(actions_router)
     app.include_router(vm_create_router)

@@ -64,6 +64,9 @@ class ApiContext:
     admission: Admission = field(default_factory=AllowAll)
     sim: SimCloud | None = None
     """The simulator, when it runs in this process."""
+    sim_url: str | None = None
+    """Where the simulator's requests go when it runs in another process of this server (the
+    controllers' loopback listener, under ``serve --workers``); None: nowhere."""
     maintenance: MaintenanceService | None = None
     placement: PlacementService | None = None
     """Migration targets (its verdicts), when wired."""

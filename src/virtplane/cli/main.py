@@ -136,6 +136,12 @@ def root(
     ctx.call_on_close(state.close)
 
 
+class ServeRole(StrEnum):
+    ALL = "all"
+    API = "api"
+    CONTROLLERS = "controllers"
+
+
 class LogLevel(StrEnum):
     CRITICAL = "critical"
     ERROR = "error"
@@ -149,6 +155,8 @@ class LogLevel(StrEnum):
     "  virtplane serve --demo\n"
     "  virtplane serve --data-dir /var/lib/virtplane --host 0.0.0.0 --port 8470\n"
     "  virtplane serve --db postgresql+psycopg://virtplane@db/virtplane\n"
+    "  virtplane serve --workers 4                  # 4 API processes and the controllers' process\n"
+    "  virtplane serve --role api --workers 4 --db postgresql+psycopg://virtplane@db/virtplane\n"
     "  virtplane serve --config /etc/virtplane/virtplane.toml --log-level debug",
 )
 def serve(
@@ -244,6 +252,34 @@ def serve(
             help="Allow plain HTTP on a non-loopback --host (behind a TLS proxy); logs a warning.",
         ),
     ] = False,
+    role: Annotated[
+        ServeRole,
+        typer.Option(
+            "--role",
+            case_sensitive=False,
+            help="all: the API and the controllers; api: admission, writes, watches and the "
+            "dashboard, no controller; controllers: the leader-elected controllers, no public "
+            "listener (/healthz and /metrics on 127.0.0.1:--health-port).",
+        ),
+    ] = ServeRole.ALL,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="API processes sharing the listening socket; more than one: serve supervises "
+            "them (and with --role all one controllers' process beside them), restarting any that dies.",
+        ),
+    ] = 1,
+    health_port: Annotated[
+        int,
+        typer.Option(
+            "--health-port",
+            min=1,
+            max=65535,
+            help="The controllers' process: /healthz and /metrics on 127.0.0.1 at this port.",
+        ),
+    ] = 8471,
     max_header_bytes: serve_limits.MaxHeaderBytes = 32 * 1024,
     max_headers: serve_limits.MaxHeaders = 100,
     header_timeout: serve_limits.HeaderTimeout = 10.0,
@@ -300,6 +336,9 @@ def serve(
                     write_burst=write_burst,
                 ),
                 identity=identity,
+                role=role.value,
+                workers=workers,
+                health_port=health_port,
             )
         )
     except ServeRefused as refused:

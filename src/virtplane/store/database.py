@@ -19,7 +19,9 @@ concurrency there:
   back). A reader of ``changes_since`` therefore never sees a revision while a smaller
   one is still in flight, and a watcher that remembers the highest revision it saw
   misses nothing. Events get the same treatment under their own lock, for readers
-  that follow them by id. On SQLite the database's single writer gives both for free.
+  that follow them by id. On SQLite the database's single writer gives both for free:
+  a write transaction begins IMMEDIATE, so it holds the file's write lock from its first
+  read, also against other processes (``serve --workers``).
 
 Calls are synchronous and short. Async code calls them directly (SQLite answers in
 well under a millisecond); FastAPI runs sync routes in its thread pool. On SQLite the
@@ -218,6 +220,12 @@ class Database:
             lock.acquire()
         try:
             with self.connect() as connection, connection.begin():
+                if self._write_lock is not None:
+                    # The write lock from the first statement: a write reads (the version it
+                    # checks) before it writes, and a deferred transaction would read before it
+                    # locks. Across processes (``serve --workers``) another one's commit could
+                    # land in between; IMMEDIATE waits for it (busy_timeout) and reads after it.
+                    connection.exec_driver_sql("BEGIN IMMEDIATE")
                 yield connection
         finally:
             if lock is not None:
@@ -265,6 +273,10 @@ class Database:
     def _pragma(self, name: str) -> int:
         with self.connect() as connection:
             return int(connection.exec_driver_sql(f"PRAGMA {name}").scalar_one())
+
+    def announce(self, revision: int) -> None:
+        """Tell the listeners of a commit another process made (``runtime.other_writers``)."""
+        self._notify(revision)
 
     def _notify(self, revision: int) -> None:
         for listener in list(self._listeners):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,10 +43,39 @@ class VMFaultRequest(BaseModel):
     count: int = Field(default=1, ge=1, le=1000)
 
 
+FORWARDED_HEADERS = ("authorization", "cookie", "x-csrf-token", "x-request-id")
+
+
+async def _forwarded(ctx: ApiContext, request: Request, body: BaseModel) -> dict[str, Any] | None:
+    """The answer of the process that runs the simulator (the controllers', under ``serve
+    --workers``) to this very request, with the caller's credentials; None: it runs here, or
+    nowhere this process knows of."""
+    if ctx.sim is not None or ctx.sim_url is None:
+        return None
+    headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS}
+    async with httpx.AsyncClient(base_url=ctx.sim_url, timeout=30.0) as client:
+        answer = await client.request(
+            request.method, request.url.path, json=body.model_dump(), headers=headers
+        )
+    if answer.status_code >= 400:
+        refusal = answer.json()
+        raise ApiError(answer.status_code, str(refusal.get("reason")), str(refusal.get("message")))
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+NO_SIMULATOR = (
+    "no simulator runs in this process: with --role api it lives in the controllers' process "
+    "(serve --workers N passes these requests on to it; separate services cannot)"
+)
+
+
 def _inject(
     ctx: ApiContext, host: Host, kind: str, vm: VirtualMachine | None, count: int, by: Principal
 ) -> dict[str, Any]:
     name = host.metadata.name
+    if ctx.sim is None and host.spec.uri.startswith("sim://"):
+        raise ApiError(422, "NotSimulated", NO_SIMULATOR)
     if ctx.sim is None or not host.spec.uri.startswith("sim://"):
         raise ApiError(
             422, "NotSimulated", f"host {name} is not a simulated host; faults exist only for sim:// hosts"
@@ -78,6 +108,8 @@ async def inject_fault(
     name: str, body: FaultRequest, request: Request, principal: Principal = Depends(require(Role.ADMIN))
 ) -> dict[str, Any]:
     ctx: ApiContext = request.app.state.ctx
+    if (forwarded := await _forwarded(ctx, request, body)) is not None:
+        return forwarded
     host = ctx.store.get(Host, name)
     vm = ctx.store.get(VirtualMachine, body.vm) if body.vm is not None else None
     return _inject(ctx, host, body.kind, vm, body.count, principal)
@@ -94,6 +126,8 @@ async def inject_vm_fault(
 ) -> dict[str, Any]:
     """The VM's own host (``status.host``) takes the fault: no need to know where it was placed."""
     ctx: ApiContext = request.app.state.ctx
+    if (forwarded := await _forwarded(ctx, request, body)) is not None:
+        return forwarded
     vm = ctx.store.get(VirtualMachine, name)
     if body.kind in HOST_FAULTS:
         raise ApiError(422, "Invalid", f"{body.kind} is a host fault: POST /v1/hosts/{{name}}/faults")
@@ -125,9 +159,11 @@ async def set_vm_load(
 ) -> dict[str, Any]:
     """Like a fault, for demos and tests: the guest follows the VM across hosts and restarts."""
     ctx: ApiContext = request.app.state.ctx
+    if (forwarded := await _forwarded(ctx, request, body)) is not None:
+        return forwarded
     vm = ctx.store.get(VirtualMachine, name)
     if ctx.sim is None:
-        raise ApiError(422, "NotSimulated", "no simulator runs here; a real guest's load is its own")
+        raise ApiError(422, "NotSimulated", f"{NO_SIMULATOR}; a real guest's load is its own")
     load = SimLoad(
         cpu=body.cpu_pct / 100,
         memory=body.memory_pct / 100,
