@@ -83,6 +83,13 @@ class BackupOperations(Protocol):
         """Define checkpoints read on another host (after a live migration), oldest first;
         those defined already are left as they are."""
 
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> None:
+        """Volume ``name`` of ``pool`` made anew with the disk ``backup_volume`` (in the target's
+        pool) reads as, through its chain down to the full backup; made if missing. Refused while
+        a running domain uses the volume. Safe to retry: the backup's files are only read."""
+
 
 class NoBackups:
     """``BackupOperations`` of a driver without ``Capability.BACKUP``: each call is refused."""
@@ -109,4 +116,9 @@ class NoBackups:
         raise self._no_backups()
 
     async def redefine_checkpoints(self, name: str, definitions: tuple[str, ...]) -> None:
+        raise self._no_backups()
+
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> None:
         raise self._no_backups()

@@ -8,7 +8,10 @@ conflict with the state things are in); the API maps it to its HTTP status.
 
 from __future__ import annotations
 
+from functools import partial
+
 from virtplane.domain.attachments import attached_elsewhere, users_of
+from virtplane.domain.backup_restore import restore_refusal
 from virtplane.domain.clones import check_template_change
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.intents import read_intents
@@ -263,6 +266,12 @@ class Admission:
         )
         if not admission.allowed:
             raise Refused(admission.reason, admission.message)
+        restore = op.spec.restore
+        if restore is not None and restore.backup is not None:
+            find = partial(self.store.find, VirtualMachineBackup)
+            refusal = restore_refusal(vm.metadata.name, restore.backup, restore.disks, find)
+            if refusal is not None:
+                raise refusal
 
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]

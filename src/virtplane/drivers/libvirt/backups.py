@@ -17,6 +17,7 @@ from typing import Any
 
 from virtplane.domain.resources import Capability
 from virtplane.drivers.backups import BackupJob, BackupJobState, BackupRequest, DiskBackup
+from virtplane.drivers.base import PoolRef
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt, storage
 from virtplane.drivers.libvirt.calls import LibvirtCalls
@@ -184,3 +185,9 @@ class BackupJobs(LibvirtCalls):
     async def redefine_checkpoints(self, name: str, definitions: tuple[str, ...]) -> None:
         self._require(Capability.BACKUP)
         await self._call(lambda conn: redefine_checkpoints(conn, name, definitions))
+
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> None:
+        self._require(Capability.BACKUP)
+        await self._call(lambda conn: storage.restore_volume(conn, target, backup_volume, pool, name))
