@@ -295,7 +295,7 @@ def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: DemoSe
     assert volume["spec"] == {
         "pool": "shared",
         "size_gib": 5,
-        "source": {"image": "debian-12", "snapshot": None, "volume": None, "linked": False},
+        "source": {"image": "debian-12", "snapshot": None, "volume": None, "backup": None, "linked": False},
     }
     act(made, "start")  # it boots from its new disk
     expect(made.locator("td.phase")).to_have_text("Running")
@@ -346,6 +346,7 @@ def test_three_vms_from_a_template_made_in_the_dialog(page: Page, demo: DemoServ
         "image": None,
         "snapshot": "batch-snap",
         "volume": "batch-1-root",
+        "backup": None,
         "linked": False,
     }
 

@@ -315,6 +315,20 @@ def restore(
         ),
     ] = RestoreMode.STRICT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="The same as --mode DryRun.")] = False,
+    new: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="With --backup: a new VM of this name instead (new MACs and addresses).",
+            show_default=False,
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="With --as: the pool for its disks.", show_default=False)
+    ] = None,
+    start: Annotated[
+        bool, typer.Option("--start", help="With --as: start it (else it stays Stopped).")
+    ] = False,
     wait: WaitOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
@@ -326,6 +340,11 @@ def restore(
     state = state_of(ctx)
     if (snapshot is None) == (backup is None):
         raise typer.BadParameter("name one source: --snapshot or --backup")
+    if new is not None:
+        if backup is None:
+            raise typer.BadParameter("--as makes a new VM from a backup: name it with --backup")
+        vm_backup.restore_as_new(state, backup, new, pool, start)
+        return
     mode = RestoreMode.DRY_RUN if dry_run else mode
     source = {"snapshot": snapshot} if snapshot is not None else {"backup": backup, "disks": disks or []}
     name = create_operation(state, vm, "Restore", restore={**source, "mode": mode.value})
@@ -371,7 +390,8 @@ _RESTORE_EPILOG = (
     "  virtplane restore web-1 --snapshot web-1-before-upgrade --wait\n"
     "  virtplane restore web-1 -s web-1-snap-x1y2z --mode BestEffort --wait\n"
     "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --dry-run\n"
-    "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --disk web-1-data --wait"
+    "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --disk web-1-data --wait\n"
+    "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --as web-1-copy --start"
 )
 
 

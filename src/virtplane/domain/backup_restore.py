@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from virtplane.domain.errors import DomainError, Invalid, Refused
 from virtplane.domain.resources.backup import BackupPhase, VirtualMachineBackup
 
-__all__ = ["backup_chain", "restore_refusal"]
+__all__ = ["backup_chain", "restore_refusal", "saved_disk_of_backup"]
 
 FindBackup = Callable[[str], VirtualMachineBackup | None]
 
@@ -71,3 +71,12 @@ def restore_refusal(vm: str, name: str, disks: Sequence[str], find: FindBackup) 
     except Refused as refused:
         return refused
     return None
+
+
+def saved_disk_of_backup(name: str, volume: str, find: FindBackup) -> DomainError | None:
+    """Why the disk of ``volume`` cannot be copied from backup ``name`` into a new volume (a VM
+    restored as a new one), or None: it can."""
+    backup = find(name)
+    if backup is None:
+        return Invalid("BackupNotFound", f"backup {name} does not exist")
+    return restore_refusal(backup.spec.vm, name, [volume], find)

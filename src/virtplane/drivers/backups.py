@@ -21,7 +21,7 @@ from virtplane.domain.resources import Capability
 from virtplane.drivers.errors import Unsupported
 
 if TYPE_CHECKING:
-    from virtplane.drivers.base import PoolRef
+    from virtplane.drivers.base import PoolRef, VolumeInfo
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class BackupOperations(Protocol):
 
     async def restore_from_backup(
         self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
-    ) -> None:
+    ) -> VolumeInfo:
         """Volume ``name`` of ``pool`` made anew with the disk ``backup_volume`` (in the target's
         pool) reads as, through its chain down to the full backup; made if missing. Refused while
         a running domain uses the volume. Safe to retry: the backup's files are only read."""
@@ -120,5 +120,5 @@ class NoBackups:
 
     async def restore_from_backup(
         self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
-    ) -> None:
+    ) -> VolumeInfo:
         raise self._no_backups()

@@ -17,7 +17,7 @@ from typing import Any
 
 from virtplane.domain.resources import Capability
 from virtplane.drivers.backups import BackupJob, BackupJobState, BackupRequest, DiskBackup
-from virtplane.drivers.base import PoolRef
+from virtplane.drivers.base import PoolRef, VolumeInfo
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt, storage
 from virtplane.drivers.libvirt.calls import LibvirtCalls
@@ -188,6 +188,6 @@ class BackupJobs(LibvirtCalls):
 
     async def restore_from_backup(
         self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
-    ) -> None:
+    ) -> VolumeInfo:
         self._require(Capability.BACKUP)
-        await self._call(lambda conn: storage.restore_volume(conn, target, backup_volume, pool, name))
+        return await self._call(lambda conn: storage.restore_volume(conn, target, backup_volume, pool, name))

@@ -282,7 +282,7 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
     _replace(conn, lookup_pool(conn, ref), name, snapshot, int(snapshot.info()[1]))
 
 
-def restore_volume(conn: Any, source_ref: PoolRef, source_name: str, ref: PoolRef, name: str) -> None:
+def restore_volume(conn: Any, source_ref: PoolRef, source_name: str, ref: PoolRef, name: str) -> VolumeInfo:
     """``name`` made anew from ``source_name`` (a backup's volume) as it reads through its
     backing files: libvirt's clone is ``qemu-img convert``, which flattens the chain. At least
     the size it had. Safe to retry: the source is only read."""
@@ -293,10 +293,10 @@ def restore_volume(conn: Any, source_ref: PoolRef, source_name: str, ref: PoolRe
     pool = ensure_pool(conn, ref)
     current = lookup_volume(pool, name)
     capacity = max(int(source.info()[1]), int(current.info()[1]) if current is not None else 0)
-    _replace(conn, pool, name, source, capacity)
+    return volume_info(_replace(conn, pool, name, source, capacity))
 
 
-def _replace(conn: Any, pool: Any, name: str, source: Any, capacity: int) -> None:
+def _replace(conn: Any, pool: Any, name: str, source: Any, capacity: int) -> Any:
     """``name`` deleted (unless a running domain uses it) and cloned from ``source``; a crash
     in between leaves it missing or half copied, and a retry makes it again."""
     current = lookup_volume(pool, name)
@@ -307,7 +307,7 @@ def _replace(conn: Any, pool: Any, name: str, source: Any, capacity: int) -> Non
                 f"volume {name!r} is in use by running domain {user[0].name!r}; stop it first"
             )
         current.delete(0)
-    _clone(pool, name, source, capacity, can_resize=True)
+    return _clone(pool, name, source, capacity, can_resize=True)
 
 
 def copy_snapshot(

@@ -6,7 +6,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING
 
 from virtplane.drivers.backups import BackupJob, BackupRequest
-from virtplane.drivers.base import PoolRef
+from virtplane.drivers.base import PoolRef, VolumeInfo
 
 from ._world import SimWorld, entry_point
 
@@ -54,10 +54,10 @@ class SimBackupCalls:
     @entry_point
     async def restore_from_backup(
         self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
-    ) -> None:
+    ) -> VolumeInfo:
         host = self._host().name
         self.world.storage.ensure_pool(host, target)
-        self.world.storage.restore_volume(host, target, backup_volume, pool, name)
+        return self.world.storage.restore_volume(host, target, backup_volume, pool, name)
 
 
 __all__ = ["SimBackupCalls"]
