@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import against, api, ceiling, cli_start, drain, fleet, real, report, soak, usage
+from bench import against, api, ceiling, cli_start, drain, fleet, real, real_backup, report, soak, usage
 from bench.rows import Row
 from bench.sizes import FULL, SHORT, Sizes
 
@@ -34,12 +34,13 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({10}), cli_start.run),
     (real.ROWS, real.run),
     (usage.ROWS, usage.run),
+    (real_backup.ROWS, real_backup.run),
 )
-ALL_ROWS = frozenset(range(1, 20))
+ALL_ROWS = frozenset(range(1, 23))
 SHORT_ROWS = frozenset(range(1, 11))
 """What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows 1-10 (CI's budget).
-Rows 11-16 need the real rig; 17-19 (usage collection, the usage API, the dashboard in Chromium)
-mean something only at full size: name them with ``--rows``."""
+Rows 11-16 and 20-22 (backups and restore) need the real rig; 17-19 (usage collection, the usage
+API, the dashboard in Chromium) mean something only at full size: name them with ``--rows``."""
 
 
 def parse_rows(text: str) -> frozenset[int]:
