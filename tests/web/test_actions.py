@@ -228,7 +228,12 @@ def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(
         "revert to snapshot web-2-before"
     )
     (dry,) = operations_of(demo, "web-2", "Restore")
-    assert dry["spec"]["restore"] == {"snapshot": "web-2-before", "backup": None, "disks": [], "mode": "DryRun"}
+    assert dry["spec"]["restore"] == {
+        "snapshot": "web-2-before",
+        "backup": None,
+        "disks": [],
+        "mode": "DryRun",
+    }
     assert vm(demo, "web-2")["metadata"]["labels"]["tier"] == "edge", "a dry run changes nothing"
     page.screenshot(path=screenshots / "restore-dry-run.png")
 
