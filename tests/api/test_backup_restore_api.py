@@ -93,3 +93,22 @@ def test_an_operator_restores_from_any_point_of_a_chain_a_viewer_may_not(live_se
         assert operator.post("/v1/operations", json=start).status_code == 201
         busy = operator.post("/v1/operations", json=restore("again", backup="full"))
         assert (busy.status_code, busy.json()["reason"]) == (409, "OperationInProgress"), busy.text
+
+
+def test_a_backup_being_copied_into_a_volume_is_not_deleted_meanwhile(live_server: LiveServer) -> None:
+    with live_server.client("admin") as admin, live_server.client("operator") as operator:
+        seed(live_server, admin)
+        pool = {
+            "metadata": {"name": "shared"},
+            "spec": {"kind": "shared", "cluster": "default", "capacity_gib": 10},
+        }
+        assert admin.post("/v1/storagepools", json=pool).status_code == 201
+        # no host sees the pool: the copy waits, Pending
+        copy = {"metadata": {"name": "web-copy"}, "spec": {"pool": "shared", "size_gib": 1, "source": {"backup": "inc", "volume": "web-root"}}}  # fmt: skip
+        assert operator.post("/v1/volumes", json=copy).status_code == 201
+        refused = operator.delete("/v1/backups/inc")
+        assert (refused.status_code, refused.json()["reason"]) == (409, "BackupInUse"), refused.text
+        assert "being read by volume web-copy" in refused.json()["message"]
+        wrong = {**copy, "metadata": {"name": "web-copy-2"}, "spec": {**copy["spec"], "source": {"backup": "inc", "volume": "db-root"}}}  # fmt: skip
+        missing = operator.post("/v1/volumes", json=wrong)
+        assert (missing.status_code, missing.json()["reason"]) == (422, "DiskNotInBackup"), missing.text

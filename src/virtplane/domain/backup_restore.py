@@ -9,12 +9,14 @@ before it changes anything, since a backup can go in between.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from virtplane.domain.errors import DomainError, Invalid, Refused
 from virtplane.domain.resources.backup import BackupPhase, VirtualMachineBackup
+from virtplane.domain.resources.operation import RestoreSpec, VirtualMachineOperation
+from virtplane.domain.resources.volume import Volume, VolumePhase
 
-__all__ = ["backup_chain", "restore_refusal", "saved_disk_of_backup"]
+__all__ = ["backup_chain", "read_by", "restore_refusal", "saved_disk_of_backup", "spec_refusal"]
 
 FindBackup = Callable[[str], VirtualMachineBackup | None]
 
@@ -73,6 +75,13 @@ def restore_refusal(vm: str, name: str, disks: Sequence[str], find: FindBackup) 
     return None
 
 
+def spec_refusal(vm: str, spec: RestoreSpec | None, find: FindBackup) -> DomainError | None:
+    """``restore_refusal`` of a Restore operation's source, when it is a backup."""
+    if spec is None or spec.backup is None:
+        return None
+    return restore_refusal(vm, spec.backup, spec.disks, find)
+
+
 def saved_disk_of_backup(name: str, volume: str, find: FindBackup) -> DomainError | None:
     """Why the disk of ``volume`` cannot be copied from backup ``name`` into a new volume (a VM
     restored as a new one), or None: it can."""
@@ -80,3 +89,24 @@ def saved_disk_of_backup(name: str, volume: str, find: FindBackup) -> DomainErro
     if backup is None:
         return Invalid("BackupNotFound", f"backup {name} does not exist")
     return restore_refusal(backup.spec.vm, name, [volume], find)
+
+
+def read_by(
+    name: str, operations: Iterable[VirtualMachineOperation], volumes: Iterable[Volume]
+) -> Refused | None:
+    """Why backup ``name`` cannot be deleted now: a restore not finished reads it, or a volume
+    is being copied from it (the backups under it are kept as its bases already)."""
+    readers = [
+        f"restore {op.metadata.name}"
+        for op in operations
+        if op.spec.restore is not None and op.spec.restore.backup == name and not op.status.phase.finished
+    ] + [
+        f"volume {v.metadata.name}"
+        for v in volumes
+        if v.spec.source is not None
+        and v.spec.source.backup == name
+        and v.status.phase is not VolumePhase.READY
+    ]
+    if not readers:
+        return None
+    return Refused("BackupInUse", f"backup {name} is being read by {', '.join(readers)}; wait for it to end")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from virtplane.domain.attachments import attached_elsewhere, users_of
-from virtplane.domain.backup_restore import restore_refusal, saved_disk_of_backup
+from virtplane.domain.backup_restore import read_by, saved_disk_of_backup, spec_refusal
 from virtplane.domain.clones import check_template_change
 from virtplane.domain.errors import DomainError, Invalid, Refused
 from virtplane.domain.intents import read_intents
@@ -275,9 +275,7 @@ class Admission:
         )
         if not admission.allowed:
             raise Refused(admission.reason, admission.message)
-        restore = op.spec.restore
-        if restore is not None and restore.backup is not None:
-            _raise(restore_refusal(vm.metadata.name, restore.backup, restore.disks, self.find_backup))
+        _raise(spec_refusal(vm.metadata.name, op.spec.restore, self.find_backup))
 
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]
@@ -316,6 +314,7 @@ class Admission:
     def on_delete(self, current: Resource) -> None:
         name = current.metadata.name
         if isinstance(current, VirtualMachineBackup):
+            _raise(read_by(name, self.store.list_objects(VirtualMachineOperation), self.cache.volumes()))
             builders = sorted(
                 b.metadata.name
                 for b in self.store.list_objects(VirtualMachineBackup)
