@@ -1,7 +1,8 @@
 """Restore from a backup on the rig's libvirt daemons with a real guest (issue 36's check): a
 known pattern written, a full backup, more written, an incremental backup, the disk corrupted;
 each point restored and its pattern read back by the guest itself (it prints the first bytes
-of its disk at boot: ``DISK0: ...``); a Stopped VM stays Stopped, a Running one comes back Running.
+of its disk at boot: ``DISK0: ...``); a Stopped VM stays Stopped, a Running one comes back Running;
+and the incremental point restored as a new VM, its disk a new volume holding that pattern.
 
 The pattern is the first sector (``write_marker``, while the VM is stopped): A before the full
 backup, B before the incremental one. The VM stays on host a, so its checkpoint (kept across a
@@ -27,6 +28,8 @@ from virtplane.domain.resources import (
     VirtualMachineBackup,
     VirtualMachineBackupSpec,
     VMPhase,
+    Volume,
+    VolumePhase,
 )
 
 from .conftest import console_shows
@@ -123,3 +126,14 @@ async def test_each_point_of_a_chain_comes_back_in_the_power_state_before(
     log = await console_shows(rig, dname, "DISK0: ", count=boots + 2)
     assert last_disk0(log) == disk0(ord("B")), "the guest reads the incremental's pattern"
     assert await qplane.runs_on("rb") == [current.status.host]
+
+    # as a new VM: its disk a new volume written from the incremental point, Stopped
+    async with qplane.api() as api:
+        made = await api.post("/v1/vms/actions/create", json={"names": ["rb-copy"], "backup": "rb-inc"})
+        assert made.status_code == 201, made.text
+    await eventually(
+        lambda: qplane.store.get(Volume, "rb-copy-root").status.phase is VolumePhase.READY, timeout=LIMIT_S
+    )
+    copy = qplane.store.get(Volume, "rb-copy-root")
+    assert copy.status.path != path and sector_holds(copy.status.path, ord("B")), "the incremental's pattern"
+    await qplane.wait_settled("rb-copy", VMPhase.STOPPED)
