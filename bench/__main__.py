@@ -31,6 +31,7 @@ from bench import (
     placement,
     postgres,
     real,
+    real_backup,
     rebalance,
     report,
     soak,
@@ -48,18 +49,19 @@ SESSIONS: tuple[tuple[frozenset[int], Session], ...] = (
     (frozenset({10}), cli_start.run),
     (real.ROWS, real.run),
     (usage.ROWS, usage.run),
+    (real_backup.ROWS, real_backup.run),
     (placement.ROWS, placement.run),
     (rebalance.ROWS, rebalance.run),
     (postgres.ROWS, postgres.run),
 )
-ALL_ROWS = frozenset(range(1, 20)) | placement.ROWS | rebalance.ROWS | postgres.ROWS
+ALL_ROWS = frozenset(range(1, 20)) | real_backup.ROWS | placement.ROWS | rebalance.ROWS | postgres.ROWS
 SHORT_ROWS = frozenset(range(1, 11))
 """What ``--short`` runs unless ``--rows`` says otherwise: the simulator's rows 1-10 (CI's budget).
-Rows 11-16 need the real rig; 17-19 (usage collection, the usage API, the dashboard in Chromium)
-and 23 (placement with rules) mean something only at full size: name them with ``--rows``. Row 24
-(rebalancing) runs a solver for two minutes: also only when named or in a full run. Rows 25-27
-(rows 1, 2 and 3 on PostgreSQL, ``bench/postgres.py``) need PostgreSQL installed: a full run
-takes them."""
+Rows 11-16 and 20-22 (backups and restore) need the real rig; 17-19 (usage collection, the usage
+API, the dashboard in Chromium) and 23 (placement with rules) mean something only at full size:
+name them with ``--rows``. Row 24 (rebalancing) runs a solver for two minutes: also only when
+named or in a full run. Rows 25-27 (rows 1, 2 and 3 on PostgreSQL, ``bench/postgres.py``) need
+PostgreSQL installed: a full run takes them."""
 
 
 def parse_rows(text: str) -> frozenset[int]:

@@ -68,11 +68,11 @@ def test_summary_of_latencies() -> None:
     assert (stats["median_ms"], stats["p90_ms"], stats["min_ms"], stats["max_ms"]) == (5.5, 9.0, 1.0, 10.0)
 
 
-def test_rows_are_one_to_nineteen() -> None:
-    assert parse_rows("1, 6, 19") == frozenset({1, 6, 19})
-    assert parse_rows("23") == frozenset({23})  # placement with rules (issue 37)
-    with pytest.raises(argparse.ArgumentTypeError, match="no such rows: \\[20\\]"):
-        parse_rows("2,20")
+def test_rows_are_one_to_twenty_seven() -> None:
+    assert parse_rows("1, 6, 19, 22") == frozenset({1, 6, 19, 22})
+    assert parse_rows("23,24,25") == frozenset({23, 24, 25})  # placement, rebalance, PostgreSQL
+    with pytest.raises(argparse.ArgumentTypeError, match="no such rows: \\[28\\]"):
+        parse_rows("2,28")
 
 
 BENCH_OUTPUT = """raw-SQLite ceiling: 22,661 transactions per s

@@ -17,6 +17,7 @@ POINTS = (
     # Every durable point of a controller (``ControllerContext.durable``) is one, right after
     # its write; the VM's are named in ``controllers.vm.durable``.
     "restore.entered-maintenance",  # the intent and hold are stored, nothing torn down yet
+    "restore.disk-restored",  # one disk is put back from its source (recorded on the operation), maybe not all
     "restore.overwritten",  # disks reverted and the VM overwritten from the snapshot
     "restore.exited-maintenance",  # the hold is gone, the power state not brought back yet
     "vm.domain-recreated",  # the domain was defined again, the intent not yet consumed

@@ -36,6 +36,7 @@ def test_linked_clones_run_and_their_backing_volume_stays_while_they_exist(world
                 "linked": True,
                 "image": None,
                 "snapshot": None,
+                "backup": None,
             }
             wait_json(operator, f"/v1/vms/{name}", lambda v: v["status"]["phase"] == "Running")
 

@@ -237,6 +237,7 @@ def test_a_snapshot_as_a_template_gives_its_disks_as_it_saved_them(world: LiveSe
             "image": None,
             "snapshot": "tmpl-snap",
             "volume": "tmpl-root",
+            "backup": None,
             "linked": False,
         }
         assert world.in_loop(sim.read_volume, volume["status"]["path"]) == "golden", (
@@ -265,3 +266,70 @@ def test_a_copy_runs_as_asked_never_as_the_template(world: LiveServer) -> None:
     assert [i["spec"]["run_policy"] for i in in_spec.json()["items"] if i["kind"] == "VirtualMachine"] == [
         "AlwaysOn"
     ]
+
+
+def test_a_backup_restored_as_new_vms_gives_its_disks_as_the_backup_saw_them_and_new_macs(
+    world: LiveServer,
+) -> None:
+    sim = world.plane.sim
+    target = _manifest("BackupTarget", "t", cluster="c1", path="/srv/backups", capacity_gib=100)
+    with world.client("admin") as admin, world.client("operator") as operator:
+        assert admin.post("/v1/backuptargets", json=target).status_code == 201
+        made = operator.post(
+            "/v1/vms/actions/create",
+            json={"names": ["src"], "run_policy": "AlwaysOn", "spec": {"nics": [{"network": "lan"}]},
+                  "volumes": [{"suffix": "root", "spec": {"pool": "vols", "size_gib": 1, "source": {"image": "disk"}}, "boot_order": 1}]},
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        src = wait_json(operator, "/v1/vms/src", lambda v: v["status"]["phase"] == "Running")
+        root = wait_json(operator, "/v1/volumes/src-root", lambda v: v["status"]["phase"] == "Ready")
+
+        def write(content: str) -> None:
+            world.in_loop(
+                lambda: setattr(
+                    sim.storage.find_pool("", "vols").volumes.get(root["status"]["file"]), "content", content
+                )
+            )
+
+        for name, content in (("b1", "monday"), ("b2", "tuesday")):
+            write(content)
+            backup = {"metadata": {"name": name}, "spec": {"vm": "src", "target": "t"}}
+            assert operator.post("/v1/backups", json=backup).status_code == 201
+            done = wait_json(
+                operator, f"/v1/backups/{name}", lambda b: b["status"]["phase"] in ("Succeeded", "Failed")
+            )
+            assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert done["status"]["base"] == "b1", "the second one is an incremental"
+        write("wednesday")
+        for new, backup_name, policy in (
+            ("from-b2", "b2", "Manual"),
+            ("from-b1", "b1", "AlwaysOnUnlessStoppedManually"),
+        ):
+            made = operator.post(
+                "/v1/vms/actions/create", json={"names": [new], "backup": backup_name, "run_policy": policy}
+            )
+            assert made.status_code == 201, made.text
+        stopped = wait_json(
+            operator, "/v1/vms/from-b2", lambda v: v["status"]["phase"] == "Stopped" and v["status"]["nics"]
+        )
+        running = wait_json(operator, "/v1/vms/from-b1", lambda v: v["status"]["phase"] == "Running")
+        volumes = [
+            wait_json(operator, f"/v1/volumes/{n}-root", lambda v: v["status"]["phase"] == "Ready")
+            for n in ("from-b2", "from-b1")
+        ]
+        missing = operator.post("/v1/vms/actions/create", json={"names": ["x"], "backup": "nope"})
+        stray_pool = operator.post("/v1/vms/actions/create", json={"names": ["x"], "pool": "vols"})
+    assert volumes[0]["spec"]["source"] == {
+        "image": None,
+        "snapshot": None,
+        "volume": "src-root",
+        "backup": "b2",
+        "linked": False,
+    }
+    assert [world.in_loop(sim.read_volume, v["status"]["path"]) for v in volumes] == ["tuesday", "monday"]
+    assert stopped["metadata"]["labels"]["virtplane.io/cloned-from"] == "b2"
+    macs = {vm["status"]["nics"][0]["mac"] for vm in (src, stopped, running)}
+    addresses = {vm["status"]["nics"][0]["ip"] for vm in (src, stopped, running)}
+    assert len(macs) == 3 and len(addresses) == 3, "new MACs and addresses"
+    assert (missing.status_code, missing.json()["reason"]) == (422, "BackupNotFound")
+    assert (stray_pool.status_code, stray_pool.json()["reason"]) == (422, "Invalid")

@@ -88,3 +88,40 @@ def test_a_failed_backup_exits_1_with_its_reason(invoke: Invoke, server: LiveSer
     assert result.exit_code == 1
     assert result.stderr.startswith("Error (BackupFailed): backup/lost-1 failed: disk gone has no volume")
     assert server.store.get(VirtualMachineBackup, "lost-1").status.phase is BackupPhase.FAILED
+
+
+def test_vm_restore_from_a_backup_dry_run_first_then_one_disk(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport
+) -> None:
+    assert invoke("vm", "backup", "run-1", "--target", "nightly", "--name", "b1", "--wait").exit_code == 0
+
+    dry = invoke("vm", "restore", "run-1", "--backup", "b1", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "Dry-run report:" in dry.stdout and "VM run-1 is stopped first, then started again" in dry.stdout
+    result = invoke("vm", "restore", "run-1", "--backup", "b1", "--disk", "run-1-root", "--wait")
+    assert result.exit_code == 0, result.output
+    assert sent.to("POST", "/v1/operations")[-1].body["spec"]["restore"] == {
+        "backup": "b1",
+        "disks": ["run-1-root"],
+        "mode": "Strict",
+    }
+    assert result.stdout.splitlines()[-1].endswith("completed")
+    wait_phase(server, "run-1", "Running")
+    neither = invoke("vm", "restore", "run-1")
+    assert neither.exit_code == 2 and "name one source" in neither.output
+
+
+def test_vm_restore_as_a_new_vm_sends_the_backup_and_stays_stopped_without_start(
+    invoke: Invoke, server: LiveServer, sent: RecordingTransport
+) -> None:
+    assert invoke("vm", "backup", "run-1", "--target", "nightly", "--name", "b1", "--wait").exit_code == 0
+
+    result = invoke("vm", "restore", "run-1", "--backup", "b1", "--as", "copy-1")
+
+    assert result.exit_code == 0, result.output
+    [request] = sent.to("POST", "/v1/vms/actions/create")
+    assert request.body == {"names": ["copy-1"], "backup": "b1", "run_policy": "Manual"}
+    assert "vm/copy-1 created from backup/b1" in result.stdout
+    wait_phase(server, "copy-1", "Stopped")
+    no_backup = invoke("vm", "restore", "run-1", "--snapshot", "s", "--as", "copy-2")
+    assert no_backup.exit_code == 2 and "--as makes a new VM from a backup" in no_backup.output

@@ -184,6 +184,7 @@ def test_a_vm_from_a_snapshot(invoke: Invoke, world: LiveServer) -> None:
         "image": None,
         "snapshot": "src-snap",
         "volume": "src-root",
+        "backup": None,
         "linked": False,
     }
     assert (

@@ -152,7 +152,8 @@ async def test_a_stopped_vm_is_copied_whole_without_a_checkpoint(plane: ControlP
     assert plane.sim.read_volume(f"sim://backups-t/{copy.status.disks[0].backup_volume}") == "cold data"
 
 
-async def test_after_a_migration_the_next_backup_is_full_and_says_why(plane: ControlPlane) -> None:
+async def test_after_a_migration_the_next_backup_is_incremental_and_says_why(plane: ControlPlane) -> None:
+    assert plane.sim is not None
     await world(plane)
     first = await take(plane, "b1")
     assert first.status.phase is BackupPhase.SUCCEEDED
@@ -160,12 +161,26 @@ async def test_after_a_migration_the_next_backup_is_full_and_says_why(plane: Con
     assert (
         first.status.consistency_reason == "no guest agent is connected: the disks are as after a power cut"
     )
+    assert len(first.status.checkpoint_definitions) == 1, "its own checkpoint, kept for the next host"
     moved = await wait_op(plane, operate(plane, "a", OperationType.MIGRATE), timeout=30)
     assert moved.status.phase is OperationPhase.COMPLETED, moved.status.message
+    host = vm(plane, "a").status.host
+    assert first.status.checkpoint not in await checkpoints(plane, host or ""), "not carried by the move"
+    plane.sim.write_volume(disk_path(plane), "after the move")
     second = await take(plane, "b2")
-    assert second.status.phase is BackupPhase.SUCCEEDED and second.status.mode is BackupMode.FULL
+    assert second.status.phase is BackupPhase.SUCCEEDED and second.status.mode is BackupMode.INCREMENTAL
+    assert second.status.mode_reason == (
+        f"incremental on b1 (its checkpoint {first.status.checkpoint} redefined on host {host} after the VM moved)"
+    )
+    assert second.status.total_bytes == 64 * 1024, "what changed since b1, not the whole disk"
+    # a base that kept no definition (taken before they were kept): full, as before
+    plane.store.mutate(VirtualMachineBackup, "b2", lambda b: setattr(b.status, "checkpoint_definitions", []))
+    back = await wait_op(plane, operate(plane, "a", OperationType.MIGRATE), timeout=30)
+    assert back.status.phase is OperationPhase.COMPLETED, back.status.message
+    third = await take(plane, "b3")
+    assert third.status.mode is BackupMode.FULL
     assert (
-        second.status.mode_reason == f"full: checkpoint {first.status.checkpoint} is gone from the VM's host"
+        third.status.mode_reason == f"full: checkpoint {second.status.checkpoint} is gone from the VM's host"
     )
 
 

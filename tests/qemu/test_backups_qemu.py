@@ -1,7 +1,8 @@
 """Backups through the API on the rig's two libvirt daemons (issue 36): a running guest's full
 backup with its filesystems frozen by its agent, an incremental one that writes only what the
 guest wrote since and holds its newer DISKTICK read through its base, a live migration after
-which the next backup is full and says why, and a deletion that removes the backup's file.
+which the next backup is still incremental (its checkpoint redefined on the new host; the
+bitmap travelled in the shared file) and says so, and a deletion that removes the backup's file.
 
 The guest writes ``DISKTICK n`` into sector 1 of its disk every tick (``tick_in`` reads it
 from a backup chain's newest file)."""
@@ -41,7 +42,9 @@ async def backed_up(api: httpx.AsyncClient, name: str, **spec: Any) -> dict[str,
     return done
 
 
-async def test_full_incremental_and_full_again_after_a_migration(qplane: QemuPlane, tmp_path: Path) -> None:
+async def test_full_incremental_and_incremental_again_after_a_migration(
+    qplane: QemuPlane, tmp_path: Path
+) -> None:
     rig = qplane.rig
     await qplane.add_host("a")
     await qplane.add_host("b")
@@ -70,11 +73,17 @@ async def test_full_incremental_and_full_again_after_a_migration(qplane: QemuPla
         assert tick_in(newest, tmp_path) > first
 
         await qplane.operate("g", OperationType.MIGRATE)
-        after = await backed_up(api, "b3")
-        assert after["status"]["mode"] == "Full"
-        assert (
-            after["status"]["mode_reason"]
-            == f"full: checkpoint {incremental['status']['checkpoint']} is gone from the VM's host"
+        host = qplane.vm("g").status.host
+        after = await backed_up(api, "b3")  # the bitmap travelled in the shared file: incremental
+        assert (after["status"]["mode"], after["status"]["base"]) == ("Incremental", "b2"), after["status"]
+        assert after["status"]["mode_reason"] == (
+            f"incremental on b2 (its checkpoint {incremental['status']['checkpoint']} redefined on host "
+            f"{host} after the VM moved)"
+        )
+        assert 0 < after["status"]["total_bytes"] <= 1024**2
+        newest = directory / after["status"]["disks"][0]["backup_volume"]
+        assert tick_in(newest, tmp_path) > tick_in(
+            directory / incremental["status"]["disks"][0]["backup_volume"], tmp_path
         )
 
         refused = await api.delete("/v1/backups/b1")

@@ -228,7 +228,12 @@ def test_snapshot_with_and_without_memory_then_restore_after_a_dry_run(
         "revert to snapshot web-2-before"
     )
     (dry,) = operations_of(demo, "web-2", "Restore")
-    assert dry["spec"]["restore"] == {"snapshot": "web-2-before", "mode": "DryRun"}
+    assert dry["spec"]["restore"] == {
+        "snapshot": "web-2-before",
+        "backup": None,
+        "disks": [],
+        "mode": "DryRun",
+    }
     assert vm(demo, "web-2")["metadata"]["labels"]["tier"] == "edge", "a dry run changes nothing"
     page.screenshot(path=screenshots / "restore-dry-run.png")
 
@@ -295,7 +300,7 @@ def test_create_a_vm_with_a_new_root_disk_from_an_image(page: Page, demo: DemoSe
     assert volume["spec"] == {
         "pool": "shared",
         "size_gib": 5,
-        "source": {"image": "debian-12", "snapshot": None, "volume": None, "linked": False},
+        "source": {"image": "debian-12", "snapshot": None, "volume": None, "backup": None, "linked": False},
     }
     act(made, "start")  # it boots from its new disk
     expect(made.locator("td.phase")).to_have_text("Running")
@@ -346,6 +351,7 @@ def test_three_vms_from_a_template_made_in_the_dialog(page: Page, demo: DemoServ
         "image": None,
         "snapshot": "batch-snap",
         "volume": "batch-1-root",
+        "backup": None,
         "linked": False,
     }
 

@@ -413,3 +413,53 @@ def test_no_view_is_wider_than_the_window(page: Page, demo: DemoServer, width: i
         expect(page.locator("#status-text")).to_contain_text("live")
         wide = page.evaluate("document.documentElement.scrollWidth")
         assert wide <= width, f"{route} is {wide} px wide in a {width} px window"
+
+
+def test_the_backups_tab_backs_up_now_and_restores_after_its_dry_run(page: Page, demo: DemoServer) -> None:
+    with demo.client("admin") as admin:
+        target = {
+            "kind": "BackupTarget",
+            "metadata": {"name": "nightly"},
+            "spec": {"cluster": "demo", "path": "/srv/backups", "capacity_gib": 100},
+        }
+        assert admin.post("/v1/backuptargets", json=target).status_code == 201, "an admin's"
+    at(page, demo, "operator", "#/vms/web-2/backups")
+    expect(page.locator("#vm-tab .empty")).to_have_text("No backups yet.")
+    page.click('#vm-tab [data-act="backup"]')
+    backup = page.locator('dialog[data-dialog="backup"]')
+    expect(backup.locator('select[name="target"]')).to_have_value("nightly")
+    backup.locator('[data-act="confirm"]').click()
+    expect(page.locator("#notice")).to_contain_text("Backup web-2-backup-")
+    with demo.client("viewer") as client:
+
+        def succeeded() -> str | None:
+            items = client.get("/v1/backups", params={"fieldSelector": "spec.vm=web-2"}).json()["items"]
+            done = [b["metadata"]["name"] for b in items if b["status"]["phase"] == "Succeeded"]
+            return done[0] if done else None
+
+        wait_for(succeeded, "the backup Succeeded", timeout=90)  # 20 GiB at the simulator's 1 GiB/s
+        name = succeeded()
+    page.click('#vm-page .tabs a[data-tab="summary"]')
+    page.click('#vm-page .tabs a[data-tab="backups"]')
+    row = page.locator(f'#vm-tab table.backups tr[data-name="{name}"]')
+    expect(row.locator("td.mode")).to_have_text("Full")
+    expect(row.locator("td.consistent")).to_have_text("crash-consistent")
+    row.locator(f'button[data-restore="{name}"]').click()
+    restore = page.locator('dialog[data-dialog="restore"]')
+    expect(restore.locator('select[name="backup"]')).to_have_value(str(name))
+    restore.locator('[data-act="run"]').click()  # a dry run first: it says what would happen
+    expect(restore.locator(".dry-run")).to_contain_text("Running (kept as before the restore)")
+    expect(restore.locator(".dry-run")).to_contain_text("VM web-2 is stopped first, then started again")
+    expect(restore.locator('[data-act="run"]')).to_have_text("Restore now (Strict)")
+    restore.locator('[data-act="run"]').click()
+    expect(page.locator("#notice")).to_contain_text(f"Restore of web-2 from backup {name} (Strict)")
+    restores = operations_of(demo, "web-2", "Restore")
+    assert sorted(op["spec"]["restore"]["mode"] for op in restores) == ["DryRun", "Strict"]
+    assert {op["spec"]["restore"]["backup"] for op in restores} == {name}
+    wait_for(
+        lambda: (
+            vm(demo, "web-2")["status"]["phase"] == "Running"
+            and all(op["status"]["phase"] == "Completed" for op in operations_of(demo, "web-2", "Restore"))
+        ),
+        "the restore done and web-2 Running again",
+    )

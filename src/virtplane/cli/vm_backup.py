@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from virtplane.cli.completion import complete_vm
-from virtplane.cli.context import state_of
+from virtplane.cli.context import CliState, state_of
 from virtplane.cli.errors import CliError, JsonObject
 from virtplane.cli.exit_codes import ExitCode
 from virtplane.cli.output import dig, format_mib
@@ -19,7 +19,7 @@ from virtplane.cli.waiting import one_row, wait_for
 from virtplane.domain.api_version import API_VERSION
 from virtplane.domain.names import generated_name, random_suffix
 
-__all__ = ["backup", "register"]
+__all__ = ["backup", "register", "restore_as_new"]
 
 DEFAULT_TIMEOUT_S = 3600.0
 EPILOG = (
@@ -103,6 +103,22 @@ def backup_words(current: JsonObject) -> tuple[str, Tone]:
         return f"{mode}: {copied} ({100 * done // total}%)", Tone.BUSY
     words = {"Pending": ("waiting to start", Tone.BUSY), "Succeeded": ("succeeded", Tone.GOOD)}
     return words.get(phase, ("failed", Tone.BAD) if phase == "Failed" else (phase, Tone.BUSY))
+
+
+def restore_as_new(state: CliState, backup: str, new: str, pool: str | None, start: bool) -> None:
+    """A new VM from a backup (``POST /v1/vms/actions/create`` with it): the spec it captured
+    with new MACs and addresses, its disks copied from the backup; Stopped unless ``start``."""
+    body: JsonObject = {
+        "names": [new],
+        "backup": backup,
+        "run_policy": "AlwaysOnUnlessStoppedManually" if start else "Manual",
+    }
+    if pool is not None:
+        body["pool"] = pool
+    answer = state.client.post("/v1/vms/actions/create", body)
+    for item in answer.get("items") or []:
+        kind = "vm" if dig(item, "kind") == "VirtualMachine" else str(dig(item, "kind", "")).lower()
+        state.console.print(Text(f"{kind}/{dig(item, 'metadata.name')} created from backup/{backup}"))
 
 
 def register(vm_app: typer.Typer) -> None:

@@ -295,8 +295,22 @@ def restore(
     ctx: typer.Context,
     vm: VMArgument,
     snapshot: Annotated[
-        str, typer.Option("--snapshot", "-s", help="The snapshot to restore.", show_default=False)
-    ],
+        str | None, typer.Option("--snapshot", "-s", help="The snapshot to restore.", show_default=False)
+    ] = None,
+    backup: Annotated[
+        str | None,
+        typer.Option(
+            "--backup", "-b", help="The backup to restore (full or incremental).", show_default=False
+        ),
+    ] = None,
+    disks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--disk",
+            help="With --backup: only this Volume (repeat for more); the VM's spec stays.",
+            show_default=False,
+        ),
+    ] = None,
     mode: Annotated[
         RestoreMode,
         typer.Option(
@@ -305,16 +319,40 @@ def restore(
             help=" ".join(f"{m.value}: {restore_mode_meaning(m)}." for m in RestoreMode),
         ),
     ] = RestoreMode.STRICT,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="The same as --mode DryRun.")] = False,
+    new: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="With --backup: a new VM of this name instead (new MACs and addresses).",
+            show_default=False,
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="With --as: the pool for its disks.", show_default=False)
+    ] = None,
+    start: Annotated[
+        bool, typer.Option("--start", help="With --as: start it (else it stays Stopped).")
+    ] = False,
     wait: WaitOption = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Restore a VM from a snapshot: disks, spec, labels and annotations.
+    """Restore a VM from a snapshot or a backup: disks, spec, labels and annotations.
 
     The VM comes back in the power state it had before the restore (AlwaysOff stays off,
     AlwaysOn runs). DryRun always waits and prints its report.
     """
     state = state_of(ctx)
-    name = create_operation(state, vm, "Restore", restore={"snapshot": snapshot, "mode": mode.value})
+    if (snapshot is None) == (backup is None):
+        raise typer.BadParameter("name one source: --snapshot or --backup")
+    if new is not None:
+        if backup is None:
+            raise typer.BadParameter("--as makes a new VM from a backup: name it with --backup")
+        vm_backup.restore_as_new(state, backup, new, pool, start)
+        return
+    mode = RestoreMode.DRY_RUN if dry_run else mode
+    source = {"snapshot": snapshot} if snapshot is not None else {"backup": backup, "disks": disks or []}
+    name = create_operation(state, vm, "Restore", restore={**source, "mode": mode.value})
     if mode is RestoreMode.DRY_RUN:
         _print_dry_run_report(state, name, timeout)
     elif wait:
@@ -355,7 +393,10 @@ _RESTORE_EPILOG = (
     "Examples:\n"
     "  virtplane restore web-1 --snapshot web-1-before-upgrade --mode DryRun\n"
     "  virtplane restore web-1 --snapshot web-1-before-upgrade --wait\n"
-    "  virtplane restore web-1 -s web-1-snap-x1y2z --mode BestEffort --wait"
+    "  virtplane restore web-1 -s web-1-snap-x1y2z --mode BestEffort --wait\n"
+    "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --dry-run\n"
+    "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --disk web-1-data --wait\n"
+    "  virtplane vm restore web-1 --backup web-1-backup-x1y2z --as web-1-copy --start"
 )
 
 
@@ -367,6 +408,7 @@ def register(app: typer.Typer) -> None:
     )
     for command in (start, stop, restart, migrate, evict):
         vm_app.command(epilog=_VM_EPILOG)(command)
+    vm_app.command("restore", epilog=_RESTORE_EPILOG)(restore)
     vm_create.register(vm_app)
     ova.register(vm_app)
     vm_backup.register(vm_app)

@@ -16,14 +16,16 @@ A job the host no longer knows (its daemon restarted, the domain stopped) or tha
 the backup Failed with the reason, stored first (``backup.failed``); then its checkpoint and
 volumes go: a failed backup is never a base, and nothing of it is left for ever.
 
-A live migration does not carry checkpoint metadata (libvirt 9.0): the next backup finds the
-checkpoint gone from the VM's new host and is full, and says so (no redefinition yet).
+A live migration does not carry checkpoint metadata (libvirt 9.0): the next backup redefines
+the checkpoint on the VM's new host from what its base kept (``backup_checkpoints``) and is
+incremental, or full where that fails, and says which.
 """
 
 from __future__ import annotations
 
 import logging
 
+from virtplane.controllers.backup_checkpoints import checkpoint_on_host
 from virtplane.controllers.backup_targets import target_driver, target_ref
 from virtplane.controllers.backup_verify import KIND as VERIFY_KIND
 from virtplane.controllers.backup_verify import verify_asked
@@ -132,19 +134,16 @@ class BackupReconciler:
 
     async def _chain(
         self, backup: VirtualMachineBackup, driver: HypervisorDriver, dname: str
-    ) -> tuple[VirtualMachineBackup | None, ChainState]:
+    ) -> tuple[VirtualMachineBackup | None, ChainState, str]:
         goods = self._good_backups(backup)
         newest = max(goods.values(), key=_finished, default=None)
         if newest is None:
-            return None, ChainState(None, None, False, 0)
+            return None, ChainState(None, None, False, 0), ""
         length, base = 0, newest
         while base.status.base is not None and base.status.base in goods:
             length, base = length + 1, goods[base.status.base]
-        on_host = (
-            newest.status.checkpoint is not None
-            and newest.status.checkpoint in await driver.checkpoints(dname)
-        )
-        return newest, ChainState(newest.metadata.name, newest.status.checkpoint, on_host, length)
+        on_host, note = await checkpoint_on_host(driver, dname, newest, backup.status.host)
+        return newest, ChainState(newest.metadata.name, newest.status.checkpoint, on_host, length), note
 
     async def _plan(self, backup: VirtualMachineBackup, vm: VirtualMachine) -> Result | None:
         ctx = self.ctx
@@ -180,8 +179,10 @@ class BackupReconciler:
             driver = await self._host_driver(vm.status.host)
             if driver is None:
                 return Result(requeue_after=2.0)
-            base, chain = await self._chain(backup, driver, domain_name(vm.metadata.uid))
+            status.host = vm.status.host
+            base, chain, note = await self._chain(backup, driver, domain_name(vm.metadata.uid))
             mode, reason = next_mode(chain, MAX_CHAIN)
+            reason += note
             if backup.spec.full:
                 mode, reason = BackupMode.FULL, "full: asked for (spec.full)"
             if mode is BackupMode.INCREMENTAL and base is not None:
@@ -371,6 +372,10 @@ class BackupReconciler:
             for old in await driver.checkpoints(dname):
                 if old.startswith(CHECKPOINT_PREFIX) and old != status.checkpoint:
                     await driver.delete_checkpoint(dname, old)
+            backup.status.checkpoint_definitions = list(
+                await driver.checkpoint_definitions(dname)
+            )  # its own now
+            await self.ctx.write(backup)
         return None
 
     async def _fail(self, backup: VirtualMachineBackup, message: str) -> Result | None:

@@ -32,10 +32,10 @@ from virtplane.controllers.restore_checks import (
     RestoreFailed,
     attached_now,
     dropped_nics,
-    snapshot_for,
     validation_report,
 )
-from virtplane.controllers.storage import pool_driver, pool_ref, volume_file
+from virtplane.controllers.restore_sources import RestoreSource, put_back, source_for
+from virtplane.controllers.storage import pool_driver
 from virtplane.domain.conditions import VMCondition, remove_condition
 from virtplane.domain.intents import (
     PowerState,
@@ -53,7 +53,6 @@ from virtplane.domain.resources import (
     StoragePool,
     VirtualMachine,
     VirtualMachineOperation,
-    VirtualMachineSnapshot,
     VMPhase,
     Volume,
 )
@@ -168,11 +167,9 @@ class RestoreHandler:
             return None
         restore = run.op.spec.restore
         assert restore is not None
-        snap = snapshot_for(self.ctx, run.op)
-        await self._reach(
-            run, RestoreStep.VALIDATE, f"snapshot {snap.metadata.name} is ready; checking disks and names"
-        )
-        run.op.status.progress = validation_report(self.ctx, run.op, run.vm, snap)
+        source = source_for(self.ctx, run.op)
+        await self._reach(run, RestoreStep.VALIDATE, f"{source.what} is ready; checking disks and names")
+        run.op.status.progress = validation_report(self.ctx, run.op, run.vm, source)
         if restore.mode is RestoreMode.DRY_RUN:
             await self._finish(
                 run.op, OperationPhase.COMPLETED, "DryRun", "dry run: nothing was changed; see progress"
@@ -224,7 +221,7 @@ class RestoreHandler:
                 Result(requeue_after=POLL_S)
             )  # the VM controller stops it (graceful, then forced)
         await self._remove_domain(run.vm)
-        await self._reach(run, RestoreStep.PROCESS_RESTORE, "reverting disks and the VM from the snapshot")
+        await self._reach(run, RestoreStep.PROCESS_RESTORE, "restoring disks and the VM from its source")
         return None
 
     async def _process_restore(self, run: RestoreRun) -> Result | None:
@@ -232,14 +229,19 @@ class RestoreHandler:
         (the intents recorded on entering stay), in one VM write: the durable point."""
         if run.step is not RestoreStep.PROCESS_RESTORE:
             return None
-        snap = snapshot_for(self.ctx, run.op)
-        captured = snap.status.captured
-        assert captured is not None
-        dropped = dropped_nics(self.ctx, run.op, run.vm, captured.spec.nics)
-        skipped = await self._revert_disks(run.op, snap)
+        source = source_for(self.ctx, run.op)
+        captured = source.captured
+        dropped = dropped_nics(self.ctx, run.op, run.vm, captured.spec.nics) if source.whole_vm else set()
+        skipped = await self._revert_disks(run, source)
 
         def overwrite(current: VirtualMachine) -> None:
-            # the snapshot's copy, but the intents stay the ones recorded on entering
+            if not source.whole_vm:  # only some disks: the VM stays as it is, cold-booted
+                intents = read_intents(current.metadata.annotations)
+                current.metadata.annotations = write_intents(
+                    current.metadata.annotations, intents.with_(resume_from_memory=None)
+                )
+                return
+            # the source's copy, but the intents stay the ones recorded on entering
             system = split_annotations(current.metadata.annotations)[1]
             current.spec = captured.spec.model_copy(deep=True)
             current.spec.disks = [d for d in current.spec.disks if d.volume not in skipped]
@@ -249,7 +251,7 @@ class RestoreHandler:
             # A VM that was Running resumes the snapshot's memory, if it has any, when it
             # starts again (controllers.vm.memory); one that was Stopped boots cold later.
             intents = read_intents(current.metadata.annotations)
-            resume = snap.metadata.name if snap.status.memory_handle else None
+            resume = source.name if source.memory_handle else None
             if intents.restore_power_state is not PowerState.RUNNING:
                 resume = None
             current.metadata.annotations = write_intents(
@@ -264,7 +266,7 @@ class RestoreHandler:
         note = f"; skipped missing or attached disk(s): {', '.join(skipped)}" if skipped else ""
         if dropped:
             note += f"; dropped NIC(s) {', '.join(map(str, sorted(dropped)))} (see the VM's events)"
-        await self._reach(run, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {snap.metadata.name}{note}")
+        await self._reach(run, RestoreStep.EXIT_MAINTENANCE, f"VM restored from {source.what}{note}")
         return None
 
     async def _exit_step(self, run: RestoreRun) -> Result | None:
@@ -307,22 +309,28 @@ class RestoreHandler:
         except HostUnreachable as exc:
             raise RestoreFailed("HostUnreachable", f"cannot remove the domain: {exc}") from exc
 
-    async def _revert_disks(self, op: VirtualMachineOperation, snap: VirtualMachineSnapshot) -> list[str]:
-        assert op.spec.restore is not None
+    async def _revert_disks(self, run: RestoreRun, source: RestoreSource) -> list[str]:
+        """Each disk put back as the source saved it; each one done is recorded on the operation
+        (a durable point: a restart does not copy it again)."""
+        restore = run.op.spec.restore
+        assert restore is not None
         skipped = []
-        for disk in snap.status.disk_snapshots:
+        for disk in source.disks:
+            key, done = f"volume/{disk.volume}", f"restored from {source.what}"
+            if run.op.status.progress.get(key) == done:
+                continue  # before a crash
             volume = self.ctx.read(Volume, disk.volume)
             pool = self.ctx.read(StoragePool, volume.spec.pool) if volume else None
             if volume is None or pool is None:
-                if op.spec.restore.mode is RestoreMode.STRICT:
+                if restore.mode is RestoreMode.STRICT:
                     raise RestoreFailed(
                         "DiskSnapshotMissing", f"volume {disk.volume} is gone; Strict restore stops"
                     )
                 skipped.append(disk.volume)
                 continue
-            owner = attached_now(self.ctx, volume, op.spec.vm)
+            owner = attached_now(self.ctx, volume, run.op.spec.vm)
             if owner is not None:  # never revert (or take) the disk of another VM
-                if op.spec.restore.mode is RestoreMode.STRICT:
+                if restore.mode is RestoreMode.STRICT:
                     raise RestoreFailed(
                         "VolumeAttached",
                         f"volume {disk.volume} is attached to VM {owner}; Strict restore stops",
@@ -333,11 +341,14 @@ class RestoreHandler:
             if driver is None:
                 raise RestoreFailed("PoolUnreachable", f"no connected host sees pool {pool.metadata.name}")
             try:
-                await driver.revert_volume(pool_ref(pool), volume_file(volume), disk.handle)
+                await put_back(driver, source, disk, volume, pool)
             except DriverError as exc:
-                if op.spec.restore.mode is RestoreMode.STRICT:
+                if restore.mode is RestoreMode.STRICT:
                     raise RestoreFailed("RevertFailed", f"volume {disk.volume}: {exc}") from exc
                 skipped.append(disk.volume)
+                continue
+            run.op.status.progress[key] = done
+            run.op = await self.ctx.durable("restore.disk-restored", run.op)
         return skipped
 
     async def _exit_maintenance(self, name: str, me: str) -> VirtualMachine:

@@ -1,8 +1,10 @@
-"""What a restore checks before it changes anything (DESIGN.md §4, Validate): the snapshot is
-there, Ready and this VM's; which disks and NICs can come back; what would change. A Strict
+"""What a restore checks before it changes anything (DESIGN.md §4, Validate): the snapshot (or
+backup: ``restore_sources``) is there, Ready and this VM's; which disks and NICs can come back; what would change. A Strict
 restore fails with the reason, BestEffort skips and says so; a DryRun reports only."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from virtplane.controllers.attachments import attached_elsewhere
 from virtplane.controllers.context import ControllerContext
@@ -11,6 +13,7 @@ from virtplane.domain.intents import strip_system
 from virtplane.domain.networks import Nic
 from virtplane.domain.phases import RESTORE_RUNNING_PHASES
 from virtplane.domain.resources import (
+    CapturedVM,
     RestoreMode,
     SnapshotPhase,
     StoragePool,
@@ -19,6 +22,9 @@ from virtplane.domain.resources import (
     VirtualMachineSnapshot,
     Volume,
 )
+
+if TYPE_CHECKING:
+    from virtplane.controllers.restore_sources import RestoreSource
 
 __all__ = ["RestoreFailed", "attached_now", "dropped_nics", "snapshot_for", "validation_report"]
 
@@ -31,7 +37,7 @@ class RestoreFailed(Exception):
 
 
 def snapshot_for(ctx: ControllerContext, op: VirtualMachineOperation) -> VirtualMachineSnapshot:
-    assert op.spec.restore is not None
+    assert op.spec.restore is not None and op.spec.restore.snapshot is not None
     snap = ctx.read(VirtualMachineSnapshot, op.spec.restore.snapshot)
     if snap is None:
         raise RestoreFailed("SnapshotNotFound", f"snapshot {op.spec.restore.snapshot} does not exist")
@@ -45,14 +51,14 @@ def snapshot_for(ctx: ControllerContext, op: VirtualMachineOperation) -> Virtual
 
 
 def validation_report(
-    ctx: ControllerContext, op: VirtualMachineOperation, vm: VirtualMachine, snap: VirtualMachineSnapshot
+    ctx: ControllerContext, op: VirtualMachineOperation, vm: VirtualMachine, source: RestoreSource
 ) -> dict[str, str]:
     """What would change, per resource; raises in Strict mode when something is missing."""
-    assert op.spec.restore is not None and snap.status.captured is not None
+    assert op.spec.restore is not None
     strict = op.spec.restore.mode is RestoreMode.STRICT
     report: dict[str, str] = {}
     missing: list[str] = []
-    for disk in snap.status.disk_snapshots:
+    for disk in source.disks:
         volume = ctx.read(Volume, disk.volume)
         owner = attached_now(ctx, volume, vm.metadata.name)
         if volume is None or ctx.read(StoragePool, volume.spec.pool) is None:
@@ -66,10 +72,28 @@ def validation_report(
                 )
             report[f"volume/{disk.volume}"] = f"attached to VM {owner}: skipped"
         else:
-            report[f"volume/{disk.volume}"] = f"revert to snapshot {snap.metadata.name}"
-    captured = snap.status.captured
-    for index in dropped_nics(ctx, op, vm, captured.spec.nics):
-        report[f"nic/{index}"] = "dropped"
+            report[f"volume/{disk.volume}"] = source.plan()
+    before = "Running" if vm.status.phase in RESTORE_RUNNING_PHASES else "Stopped"
+    if source.whole_vm:
+        for index in dropped_nics(ctx, op, vm, source.captured.spec.nics):
+            report[f"nic/{index}"] = "dropped"
+        report[f"vm/{vm.metadata.name}"] = _vm_changes(vm, source.captured)
+    else:
+        report[f"vm/{vm.metadata.name}"] = "spec unchanged: only the disks named are restored"
+    report["power_state"] = f"{before} (kept as before the restore)"
+    report["stopped_first"] = (
+        f"VM {vm.metadata.name} is stopped first, then started again"
+        if before == "Running"
+        else f"VM {vm.metadata.name} is stopped: nothing to stop"
+    )
+    if missing and strict:
+        raise RestoreFailed(
+            "DiskSnapshotMissing", f"Strict restore: disk(s) {', '.join(missing)} cannot be restored"
+        )
+    return report
+
+
+def _vm_changes(vm: VirtualMachine, captured: CapturedVM) -> str:
     changes = [
         f"{field}: {getattr(vm.spec, field)!r} -> {getattr(captured.spec, field)!r}"
         for field in type(vm.spec).model_fields
@@ -79,14 +103,7 @@ def validation_report(
         changes.append(f"labels: {vm.metadata.labels} -> {captured.labels}")
     if strip_system(vm.metadata.annotations) != strip_system(captured.annotations):
         changes.append("annotations replaced")
-    report[f"vm/{vm.metadata.name}"] = "; ".join(changes) if changes else "spec unchanged"
-    before = "Running" if vm.status.phase in RESTORE_RUNNING_PHASES else "Stopped"
-    report["power_state"] = f"{before} (kept as before the restore)"
-    if missing and strict:
-        raise RestoreFailed(
-            "DiskSnapshotMissing", f"Strict restore: disk(s) {', '.join(missing)} cannot be restored"
-        )
-    return report
+    return "; ".join(changes) if changes else "spec unchanged"
 
 
 def dropped_nics(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.attachments import sync_attachment, volumes_of_vm
+from virtplane.controllers.backup_copies import saved_backup_disk
+from virtplane.controllers.backup_targets import target_ref
 from virtplane.controllers.context import ControllerContext, Removal
 from virtplane.controllers.host import reachability_changed
 from virtplane.controllers.registration import Registration
@@ -161,7 +163,7 @@ class VolumeReconciler:
                 f"pool {pool.metadata.name} is an image library, not for volumes",
                 60.0,
             )
-        source, image_pool, handle = None, None, None
+        source, image_pool, handle, saved = None, None, None, None
         if volume.spec.source and volume.spec.source.image and volume.status.phase is not VolumePhase.READY:
             source, problem = image_ref(ctx.cache, volume.spec.source.image, ImageKind.DISK)
             image = ctx.cache.image(volume.spec.source.image)
@@ -172,6 +174,10 @@ class VolumeReconciler:
             handle, problem = self._saved_disk(volume.spec.source.snapshot, volume.spec.source.volume or "")
             if handle is None:
                 return await self._fail(volume, VolumePhase.PENDING, problem, 5.0)
+        elif self._copying(volume) and volume.spec.source and volume.spec.source.backup:
+            saved = saved_backup_disk(ctx, volume.spec.source.backup, volume.spec.source.volume or "")
+            if isinstance(saved, str):
+                return await self._fail(volume, VolumePhase.PENDING, saved, 5.0)
         elif self._copying(volume) and volume.spec.source and volume.spec.source.volume:
             source, image_pool, problem = self._copied_volume(volume.spec.source.volume)
             if source is None:
@@ -186,6 +192,11 @@ class VolumeReconciler:
         try:
             if volume.status.phase is VolumePhase.READY:
                 info = await driver.resize_volume(pool_ref(pool), file, volume.spec.size_gib)
+            elif isinstance(saved, tuple):
+                target, saved_volume = saved
+                info = await driver.restore_from_backup(
+                    target_ref(target), saved_volume, pool_ref(pool), file
+                )
             elif handle is not None:
                 linked = bool(volume.spec.source and volume.spec.source.linked)
                 info = await driver.copy_volume_snapshot(

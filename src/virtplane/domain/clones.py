@@ -26,9 +26,11 @@ from virtplane.domain.base import Metadata
 from virtplane.domain.errors import Invalid, Refused
 from virtplane.domain.names import BATCH_LABEL, DNS_LABEL
 from virtplane.domain.resources import (
+    BackupPhase,
     RunPolicy,
     SnapshotPhase,
     VirtualMachine,
+    VirtualMachineBackup,
     VirtualMachineSnapshot,
     VirtualMachineSpec,
     VMPhase,
@@ -43,6 +45,7 @@ __all__ = [
     "CopySource",
     "NewVolume",
     "Planned",
+    "backup_volumes",
     "check_template_change",
     "clone_source_refusal",
     "merge_patch",
@@ -159,11 +162,7 @@ def snapshot_volumes(
                 "SnapshotDiskMissing",
                 f"snapshot {name}: disk {disk.volume} was not saved, or its volume (and pool) is gone",
             )
-        suffix = (
-            disk.volume.removeprefix(f"{snapshot.spec.vm}-")
-            if disk.volume.startswith(f"{snapshot.spec.vm}-")
-            else f"disk{index}"
-        )
+        suffix = _suffix(snapshot.spec.vm, disk.volume, index)
         spec = VolumeSpec(
             pool=original.spec.pool,
             size_gib=max(saved[disk.volume].size_gib, 1),
@@ -171,6 +170,39 @@ def snapshot_volumes(
         )
         copies.append(NewVolume(suffix, spec, disk.boot_order))
     return CopySource(name, captured), copies
+
+
+def backup_volumes(
+    backup: VirtualMachineBackup, volumes: Mapping[str, Volume | None], pool: str | None
+) -> tuple[CopySource, list[NewVolume]]:
+    """A backup as a template (a VM restored as a new one): the spec it captured, and a copy of
+    each disk as it saved it (a Volume with ``source: {backup, volume}``) in ``pool``, else in
+    the pool of the volume it saved (which may be gone: then ``pool`` is needed)."""
+    name = backup.metadata.name
+    if backup.status.phase is not BackupPhase.SUCCEEDED or backup.status.captured is None:
+        raise Refused("BackupNotReady", f"backup {name} is {backup.status.phase.value}, not Succeeded")
+    captured = backup.status.captured.spec
+    saved = {d.volume: d for d in backup.status.disks}
+    copies = []
+    for index, disk in enumerate(captured.disks):
+        original = volumes.get(disk.volume)
+        into = pool or (original.spec.pool if original is not None else None)
+        if disk.volume not in saved:
+            raise Refused("BackupDiskMissing", f"backup {name} saved no disk of volume {disk.volume}")
+        if into is None:
+            raise Invalid("PoolRequired", f"pool: volume {disk.volume} is gone; name the pool for its copy")
+        spec = VolumeSpec(
+            pool=into,
+            size_gib=max(1, -(-saved[disk.volume].size_bytes // 1024**3)),
+            source=VolumeSource(backup=name, volume=disk.volume),
+        )
+        copies.append(NewVolume(_suffix(backup.spec.vm, disk.volume, index), spec, disk.boot_order))
+    return CopySource(name, captured), copies
+
+
+def _suffix(vm: str, volume: str, index: int) -> str:
+    """web-1-root -> <new vm>-root; a volume named otherwise -> <new vm>-disk<N>"""
+    return volume.removeprefix(f"{vm}-") if volume.startswith(f"{vm}-") else f"disk{index}"
 
 
 def _fresh_spec(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from virtplane.domain.resources import Capability
 from virtplane.drivers.errors import Unsupported
 
 if TYPE_CHECKING:
-    from virtplane.drivers.base import PoolRef
+    from virtplane.drivers.base import PoolRef, VolumeInfo
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,13 @@ class BackupOperations(Protocol):
         backup's own first and its bases after it. Every file's image is sound, each links to
         the next, and the disk read through the top reads as a flattened copy of it."""
 
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> VolumeInfo:
+        """Volume ``name`` of ``pool`` made anew with the disk ``backup_volume`` (in the target's
+        pool) reads as, through its chain down to the full backup; made if missing. Refused while
+        a running domain uses the volume. Safe to retry: the backup's files are only read."""
+
 
 class NoBackups:
     """``BackupOperations`` of a driver without ``Capability.BACKUP``: each call is refused."""
@@ -123,4 +130,9 @@ class NoBackups:
         raise self._no_backups()
 
     async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
+        raise self._no_backups()
+
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> VolumeInfo:
         raise self._no_backups()

@@ -8,9 +8,12 @@ conflict with the state things are in); the API maps it to its HTTP status.
 
 from __future__ import annotations
 
+from functools import partial
+
 from virtplane.domain.attachments import attached_elsewhere, users_of
+from virtplane.domain.backup_restore import read_by, saved_disk_of_backup, spec_refusal
 from virtplane.domain.clones import check_template_change
-from virtplane.domain.errors import Invalid, Refused
+from virtplane.domain.errors import DomainError, Invalid, Refused
 from virtplane.domain.intents import read_intents
 from virtplane.domain.ipam import Claim
 from virtplane.domain.linked import backing_refusal, linked_refusal, saved_disk_refusal
@@ -45,11 +48,17 @@ from virtplane.store.store import Store
 IMMUTABLE_SPEC = (VirtualMachineOperation, VirtualMachineSnapshot, VirtualMachineBackup, Image)
 
 
+def _raise(refusal: DomainError | None) -> None:
+    if refusal is not None:
+        raise refusal
+
+
 class Admission:
     def __init__(self, store: Store, cache: Cache) -> None:
         self.store = store
         self.cache = cache
         self.networks = NetworkAdmission(store, cache)
+        self.find_backup = partial(store.find, VirtualMachineBackup)
 
     def claims_of(self, obj: Resource) -> list[Claim]:
         """What ``obj`` holds alone, written with it (a VM's MACs and addresses)."""
@@ -150,13 +159,16 @@ class Admission:
         source = volume.spec.source
         if source is None:
             return
-        given = [field for field in ("image", "snapshot", "volume") if getattr(source, field)]
-        if given not in (["image"], ["volume"], ["snapshot", "volume"], []):
+        given = [field for field in ("image", "snapshot", "volume", "backup") if getattr(source, field)]
+        if given not in (["image"], ["volume"], ["snapshot", "volume"], ["volume", "backup"], []):
             raise Invalid(
                 "Invalid",
-                f"spec.source: give an image, a volume, or a snapshot and the volume it saved, not {given}",
+                "spec.source: give an image, a volume, or a snapshot or backup and the volume it saved, "
+                f"not {given}",
             )
-        if source.image:
+        if source.backup and source.volume:
+            _raise(saved_disk_of_backup(source.backup, source.volume, self.find_backup))
+        elif source.image:
             self._image(source.image, ImageKind.DISK, "spec.source.image")
         elif source.snapshot:
             snapshot = self.store.find(VirtualMachineSnapshot, source.snapshot)
@@ -271,6 +283,7 @@ class Admission:
         if not admission.allowed:
             raise Refused(admission.reason, admission.message)
         refuse_rule_breaking_move(self.cache, op, vm)
+        _raise(spec_refusal(vm.metadata.name, op.spec.restore, self.find_backup))
 
     def on_update(self, current: Resource, new: Resource) -> Resource:
         if isinstance(current, IMMUTABLE_SPEC) and current.spec != new.spec:  # type: ignore[attr-defined]
@@ -309,6 +322,7 @@ class Admission:
     def on_delete(self, current: Resource) -> None:
         name = current.metadata.name
         if isinstance(current, VirtualMachineBackup):
+            _raise(read_by(name, self.store.list_objects(VirtualMachineOperation), self.cache.volumes()))
             builders = sorted(
                 b.metadata.name
                 for b in self.store.list_objects(VirtualMachineBackup)

@@ -20,11 +20,13 @@ from virtplane.api.auth import Principal, Role, require
 from virtplane.api.context import ApiContext
 from virtplane.api.routes.resources import DRY_RUN_HELP, admit_on_loop, create_as
 from virtplane.api.shown import public_doc
+from virtplane.domain.backup_restore import restore_refusal
 from virtplane.domain.base import FreeJson, Name, Strict, StringMap
 from virtplane.domain.clones import (
     CopySource,
     NewVolume,
     Planned,
+    backup_volumes,
     clone_source_refusal,
     plan_vms,
     snapshot_volumes,
@@ -37,6 +39,7 @@ from virtplane.domain.resources import (
     RunPolicy,
     StoragePool,
     VirtualMachine,
+    VirtualMachineBackup,
     VirtualMachineSnapshot,
     Volume,
     VolumeSpec,
@@ -73,6 +76,16 @@ class CreateVMs(Strict):
         default=None,
         description="A VirtualMachineSnapshot to copy instead of a template: the spec it captured, and "
         "each disk as it saved it (in the pool of the volume it saved).",
+    )
+    backup: Name | None = Field(
+        default=None,
+        description="A VirtualMachineBackup to copy instead of a template (a VM restored as a new one): the "
+        "spec it captured (new MACs and addresses), each disk as the backup saw it, read through its chain.",
+    )
+    pool: Name | None = Field(
+        default=None,
+        description="With a backup: the pool for the copies of its disks (default: the pool of each "
+        "disk's volume, which must then still exist).",
     )
     spec: FreeJson = Field(
         default_factory=dict,
@@ -135,11 +148,29 @@ def _snapshot_of(ctx: ApiContext, name: str, linked: bool) -> tuple[CopySource, 
     return source, copies
 
 
+def _backup_of(ctx: ApiContext, name: str, pool: str | None) -> tuple[CopySource, list[NewVolume]]:
+    def find(backup: str) -> VirtualMachineBackup | None:
+        return ctx.store.find(VirtualMachineBackup, backup)
+
+    backup = find(name)
+    if backup is None:
+        raise Invalid("BackupNotFound", f"backup: backup {name} does not exist")
+    refusal = restore_refusal(backup.spec.vm, name, [], find)
+    if refusal is not None:
+        raise refusal
+    captured = backup.status.captured.spec.disks if backup.status.captured else []
+    return backup_volumes(backup, {d.volume: ctx.store.find(Volume, d.volume) for d in captured}, pool)
+
+
 def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
     if len(set(body.names)) != len(body.names):
         raise Invalid("Invalid", "names: a name is listed twice")
-    if body.template and body.snapshot:
-        raise Invalid("Invalid", "give a template or a snapshot, not both")
+    if sum(1 for given in (body.template, body.snapshot, body.backup) if given) > 1:
+        raise Invalid("Invalid", "give a template, a snapshot or a backup, not two of them")
+    if body.pool and not body.backup:
+        raise Invalid("Invalid", "pool: only with a backup (new volumes name their pool in volumes)")
+    if body.backup and body.linked:
+        raise Invalid("LinkedNeedsTemplate", "linked: a backup's disks are copied, never linked")
     source: CopySource | None = None
     copies: list[NewVolume] = []
     if body.linked and not (body.template or body.snapshot):
@@ -151,6 +182,8 @@ def _plan(ctx: ApiContext, body: CreateVMs, batch: str) -> list[Planned]:
         source, copies = _template_of(ctx, body.template, body.linked)
     elif body.snapshot:
         source, copies = _snapshot_of(ctx, body.snapshot, body.linked)
+    elif body.backup:
+        source, copies = _backup_of(ctx, body.backup, body.pool)
     blueprints = [*copies, *(NewVolume(v.suffix, v.spec, v.boot_order) for v in body.volumes)]
     # a copy never takes the template's AlwaysOff: the request's policy, its spec's, else Manual
     policy = body.run_policy or (
@@ -186,7 +219,7 @@ async def create_vms_as(ctx: ApiContext, body: CreateVMs, dry_run: bool, princip
     "/v1/vms/actions/create",
     operation_id="create_vms_in_a_batch",
     status_code=201,
-    summary="Create VMs with their volumes: from a spec, or copies of a template or a stopped VM",
+    summary="Create VMs with their volumes: from a spec, or copies of a template, a stopped VM, a snapshot or a backup",
     response_model=CreatedVMs,
 )
 async def create_vms(

@@ -114,6 +114,11 @@ class VirtualMachineBackupStatus(BaseModel):
     checkpoint: str | None = Field(
         default=None, description="Made by this backup on the VM's host (none for a stopped VM's copy)."
     )
+    checkpoint_definitions: list[str] = Field(
+        default_factory=list,
+        description="Its checkpoint's definition as its host held it once it succeeded: redefined "
+        "on the VM's next host after a live migration, so that the next backup is incremental.",
+    )
     host: str | None = None
     begun: bool = Field(default=False, description="The hypervisor's backup job was started.")
     cleanup_pending: bool = Field(

@@ -22,8 +22,28 @@ class OperationType(StrEnum):
 
 
 class RestoreSpec(Strict):
-    snapshot: Name
+    """Where a restore reads from: a snapshot or a backup (one of the two)."""
+
+    snapshot: Name | None = Field(default=None, description="The VirtualMachineSnapshot to restore.")
+    backup: Name | None = Field(
+        default=None,
+        description="The VirtualMachineBackup to restore (any point of a chain: full or incremental).",
+    )
+    disks: list[Name] = Field(
+        default_factory=list,
+        max_length=64,
+        description="With ``backup``: only these Volumes are restored and the VM's spec stays as it "
+        "is; empty: every disk of the backup, and the VM's spec, labels and annotations as it saved them.",
+    )
     mode: RestoreMode = RestoreMode.STRICT
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RestoreSpec:
+        if (self.snapshot is None) == (self.backup is None):
+            raise ValueError("name one source: spec.restore.snapshot or spec.restore.backup")
+        if self.disks and self.backup is None:
+            raise ValueError("spec.restore.disks is only for a restore from a backup")
+        return self
 
 
 class MigrateSpec(Strict):
@@ -52,7 +72,7 @@ class VirtualMachineOperationSpec(Strict):
     @model_validator(mode="after")
     def _check_params(self) -> VirtualMachineOperationSpec:
         if self.type is OperationType.RESTORE and self.restore is None:
-            raise ValueError("a Restore operation needs spec.restore.snapshot")
+            raise ValueError("a Restore operation needs spec.restore (its snapshot or backup)")
         if self.type is not OperationType.RESTORE and self.restore is not None:
             raise ValueError("spec.restore is only for type Restore")
         if self.migrate is not None and self.type not in (OperationType.MIGRATE, OperationType.EVICT):

@@ -1,4 +1,4 @@
-"""A volume: a VM disk in a pool, empty or copied from an image or a snapshot."""
+"""A volume: a VM disk in a pool, empty or copied from an image, a snapshot or a backup."""
 
 from __future__ import annotations
 
@@ -22,7 +22,12 @@ class VolumeSource(Strict):
     volume: Name | None = Field(
         default=None,
         description="Another Volume to copy whole (a disk of a template or of a stopped VM): a clone; "
-        "with ``snapshot``, the volume whose saved disk is copied.",
+        "with ``snapshot`` or ``backup``, the volume whose saved disk is copied.",
+    )
+    backup: Name | None = Field(
+        default=None,
+        description="A VirtualMachineBackup to copy a disk from: the disk of ``volume`` as the backup "
+        "saw it (read through the backups it builds on).",
     )
     linked: bool = Field(
         default=False,

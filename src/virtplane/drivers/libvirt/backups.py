@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from virtplane.domain.resources import Capability
 from virtplane.drivers.backups import BackupCheck, BackupJob, BackupJobState, BackupRequest, DiskBackup
+from virtplane.drivers.base import PoolRef, VolumeInfo
 from virtplane.drivers.errors import PermanentError
 from virtplane.drivers.libvirt import _libvirt, storage
 from virtplane.drivers.libvirt.backup_verify import verify_chains
@@ -192,3 +193,9 @@ class BackupJobs(LibvirtCalls):
 
     async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
         return await asyncio.to_thread(verify_chains, target.path, chains)
+
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> VolumeInfo:
+        self._require(Capability.BACKUP)
+        return await self._call(lambda conn: storage.restore_volume(conn, target, backup_volume, pool, name))

@@ -279,7 +279,26 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
     snapshot = volume_by_path(conn, handle)
     if snapshot is None:
         raise NotFound(f"disk snapshot {handle!r} does not exist")
-    pool = lookup_pool(conn, ref)
+    _replace(conn, lookup_pool(conn, ref), name, snapshot, int(snapshot.info()[1]))
+
+
+def restore_volume(conn: Any, source_ref: PoolRef, source_name: str, ref: PoolRef, name: str) -> VolumeInfo:
+    """``name`` made anew from ``source_name`` (a backup's volume) as it reads through its
+    backing files: libvirt's clone is ``qemu-img convert``, which flattens the chain. At least
+    the size it had. Safe to retry: the source is only read."""
+    check_name("volume name", name)
+    source = lookup_volume(ensure_pool(conn, source_ref), check_name("backup volume", source_name))
+    if source is None:
+        raise NotFound(f"backup volume {source_name!r} does not exist in pool {source_ref.name!r}")
+    pool = ensure_pool(conn, ref)
+    current = lookup_volume(pool, name)
+    capacity = max(int(source.info()[1]), int(current.info()[1]) if current is not None else 0)
+    return volume_info(_replace(conn, pool, name, source, capacity))
+
+
+def _replace(conn: Any, pool: Any, name: str, source: Any, capacity: int) -> Any:
+    """``name`` deleted (unless a running domain uses it) and cloned from ``source``; a crash
+    in between leaves it missing or half copied, and a retry makes it again."""
     current = lookup_volume(pool, name)
     if current is not None:
         user = _running_user(conn, current.path())
@@ -288,7 +307,7 @@ def revert_volume(conn: Any, ref: PoolRef, name: str, handle: str) -> None:
                 f"volume {name!r} is in use by running domain {user[0].name!r}; stop it first"
             )
         current.delete(0)
-    _clone(pool, name, snapshot, int(snapshot.info()[1]), can_resize=False)
+    return _clone(pool, name, source, capacity, can_resize=True)
 
 
 def copy_snapshot(
@@ -328,6 +347,7 @@ __all__ = [
     "lookup_volume",
     "pool_path",
     "resize_volume",
+    "restore_volume",
     "revert_volume",
     "snapshot_volume",
     "snapshot_volume_name",

@@ -6,6 +6,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING
 
 from virtplane.drivers.backups import BackupCheck, BackupJob, BackupRequest
+from virtplane.drivers.base import PoolRef, VolumeInfo
 
 from ._world import SimWorld, entry_point
 
@@ -55,6 +56,13 @@ class SimBackupCalls:
     @entry_point
     async def verify_backup(self, target: PoolRef, chains: tuple[tuple[str, ...], ...]) -> BackupCheck:
         return self.world.backups.verify(self._host().name, target, chains)
+
+    async def restore_from_backup(
+        self, target: PoolRef, backup_volume: str, pool: PoolRef, name: str
+    ) -> VolumeInfo:
+        host = self._host().name
+        self.world.storage.ensure_pool(host, target)
+        return self.world.storage.restore_volume(host, target, backup_volume, pool, name)
 
 
 __all__ = ["SimBackupCalls"]

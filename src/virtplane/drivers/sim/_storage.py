@@ -308,6 +308,25 @@ class SimStorage:
         volume.content = saved.content
         pool.volumes.resize(volume, saved.size_gib)
 
+    def restore_volume(
+        self, host: str, source: PoolRef, source_name: str, ref: PoolRef, name: str
+    ) -> VolumeInfo:
+        """``name`` made anew (or made) with the content of ``source_name`` (a backup's volume:
+        the simulator keeps each one whole, so no chain is read)."""
+        saved = self._volume(host, source, source_name)
+        pool = self.pool(host, ref)
+        volume = pool.volumes.get(name)
+        if volume is None:
+            pool.check_room(saved.size_gib, f"volume {name}")
+            new = SimVolume(name, volume_path(ref.name, name), saved.size_gib, saved.content)
+            return pool.volumes.put(name, new).info()
+        self._refuse_if_in_use(pool, volume, "restore")
+        if saved.size_gib > volume.size_gib:
+            pool.check_room(saved.size_gib - volume.size_gib, f"restoring volume {name}")
+            pool.volumes.resize(volume, saved.size_gib)
+        volume.content = saved.content
+        return volume.info()
+
     def delete_snapshot(self, handle: str) -> None:
         self._snapshots.pop(handle)
 

@@ -141,26 +141,30 @@ function reportTable(progress) {
   ]);
 }
 
-export async function restoreDialog(vm, preferred = null) {
+// From a snapshot, or (kind "backup") from a backup: the same operation, another source.
+export async function restoreDialog(vm, preferred = null, kind = "snapshot") {
   const name = nameOf(vm);
-  const dialog = openDialog({ name: "restore", title: `Restore VM ${name}`, body: [el("p", { cls: "hint", text: "Loading its snapshots…" })] });
+  const plural = `${kind}s`;
+  const usable = kind === "backup" ? "Succeeded" : "Ready";
+  const dialog = openDialog({ name: "restore", title: `Restore VM ${name}`, body: [el("p", { cls: "hint", text: `Loading its ${plural}…` })] });
   dialog.setActions([]);
-  let snapshots;
+  let sources;
   try {
-    snapshots = [...(await listAll("snapshots", state.abort && state.abort.signal, `&fieldSelector=${encodeURIComponent(`spec.vm=${name}`)}`)).items.values()];
+    sources = [...(await listAll(kind === "backup" ? "backups" : "snapshots", state.abort && state.abort.signal, `&fieldSelector=${encodeURIComponent(`spec.vm=${name}`)}`)).items.values()];
   } catch (err) {
     dialog.showError(err);
     return;
   }
-  if (!snapshots.length) {
-    dialog.setBody([el("p", { cls: "empty", text: `VM ${name} has no snapshots yet.` })]);
+  if (!sources.length) {
+    dialog.setBody([el("p", { cls: "empty", text: `VM ${name} has no ${plural} yet.` })]);
     return;
   }
-  const chooser = el("select", { attrs: { name: "snapshot" } }, snapshots.map((s) => {
+  const chooser = el("select", { attrs: { name: kind } }, sources.map((s) => {
     const phase = (s.status && s.status.phase) || "Pending";
-    const option = el("option", { text: `${s.metadata.name} (${phase}${s.status && s.status.power_state ? `, ${s.status.power_state}` : ""})` });
+    const what = kind === "backup" ? (s.status && s.status.mode) || "" : (s.status && s.status.power_state) || "";
+    const option = el("option", { text: `${s.metadata.name} (${phase}${what ? `, ${what}` : ""})` });
     option.value = s.metadata.name;
-    option.disabled = phase !== "Ready";
+    option.disabled = phase !== usable;
     option.selected = s.metadata.name === preferred;
     return option;
   }));
@@ -171,14 +175,15 @@ export async function restoreDialog(vm, preferred = null) {
   ].map(([value, label]) => el("label", { cls: "choice" }, [
     el("input", { attrs: { type: "radio", name: "mode", value, checked: value === "DryRun" } }), el("span", { text: label })]))]);
   const report = el("div", { cls: "dry-run" });
-  const form = el("div", {}, [field("Snapshot", chooser), modes, report]);
+  const form = el("div", {}, [field(kind === "backup" ? "Backup" : "Snapshot", chooser), modes, report]);
   dialog.setBody([form]);
   const run = async () => {
-    const { snapshot, mode } = formValues(form);
-    const op = await operate(name, "Restore", { restore: { snapshot, mode } });
+    const { mode } = formValues(form);
+    const snapshot = formValues(form)[kind];
+    const op = await operate(name, "Restore", { restore: { [kind]: snapshot, mode } });
     if (mode !== "DryRun") {
       dialog.close();
-      notify("ok", `Restore of ${name} from ${snapshot} (${mode}): operation ${op} created.`);
+      notify("ok", `Restore of ${name} from ${kind} ${snapshot} (${mode}): operation ${op} created.`);
       return;
     }
     report.replaceChildren(el("p", { cls: "hint", text: `Operation ${op}: checking…` }));
@@ -200,6 +205,40 @@ export async function restoreDialog(vm, preferred = null) {
   };
   modes.addEventListener("change", label);
   label();
+}
+
+// A backup of the VM now, into a target chosen among those defined (full or incremental as the
+// controller decides, or full when asked).
+export async function backupDialog(vm) {
+  const name = nameOf(vm);
+  const dialog = openDialog({ name: "backup", title: `Back up VM ${name}`, body: [el("p", { cls: "hint", text: "Loading the backup targets…" })] });
+  dialog.setActions([]);
+  let targets;
+  try {
+    targets = [...(await listAll("backuptargets", state.abort && state.abort.signal)).items.values()];
+  } catch (err) {
+    dialog.showError(err);
+    return;
+  }
+  if (!targets.length) {
+    dialog.setBody([el("p", { cls: "empty", text: "No backup target is defined (an admin's BackupTarget)." })]);
+    return;
+  }
+  const chooser = el("select", { attrs: { name: "target" } }, targets.map((t) => {
+    const option = el("option", { text: `${t.metadata.name} (${(t.status && t.status.free_gib) || 0} GiB free)` });
+    option.value = t.metadata.name;
+    return option;
+  }));
+  const full = el("label", { cls: "choice" }, [el("input", { attrs: { type: "checkbox", name: "full" } }), el("span", { text: "Full, even where an incremental one could be" })]);
+  const form = el("div", {}, [field("Target", chooser), full]);
+  dialog.setBody([form]);
+  dialog.setActions([{ name: "confirm", label: "Back up now", run: async () => {
+    const backup = generatedName(name, "backup");
+    const { target, full: wanted } = formValues(form);
+    await send("POST", "/v1/backups", { kind: "VirtualMachineBackup", metadata: { name: backup }, spec: { vm: name, target, full: wanted } });
+    dialog.close();
+    notify("ok", `Backup ${backup} of ${name} created.`);
+  } }]);
 }
 
 function deleteDialog(vm) {

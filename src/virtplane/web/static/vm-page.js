@@ -1,6 +1,6 @@
 // A VM's page (#/vms/NAME/TAB): its actions, and tabs for its summary (with the usage graphs),
 // serial console, screen, disks, NICs with their addresses, snapshots (a tree, with restore),
-// events, and its YAML in an editor that applies changes the way `virtplane apply` does (PUT of
+// backups (Backup now; restore with a dry run first, as for snapshots), events, and its YAML in an editor that applies changes the way `virtplane apply` does (PUT of
 // labels, annotations and spec; a change of those made in between is a Conflict).
 
 import { $, badge, el, gib, link, text, timeNode } from "./dom.js";
@@ -10,7 +10,7 @@ import { actionButtons } from "./registry.js";
 import { addressOf, eventRowOf } from "./render.js";
 import { href, onView } from "./router.js";
 import { can, eventListeners, state } from "./state.js";
-import { restoreDialog } from "./vm-actions.js";
+import { backupDialog, restoreDialog } from "./vm-actions.js";
 import { detachConsole, openConsole } from "./console.js";
 import { closeScreen, openScreen } from "./screen.js";
 import { mountUsage } from "./usage-charts.js";
@@ -18,7 +18,7 @@ import { mountUsage } from "./usage-charts.js";
 let jsYaml = null; // js-yaml, loaded with the first YAML tab
 const yamlModule = () => { if (!jsYaml) jsYaml = import("./vendor/js-yaml.js"); return jsYaml; };
 const TABS = [["summary", "Summary"], ["console", "Console"], ["screen", "Screen"], ["disks", "Disks"],
-  ["nics", "NICs"], ["snapshots", "Snapshots"], ["events", "Events"], ["yaml", "YAML"]];
+  ["nics", "NICs"], ["snapshots", "Snapshots"], ["backups", "Backups"], ["events", "Events"], ["yaml", "YAML"]];
 const EVENTS_SHOWN = 100;
 
 const page = { name: null, tab: null, stopUsage: null, base: null, loaded: null, editing: false };
@@ -122,6 +122,35 @@ async function snapshots(vm, body) {
   body.append(el("div", { cls: "panel" }, [el("h2", { text: "Snapshots" }), items.length ? root : el("p", { cls: "empty", text: "No snapshots yet." })]));
 }
 
+const CONSISTENCY = { FilesystemFrozen: "yes: filesystems frozen", PoweredOff: "yes: VM stopped", CrashConsistent: "crash-consistent" };
+const mib = (bytes) => (bytes ? `${(bytes / 2 ** 20).toFixed(1)} MiB` : "–");
+
+// Newest first; an incremental names the backup it builds on.
+async function backups(vm, body) {
+  const found = await listAll("backups", state.abort.signal, `&fieldSelector=${encodeURIComponent(`spec.vm=${page.name}`)}`);
+  const items = [...found.items.values()].sort((a, b) => String(b.metadata.created_at).localeCompare(String(a.metadata.created_at)));
+  const button = (label, data, run) => {
+    const made = el("button", { cls: "button small", text: label, data });
+    made.type = "button";
+    made.addEventListener("click", run);
+    return made;
+  };
+  const rows = items.map((backup) => {
+    const status = st(backup);
+    const phase = text(status.phase, "Pending");
+    const restore = can("operator") && phase === "Succeeded"
+      ? button("Restore…", { restore: backup.metadata.name }, () => restoreDialog(vm, backup.metadata.name, "backup")) : "";
+    const mode = status.mode ? `${status.mode}${status.base ? ` on ${status.base}` : ""}` : "–";
+    return tr({ name: backup.metadata.name }, [[backup.metadata.name, "name"], [badge(phase), "phase"], [mode, "mode"],
+      [mib(status.total_bytes), "size"], [CONSISTENCY[status.consistency] || "–", "consistent"],
+      [timeNode(status.finished_at || backup.metadata.created_at), "taken"], [restore, "restore"]]);
+  });
+  const now = can("operator") ? button("Backup now", { act: "backup" }, () => backupDialog(vm)) : null;
+  body.append(el("div", { cls: "panel" }, [el("h2", { text: "Backups" }), el("div", { cls: "toolbar" }, [now]), rows.length
+    ? table(["Name", "Phase", "Mode", "Written", "Consistent", "Taken", ""], rows, "backups")
+    : el("p", { cls: "empty", text: "No backups yet." })]));
+}
+
 async function events(body) {
   const found = await api(`/v1/events?kind=VirtualMachine&name=${encodeURIComponent(page.name)}&limit=${EVENTS_SHOWN}`, state.abort.signal);
   const rows = (found.items || []).map((event) => eventRowOf(event, false)).reverse(); // newest first
@@ -214,6 +243,7 @@ async function draw(route) {
     else if (page.tab === "disks") await disks(vm, body);
     else if (page.tab === "nics") nics(vm, body);
     else if (page.tab === "snapshots") await snapshots(vm, body);
+    else if (page.tab === "backups") await backups(vm, body);
     else if (page.tab === "events") await events(body);
     else if (page.tab === "yaml") await yaml(vm, body);
   } catch (err) {
