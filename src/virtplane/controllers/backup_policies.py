@@ -14,6 +14,7 @@ window came while some of its VMs were still held back by the limits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -201,16 +202,13 @@ class BackupPolicyReconciler:
         started = admit(pending, running, per_host=spec.max_per_host, per_target=spec.max_per_target)
         for p in started:
             name = policy_backup_name(p.vm, window)
-            try:
-                created = ctx.store.create(
+            with contextlib.suppress(AlreadyExists):  # made by a look before a crash
+                ctx.create(
                     VirtualMachineBackup(
                         metadata=Metadata(name=name, labels={POLICY_LABEL: policy.metadata.name}),
                         spec=VirtualMachineBackupSpec(vm=p.vm, target=spec.target),
                     )
                 )
-                ctx.cache.put(created)
-            except AlreadyExists:
-                pass  # made by a look before a crash
             status.waiting.remove(p.vm)
         if status.waiting:
             status.message = f"{len(status.waiting)} VM(s) wait for room (limits per host and per target)"
@@ -271,9 +269,9 @@ class BackupPolicyReconciler:
                 for b in backups
             ]
             for expiry in expired(kept, retention):
-                fresh = ctx.store.find(VirtualMachineBackup, expiry.name)
-                if fresh is None or fresh.metadata.deletion_requested_at is not None:
-                    continue  # asked before (the cache has not seen it yet)
+                held = ctx.read(VirtualMachineBackup, expiry.name)
+                if held is None or held.metadata.deletion_requested_at is not None:
+                    continue  # asked before (ctx.write of a Removal puts it in the cache at once)
                 ctx.event(policy, "Pruned", f"backup {expiry.name} of VM {vm}: {expiry.reason}")
                 await ctx.write(Removal(VirtualMachineBackup, expiry.name))
                 status.pruned += 1

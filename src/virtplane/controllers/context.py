@@ -132,6 +132,15 @@ class ControllerContext:
 
     # ------------------------------------------------------------------ writes
 
+    def create(self, obj: R) -> R:
+        """A new object a controller makes (a policy's backup): written at once through the
+        store's own path (admission's defaults, claims), the cache takes it before the feed
+        delivers it. ``AlreadyExists`` when one of its name was made before (by a look that a
+        crash cut short: the name is deterministic, so it is the same one)."""
+        created = self.store.create(obj)
+        self.cache.put(created)
+        return created
+
     @overload
     async def write(self, item: Removal, /) -> None: ...
     @overload
