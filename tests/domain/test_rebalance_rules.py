@@ -167,3 +167,22 @@ def test_a_vm_away_from_its_affinity_group_is_not_moved_to_a_third_host() -> Non
         in plan.unrepaired
     )
     assert Counter(m.reason for m in plan.moves) == Counter({"balance": len(plan.moves)})
+
+
+def test_a_repair_that_makes_room_lets_a_failed_one_through() -> None:
+    """a-web runs apart from b-web (which may not move), on h0 with no room; z-0 and z-1 share
+    their anti-affinity group there. z-1's repair frees room on h0, and a look again at every
+    VM then takes a-web to its fellow. Red with a single pass of repairs (a-web unrepaired)."""
+    spread = [vm(name, "h0", 0.1, "x", [], cpu=cpu) for name, cpu in (("z-0", 3), ("z-1", 4))]
+    vms = [
+        vm("a-web", "h1", 0.1, "web", [TOGETHER]),
+        vm("b-web", "h0", 0.1, "web", [TOGETHER], cannot_move="local disks"),
+        *(replace(v, view=replace(v.view, anti_affinity_group="z")) for v in spread),
+    ]
+    plan = plan_rebalance(fleet(vms, {"h0": {}, "h1": {}}), vms, replace(ONLY_USE, min_gain=1.0))
+    assert moves(plan) == [("z-1", "h0", "h1"), ("a-web", "h1", "h0")]
+    assert (
+        plan.moves[1].reason
+        == "repair: required rule web-together: the VMs it keeps together run on other hosts"
+    )
+    assert plan.unrepaired == ()

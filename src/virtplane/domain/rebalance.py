@@ -35,7 +35,13 @@ from dataclasses import dataclass, field, replace
 from virtplane.domain.host_states import accepts_vms
 from virtplane.domain.placement import HostView, VMView, choose_host, release, reserve
 from virtplane.domain.placement_rules import judge
-from virtplane.domain.rebalance_balance import Balance, ClusterLoad, host_load, load_coefficients
+from virtplane.domain.rebalance_balance import (
+    Balance,
+    ClusterLoad,
+    RebalanceSettings,
+    host_load,
+    load_coefficients,
+)
 from virtplane.domain.rebalance_repair import Violation, fellows, member_totals, required_rules_broken_here
 from virtplane.domain.rebalance_repair import violations as rules_violated
 from virtplane.domain.resources import RuleType
@@ -61,29 +67,6 @@ WIDENING = 4
 """When no move fits among those, the step looks this many times further once."""
 REPAIR_TARGETS = 16
 """How many of the least loaded hosts a repair tries before it tries every host."""
-
-
-@dataclass(frozen=True)
-class RebalanceSettings:
-    real_use_weight: float = 0.5
-    """0 balances allocation only, 1 measured CPU use only."""
-    min_gain: float = 0.005
-    """The least a move must lower its cluster's imbalance (n x the variance of normalised load:
-    moving 0.05 of load from a host 0.1 above the mean to one 0.1 below lowers it by 0.015)."""
-    max_moves: int = 20
-    """Per plan."""
-    max_moves_per_cluster: int = 10
-    max_moves_per_host: int = 2
-    """Per host, counting it as source and as target."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.real_use_weight <= 1.0:
-            raise ValueError(f"real_use_weight is {self.real_use_weight}, it must be within 0 to 1")
-        if self.min_gain < 0:
-            raise ValueError(f"min_gain is {self.min_gain}, it can't be negative")
-        for name in ("max_moves", "max_moves_per_cluster", "max_moves_per_host"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} is {getattr(self, name)}, it can't be negative")
 
 
 @dataclass(frozen=True)
@@ -202,6 +185,11 @@ class _Cluster:
         anchored = fellows(vm.view, self.totals)
         return not judge(vm.view.rules, view.labels, view.rule_members, anchored, self_here=False).required
 
+    def violations(self) -> list[Violation]:
+        """The VMs that break a rule where they run now, in this plan's state."""
+        placed = [vm.view for on_host in self.vms.values() for vm in on_host.values()]
+        return rules_violated(list(self.views.values()), placed)
+
     def still_broken(self, vm: RebalanceVM, host: str) -> str:
         """The rules ``vm`` still breaks on ``host`` now (earlier repairs may have fixed them), or ""."""
         view = vm.view
@@ -246,25 +234,8 @@ def plan_rebalance(
         cluster_of[host].add_vm(vm, host, movable=vm.view.name not in unmovable)
     before = {name: c.load.balance() for name, c in clusters.items()}
     state = _Budget(settings)
-    moves: list[Move] = []
-    unrepaired: list[str] = []
-    # The VMs that can move first: two VMs kept apart on one host both break the rule, and the
-    # one that can move repairs it for both.
     stuck = {v.view.name for v in vms if v.cannot_move}
-    for violation in sorted(violations(hosts, vms), key=lambda v: (v.vm in stuck, v.vm)):
-        cluster = cluster_of.get(violation.host)
-        if cluster is None or violation.vm not in cluster.vms[violation.host]:
-            continue
-        vm = cluster.vms[violation.host][violation.vm]
-        broken = cluster.still_broken(vm, violation.host)
-        if not broken:
-            continue
-        violation = replace(violation, rule=broken)
-        move = _repair(cluster, vm, violation, state)
-        if isinstance(move, str):
-            unrepaired.append(f"{violation.vm} on {violation.host}: {violation.rule}; {move}")
-        else:
-            moves.append(move)
+    moves, unrepaired = _repairs(clusters, violations(hosts, vms), stuck, state)
     while state.total < settings.max_moves:
         steps = [_best_step(c, state, settings.min_gain) for c in clusters.values()]
         found = [s for s in steps if s is not None]
@@ -304,6 +275,42 @@ class _Budget:
         self.per_host[move.source] += 1
         self.per_host[move.target] += 1
         self.moved.add(move.vm)
+
+
+def _repairs(
+    clusters: Mapping[str, _Cluster], pending: list[Violation], stuck: set[str], budget: _Budget
+) -> tuple[list[Move], list[str]]:
+    """The repair moves, and the violations left with why. Each is checked again just before
+    its repair (two VMs kept apart on one host: one move repairs both), the VMs that can move
+    first. A pass that moved something looks again at every VM: a repair can make room for
+    one that failed, or leave an affinity fellow alone; each VM moves at most once."""
+    cluster_of = {host: c for c in clusters.values() for host in c.views}
+    moves: list[Move] = []
+    failed: dict[str, str] = {}
+    while True:
+        progressed = False
+        for violation in sorted(pending, key=lambda v: (v.vm in stuck, v.vm)):
+            cluster = cluster_of.get(violation.host)
+            if cluster is None or violation.vm not in cluster.vms[violation.host]:
+                continue
+            vm = cluster.vms[violation.host][violation.vm]
+            broken = cluster.still_broken(vm, violation.host)
+            if not broken or violation.vm in budget.moved:
+                failed.pop(violation.vm, None)
+                continue
+            violation = replace(violation, rule=broken)
+            move = _repair(cluster, vm, violation, budget)
+            if isinstance(move, str):
+                failed[violation.vm] = f"{violation.vm} on {violation.host}: {violation.rule}; {move}"
+            else:
+                moves.append(move)
+                failed.pop(violation.vm, None)
+                progressed = True
+        if not progressed:
+            return moves, list(failed.values())
+        pending = [v for c in clusters.values() for v in c.violations()]
+        still = {v.vm for v in pending}
+        failed = {vm: why for vm, why in failed.items() if vm in still}
 
 
 def _repair(cluster: _Cluster, vm: RebalanceVM, violation: Violation, budget: _Budget) -> Move | str:
