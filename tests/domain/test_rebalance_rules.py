@@ -186,3 +186,13 @@ def test_a_repair_that_makes_room_lets_a_failed_one_through() -> None:
         == "repair: required rule web-together: the VMs it keeps together run on other hosts"
     )
     assert plan.unrepaired == ()
+
+
+def test_a_repair_looks_past_the_least_loaded_hosts_when_none_of_them_keeps_the_rule() -> None:
+    """db-0 runs on an edge host; the 18 idle hosts are edge hosts too, only the busy h19 is
+    not. Red with the repair trying the least loaded hosts only (no host can take it)."""
+    vms = [vm("db-0", "h00", 0.1, "db", [OFF_EDGE]), vm("x", "h19", 4.0, "x", [])]
+    edge = {f"h{i:02d}": {"zone": "edge"} for i in range(19)}
+    plan = plan_rebalance(fleet(vms, {**edge, "h19": {}}), vms, replace(ONLY_USE, min_gain=1.0))
+    assert moves(plan) == [("db-0", "h00", "h19")]
+    assert plan.unrepaired == ()
