@@ -9,7 +9,14 @@ import pytest
 
 from tests.conftest import LiveServer, eventually_sync
 from virtplane.cli.exit_codes import ExitCode
-from virtplane.domain.resources import RunPolicy, VirtualMachine
+from virtplane.domain.resources import (
+    Metadata,
+    PlacementRule,
+    PlacementRuleSpec,
+    RuleType,
+    RunPolicy,
+    VirtualMachine,
+)
 
 from .conftest import Invoke, RecordingTransport, add_host, add_vm, wait_phase
 
@@ -56,3 +63,28 @@ def test_apply_moves_a_vm_live_and_an_operator_may_not(invoke: Invoke, server: L
     assert result.exit_code == 0, result.output
     assert "started: web-" in result.output
     eventually_sync(lambda: hosts_of(server) == ["node-1", "node-2"])
+
+
+def test_plan_shows_a_repair_move_with_the_rule_it_repairs(invoke: Invoke, server: LiveServer) -> None:
+    """A required anti-affinity rule added while web-1 and web-2 share node-1: the plan's move
+    says it repairs the rule. Red with the rebalancer blind to placement rules (WHY: balance)."""
+
+    def label(vm: VirtualMachine) -> None:
+        vm.metadata.labels = {**vm.metadata.labels, "app": "web"}
+
+    for name in ("web-1", "web-2"):
+        server.store.mutate(VirtualMachine, name, label)
+    server.store.create(
+        PlacementRule(
+            metadata=Metadata(name="web-apart"),
+            spec=PlacementRuleSpec(type=RuleType.ANTI_AFFINITY, vm_selector="app=web"),
+        )
+    )
+    eventually_sync(lambda: len(server.plane.cache.objects(PlacementRule)) == 1)
+    eventually_sync(lambda: server.plane.cache.vm("web-2").metadata.labels.get("app") == "web")
+    result = invoke("rebalance", "plan", "-o", "json")
+    assert result.exit_code == 0, result.output
+    [move] = json.loads(result.output)["plan"]["moves"]
+    assert move["reason"] == "repair: required rule web-apart: 1 other VM it keeps apart already there"
+    shown = invoke("rebalance", "show", role="viewer")
+    assert "repair: required rule web-apart" in " ".join(shown.output.split())  # WHY may wrap

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from virtplane.domain.placement import HostView, VMView
+from virtplane.domain.placement_rules import Rule, rules_for
 from virtplane.domain.rebalance import (
     RebalanceHost,
     RebalancePlan,
@@ -18,8 +20,9 @@ from virtplane.domain.rebalance import (
     plan_rebalance,
     violations,
 )
-from virtplane.domain.resources import Capability
+from virtplane.domain.resources import Capability, HostMode, RuleType
 from virtplane.domain.resources import HostResourceState as S
+from virtplane.domain.selectors import parse_label_selector
 
 LIVE = frozenset({Capability.LIVE_MIGRATION})
 ONLY_USE = RebalanceSettings(real_use_weight=1.0, min_gain=0.001, max_moves=50, max_moves_per_host=50)
@@ -209,10 +212,31 @@ def test_the_same_input_gives_the_same_plan() -> None:
     assert plan_rebalance(hosts, vms, ONLY_USE) == plan_rebalance(list(reversed(hosts)), vms[::-1], ONLY_USE)
 
 
+APPS = ("db", "web", "x")
+ZONES = ("a", "b")
+
+
+@st.composite
+def random_rules(draw: st.DrawFn) -> list[Rule]:
+    """Required and preferred placement rules, VM-VM and VM-host, over the VMs' app label."""
+    found = []
+    for i in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(list(RuleType)))
+        vms = parse_label_selector(f"app={draw(st.sampled_from(APPS))}")
+        if kind is RuleType.HOST:
+            mode = draw(st.sampled_from(list(HostMode)))
+            zone = parse_label_selector(f"zone={draw(st.sampled_from(ZONES))}")
+            found.append(Rule(f"r{i}", kind, mode is not HostMode.SHOULD, vms, zone, mode))
+        else:
+            found.append(Rule(f"r{i}", kind, draw(st.booleans()), vms))
+    return found
+
+
 @st.composite
 def random_fleets(draw: st.DrawFn) -> tuple[list[RebalanceHost], list[RebalanceVM], RebalanceSettings]:
     host_count = draw(st.integers(1, 6))
     names = [f"h{i}" for i in range(host_count)]
+    rules = draw(random_rules())
     vms = []
     for i in range(draw(st.integers(0, 24))):
         vms.append(
@@ -225,6 +249,7 @@ def random_fleets(draw: st.DrawFn) -> tuple[list[RebalanceHost], list[RebalanceV
                 anti_affinity_group=draw(st.sampled_from([None, None, "g1", "g2"])),
                 host_affinity=draw(st.sampled_from([frozenset(), frozenset(), frozenset(names[:2])])),
                 cannot_move=draw(st.sampled_from(["", "", "", "local disks"])),
+                rules=rules_for({"app": draw(st.sampled_from(APPS))}, rules),
             )
         )
     hosts = fleet(vms, *names)
@@ -237,6 +262,10 @@ def random_fleets(draw: st.DrawFn) -> tuple[list[RebalanceHost], list[RebalanceV
                 vcpus=max(h.view.used_vcpus, draw(st.sampled_from([4, 8, 16]))),
                 memory_mib=max(h.view.used_memory_mib, draw(st.sampled_from([8192, 16384]))),
                 state=draw(st.sampled_from([S.ENABLED, S.ENABLED, S.ENABLED, S.MAINTENANCE])),
+                labels={"zone": draw(st.sampled_from(ZONES))},
+                rule_members=Counter(
+                    r.name for v in vms if v.view.host == h.view.name for r in v.view.rules if r.between_vms
+                ),
             ),
         )
         for h in hosts
@@ -245,15 +274,47 @@ def random_fleets(draw: st.DrawFn) -> tuple[list[RebalanceHost], list[RebalanceV
     return hosts, vms, RebalanceSettings(real_use_weight=weight, min_gain=0.0005, max_moves=30)
 
 
+def app_of(one: VMView) -> str:
+    """The app label a drawn VM was given (a VM under no rule: none that matters)."""
+    return next((str(r.vms).split("=")[1] for r in one.rules), "")
+
+
+def breaks(
+    rule: Rule,
+    name: str,
+    host: str,
+    hosts: dict[str, HostView],
+    vms: dict[str, VMView],
+    where: dict[str, str],
+) -> bool:
+    """An oracle apart from the engine: does ``name`` on ``host`` break ``rule`` (``where``:
+    every VM's host)? Affinity holds when a fellow runs there, or none runs on a host that
+    takes VMs."""
+    if str(rule.vms) != f"app={app_of(vms[name])}":
+        return False
+    fellows = [where[o] for o, v in vms.items() if o != name and rule in v.rules]
+    if rule.type is RuleType.ANTI_AFFINITY:
+        return host in fellows
+    if rule.type is RuleType.AFFINITY:
+        anchored = [f for f in fellows if hosts[f].state is S.ENABLED]
+        return bool(anchored) and host not in fellows
+    on = hosts[host].labels.get("zone") == str(rule.hosts).split("=")[1]
+    return on if rule.mode is HostMode.MUST_NOT else not on
+
+
 @settings(max_examples=300, deadline=None)
 @given(random_fleets())
 def test_no_move_overfills_a_host_breaks_a_rule_worsens_the_balance_or_moves_a_vm_twice(
     case: tuple[list[RebalanceHost], list[RebalanceVM], RebalanceSettings],
 ) -> None:
+    """Required placement rules judged by ``breaks``, apart from the engine. Red with the
+    engine's rule checks dropped from _rejections, or with apply leaving the moved VM a member
+    of its source's rules (a phantom fellow there lets an affinity move leave it)."""
     hosts, vms, settings_ = case
     plan = plan_rebalance(hosts, vms, settings_)
     views = {h.view.name: h.view for h in hosts}
     by_name = {v.view.name: v for v in vms}
+    vm_views = {v.view.name: v.view for v in vms}
     used = {name: [h.used_vcpus, h.used_memory_mib] for name, h in views.items()}
     where = {v.view.name: v.view.host for v in vms}
     moved = [m.vm for m in plan.moves]
@@ -264,6 +325,9 @@ def test_no_move_overfills_a_host_breaks_a_rule_worsens_the_balance_or_moves_a_v
         assert where[move.vm] == move.source
         assert views[move.source].state is S.ENABLED and views[move.target].state is S.ENABLED
         assert not the_vm.host_affinity or move.target in the_vm.host_affinity, "a move broke host_affinity"
+        for rule in the_vm.rules:
+            if rule.required:
+                assert not breaks(rule, move.vm, move.target, views, vm_views, where), (rule, move)
         used[move.target][0] += the_vm.cpu
         used[move.target][1] += the_vm.memory_mib
         used[move.source][0] -= the_vm.cpu
@@ -285,3 +349,53 @@ def test_no_move_overfills_a_host_breaks_a_rule_worsens_the_balance_or_moves_a_v
     )
     for key, count in groups_on.items():
         assert count <= max(1, groups_before.get(key, 0)), f"a move broke anti-affinity {key}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_fleets())
+def test_after_a_repair_plan_no_required_rule_is_broken_where_a_host_would_keep_it(
+    case: tuple[list[RebalanceHost], list[RebalanceVM], RebalanceSettings],
+) -> None:
+    """Repairs only (no gain is enough for a balancing move), no limits: afterwards each VM
+    that may move and still breaks a required rule has no host that would keep its rules and
+    has room for it. Red with violations blind to placement rules, or with the engine's rule
+    checks dropped from _rejections (a repair to a host that breaks the rule too)."""
+    hosts, vms, _ = case
+    only_repairs = RebalanceSettings(min_gain=math.inf, max_moves=100, max_moves_per_cluster=100)
+    plan = plan_rebalance(hosts, vms, only_repairs)
+    assert all(m.reason.startswith("repair: ") for m in plan.moves)
+    views = {h.view.name: h.view for h in hosts}
+    vm_views = {v.view.name: v.view for v in vms}
+    where = {v.view.name: str(v.view.host) for v in vms}
+    where.update({m.vm: m.target for m in plan.moves})
+    used = {name: [0, 0] for name in views}
+    for v in vms:
+        used[where[v.view.name]][0] += v.view.cpu
+        used[where[v.view.name]][1] += v.view.memory_mib
+    for v in vms:
+        name, the_vm = v.view.name, v.view
+        here = where[name]
+        if v.cannot_move or views[here].state is not S.ENABLED:
+            continue
+        if not any(r.required and breaks(r, name, here, views, vm_views, where) for r in the_vm.rules):
+            continue
+        for other, host in views.items():
+            keeps = (
+                other != here
+                and host.state is S.ENABLED
+                and used[other][0] + the_vm.cpu <= host.allocatable_vcpus
+                and used[other][1] + the_vm.memory_mib <= host.allocatable_memory_mib
+                and (not the_vm.host_affinity or other in the_vm.host_affinity)
+                and (
+                    the_vm.anti_affinity_group is None
+                    or not any(
+                        where[o] == other and vm_views[o].anti_affinity_group == the_vm.anti_affinity_group
+                        for o in where
+                        if o != name
+                    )
+                )
+                and not any(
+                    r.required and breaks(r, name, other, views, vm_views, where) for r in the_vm.rules
+                )
+            )
+            assert not keeps, f"{name} on {here} breaks a required rule; {other} would keep it: {plan}"

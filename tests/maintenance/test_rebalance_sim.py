@@ -20,7 +20,15 @@ import pytest
 
 from tests.conftest import eventually, make_plane
 from tests.maintenance.conftest import Cluster
-from virtplane.domain.resources import Host, LiveMigrationPolicy, VirtualMachine
+from virtplane.domain.resources import (
+    Host,
+    LiveMigrationPolicy,
+    Metadata,
+    PlacementRule,
+    PlacementRuleSpec,
+    RuleType,
+    VirtualMachine,
+)
 from virtplane.drivers.sim import SimCloud, SimLoad
 from virtplane.store.store import Store
 
@@ -220,3 +228,51 @@ async def test_a_vm_that_may_not_live_migrate_is_never_planned(skewed: Cluster, 
         "busy-2": "live_migration_policy Never",
         "local-disk": "local disks: rebalancing copies no disks",
     }
+
+
+async def test_a_rule_added_while_two_of_its_vms_share_a_host_is_repaired_first(
+    skewed: Cluster, clocks: Clocks
+) -> None:
+    """busy-0 and busy-1 share h1 when a required anti-affinity rule over them is added: in
+    plan mode the first move repairs it, named; in automatic mode it is done as a live
+    migration and the two run apart. Red with violations blind to placement rules (the plan
+    starts with a balancing move, and may keep the two together)."""
+    store, plane = skewed.store, skewed.plane
+    plane.settings.set("rebalance.mode", "plan", cluster=CLUSTER)
+
+    def label(vm: VirtualMachine) -> None:
+        vm.metadata.labels = {**vm.metadata.labels, "app": "db"}
+
+    for name in ("busy-0", "busy-1"):
+        store.mutate(VirtualMachine, name, label)
+    store.create(
+        PlacementRule(
+            metadata=Metadata(name="db-apart"),
+            spec=PlacementRuleSpec(type=RuleType.ANTI_AFFINITY, vm_selector="app=db"),
+        )
+    )
+    await eventually(
+        lambda: (
+            plane.cache.vm("busy-1").metadata.labels.get("app") == "db"
+            and any(r.metadata.name == "db-apart" for r in plane.cache.objects(PlacementRule))
+        )
+    )
+    reason = "repair: required rule db-apart: 1 other VM it keeps apart already there"
+    look = (await plane.rebalancer.run_once())[0]
+    first = look.plan.moves[0]
+    assert (first.vm, first.source, first.reason) == ("busy-0", "h1", reason)
+    assert look.started == [] and Counter(where(skewed).values()) == {"h1": 4}
+    shown = (await call(skewed, "GET", f"/v1/clusters/{CLUSTER}/rebalance", "viewer")).json()
+    assert shown["plan"]["moves"][0]["reason"] == reason
+
+    plane.settings.set("rebalance.mode", "automatic", cluster=CLUSTER)
+    clocks.rebalancer += timedelta(minutes=5)
+    started = (await plane.rebalancer.run_once())[0].started
+    assert "busy-0" in started
+    await settle(skewed, clocks, started)
+    placed = where(skewed)
+    assert placed["busy-0"] != placed["busy-1"]
+    events = skewed.events("VirtualMachine", "busy-0")
+    assert "RebalanceMove" in events and "MigrationStarted" in events
+    assert skewed.runs_on("busy-0") == [placed["busy-0"]]
+    assert not any(m.reason.startswith("repair") for m in plane.rebalancer.plan(CLUSTER).moves)

@@ -49,6 +49,7 @@ __all__ = [
     "explain",
     "may_run",
     "migration_refusal",
+    "release",
     "reserve",
 ]
 
@@ -362,6 +363,31 @@ def reserve(host: HostView, vm: VMView, copy_local_disks: bool) -> HostView:
         used_vcpus=host.used_vcpus + vm.cpu,
         used_memory_mib=host.used_memory_mib + vm.memory_mib,
         local_pool_free_gib=local,
+        anti_affinity_groups=groups,
+        rule_members=members,
+    )
+
+
+def release(host: HostView, vm: VMView, *, last_of_group: bool = True) -> HostView:
+    """``host`` with ``vm``'s resources given back: the inverse of ``reserve`` (shared disks).
+
+    The VM no longer counts as a member of its VM-VM rules there. A host knows only which
+    anti-affinity groups it holds, not how many of each: ``last_of_group`` says whether the
+    VM was its group's last VM there (the caller counts), so the group leaves with it.
+    """
+    groups = host.anti_affinity_groups
+    if vm.anti_affinity_group is not None and last_of_group:
+        groups = groups - {vm.anti_affinity_group}
+    members = dict(host.rule_members)
+    for rule in vm.rules:
+        if rule.between_vms and rule.name in members:
+            members[rule.name] -= 1
+            if members[rule.name] <= 0:
+                del members[rule.name]
+    return replace(
+        host,
+        used_vcpus=max(0, host.used_vcpus - vm.cpu),
+        used_memory_mib=max(0, host.used_memory_mib - vm.memory_mib),
         anti_affinity_groups=groups,
         rule_members=members,
     )

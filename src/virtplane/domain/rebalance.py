@@ -15,9 +15,14 @@ moved recently (``RebalanceVM.recently_moved``, hysteresis across runs), one on 
 is not Enabled and connected (a host in maintenance, failed or fencing is neither a source
 nor a target, and does not count in the spread).
 
-Rule repair comes first: ``violations`` lists the VMs that break a rule where they run now
-(today: two VMs of one anti-affinity group on a host, a VM outside its host_affinity); each
-is moved, before any balancing move, to the host placement picks among the least loaded.
+Rule repair comes first: ``violations`` (``rebalance_repair``) lists the VMs that break a
+rule where they run now (two VMs of one anti-affinity group on a host, a VM outside its
+host_affinity, a required placement rule broken there); each that still breaks it when its
+turn comes is moved, before any balancing move, to the host placement picks among the least
+loaded, and the move's reason names the rule. Preferred rules are not repaired.
+
+A VM with VM-VM placement rules is judged against every host of its cluster (its fellow
+members may run anywhere); the others against the source and target only (the fast path).
 """
 
 from __future__ import annotations
@@ -28,8 +33,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from virtplane.domain.host_states import accepts_vms
-from virtplane.domain.placement import HostView, VMView, choose_host, reserve
-from virtplane.domain.rebalance_balance import Balance, ClusterLoad, host_load, load_coefficients
+from virtplane.domain.placement import HostView, VMView, choose_host, release, reserve
+from virtplane.domain.placement_rules import judge
+from virtplane.domain.rebalance_balance import (
+    Balance,
+    ClusterLoad,
+    RebalanceSettings,
+    host_load,
+    load_coefficients,
+)
+from virtplane.domain.rebalance_repair import Violation, fellows, member_totals, required_rules_broken_here
+from virtplane.domain.rebalance_repair import violations as rules_violated
+from virtplane.domain.resources import RuleType
 
 __all__ = [
     "Move",
@@ -50,29 +65,8 @@ NEIGHBOURS = 4
 """How many VMs each side of the ideal size a step tries per pair of hosts."""
 WIDENING = 4
 """When no move fits among those, the step looks this many times further once."""
-
-
-@dataclass(frozen=True)
-class RebalanceSettings:
-    real_use_weight: float = 0.5
-    """0 balances allocation only, 1 measured CPU use only."""
-    min_gain: float = 0.005
-    """The least a move must lower its cluster's imbalance (n x the variance of normalised load:
-    moving 0.05 of load from a host 0.1 above the mean to one 0.1 below lowers it by 0.015)."""
-    max_moves: int = 20
-    """Per plan."""
-    max_moves_per_cluster: int = 10
-    max_moves_per_host: int = 2
-    """Per host, counting it as source and as target."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.real_use_weight <= 1.0:
-            raise ValueError(f"real_use_weight is {self.real_use_weight}, it must be within 0 to 1")
-        if self.min_gain < 0:
-            raise ValueError(f"min_gain is {self.min_gain}, it can't be negative")
-        for name in ("max_moves", "max_moves_per_cluster", "max_moves_per_host"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} is {getattr(self, name)}, it can't be negative")
+REPAIR_TARGETS = 16
+"""How many of the least loaded hosts a repair tries before it tries every host."""
 
 
 @dataclass(frozen=True)
@@ -93,13 +87,6 @@ class RebalanceVM:
     """Why it must not be live-migrated (policy Never, local disks, ...); "" when it may."""
     recently_moved: bool = False
     """Moved by a rebalance within the hysteresis window: not moved again yet."""
-
-
-@dataclass(frozen=True)
-class Violation:
-    vm: str
-    host: str
-    rule: str
 
 
 @dataclass(frozen=True)
@@ -130,29 +117,8 @@ class RebalancePlan:
 
 
 def violations(hosts: Sequence[RebalanceHost], vms: Sequence[RebalanceVM]) -> list[Violation]:
-    """The VMs that break a placement rule where they run now, in name order.
-
-    The hook for rule repair: every rule placement enforces at placement time and a VM can
-    come to break later (after a recovery, or a rule added later) is checked here. Today:
-    anti-affinity groups (every VM of a group after the first, by name, on one host) and
-    host_affinity.
-    """
-    known = {h.view.name for h in hosts}
-    found: list[Violation] = []
-    seen_groups: set[tuple[str, str]] = set()
-    for vm in sorted(vms, key=lambda v: v.view.name):
-        host = vm.view.host
-        if host is None or host not in known:
-            continue
-        if vm.view.host_affinity and host not in vm.view.host_affinity:
-            found.append(Violation(vm.view.name, host, "not in its host_affinity"))
-            continue
-        group = vm.view.anti_affinity_group
-        if group is not None:
-            if (host, group) in seen_groups:
-                found.append(Violation(vm.view.name, host, f"anti-affinity group {group}: another VM there"))
-            seen_groups.add((host, group))
-    return found
+    """The VMs that break a rule where they run now, in name order (``rebalance_repair``)."""
+    return rules_violated([h.view for h in hosts], [v.view for v in vms])
 
 
 class _Cluster:
@@ -168,6 +134,8 @@ class _Cluster:
         """Host → (the load its leaving takes off the host, name) of each VM that may move, sorted."""
         self.load = ClusterLoad({h.view.name: host_load(h.view, h.cpu_use, weight) for h in hosts})
         self.coefficients = {name: load_coefficients(view, weight) for name, view in self.views.items()}
+        self.totals = member_totals(list(self.views.values()))
+        """VM-VM rule → its VMs in the cluster (every host here takes VMs; moves keep it)."""
 
     def add_vm(self, vm: RebalanceVM, host: str, movable: bool) -> None:
         self.vms[host][vm.view.name] = vm
@@ -195,19 +163,11 @@ class _Cluster:
         del self.vms[source][vm.view.name]
         self.movable[source] = [m for m in self.movable[source] if m[1] != vm.view.name]
         moved = replace(vm, view=replace(vm.view, host=target))
-        view = self.views[source]
-        groups = view.anti_affinity_groups
         group = vm.view.anti_affinity_group
         if group is not None:
             self.groups[source][group] -= 1
-            if self.groups[source][group] <= 0:
-                groups = groups - {group}
-        self.views[source] = replace(
-            view,
-            used_vcpus=max(0, view.used_vcpus - vm.view.cpu),
-            used_memory_mib=max(0, view.used_memory_mib - vm.view.memory_mib),
-            anti_affinity_groups=groups,
-        )
+        last = group is None or self.groups[source][group] <= 0
+        self.views[source] = release(self.views[source], vm.view, last_of_group=last)
         self.views[target] = reserve(self.views[target], vm.view, copy_local_disks=False)
         self.add_vm(moved, target, movable=False)  # it moves once per plan
         self.load.set(source, source_load)
@@ -216,7 +176,30 @@ class _Cluster:
     def fits(self, vm: RebalanceVM, source: str, target: str) -> bool:
         """Whether placement lets ``vm`` move live from ``source`` to ``target`` now."""
         choice = choose_host(vm.view, [self.views[source], self.views[target]], migration=True)
-        return choice.host == target
+        if choice.host != target or not any(rule.between_vms for rule in vm.view.rules):
+            return choice.host == target
+        # The two views do not see the VM's fellow members on the cluster's other hosts, where
+        # its affinity anchors: judge the target again with all of them (kept as totals: a move
+        # within the cluster does not change them; anchors() over 500 hosts per try is slow).
+        view = self.views[target]
+        anchored = fellows(vm.view, self.totals)
+        return not judge(vm.view.rules, view.labels, view.rule_members, anchored, self_here=False).required
+
+    def violations(self) -> list[Violation]:
+        """The VMs that break a rule where they run now, in this plan's state."""
+        placed = [vm.view for on_host in self.vms.values() for vm in on_host.values()]
+        return rules_violated(list(self.views.values()), placed)
+
+    def still_broken(self, vm: RebalanceVM, host: str) -> str:
+        """The rules ``vm`` still breaks on ``host`` now (earlier repairs may have fixed them), or ""."""
+        view = vm.view
+        if view.host_affinity and host not in view.host_affinity:
+            return "not in its host_affinity"
+        group = view.anti_affinity_group
+        if group is not None and self.groups[host][group] > 1:
+            return f"anti-affinity group {group}: another VM there"
+        views = list(self.views.values())
+        return "; ".join(required_rules_broken_here(view, self.views[host], views, self.totals))
 
 
 def _balancing(hosts: Sequence[RebalanceHost]) -> dict[str, list[RebalanceHost]]:
@@ -251,18 +234,8 @@ def plan_rebalance(
         cluster_of[host].add_vm(vm, host, movable=vm.view.name not in unmovable)
     before = {name: c.load.balance() for name, c in clusters.items()}
     state = _Budget(settings)
-    moves: list[Move] = []
-    unrepaired: list[str] = []
-    for violation in violations(hosts, vms):
-        cluster = cluster_of.get(violation.host)
-        if cluster is None or violation.vm not in cluster.vms[violation.host]:
-            continue
-        vm = cluster.vms[violation.host][violation.vm]
-        move = _repair(cluster, vm, violation, state)
-        if isinstance(move, str):
-            unrepaired.append(f"{violation.vm} on {violation.host}: {violation.rule}; {move}")
-        else:
-            moves.append(move)
+    stuck = {v.view.name for v in vms if v.cannot_move}
+    moves, unrepaired = _repairs(clusters, violations(hosts, vms), stuck, state)
     while state.total < settings.max_moves:
         steps = [_best_step(c, state, settings.min_gain) for c in clusters.values()]
         found = [s for s in steps if s is not None]
@@ -304,6 +277,42 @@ class _Budget:
         self.moved.add(move.vm)
 
 
+def _repairs(
+    clusters: Mapping[str, _Cluster], pending: list[Violation], stuck: set[str], budget: _Budget
+) -> tuple[list[Move], list[str]]:
+    """The repair moves, and the violations left with why. Each is checked again just before
+    its repair (two VMs kept apart on one host: one move repairs both), the VMs that can move
+    first. A pass that moved something looks again at every VM: a repair can make room for
+    one that failed, or leave an affinity fellow alone; each VM moves at most once."""
+    cluster_of = {host: c for c in clusters.values() for host in c.views}
+    moves: list[Move] = []
+    failed: dict[str, str] = {}
+    while True:
+        progressed = False
+        for violation in sorted(pending, key=lambda v: (v.vm in stuck, v.vm)):
+            cluster = cluster_of.get(violation.host)
+            if cluster is None or violation.vm not in cluster.vms[violation.host]:
+                continue
+            vm = cluster.vms[violation.host][violation.vm]
+            broken = cluster.still_broken(vm, violation.host)
+            if not broken or violation.vm in budget.moved:
+                failed.pop(violation.vm, None)
+                continue
+            violation = replace(violation, rule=broken)
+            move = _repair(cluster, vm, violation, budget)
+            if isinstance(move, str):
+                failed[violation.vm] = f"{violation.vm} on {violation.host}: {violation.rule}; {move}"
+            else:
+                moves.append(move)
+                failed.pop(violation.vm, None)
+                progressed = True
+        if not progressed:
+            return moves, list(failed.values())
+        pending = [v for c in clusters.values() for v in c.violations()]
+        still = {v.vm for v in pending}
+        failed = {vm: why for vm, why in failed.items() if vm in still}
+
+
 def _repair(cluster: _Cluster, vm: RebalanceVM, violation: Violation, budget: _Budget) -> Move | str:
     """The move that repairs ``violation``, or why there is none."""
     if vm.cannot_move:
@@ -312,7 +321,19 @@ def _repair(cluster: _Cluster, vm: RebalanceVM, violation: Violation, budget: _B
         return "the plan's move limit is reached"
     source = violation.host
     views = [cluster.views[source], *(v for n, v in cluster.views.items() if n != source)]
-    choice = choose_host(vm.view, views, migration=True, load=cluster.load.loads)
+    loads = cluster.load.loads
+    # The least loaded hosts and those where its fellow members run first (a repair judges
+    # every host otherwise: slow with hundreds of repairs on 500 hosts), then every host.
+    together = {r.name for r in vm.view.rules if r.type is RuleType.AFFINITY}
+    nearest = frozenset(
+        [
+            *sorted(loads, key=loads.__getitem__)[: REPAIR_TARGETS + 1],
+            *(v.name for v in views if together and not together.isdisjoint(v.rule_members)),
+        ]
+    )
+    choice = choose_host(vm.view, views, migration=True, load=loads, candidates=nearest)
+    if choice.host is None and not choice.blocked and len(loads) > len(nearest):
+        choice = choose_host(vm.view, views, migration=True, load=loads)
     if choice.host is None:
         return "no host can take it" if not choice.blocked else f"it cannot leave {choice.blocked}"
     target = choice.host

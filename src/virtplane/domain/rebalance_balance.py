@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from virtplane.domain.placement import HostView
 
-__all__ = ["Balance", "ClusterLoad", "host_load", "load_coefficients", "load_of"]
+__all__ = ["Balance", "ClusterLoad", "RebalanceSettings", "host_load", "load_coefficients", "load_of"]
 
 
 def load_of(
@@ -125,3 +125,26 @@ class ClusterLoad:
         mean = math.fsum(values) / len(values)
         std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
         return Balance(dict(sorted(self.loads.items())), std, max(values) - min(values), mean)
+
+
+@dataclass(frozen=True)
+class RebalanceSettings:
+    real_use_weight: float = 0.5
+    """0 balances allocation only, 1 measured CPU use only."""
+    min_gain: float = 0.005
+    """The least a move must lower its cluster's imbalance (n x the variance of normalised load:
+    moving 0.05 of load from a host 0.1 above the mean to one 0.1 below lowers it by 0.015)."""
+    max_moves: int = 20
+    """Per plan."""
+    max_moves_per_cluster: int = 10
+    max_moves_per_host: int = 2
+    """Per host, counting it as source and as target."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.real_use_weight <= 1.0:
+            raise ValueError(f"real_use_weight is {self.real_use_weight}, it must be within 0 to 1")
+        if self.min_gain < 0:
+            raise ValueError(f"min_gain is {self.min_gain}, it can't be negative")
+        for name in ("max_moves", "max_moves_per_cluster", "max_moves_per_host"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} is {getattr(self, name)}, it can't be negative")
