@@ -42,6 +42,9 @@ max-connections-per-client = 20
 max-watches-per-token = 10
 writes-per-second = 5.0
 write-burst = 10
+role = "api"
+workers = 3
+health-port = 8472
 """
 
 
@@ -100,6 +103,9 @@ def test_every_flag_of_serve_can_come_from_the_file(
                 max_connections_per_client=20,
             ),
             request_limits=RequestLimits(max_watches_per_token=10, writes_per_second=5.0, write_burst=10),
+            role="api",
+            workers=3,
+            health_port=8472,
         )
     ]
 

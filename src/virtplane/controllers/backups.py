@@ -179,7 +179,7 @@ class BackupReconciler:
             driver = await self._host_driver(vm.status.host)
             if driver is None:
                 return Result(requeue_after=2.0)
-            status.host = vm.status.host
+            backup.status.host = vm.status.host  # where the backup runs (not a VM's placement)
             base, chain, note = await self._chain(backup, driver, domain_name(vm.metadata.uid))
             mode, reason = next_mode(chain, MAX_CHAIN)
             reason += note
