@@ -14,11 +14,12 @@ import { restoreDialog } from "./vm-actions.js";
 import { detachConsole, openConsole } from "./console.js";
 import { closeScreen, openScreen } from "./screen.js";
 import { mountUsage } from "./usage-charts.js";
+import { placementTab } from "./vm-placement.js";
 
 let jsYaml = null; // js-yaml, loaded with the first YAML tab
 const yamlModule = () => { if (!jsYaml) jsYaml = import("./vendor/js-yaml.js"); return jsYaml; };
 const TABS = [["summary", "Summary"], ["console", "Console"], ["screen", "Screen"], ["disks", "Disks"],
-  ["nics", "NICs"], ["snapshots", "Snapshots"], ["events", "Events"], ["yaml", "YAML"]];
+  ["nics", "NICs"], ["snapshots", "Snapshots"], ["placement", "Placement"], ["events", "Events"], ["yaml", "YAML"]];
 const EVENTS_SHOWN = 100;
 
 const page = { name: null, tab: null, stopUsage: null, base: null, loaded: null, editing: false };
@@ -214,6 +215,7 @@ async function draw(route) {
     else if (page.tab === "disks") await disks(vm, body);
     else if (page.tab === "nics") nics(vm, body);
     else if (page.tab === "snapshots") await snapshots(vm, body);
+    else if (page.tab === "placement") await placementTab(page.name, body);
     else if (page.tab === "events") await events(body);
     else if (page.tab === "yaml") await yaml(vm, body);
   } catch (err) {
