@@ -141,3 +141,15 @@ def test_the_vm_page_explains_each_hosts_verdict(page: Page, demo: DemoServer) -
     if found["chosen"]:
         expect(page.locator("#vm-page dd.chosen")).to_have_text(found["chosen"])
     expect(page.locator("#vm-page dd.rules")).to_have_text("web-apart")
+
+
+def test_the_shortcuts_go_to_backups_and_placement_and_the_help_says_so(page: Page, demo: DemoServer) -> None:
+    at(page, demo, "viewer", "#/vms")
+    for key, view in (("b", "backups"), ("l", "placement")):
+        page.keyboard.press("g")
+        page.keyboard.press(key)
+        expect(page.locator(f'section.view[data-view="{view}"]')).to_be_visible()
+        expect(page.locator('#nav a[aria-current="page"]')).to_have_attribute("data-list", view)
+    page.keyboard.press("?")
+    expect(page.locator('dialog[data-dialog="help"]')).to_contain_text("g bgo to backups")
+    expect(page.locator('dialog[data-dialog="help"]')).to_contain_text("g lgo to placement")
