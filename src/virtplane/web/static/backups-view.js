@@ -38,6 +38,14 @@ function verification(b) {
   return el("span", { title: found.message || undefined }, [badge(ok ? "Ready" : "Failed", "verify"), " ", ok ? "ok" : text(found.message, "failed")]);
 }
 
+// A time to come (a policy's next run): "ago" says nothing of it, the date and time do.
+function whenNode(iso) {
+  const date = iso ? new Date(iso) : null;
+  if (!date || Number.isNaN(date.getTime())) return el("span", { text: text(iso) });
+  const shown = date.toLocaleString([], { hour12: false, month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  return el("time", { text: shown, attrs: { datetime: iso } });
+}
+
 const lists = {
   backups: createList({ id: "backups", kind: "backup", emptyText: "No backups.", sortKey: "time", sortDir: -1,
     rowData: (b) => ({ vm: sp(b).vm }),
@@ -75,7 +83,7 @@ const lists = {
     { key: "selector", label: "Selector", value: (p) => sp(p).selector, search: true },
     { key: "target", label: "Target", value: (p) => sp(p).target, search: true },
     { key: "last", label: "Last run", value: (p) => st(p).last_run, cell: (p) => timeNode(st(p).last_run) },
-    { key: "next", label: "Next run", value: (p) => st(p).next_run, cell: (p) => timeNode(st(p).next_run) },
+    { key: "next", label: "Next run", value: (p) => st(p).next_run, cell: (p) => whenNode(st(p).next_run) },
     { key: "missed", label: "Missed", num: true, value: (p) => st(p).missed_windows,
       cell: (p) => el("span", { text: text(st(p).missed_windows, "0"), title: st(p).last_missed_reason || undefined }) },
     { key: "kept", label: "Kept", num: true, value: (p) => st(p).backups },

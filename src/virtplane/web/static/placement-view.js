@@ -91,9 +91,9 @@ function clusterBlock(cluster) {
     const last = shown.last ? el("p", { cls: "note" }, ["The leader's last look: ", timeNode(shown.last.at),
       shown.last.paused ? ` (paused: ${shown.last.paused})` : ""]) : null;
     planHolder.replaceChildren(...planNodes(shown.plan || {}).filter(Boolean));
-    body.replaceChildren(
+    body.replaceChildren(...[
       el("p", { cls: "balance-summary", text: `Spread ${fixed(balance.spread)} · std ${fixed(balance.std)} · mean load ${fixed(balance.mean)}` }),
-      balanceTable(balance), last, el("h4", { text: "Plan" }), planHolder);
+      balanceTable(balance), last, el("h4", { text: "Plan" }), planHolder].filter(Boolean));
   }
 
   async function load(signal) {

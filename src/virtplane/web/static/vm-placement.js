@@ -17,7 +17,7 @@ function hostRow(verdict) {
     el("td", { cls: "host" }, [link(href("hosts", verdict.host), verdict.host)]),
     el("td", { cls: "verdict" }, [el("span", { cls: `badge tone-${TONE[verdict.verdict] || "idle"}`, text: verdict.verdict })]),
     el("td", { cls: "rank num", text: verdict.rank ? String(verdict.rank) : "–" }),
-    el("td", { cls: "score num", text: verdict.verdict === "excluded" ? "–" : verdict.score.toFixed(3) }),
+    el("td", { cls: "score num", text: verdict.rank ? verdict.score.toFixed(3) : "–" }),
     el("td", { cls: "why", text: `${text(why)}${broken}` }),
   ]);
 }
