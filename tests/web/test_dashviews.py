@@ -91,7 +91,15 @@ def test_the_backups_view_shows_backups_targets_and_policies_and_an_operator_ver
             ),
             "the verification asked for",
         )
-    expect(row.locator("td.verified")).to_have_text(re.compile(r"asked|ok|failed"))  # or already its result
+    expect(row.locator("td.verified")).to_have_text(re.compile(r"asked|Ok|Failed"))  # or already its result
+    with demo.client("viewer") as client:  # the simulated target's check answers the request
+        done = wait_for(
+            lambda: (client.get("/v1/backups/web-1-b1").json()["status"].get("verification") or {}).get(
+                "result"
+            ),
+            "the verification's result",
+        )
+    expect(row.locator("td.verified")).to_have_text("Ok" if done == "Ok" else re.compile("^Failed"))
 
 
 def test_a_viewer_sees_the_views_without_any_action(page: Page, demo: DemoServer) -> None:

@@ -35,7 +35,8 @@ function verification(b) {
   if (asked && (!found || found.requested !== asked || !found.result)) return el("span", { cls: "verify-asked", text: "asked…" });
   if (!found || !found.result) return null;
   const ok = found.result === "Ok";
-  return el("span", { title: found.message || undefined }, [badge(ok ? "Ready" : "Failed", "verify"), " ", ok ? "ok" : text(found.message, "failed")]);
+  return el("span", { title: found.message || undefined }, [el("span", { cls: `badge tone-${ok ? "ok" : "bad"} verify`, text: found.result }),
+    ok ? null : ` ${text(found.message, "")}`]);
 }
 
 // A time to come (a policy's next run): "ago" says nothing of it, the date and time do.
