@@ -107,6 +107,8 @@ def test_a_viewer_sees_the_views_without_any_action(page: Page, demo: DemoServer
     row = page.locator('#backups tr[data-name="web-1-b1"]')
     expect(row.locator("td.phase")).to_have_text("Succeeded")
     expect(row.locator(".menu-toggle")).to_have_count(0)
+    expect(page.locator('#backuptargets tr[data-name="nightly"] td.health')).to_have_text("Healthy")
+    expect(page.locator('#backuppolicies tr[data-name="web-nightly"] td.target')).to_have_text("nightly")
     show(page, "placement")
     expect(page.locator('#placementrules tr[data-name="web-apart"] td.type')).to_have_text("AntiAffinity")
     expect(

@@ -74,7 +74,7 @@ const lists = {
         `${text(st(t).used_gib, "0")} / ${text(st(t).capacity_gib || sp(t).capacity_gib, "?")} GiB`, null, true) },
     { key: "free", label: "Free GiB", num: true, value: (t) => st(t).free_gib },
     { key: "health", label: "Health", value: (t) => (st(t).healthy ? "Healthy" : "Unhealthy"),
-      cell: (t) => badge(st(t).healthy ? "Ready" : "Degraded", "health") },
+      cell: (t) => el("span", { cls: `badge tone-${st(t).healthy ? "ok" : "bad"}`, text: st(t).healthy ? "Healthy" : "Unhealthy" }) },
     { key: "unreachable", label: "Unreachable from", value: (t) => Object.keys(st(t).unreachable_hosts || {}).join(" "),
       cell: (t) => el("span", { text: text(Object.keys(st(t).unreachable_hosts || {}).join(", ")),
         title: Object.entries(st(t).unreachable_hosts || {}).map(([h, why]) => `${h}: ${why}`).join("\n") || undefined }), search: true },
