@@ -17,6 +17,8 @@ import { setupShortcuts } from "./shortcuts.js";
 import "./vm-page.js";
 import "./host-page.js";
 import "./views.js";
+import "./backups-view.js";
+import "./placement-view.js";
 import "./op-page.js";
 import { eventListeners, notifyWaiters, state } from "./state.js";
 import { MAINTENANCE_HOST_STATES, renderMaintenance } from "./maintenance.js";

@@ -1,10 +1,10 @@
 // Hash routes: #/vms, #/vms/NAME[/TAB], #/hosts, #/hosts/NAME, #/storage, #/images, #/networks,
-// #/snapshots, #/operations, #/events. The address says what is shown, so that back and forward,
+// #/snapshots, #/backups, #/placement, #/operations, #/events. The address says what is shown, so that back and forward,
 // a reload and a link someone pasted all land on the same view. Each view is a
 // <section class="view" data-view="…"> of index.html; a module that draws one registers a
 // handler, called whenever its view is shown (with the route) and with null when it is left.
 
-export const LISTS = ["vms", "hosts", "storage", "images", "networks", "snapshots", "operations", "events"];
+export const LISTS = ["vms", "hosts", "storage", "images", "networks", "snapshots", "backups", "placement", "operations", "events"];
 const PAGES = { vms: "vm", hosts: "host", operations: "operation" }; // the lists whose items have a page of their own
 const DEFAULT = "vms";
 

@@ -6,7 +6,7 @@ import { openDialog } from "./dialogs.js";
 import { go } from "./router.js";
 
 const THEME_KEY = "virtplane.theme";
-const GO = { v: "vms", h: "hosts", s: "storage", i: "images", n: "networks", p: "snapshots", o: "operations", e: "events" };
+const GO = { v: "vms", h: "hosts", s: "storage", i: "images", n: "networks", p: "snapshots", b: "backups", l: "placement", o: "operations", e: "events" };
 const HELP = [
   ["/", "search the list shown"],
   ...Object.entries(GO).map(([key, list]) => [`g ${key}`, `go to ${list}`]),

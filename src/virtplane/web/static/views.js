@@ -102,7 +102,7 @@ async function load(view) {
       holder.replaceChildren(list.root);
       list.root.querySelector(".list-tools").append(reload);
     }
-    followKind(plural, key, holder, watches.signal);
+    followKind(plural, (items) => show(key, items), holder, watches.signal);
   }
 }
 
@@ -118,9 +118,10 @@ function show(key, items) {
   }
 }
 
-// List the kind, then watch it from the list's revision until ``signal`` aborts; a stream that
-// ends is opened again from the last revision seen, one the server cannot resume (410) lists again.
-async function followKind(plural, key, holder, signal) {
+// List the kind, then watch it from the list's revision until ``signal`` aborts, handing every
+// state of it to ``onItems(Map name -> object)``; a stream that ends is opened again from the
+// last revision seen, one the server cannot resume (410) lists again. Errors are shown in ``holder``.
+export async function followKind(plural, onItems, holder, signal) {
   let items = null;
   let revision = null;
   while (!signal.aborted) {
@@ -130,7 +131,7 @@ async function followKind(plural, key, holder, signal) {
         ({ items, revision } = found);
         if (signal.aborted) return;
         holder.querySelector(".dialog-error")?.remove();
-        show(key, items);
+        onItems(items);
       }
       await readStream(`/v1/${plural}?watch=1&resource_version=${revision}`, (event) => {
         const obj = event.object || {};
@@ -139,7 +140,7 @@ async function followKind(plural, key, holder, signal) {
         if (event.type === "BOOKMARK" || !meta.name || signal.aborted) return;
         if (event.type === "DELETED") items.delete(meta.name);
         else items.set(meta.name, obj);
-        show(key, items);
+        onItems(items);
       }, signal);
     } catch (err) {
       if (signal.aborted) return;

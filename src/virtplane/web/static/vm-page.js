@@ -14,11 +14,13 @@ import { backupDialog, restoreDialog } from "./vm-actions.js";
 import { detachConsole, openConsole } from "./console.js";
 import { closeScreen, openScreen } from "./screen.js";
 import { mountUsage } from "./usage-charts.js";
+import { placementTab } from "./vm-placement.js";
 
 let jsYaml = null; // js-yaml, loaded with the first YAML tab
 const yamlModule = () => { if (!jsYaml) jsYaml = import("./vendor/js-yaml.js"); return jsYaml; };
 const TABS = [["summary", "Summary"], ["console", "Console"], ["screen", "Screen"], ["disks", "Disks"],
-  ["nics", "NICs"], ["snapshots", "Snapshots"], ["backups", "Backups"], ["events", "Events"], ["yaml", "YAML"]];
+  ["nics", "NICs"], ["snapshots", "Snapshots"], ["backups", "Backups"], ["placement", "Placement"], ["events", "Events"],
+  ["yaml", "YAML"]];
 const EVENTS_SHOWN = 100;
 
 const page = { name: null, tab: null, stopUsage: null, base: null, loaded: null, editing: false };
@@ -244,6 +246,7 @@ async function draw(route) {
     else if (page.tab === "nics") nics(vm, body);
     else if (page.tab === "snapshots") await snapshots(vm, body);
     else if (page.tab === "backups") await backups(vm, body);
+    else if (page.tab === "placement") await placementTab(page.name, body);
     else if (page.tab === "events") await events(body);
     else if (page.tab === "yaml") await yaml(vm, body);
   } catch (err) {
