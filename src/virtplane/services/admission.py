@@ -11,12 +11,12 @@ from __future__ import annotations
 from functools import partial
 
 from virtplane.domain.attachments import attached_elsewhere, users_of
-from virtplane.domain.backup_restore import read_by, saved_disk_of_backup, spec_refusal
+from virtplane.domain.backup_restore import saved_disk_of_backup, spec_refusal
 from virtplane.domain.clones import check_template_change
 from virtplane.domain.errors import DomainError, Invalid, Refused
 from virtplane.domain.intents import read_intents
 from virtplane.domain.ipam import Claim
-from virtplane.domain.linked import backing_refusal, linked_refusal, saved_disk_refusal
+from virtplane.domain.linked import linked_refusal, saved_disk_refusal
 from virtplane.domain.networks import Network, nic_claims
 from virtplane.domain.operations import active_before, admit
 from virtplane.domain.pools import pool_driver_name, pool_path, pools_overlap
@@ -27,7 +27,6 @@ from virtplane.domain.resources import (
     Image,
     ImageKind,
     ImagePhase,
-    OperationPhase,
     PoolContent,
     Resource,
     Secret,
@@ -37,9 +36,9 @@ from virtplane.domain.resources import (
     VirtualMachineOperation,
     VirtualMachineSnapshot,
     Volume,
-    VolumePhase,
 )
 from virtplane.runtime.cache import Cache
+from virtplane.services.deletion_guards import DELETION_GUARDS, InUse
 from virtplane.services.hotplug import admit_hotplug
 from virtplane.services.networks import NetworkAdmission
 from virtplane.services.placement_admission import refuse_rule_breaking_move
@@ -320,113 +319,7 @@ class Admission:
         return new
 
     def on_delete(self, current: Resource) -> None:
-        name = current.metadata.name
-        if isinstance(current, VirtualMachineBackup):
-            _raise(read_by(name, self.store.list_objects(VirtualMachineOperation), self.cache.volumes()))
-            builders = sorted(
-                b.metadata.name
-                for b in self.store.list_objects(VirtualMachineBackup)
-                if b.status.base == name and b.metadata.deletion_requested_at is None
-            )
-            if builders:
-                raise Refused(
-                    "BackupInUse",
-                    f"backup {name} is the base of {', '.join(builders)}; delete those first",
-                )
-        elif isinstance(current, BackupTarget):
-            held = sorted(
-                b.metadata.name
-                for b in self.store.list_objects(VirtualMachineBackup)
-                if b.spec.target == name
-            )
-            if held:
-                raise Refused(
-                    "TargetInUse", f"backup target {name} holds {len(held)} backup(s), e.g. {held[0]}"
-                )
-            policies = sorted(
-                p.metadata.name for p in self.store.list_objects(BackupPolicy) if p.spec.target == name
-            )
-            if policies:
-                raise Refused("TargetInUse", f"backup policy {policies[0]} writes to backup target {name}")
-        if isinstance(current, Volume):
-            linked = backing_refusal(name, self.cache.linked_clones_of(name))
-            if linked is not None:
-                raise linked
-            users = [
-                vm.metadata.name for vm in self.cache.vms() if any(d.volume == name for d in vm.spec.disks)
-            ]
-            if users:
-                raise Refused("VolumeInUse", f"volume {name} is a disk of VM {', '.join(sorted(users))}")
-            copies = sorted(
-                v.metadata.name
-                for v in self.cache.volumes()
-                if v.spec.source
-                and v.spec.source.volume == name
-                and not v.spec.source.snapshot
-                and v.status.phase is not VolumePhase.READY
-            )
-            if copies:
-                raise Refused("VolumeInUse", f"volume {name} is being copied to {', '.join(copies)}")
-        elif isinstance(current, StoragePool):
-            volumes = [v.metadata.name for v in self.cache.volumes() if v.spec.pool == name]
-            if volumes:
-                raise Refused(
-                    "PoolInUse", f"pool {name} still holds {len(volumes)} volume(s), e.g. {volumes[0]}"
-                )
-            images = [i.metadata.name for i in self.cache.images() if i.spec.pool == name]
-            if images:
-                raise Refused(
-                    "PoolInUse", f"pool {name} still holds {len(images)} image(s), e.g. {images[0]}"
-                )
-        elif isinstance(current, Image):
-            users = sorted(
-                vm.metadata.name
-                for vm in self.cache.vms()
-                if name == vm.spec.cdrom
-                or (vm.spec.boot is not None and name in (vm.spec.boot.kernel, vm.spec.boot.initrd))
-            ) + sorted(
-                v.metadata.name
-                for v in self.cache.volumes()
-                if v.spec.source and v.spec.source.image == name and v.status.phase is not VolumePhase.READY
-            )
-            if users:
-                raise Refused("ImageInUse", f"image {name} is used by {', '.join(users)}")
-        elif isinstance(current, Secret):
-            users = sorted(
-                h.metadata.name
-                for h in self.cache.hosts()
-                if h.spec.fencing
-                and h.spec.fencing.redfish
-                and h.spec.fencing.redfish.credentials_secret == name
-            )
-            if users:
-                raise Refused("SecretInUse", f"secret {name} holds the BMC credentials of {', '.join(users)}")
-        elif isinstance(current, Network):
-            users = self.networks.network_users(name)
-            if users:
-                raise Refused("NetworkInUse", f"network {name} is used by VM {', '.join(users)}")
-        elif isinstance(current, Host):
-            vms = self.cache.vms_on_host(name)
-            if vms:
-                raise Refused(
-                    "HostInUse",
-                    f"host {name} still has {len(vms)} VM(s); move or delete them first (e.g. {vms[0].metadata.name})",
-                )
-        elif isinstance(current, VirtualMachineSnapshot):
-            copies = sorted(
-                v.metadata.name
-                for v in self.cache.volumes()
-                if v.spec.source
-                and v.spec.source.snapshot == name
-                and v.status.phase is not VolumePhase.READY
-            )
-            if copies:
-                raise Refused("SnapshotInUse", f"snapshot {name} is being copied to {', '.join(copies)}")
-            linked_to = backing_refusal(name, self.cache.linked_to_snapshot(name), kind="snapshot")
-            if linked_to is not None:
-                raise linked_to
-        elif (
-            isinstance(current, VirtualMachineOperation)
-            and current.status.phase is OperationPhase.IN_PROGRESS
-        ):
-            raise Refused("OperationInProgress", f"operation {name} is in progress; wait for it to finish")
+        """Refuse deleting what something else still uses (``deletion_guards``)."""
+        guard = next((g for cls in type(current).__mro__ if (g := DELETION_GUARDS.get(cls))), None)
+        if guard is not None:
+            guard(InUse(self.store, self.cache, self.networks), current)
