@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 
 from virtplane.controllers.backup_checkpoints import checkpoint_on_host
+from virtplane.controllers.backup_quiesce import freeze, thaw
 from virtplane.controllers.backup_targets import target_driver, target_ref
 from virtplane.controllers.backup_verify import KIND as VERIFY_KIND
 from virtplane.controllers.backup_verify import verify_asked
@@ -45,7 +46,6 @@ from virtplane.domain.resources import (
     StoragePool,
     VirtualMachine,
     VirtualMachineBackup,
-    VMPhase,
     Volume,
 )
 from virtplane.drivers.backups import BackupJobState, BackupRequest, DiskBackup
@@ -259,12 +259,12 @@ class BackupReconciler:
             disks=tuple(self._disk_request(d) for d in backup.status.disks),
             incremental_from=self._base_checkpoint(backup),
         )
-        frozen = await self._freeze(backup, vm, driver, dname)
+        frozen = await freeze(backup, vm, driver, dname)
         try:
             await driver.begin_backup(request)
         finally:
             if frozen:  # the job copies the disks as they were when it began
-                await self._thaw(vm, driver, dname)
+                await thaw(self.ctx, vm, driver, dname)
         backup.status.begun = True
         backup.status.message = backup.status.mode_reason  # no longer "retrying: ..."
         self.ctx.event(backup, "Begun", f"{backup.status.mode_reason}; {backup.status.consistency_reason}")
@@ -291,35 +291,6 @@ class BackupReconciler:
         if base is None or base.status.checkpoint is None:
             raise PermanentError(f"the base backup {backup.status.base} or its checkpoint is gone")
         return base.status.checkpoint
-
-    async def _freeze(
-        self, backup: VirtualMachineBackup, vm: VirtualMachine, driver: HypervisorDriver, dname: str
-    ) -> bool:
-        """Freeze the guest's filesystems for the job's start where its agent answers; whether it did."""
-        status, crash = backup.status, SnapshotConsistency.CRASH_CONSISTENT
-        status.consistency, status.consistency_reason = crash, "the VM is paused: its agent cannot freeze it"
-        try:
-            if vm.status.phase is VMPhase.PAUSED:
-                return False
-            if not await driver.agent_connected(dname):
-                status.consistency_reason = "no guest agent is connected: the disks are as after a power cut"
-                return False
-            count = await driver.freeze_filesystems(dname)
-        except DriverError as exc:
-            status.consistency_reason = f"the guest agent did not freeze the filesystems: {exc}"
-            return False
-        status.consistency = SnapshotConsistency.FILESYSTEM_FROZEN
-        status.consistency_reason = f"the guest agent froze {count} filesystem(s) while the job began"
-        return True
-
-    async def _thaw(self, vm: VirtualMachine, driver: HypervisorDriver, dname: str) -> None:
-        try:
-            await driver.thaw_filesystems(dname)
-        except DriverError as exc:
-            log.warning("could not thaw the filesystems of %s: %s", vm.metadata.name, exc)
-            self.ctx.event(
-                vm, "ThawFailed", f"its filesystems may still be frozen after a backup: {exc}", warning=True
-            )
 
     # ------------------------------------------------------------------ a stopped VM
 
