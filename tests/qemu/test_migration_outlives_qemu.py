@@ -131,7 +131,8 @@ def ok(response: httpx.Response) -> Any:
     return response.json()
 
 
-def seed(c: httpx.Client, rig: Rig) -> None:
+def seed_fleet(c: httpx.Client, rig: Rig) -> None:
+    """The rig's two hosts, its shared pool and image library, and the guest's kernel and initrd."""
     for name in ("a", "b"):
         ok(
             c.post(
@@ -182,6 +183,10 @@ def seed(c: httpx.Client, rig: Rig) -> None:
             )
         )
         wait(lambda name=name: ok(c.get(f"/v1/images/{name}"))["status"]["phase"] == "Ready", f"image {name}")
+
+
+def seed(c: httpx.Client, rig: Rig) -> None:
+    seed_fleet(c, rig)
     ok(c.patch("/v1/settings/migration.bandwidth_mib_s", json={"spec": {"value": str(BANDWIDTH_MIB_S)}}))
     ok(
         c.post(
@@ -230,7 +235,7 @@ def cleanup(rig: Rig, domain: str, volume_file: str) -> None:
             dom = conn.lookupByName(domain)
             with contextlib.suppress(libvirt.libvirtError):
                 dom.destroy()
-            dom.undefine()
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA)  # a backup's checkpoint
         conn.close()
 
 
