@@ -1,6 +1,7 @@
-"""Direct experiments behind docs/benchmarks.md row 21 (the backup job's 30 s tail): one rig daemon,
-libvirt-python only. Run: .venv/bin/python scripts/qemu/backup_experiments.py cp,plain,convert
-(names: plain, cp, meta, lazy, raw, paused, convert, convert_raw; see the branches below)."""
+"""Direct experiments behind docs/benchmarks.md row 21 (the first backup job's 30 s tail on a domain
+with a guest-agent channel): one rig daemon, libvirt-python only.
+Run: .venv/bin/python scripts/qemu/backup_experiments.py plain,plain,cp
+(names: plain, cp, sep, meta, lazy, raw, paused, convert, convert_raw; see the branches below)."""
 import subprocess, sys, time, os
 sys.path.insert(0, "/work/wt/bkspeed")
 import libvirt
@@ -61,7 +62,11 @@ with running_rig() as rig:
         if exp == "convert_raw":
             t0 = time.monotonic(); q("qemu-img", "convert", "-U", "-f", "qcow2", "-O", "raw", str(disk), str(tgt))
             print(exp, f"{time.monotonic()-t0:.2f}", flush=True); continue
-        if exp in ("plain", "paused", "cp"):
+        if exp == "sep":
+            t1 = time.monotonic()
+            dom.checkpointCreateXML("<domaincheckpoint><name>sep1</name><disks><disk name='vda' checkpoint='bitmap'/></disks></domaincheckpoint>", 0)
+            print("  checkpointCreateXML took", round(time.monotonic() - t1, 2), flush=True)
+        if exp in ("plain", "paused", "cp", "sep"):
             q("qemu-img", "create", "-f", "qcow2", "-o", "compat=1.1", str(tgt), "2G")
         elif exp == "meta":
             q("qemu-img", "create", "-f", "qcow2", "-o", "compat=1.1,preallocation=metadata", str(tgt), "2G")
@@ -83,4 +88,9 @@ with running_rig() as rig:
         mids = [f"{t:.1f}:{p>>20}" for t, p in samples[:: max(1, len(samples)//8)]]
         print(exp, f"{took:.2f}s type={typ} MiB={(proc or 0)>>20} elapsed_ms={elapsed} load={os.getloadavg()[0]:.1f}", mids, flush=True)
         tgt.unlink(missing_ok=True)
+    import glob
+    for f in glob.glob(str(base / "hosts" / "a" / "**" / "*.log"), recursive=True):
+        for line in open(f, errors="replace"):
+            if any(w in line.lower() for w in ("timed out", "lock", "agent", "error")):
+                print("LOG", f.rsplit("/", 1)[-1], line.strip()[:220])
     dom.destroy(); dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA)
