@@ -1,7 +1,7 @@
-"""Direct experiments behind docs/benchmarks.md row 21 (the first backup job's 30 s tail on a domain
-with a guest-agent channel): one rig daemon, libvirt-python only.
-Run: .venv/bin/python scripts/qemu/backup_experiments.py plain,plain,cp
-(names: plain, cp, sep, meta, lazy, raw, paused, convert, convert_raw; see the branches below)."""
+"""Direct experiments behind docs/benchmarks.md row 21 (the 30 s tail of a backup job begun soon after
+the start of a domain with a guest-agent channel): one rig daemon, libvirt-python only.
+Run: .venv/bin/python scripts/qemu/backup_experiments.py plain,plain,cp  (or wait40,plain)
+(names: plain, cp, sep, wait40, meta, lazy, raw, paused, convert, convert_raw; see the branches below)."""
 import subprocess, sys, time, os
 sys.path.insert(0, "/work/wt/bkspeed")
 import libvirt
@@ -62,6 +62,9 @@ with running_rig() as rig:
         if exp == "convert_raw":
             t0 = time.monotonic(); q("qemu-img", "convert", "-U", "-f", "qcow2", "-O", "raw", str(disk), str(tgt))
             print(exp, f"{time.monotonic()-t0:.2f}", flush=True); continue
+        if exp == "wait40":
+            time.sleep(40)  # an experiment's idle time, not synchronisation
+            exp = "plain"
         if exp == "sep":
             t1 = time.monotonic()
             dom.checkpointCreateXML("<domaincheckpoint><name>sep1</name><disks><disk name='vda' checkpoint='bitmap'/></disks></domaincheckpoint>", 0)
