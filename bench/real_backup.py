@@ -159,11 +159,12 @@ async def _measure(rig: object) -> list[Row]:
         log = rig.console_log(domain_name(qplane.vm("bk").metadata.uid))
         await console_count(log, "GUEST-UP")
 
-        async def backed_up(name: str) -> tuple[float, VirtualMachineBackup]:
+        async def backed_up(name: str, full: bool = False) -> tuple[float, VirtualMachineBackup]:
             started = time.monotonic()
             qplane.store.create(
                 VirtualMachineBackup(
-                    metadata=Metadata(name=name), spec=VirtualMachineBackupSpec(vm="bk", target="bench-t")
+                    metadata=Metadata(name=name),
+                    spec=VirtualMachineBackupSpec(vm="bk", target="bench-t", full=full),
                 )
             )
             while qplane.store.get(VirtualMachineBackup, name).status.phase not in (
@@ -179,7 +180,11 @@ async def _measure(rig: object) -> list[Row]:
                 raise RuntimeError(f"backup {name}: {done.status.message}")
             return took, done
 
-        full_s, full = await backed_up("bk-full")
+        first_s, full = await backed_up("bk-full")
+        # libvirt 9.0 ends the first backup job begun soon after a domain's start 30 s late when
+        # the domain has a guest-agent channel and no agent answers (benchmarks.md, row 21): a
+        # nightly backup of a VM up for hours never meets it, so the row times a second full one
+        full_s, full = await backed_up("bk-full-2", full=True)
         copy_s = await _timed_convert(disk, rig.work / "copy.qcow2", shared=True)
 
         await qplane.operate("bk", OperationType.STOP)
@@ -231,8 +236,14 @@ async def _measure(rig: object) -> list[Row]:
             rb.ratio(full_s, copy_s),
             TITLES[21][1],
             BACKUP_TARGET,
-            f"ours {full_s:.2f} s ({full_bytes / 2**20 / full_s:.0f} MiB/s) against qemu-img convert {copy_s:.2f} s",
-            {**shared, "backup_s": round(full_s, 3), "convert_s": round(copy_s, 3)},
+            f"ours {full_s:.2f} s ({full_bytes / 2**20 / full_s:.0f} MiB/s) against qemu-img convert {copy_s:.2f} s; "
+            f"the first full backup after the domain's start {first_s:.2f} s (libvirt's 30 s tail)",
+            {
+                **shared,
+                "backup_s": round(full_s, 3),
+                "first_backup_s": round(first_s, 3),
+                "convert_s": round(copy_s, 3),
+            },
         ),
         _row(
             22,
