@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from virtplane.domain.host_states import accepts_vms
-from virtplane.domain.placement_rules import judge
+from virtplane.domain.placement_rules import judge, stranded
 from virtplane.domain.placement_views import HostView, VMView, allocatable
 from virtplane.domain.resources import Capability, HostResourceState
 
@@ -184,9 +184,12 @@ def _rejections(
     if not vm.rules or (reasons and not every):
         return reasons, []
     verdict = judge(vm.rules, host.labels, host.rule_members, anchored, self_here=False)
+    required = list(verdict.required)
+    if migration and source is not None and accepts_vms(source.state) and source.connected:
+        required += stranded(vm.rules, source.rule_members)
     if override_rules:  # an admin's forced move: required rules are reported, not enforced
-        return reasons, [*(f"{r} (forced)" for r in verdict.required), *verdict.preferred]
-    return reasons + list(verdict.required), list(verdict.preferred)
+        return reasons, [*(f"{r} (forced)" for r in required), *verdict.preferred]
+    return reasons + required, list(verdict.preferred)
 
 
 def _rejection(

@@ -131,3 +131,14 @@ def judge(
     if not required and not preferred:
         return NO_BREACH
     return Verdict(tuple(required), tuple(preferred), tuple(names))
+
+
+def stranded(rules: Iterable[Rule], source_members: Mapping[str, int]) -> list[str]:
+    """The required Affinity rules a VM's leaving would break for the one fellow it leaves on its
+    source (``source_members``: the rules' VMs there, the VM counted): that fellow would run
+    apart from all the others. Moving one VM of a pair apart is a breach, whoever moves."""
+    return [
+        f"{rule.label}: it would leave the only other VM of the rule on its host apart from the rest"
+        for rule in rules
+        if rule.required and rule.type is RuleType.AFFINITY and source_members.get(rule.name, 0) - 1 == 1
+    ]
