@@ -25,6 +25,7 @@ from virtplane.domain.accelerators import choose, needs_validation
 from virtplane.domain.conditions import HostCondition, remove_condition, set_condition
 from virtplane.domain.host_states import HostEvent, in_maintenance, next_state
 from virtplane.domain.intents import read_migration
+from virtplane.domain.liveness import fence_due_in
 from virtplane.domain.phases import LIVE_STATES
 from virtplane.domain.placement import allocatable
 from virtplane.domain.resources import (
@@ -169,12 +170,8 @@ class HostReconciler:
         since = host.status.silent_since
         if host.spec.fencing is None or host.spec.fenced or since is None:
             return None
-        settings = self.ctx.settings
-        after_s = max(
-            settings.get_float("host.fencing.after_s"),
-            settings.get_float("host.liveness.disconnected_after_s"),
-        )
-        due_in = after_s - (now - since).total_seconds()
+        silent_for_s = (now - since).total_seconds()
+        due_in = fence_due_in(silent_for_s, liveness_thresholds(self.ctx.settings))
         return max(FENCE_PROBE_FLOOR_S, due_in)
 
     async def _answer(self, call: Awaitable[T], longer_by_s: float = 0.0, until_s: float | None = None) -> T:

@@ -33,6 +33,7 @@ __all__ = [
     "LivenessThresholds",
     "Observation",
     "fence_due",
+    "fence_due_in",
     "next_liveness",
     "observe",
 ]
@@ -121,3 +122,9 @@ def fence_due(liveness: HostConnection, silent_for_s: float, thresholds: Livenes
     """Whether a host with fencing configured should be powered off now: Disconnected, and
     silent without a break for ``fence_after_s`` (an answer restarts the clock)."""
     return liveness is HostConnection.DISCONNECTED and silent_for_s >= thresholds.fence_after_s
+
+
+def fence_due_in(silent_for_s: float, thresholds: LivenessThresholds) -> float:
+    """Seconds until a host silent for ``silent_for_s`` is due for its fence (``fence_due``: it must
+    be Disconnected too, so the later of the two thresholds); negative once overdue."""
+    return max(thresholds.fence_after_s, thresholds.disconnected_after_s) - silent_for_s
