@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from virtplane.controllers.migration import MigrationCoordinator
 from virtplane.controllers.migration.flights import Refused, Started, Waiting
-from virtplane.controllers.rebalance_inputs import cluster_hosts, inputs, pause_reason, settings_of
+from virtplane.controllers.rebalance_inputs import Fleet, cluster_hosts, inputs, pause_reason, settings_of
 from virtplane.domain.rebalance import RebalancePlan, plan_rebalance
 from virtplane.domain.settings_rebalance import RebalanceMode
 from virtplane.runtime.usage import UsageHistory
@@ -120,12 +120,17 @@ class Rebalancer:
     def clusters(self) -> list[str]:
         return sorted({h.spec.cluster for h in self.ctx.cache.hosts()})
 
-    def plan(self, cluster: str) -> RebalancePlan:
-        """The plan for ``cluster`` now, with its settings (pure: nothing is kept or moved)."""
+    def fleet(self) -> Fleet:
+        """Every cluster's hosts and running VMs as the planner sees them now (read once a look)."""
         settings = self.ctx.settings
-        now = self.now()
         hold = {c: float(settings.get("rebalance.hold_s", cluster=c)) for c in self.clusters()}
-        hosts, vms = inputs(self.coordinator, self.usage, self.moved_at, now, hold)
+        return inputs(self.coordinator, self.usage, self.moved_at, self.now(), hold)
+
+    def plan(self, cluster: str, fleet: Fleet | None = None) -> RebalancePlan:
+        """The plan for ``cluster`` now, with its settings (pure: nothing is kept or moved);
+        ``fleet``: the hosts and VMs read for this look's other clusters already."""
+        settings = self.ctx.settings
+        hosts, vms = fleet if fleet is not None else self.fleet()
         in_cluster = {h.view.name for h in hosts if h.view.cluster == cluster}
         hosts = [h for h in hosts if h.view.name in in_cluster]
         vms = [v for v in vms if v.view.host in in_cluster]
@@ -144,17 +149,19 @@ class Rebalancer:
 
     async def run_once(self) -> list[ClusterRebalance]:
         looks = []
+        fleet: Fleet | None = None  # read once, for the first cluster not off
         for cluster in self.clusters():
             mode = self.mode(cluster)
             if mode is RebalanceMode.OFF:
                 self.last.pop(cluster, None)
                 continue
-            looks.append(await self.look(cluster, mode))
+            fleet = fleet or self.fleet()
+            looks.append(await self.look(cluster, mode, fleet))
         return looks
 
-    async def look(self, cluster: str, mode: RebalanceMode) -> ClusterRebalance:
+    async def look(self, cluster: str, mode: RebalanceMode, fleet: Fleet | None = None) -> ClusterRebalance:
         now = self.now()
-        plan = self.plan(cluster)
+        plan = self.plan(cluster, fleet)
         look = ClusterRebalance(cluster, mode, now, plan)
         previous = self.last.get(cluster)
         self.last[cluster] = look

@@ -81,13 +81,17 @@ def _cannot_move(coordinator: MigrationCoordinator, vm: VirtualMachine) -> str:
     return ""
 
 
+Fleet = tuple[list[RebalanceHost], list[RebalanceVM]]
+"""Every cluster's hosts and running VMs, as the planner sees them."""
+
+
 def inputs(
     coordinator: MigrationCoordinator,
     usage: UsageHistory | None,
     moved_at: Mapping[str, datetime],
     now: datetime,
     hold_s: Mapping[str, float],
-) -> tuple[list[RebalanceHost], list[RebalanceVM]]:
+) -> Fleet:
     """Every host and running VM as the planner sees them now (all clusters).
 
     ``moved_at``: VM → when a rebalance last moved it; ``hold_s``: cluster → how long that
